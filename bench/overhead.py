@@ -1,0 +1,84 @@
+"""The orchestrator's own cost, measured side by side in one run.
+
+1. Step time: median step time of a trial run by the orchestrator (fresh process, local
+   launcher's code path) versus the same recipe in a bare loop (bench/_bare_loop.py), in the
+   same conditions, interleaved. Target: ratio <= 1.01.
+2. Fixed cost per trial: process start to first step versus ``python -c "import torch"``
+   (target <= 1.5x), and versus the bare loop's own start-to-first-step (the part any
+   training script pays: building the model and optimizer).
+
+Usage: python bench/overhead.py [--pairs 5] [--workload gpt_tiny] [--bucket s128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.cli import compose  # noqa: E402
+from orchestrator.config import to_dict  # noqa: E402
+from orchestrator.launch.local import LocalLauncher  # noqa: E402
+from orchestrator.trial import LAUNCH_T0_VAR, TrialSpec  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--workload", default="gpt_tiny")
+    ap.add_argument("--bucket", default="s128")
+    ap.add_argument("--steps", type=int, default=30)
+    args = ap.parse_args()
+    cfg = compose([f"workload={args.workload}", "+sweep=fa2"])
+    bucket = next(to_dict(b) for b in cfg.workload.buckets if b.name == args.bucket)
+    tmp = Path(tempfile.mkdtemp(prefix="overhead-"))
+    launcher = LocalLauncher()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    orch, bare, orch_start, bare_start, imp = [], [], [], [], []
+    for i in range(args.pairs):
+        spec = TrialSpec(
+            trial_id=f"t{i}", trial_dir=str(tmp / f"t{i}"), bucket=bucket, arm_id="a0",
+            arm_label="baseline", is_baseline=True, round=i, position=i,
+            workload=to_dict(cfg.workload), device="cpu", warmup_steps=3,
+            measured_steps=args.steps,
+        )
+        for which in (("orch", "bare") if i % 2 == 0 else ("bare", "orch")):
+            if which == "orch":
+                rec = launcher.run_one(spec, 600)
+                orch.append(rec["step_time_median_s"])
+                orch_start.append(rec["startup_to_first_step_s"])
+            else:
+                Path(spec.trial_dir).mkdir(parents=True, exist_ok=True)
+                p = Path(spec.trial_dir) / "bare.json"
+                p.write_text(spec.to_json())
+                env[LAUNCH_T0_VAR] = repr(time.time())
+                out = subprocess.run([sys.executable, str(ROOT / "bench/_bare_loop.py"), str(p)],
+                                     env=env, capture_output=True, text=True, check=True)
+                r = json.loads(out.stdout)
+                bare.append(r["median"])
+                bare_start.append(r["startup"])
+        t0 = time.time()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True)
+        imp.append(time.time() - t0)
+    med = statistics.median
+    print(f"workload {args.workload}, bucket {args.bucket}, {args.pairs} interleaved pairs, "
+          f"{args.steps} measured steps each")
+    print(f"step time   orchestrator {med(orch) * 1e3:8.3f} ms   bare loop {med(bare) * 1e3:8.3f} ms"
+          f"   ratio {med(orch) / med(bare):.4f}  (target <= 1.01)")
+    print(f"fixed cost  start->first step {med(orch_start):.3f} s   python -c 'import torch' "
+          f"{med(imp):.3f} s   ratio {med(orch_start) / med(imp):.3f}  (target <= 1.5)")
+    print(f"            bare loop start->first step {med(bare_start):.3f} s   orchestrator/bare "
+          f"{med(orch_start) / med(bare_start):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Command line: Hydra composition in front, plain dataclasses behind.
+
+Before Hydra takes over, every requested configuration is composed once (a pre-flight) so that
+a misspelt key, a wrong type or a bad value fails before any work with one line naming the
+dotted key and the fix, and exit code 2, instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import itertools
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ConfigError
+
+log = logging.getLogger("orchestrator")
+
+CONF_ENV = "ORCHESTRATOR_CONF_DIR"
+
+
+def conf_dir() -> Path:
+    """``$ORCHESTRATOR_CONF_DIR``, else the ``conf/`` beside the installed packages."""
+    env = os.environ.get(CONF_ENV)
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "conf"
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+
+
+# --------------------------------------------------------------------------- error translation
+
+
+def _schema_fields(obj_type: Any) -> list[str]:
+    if isinstance(obj_type, type) and dataclasses.is_dataclass(obj_type):
+        return [f.name for f in dataclasses.fields(obj_type)]
+    return []
+
+
+def explain(exc: BaseException) -> ConfigError:
+    """Turn a Hydra/OmegaConf composition error into a one-line ConfigError."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import (
+        ConfigAttributeError,
+        ConfigKeyError,
+        MissingMandatoryValue,
+        OmegaConfBaseException,
+        ValidationError,
+    )
+
+    if isinstance(exc, ConfigError):
+        return exc
+    if isinstance(exc, MissingConfigException):
+        text = str(exc)
+        m = re.search(r"Could not find '([^']+)'", text)
+        missing = m.group(1) if m else "?"
+        group, _, option = missing.rpartition("/")
+        if group:
+            opts = group_options(group)
+            near = difflib.get_close_matches(option, opts, n=1)
+            hint = f" (did you mean {group}={near[0]}?)" if near else ""
+            return ConfigError(
+                group, f"no option {option!r}{hint}; choose one of: {', '.join(opts) or 'none'}"
+            )
+        return ConfigError(missing, "config not found")
+    if isinstance(exc, OverrideParseException):
+        return ConfigError("override", f"cannot parse: {str(exc).splitlines()[0]}")
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, OmegaConfBaseException):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        first = str(exc).strip().splitlines()
+        return ConfigError("config", first[0] if first else type(exc).__name__)
+    key = getattr(cause, "full_key", None) or "config"
+    obj_type = getattr(cause, "object_type", None)
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
+        fields = _schema_fields(obj_type)
+        leaf = key.rsplit(".", 1)[-1]
+        parent = key.rsplit(".", 1)[0] if "." in key else ""
+        near = difflib.get_close_matches(leaf, fields, n=1)
+        hint = f"did you mean {parent + '.' if parent else ''}{near[0]}? " if near else ""
+        valid = f"valid keys{' under ' + parent if parent else ''}: {', '.join(fields)}"
+        return ConfigError(key, f"unknown key; {hint}{valid}")
+    if isinstance(cause, MissingMandatoryValue):
+        return ConfigError(key, f"is required; set it with {key}=VALUE")
+    if isinstance(cause, ValidationError):
+        msg = str(cause).strip().splitlines()[0]
+        return ConfigError(key, f"{msg}; fix the value's type")
+    return ConfigError(key, str(cause).strip().splitlines()[0])
+
+
+# --------------------------------------------------------------------------- composition
+
+
+def _split_args(argv: list[str]) -> tuple[list[str], bool, bool]:
+    """(overrides, multirun, hydra_flag): hydra's own flags (--help, --cfg ...) skip pre-flight."""
+    overrides, multirun, other = [], False, False
+    for a in argv:
+        if a in ("-m", "--multirun"):
+            multirun = True
+        elif a.startswith("-"):
+            other = True
+        else:
+            overrides.append(a)
+    return overrides, multirun, other
+
+
+def _expand(overrides: list[str]) -> list[list[str]]:
+    """Every combination a multirun would run (Hydra's basic sweeper, Cartesian product)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    axes = []
+    for o in parsed:
+        if o.is_sweep_override():
+            vals = list(o.sweep_string_iterator())
+            axes.append([f"{o.get_key_element()}={v}" for v in vals])
+        else:
+            axes.append([o.input_line])
+    return [list(c) for c in itertools.product(*axes)]
+
+
+def to_config(cfg: Any) -> Any:
+    """The composed DictConfig as validated plain dataclasses (crosses the boundary once)."""
+    from omegaconf import OmegaConf
+
+    from orchestrator.config import Config, validate
+
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except Exception as exc:
+        raise explain(exc) from None
+    if isinstance(obj, dict):  # a conf dir without the schema default
+        raise ConfigError("config", "config.yaml must list base_config in its defaults")
+    assert isinstance(obj, Config)
+    if obj.sweep is None:
+        raise ConfigError(
+            "sweep", f"no sweep selected; add +sweep=NAME, one of: {', '.join(group_options('sweep'))}"
+        )
+    validate(obj)
+    return obj
+
+
+def compose(overrides: list[str]) -> Any:
+    """Compose and validate one configuration (tests, notebooks, pre-flight)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from orchestrator.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+        try:
+            cfg = hydra_compose("config", overrides=overrides)
+        except Exception as exc:
+            raise explain(exc) from None
+    return to_config(cfg)
+
+
+def preflight(argv: list[str]) -> None:
+    overrides, multirun, other = _split_args(argv)
+    if other:
+        return
+    job_overrides = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    combos = _expand(job_overrides) if multirun else [job_overrides]
+    for combo in combos:
+        compose(combo)
+
+
+# --------------------------------------------------------------------------- entry
+
+
+def setup_logging(run_dir: Path | None = None) -> None:
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
+    if not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+               for h in root.handlers):
+        sh = logging.StreamHandler(sys.stderr)
+        sh.setFormatter(fmt)
+        root.addHandler(sh)
+    if run_dir is not None:
+        fh = logging.FileHandler(run_dir / "campaign.log", encoding="utf-8")
+        fh.setFormatter(fmt)
+        root.addHandler(fh)
+
+
+def run_job(cfg: Any) -> Any:
+    """Hydra's task function: one campaign."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from orchestrator.campaign import run_campaign
+
+    config = to_config(cfg)
+    if config.resume:
+        run_dir = Path(config.resume)
+        if not (run_dir / "plan.json").exists():
+            raise ConfigError("resume", f"{run_dir} is not a campaign run directory (no plan.json)")
+    elif config.run_dir:
+        run_dir = Path(config.run_dir)
+    else:
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    setup_logging(run_dir)
+    log.info("campaign %s on %s -> %s", config.sweep.name, config.workload.name, run_dir)
+    result = run_campaign(config, run_dir)
+    return {"run_dir": str(run_dir), "verdicts": [v.to_dict() for v in result.verdicts]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        preflight(argv)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+
+    import hydra
+
+    from orchestrator.config import register_configs
+
+    register_configs()
+
+    @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+    def _task(cfg: Any) -> Any:
+        try:
+            return run_job(cfg)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+
+    sys.argv = [sys.argv[0], *argv]
+    _task()

@@ -1,0 +1,348 @@
+"""Typed configuration: one dataclass per config group, registered with Hydra's ConfigStore.
+
+The YAML files under ``conf/`` extend these schemas (``defaults: [/schema/<group>/<name>@_here_]``),
+so a misspelt key or a wrong type fails at composition time with the dotted key in the message.
+Semantic checks that a type cannot express live in :func:`validate`, which raises
+:class:`~orchestrator.errors.ConfigError` naming the key, the valid choices and the fix.
+
+Below the Hydra entry point the code works on these plain dataclasses only (no omegaconf).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from orchestrator.errors import ConfigError
+
+SCHEMA_VERSION = 1
+
+# omegaconf's marker for a required value; spelled out so trial processes need not import it
+MISSING: Any = "???"
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+ATTENTION_BACKENDS = ("eager", "sdpa", "tiled", "flash_attn")
+SDPA_KERNELS = ("auto", "math", "flash", "efficient", "cudnn")
+DEVICES = ("auto", "cpu", "cuda", "musa")
+LAUNCHERS = ("inline", "local", "slurm")
+
+
+# --------------------------------------------------------------------------- workload
+
+
+@dataclass
+class BucketConfig:
+    """One shape bucket: a (sequence length, micro-batch) the workload trains on."""
+
+    name: str = MISSING
+    seq_len: int = MISSING
+    micro_batch: int = MISSING
+    # share of the training steps spent in this bucket (mixture = total work / total time)
+    weight: float = 1.0
+
+
+@dataclass
+class AttentionConfig:
+    backend: str = "sdpa"  # eager | sdpa | tiled | flash_attn
+    sdpa_kernel: str = "auto"  # auto | math | flash | efficient | cudnn (sdpa only)
+    block_q: int = 64  # tiled only: query rows per tile
+    block_k: int = 64  # tiled only: key/value rows per tile
+
+
+@dataclass
+class GPTModelConfig:
+    vocab_size: int = 512
+    n_layer: int = 2
+    n_head: int = 4
+    d_model: int = 128
+    d_ff: int = 512
+    dropout: float = 0.0
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "adamw"
+    lr: float = 3e-4
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # 0 disables clipping
+
+
+@dataclass
+class DataConfig:
+    kind: str = "synthetic"  # deterministic seeded token stream
+    seed: int = 1234
+
+
+@dataclass
+class WorkloadConfig:
+    """Fields every workload has, whatever its recipe."""
+
+    name: str = MISSING
+    kind: str = MISSING  # the schema (gpt, ...): which fields this workload has
+    # the recipe that builds it: a registered name, or an import path "pkg.module:build" for
+    # one's own recipe taking the same workload fields
+    recipe: str = MISSING
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast policy)
+    seed: int = 0
+    world_size: int = 1
+    buckets: list[BucketConfig] = MISSING
+
+
+@dataclass
+class GPTWorkloadConfig(WorkloadConfig):
+    kind: str = "gpt"
+    recipe: str = "gpt"
+    model: GPTModelConfig = field(default_factory=GPTModelConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+
+# --------------------------------------------------------------------------- protocol
+
+
+@dataclass
+class ProtocolConfig:
+    warmup_steps: int = 3  # excluded from statistics (compile, autotune, allocator warm-up)
+    measured_steps: int = 10  # timed steps per trial
+    repeats: int = 3  # rounds; each round runs every arm once, in a fresh process
+    reverse_every_other_round: bool = True  # A B C, C B A, ...
+    confidence: float = 0.95  # of the bootstrap interval on the speedup
+    bootstrap_resamples: int = 2000
+    min_effect: float = 0.02  # smallest speedup worth keeping (0.02 = 2 %)
+    trial_timeout_s: float = 900.0
+    seed: int = 0  # of the bootstrap
+
+
+# --------------------------------------------------------------------------- invariants
+
+
+@dataclass
+class InvariantsConfig:
+    """What a sweep may not change: dotted config prefixes frozen for every arm."""
+
+    name: str = "default"
+    frozen: list[str] = field(default_factory=list)
+    # why each prefix is frozen (shown in the error when a sweep touches one)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+@dataclass
+class SweepConfig:
+    """One hypothesis, one variable.
+
+    ``variable`` is a dotted config path (``workload.model.attention.block_q``) or the name of a
+    compound knob declared in ``knob`` (a mapping from field name to dotted path, e.g. a tile
+    shape). ``baseline`` and each entry of ``values`` are scalars for a path, or mappings over the
+    knob's fields. ``fixed`` is applied to every arm, the baseline included.
+    """
+
+    name: str = MISSING
+    hypothesis: str = MISSING
+    variable: str = MISSING
+    baseline: Any = MISSING
+    values: list[Any] = MISSING
+    knob: Optional[dict[str, str]] = None
+    labels: Optional[list[str]] = None  # one per value; default derived from the value
+    baseline_label: Optional[str] = None
+    fixed: dict[str, Any] = field(default_factory=dict)
+    buckets: Optional[list[str]] = None  # None = every bucket of the workload
+
+
+# --------------------------------------------------------------------------- launcher
+
+
+@dataclass
+class LauncherConfig:
+    name: str = "local"  # inline | local | slurm
+    # local: trials run one at a time unless max_parallel > 1 (never two on one device)
+    max_parallel: int = 1
+    devices: Optional[list[int]] = None  # device indices the local launcher may use
+    python: Optional[str] = None  # interpreter for trial processes (default: this one)
+
+
+# --------------------------------------------------------------------------- hardware
+
+
+@dataclass
+class HardwareConfig:
+    name: str = "auto"  # auto = match the detected device; `measured` = calibrate on the spot
+
+
+# --------------------------------------------------------------------------- root
+
+
+@dataclass
+class Config:
+    workload: Any = MISSING
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    invariants: InvariantsConfig = field(default_factory=InvariantsConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    sweep: Optional[SweepConfig] = None
+    device: str = "auto"  # auto | cpu | cuda | musa
+    run_dir: Optional[str] = None  # default: Hydra's run dir
+    resume: Optional[str] = None  # a run dir whose completed trials are kept
+
+
+WORKLOAD_SCHEMAS: dict[str, type[WorkloadConfig]] = {"gpt": GPTWorkloadConfig}
+
+
+def register_configs() -> None:
+    """Register every schema with Hydra's ConfigStore (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for recipe, schema in WORKLOAD_SCHEMAS.items():
+        cs.store(group="schema/workload", name=recipe, node=schema)
+    cs.store(group="schema/protocol", name="protocol", node=ProtocolConfig)
+    cs.store(group="schema/invariants", name="invariants", node=InvariantsConfig)
+    cs.store(group="schema/sweep", name="sweep", node=SweepConfig)
+    cs.store(group="schema/launcher", name="launcher", node=LauncherConfig)
+    cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _choice(key: str, value: Any, choices: typing.Sequence[Any]) -> None:
+    if value not in choices:
+        raise ConfigError(
+            key, f"{value!r} is not a valid choice; choose one of: {', '.join(map(str, choices))}"
+        )
+
+
+def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(key, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def validate_workload(w: WorkloadConfig) -> None:
+    from recipes import REGISTRY
+
+    if w.recipe not in REGISTRY and ":" not in w.recipe:
+        raise ConfigError(
+            "workload.recipe",
+            f"unknown recipe {w.recipe!r}; choose one of: {', '.join(sorted(REGISTRY))}, "
+            "or an import path pkg.module:build",
+        )
+    _choice("workload.precision", w.precision, PRECISIONS)
+    _positive("workload.world_size", w.world_size)
+    if not w.buckets:
+        raise ConfigError("workload.buckets", "needs at least one bucket (name, seq_len, micro_batch)")
+    names = [b.name for b in w.buckets]
+    if len(set(names)) != len(names):
+        raise ConfigError("workload.buckets", f"bucket names must be unique, got {names}")
+    for i, b in enumerate(w.buckets):
+        _positive(f"workload.buckets[{i}].seq_len", b.seq_len)
+        _positive(f"workload.buckets[{i}].micro_batch", b.micro_batch)
+        _positive(f"workload.buckets[{i}].weight", b.weight)
+    if isinstance(w, GPTWorkloadConfig):
+        m = w.model
+        _choice("workload.model.attention.backend", m.attention.backend, ATTENTION_BACKENDS)
+        _choice("workload.model.attention.sdpa_kernel", m.attention.sdpa_kernel, SDPA_KERNELS)
+        _positive("workload.model.attention.block_q", m.attention.block_q)
+        _positive("workload.model.attention.block_k", m.attention.block_k)
+        _positive("workload.model.vocab_size", m.vocab_size)
+        _positive("workload.model.n_layer", m.n_layer)
+        if not 0 <= m.dropout < 1:
+            raise ConfigError("workload.model.dropout", f"must be in [0, 1), got {m.dropout}")
+        if m.d_model % m.n_head:
+            raise ConfigError(
+                "workload.model.n_head",
+                f"d_model={m.d_model} must be divisible by n_head={m.n_head}",
+            )
+        for i, b in enumerate(w.buckets):
+            if b.seq_len < 2:
+                raise ConfigError(f"workload.buckets[{i}].seq_len", "must be >= 2")
+
+
+def validate(cfg: Config) -> None:
+    """Semantic checks a type cannot express. Raises ConfigError on the first problem."""
+    w = cfg.workload
+    if not isinstance(w, WorkloadConfig):
+        raise ConfigError("workload", "no workload selected; choose one with workload=NAME")
+    _choice("device", cfg.device, DEVICES)
+    _choice("launcher.name", cfg.launcher.name, LAUNCHERS)
+    validate_workload(w)
+    p = cfg.protocol
+    _positive("protocol.warmup_steps", p.warmup_steps, allow_zero=True)
+    _positive("protocol.measured_steps", p.measured_steps)
+    if p.measured_steps < 3:
+        raise ConfigError("protocol.measured_steps", "must be >= 3 to give a median with a spread")
+    _positive("protocol.repeats", p.repeats)
+    if not 0.5 <= p.confidence < 1:
+        raise ConfigError("protocol.confidence", f"must be in [0.5, 1), got {p.confidence}")
+    _positive("protocol.min_effect", p.min_effect, allow_zero=True)
+    _positive("protocol.trial_timeout_s", p.trial_timeout_s)
+    _positive("launcher.max_parallel", cfg.launcher.max_parallel)
+    if cfg.sweep is not None:
+        from orchestrator.sweep import check_sweep
+
+        check_sweep(cfg)
+
+
+# --------------------------------------------------------------------------- dict <-> dataclass
+
+
+def to_dict(obj: Any) -> Any:
+    """A dataclass tree as plain JSON-able data."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+def from_dict(cls: type, data: Any, key: str = "") -> Any:
+    """Rebuild a dataclass tree from :func:`to_dict` output (used in trial processes, which
+    must not pay for importing omegaconf). Unknown keys raise ConfigError."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    extra = set(data) - names
+    if extra:
+        raise ConfigError(f"{key}{sorted(extra)[0]}", f"unknown key; valid keys: {sorted(names)}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _convert(hints[f.name], data[f.name], f"{key}{f.name}")
+    return cls(**kwargs)
+
+
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(args[0], value, key) if len(args) == 1 else value
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, key + ".")
+    if origin is list:
+        (arg,) = typing.get_args(tp) or (Any,)
+        return [_convert(arg, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        args = typing.get_args(tp)
+        return {k: _convert(args[1] if args else Any, v, f"{key}.{k}") for k, v in value.items()}
+    return value
+
+
+def workload_from_dict(data: dict[str, Any]) -> WorkloadConfig:
+    schema = WORKLOAD_SCHEMAS.get(data.get("kind", ""))
+    if schema is None:
+        raise ConfigError(
+            "workload.kind",
+            f"unknown workload kind {data.get('kind')!r}; choose one of: {', '.join(WORKLOAD_SCHEMAS)}",
+        )
+    return from_dict(schema, data, "workload.")  # type: ignore[no-any-return]

@@ -1,0 +1,98 @@
+"""Result records on disk: atomic writes, a versioned schema, failures as rows.
+
+Kept free of pandas at import time: trial processes write through this module and must start
+fast. :func:`load_trials` imports pandas when the campaign collects.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from orchestrator.config import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# statuses a trial can end with; only `ok` trials enter timing statistics
+STATUSES = ("ok", "failed", "unavailable", "oom", "timeout", "crashed", "killed")
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with _suppress():
+            os.unlink(tmp)
+        raise
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> bool:
+        return True
+
+
+def atomic_write_json(path: str | os.PathLike[str], data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def write_csv(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> None:
+    rows = list(rows)
+    buf = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def trial_record(**fields: Any) -> dict[str, Any]:
+    """A trial.json body; every record carries the schema version."""
+    return {"schema_version": SCHEMA_VERSION, **fields}
+
+
+def load_trials(run_dir: str | os.PathLike[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(trials, steps) DataFrames from ``run_dir/trials/*/``. Trials of another schema version
+    raise ValueError instead of being mixed in silently."""
+    import pandas as pd
+
+    trials, steps = [], []
+    for tdir in sorted(Path(run_dir, "trials").glob("*/")):
+        tpath = tdir / "trial.json"
+        if not tpath.exists():
+            continue
+        rec = read_json(tpath)
+        if rec.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(
+                f"{tpath}: schema_version {rec.get('schema_version')} != {SCHEMA_VERSION}; "
+                "re-run the campaign or use a matching orchestrator version"
+            )
+        trials.append(rec)
+        spath = tdir / "steps.csv"
+        if rec.get("status") == "ok" and spath.exists() and spath.stat().st_size:
+            df = pd.read_csv(spath)
+            df["trial_id"] = rec["trial_id"]
+            steps.append(df)
+    tdf = pd.DataFrame(trials)
+    sdf = pd.concat(steps, ignore_index=True) if steps else pd.DataFrame()
+    return tdf, sdf

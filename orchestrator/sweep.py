@@ -1,0 +1,202 @@
+"""One-variable-at-a-time sweeps: checking a sweep file and expanding it into arms.
+
+An arm is the baseline or one variant: a label plus the overrides it applies to the workload
+(dotted paths) and to the trial's environment (``env.NAME``). Everything else is identical
+across arms, which is what makes the comparison mean something.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.config import Config, SweepConfig, to_dict, workload_from_dict
+from orchestrator.errors import ConfigError
+
+ENV_PREFIX = "env."
+
+
+@dataclass(frozen=True)
+class Arm:
+    arm_id: str  # a0 = baseline, a1.. = variants, in sweep order
+    label: str
+    value: Any
+    is_baseline: bool
+    overrides: dict[str, Any] = field(default_factory=dict)  # workload.* paths -> value
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _paths(sweep: SweepConfig) -> dict[str, str]:
+    """Knob field -> dotted path (a plain variable is a knob with one unnamed field)."""
+    if sweep.knob:
+        return dict(sweep.knob)
+    return {"": sweep.variable}
+
+
+def _leaf_paths(tree: Any, prefix: str) -> list[str]:
+    if isinstance(tree, dict):
+        out = []
+        for k, v in tree.items():
+            out.extend(_leaf_paths(v, f"{prefix}.{k}" if prefix else k))
+        return out
+    return [prefix]
+
+
+def _get(tree: dict[str, Any], path: str) -> Any:
+    node: Any = tree
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(path)
+        node = node[part]
+    return node
+
+
+def _set(tree: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    node = tree
+    for part in parts[:-1]:
+        node = node[part]
+    node[parts[-1]] = value
+
+
+def _check_path(key: str, path: str, workload: dict[str, Any]) -> None:
+    if path.startswith(ENV_PREFIX):
+        if len(path) == len(ENV_PREFIX):
+            raise ConfigError(key, "env. needs a variable name, e.g. env.OMP_NUM_THREADS")
+        return
+    if not path.startswith("workload."):
+        raise ConfigError(
+            key,
+            f"{path!r} is not a workload key; sweep a workload.* path or an env.NAME switch",
+        )
+    try:
+        node = _get({"workload": workload}, path)
+    except KeyError:
+        leaves = _leaf_paths({"workload": workload}, "")
+        near = difflib.get_close_matches(path, leaves, n=3)
+        hint = f"; did you mean {', '.join(near)}?" if near else ""
+        raise ConfigError(key, f"{path!r} does not exist in the workload config{hint}") from None
+    if isinstance(node, (dict, list)):
+        raise ConfigError(
+            key,
+            f"{path!r} is a whole section; sweep one leaf key, or declare a compound knob "
+            "under sweep.knob (field: dotted.path)",
+        )
+
+
+def _check_frozen(key: str, path: str, cfg: Config) -> None:
+    for prefix in cfg.invariants.frozen:
+        if path == prefix or path.startswith(prefix + "."):
+            why = cfg.invariants.reasons.get(prefix, "declared invariant")
+            raise ConfigError(
+                key,
+                f"{path!r} is frozen by invariants ({prefix}: {why}); a throughput sweep may not "
+                "change it. Pick another variable or choose invariants=NAME that allows it",
+            )
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def _arm_overrides(sweep: SweepConfig, value: Any, key: str) -> dict[str, Any]:
+    paths = _paths(sweep)
+    if sweep.knob:
+        if not isinstance(value, dict):
+            raise ConfigError(
+                key, f"{value!r} must be a mapping over the knob fields {sorted(paths)}"
+            )
+        if set(value) != set(paths):
+            raise ConfigError(
+                key,
+                f"keys {sorted(value)} must be exactly the knob fields {sorted(paths)} "
+                "(a sweep changes one knob, all its fields named)",
+            )
+        return {paths[k]: value[k] for k in paths}
+    if isinstance(value, (dict, list)):
+        raise ConfigError(
+            key,
+            f"{value!r} would change more than one knob; a sweep varies one key. Declare a "
+            "compound knob under sweep.knob if the fields belong together (e.g. a tile shape)",
+        )
+    return {sweep.variable: value}
+
+
+def expand_arms(cfg: Config) -> list[Arm]:
+    """Baseline first, then the variants in the sweep's order."""
+    sweep = cfg.sweep
+    assert sweep is not None
+    raw = [sweep.baseline, *sweep.values]
+    labels = [sweep.baseline_label or _label(sweep.baseline)]
+    labels += list(sweep.labels) if sweep.labels else [_label(v) for v in sweep.values]
+    arms = []
+    for i, (value, label) in enumerate(zip(raw, labels)):
+        key = "sweep.baseline" if i == 0 else f"sweep.values[{i - 1}]"
+        overrides: dict[str, Any] = {}
+        env: dict[str, str] = {}
+        for path, v in {**sweep.fixed, **_arm_overrides(sweep, value, key)}.items():
+            if path.startswith(ENV_PREFIX):
+                env[path[len(ENV_PREFIX):]] = str(v)
+            else:
+                overrides[path] = v
+        arms.append(Arm(f"a{i}", label, value, i == 0, overrides, env))
+    return arms
+
+
+def apply_overrides(workload: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(workload)
+    root = {"workload": out}
+    for path, value in overrides.items():
+        _set(root, path, value)
+    return out
+
+
+def check_sweep(cfg: Config) -> None:
+    """Reject a sweep that is malformed, touches an invariant, or changes more than one knob."""
+    sweep = cfg.sweep
+    assert sweep is not None
+    workload = to_dict(cfg.workload)
+    if not sweep.values:
+        raise ConfigError("sweep.values", "needs at least one value to compare with the baseline")
+    if sweep.knob is not None and not sweep.knob:
+        raise ConfigError("sweep.knob", "is empty; declare field: dotted.path pairs or remove it")
+    for name, path in _paths(sweep).items():
+        key = f"sweep.knob.{name}" if name else "sweep.variable"
+        _check_path(key, path, workload)
+        _check_frozen(key, path, cfg)
+    swept = set(_paths(sweep).values())
+    for path in sweep.fixed:
+        _check_path(f"sweep.fixed.{path}", path, workload)
+        if path in swept:
+            raise ConfigError(
+                f"sweep.fixed.{path}", "is also the swept variable; remove it from sweep.fixed"
+            )
+    if sweep.labels is not None and len(sweep.labels) != len(sweep.values):
+        raise ConfigError(
+            "sweep.labels", f"has {len(sweep.labels)} entries for {len(sweep.values)} values"
+        )
+    seen = [sweep.baseline]
+    for i, v in enumerate(sweep.values):
+        if v in seen:
+            raise ConfigError(f"sweep.values[{i}]", f"{v!r} repeats the baseline or another value")
+        seen.append(v)
+    if sweep.buckets is not None:
+        names = [b.name for b in cfg.workload.buckets]
+        for b in sweep.buckets:
+            if b not in names:
+                raise ConfigError(
+                    "sweep.buckets", f"{b!r} is not a workload bucket; choose from {names}"
+                )
+    # every arm must still be a valid workload (catches e.g. a misspelt backend name)
+    from orchestrator.config import validate_workload
+
+    for arm in expand_arms(cfg):
+        key = "sweep.baseline" if arm.is_baseline else f"sweep.values[{int(arm.arm_id[1:]) - 1}]"
+        try:
+            validate_workload(workload_from_dict(apply_overrides(workload, arm.overrides)))
+        except ConfigError as exc:
+            raise ConfigError(key, f"arm {arm.label!r} sets {exc.key}: {exc.message}") from None

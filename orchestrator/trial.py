@@ -1,0 +1,190 @@
+"""The trial runner: one arm on one bucket, in its own process (or in-process for tests).
+
+The orchestrator owns the timing protocol here: warm-up steps are run and excluded, the device
+is synchronised at every step boundary, each step's wall time, data wait, loss and tokens are
+kept raw in steps.csv so trimming can be redone in analysis. Recipes never time themselves.
+
+Run as ``python -m orchestrator.trial SPEC.json``. The process imports torch, the recipe and
+this module only, so its fixed cost stays close to ``python -c "import torch"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator import device as devmod
+from orchestrator.errors import BackendUnavailable
+from orchestrator.results import atomic_write_json, trial_record, write_csv
+
+# set by the launcher just before it starts the process: start-to-first-step is measured from it
+LAUNCH_T0_VAR = "ORCHESTRATOR_LAUNCH_T0"
+
+
+@dataclass
+class TrialSpec:
+    trial_id: str
+    trial_dir: str
+    bucket: dict[str, Any]
+    arm_id: str
+    arm_label: str
+    is_baseline: bool
+    round: int
+    position: int  # place in the plan (execution order)
+    workload: dict[str, Any]
+    device: str = "auto"
+    warmup_steps: int = 3
+    measured_steps: int = 10
+    env: dict[str, str] = field(default_factory=dict)
+    kind: str = "timed"
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, indent=2)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> TrialSpec:
+        with open(path, encoding="utf-8") as fh:
+            return cls(**json.load(fh))
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
+
+
+def _mad(values: list[float]) -> float:
+    med = statistics.median(values)
+    return statistics.median(abs(v - med) for v in values)
+
+
+def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]:
+    """Run the trial and write trial.json and steps.csv atomically. Never raises for a failure
+    of the workload itself: the failure becomes the record's status."""
+    t_start = time.time()
+    tdir = Path(spec.trial_dir)
+    tdir.mkdir(parents=True, exist_ok=True)
+    base: dict[str, Any] = {
+        "trial_id": spec.trial_id,
+        "kind": spec.kind,
+        "bucket": spec.bucket["name"],
+        "seq_len": spec.bucket["seq_len"],
+        "micro_batch": spec.bucket["micro_batch"],
+        "bucket_weight": spec.bucket.get("weight", 1.0),
+        "arm_id": spec.arm_id,
+        "arm_label": spec.arm_label,
+        "is_baseline": spec.is_baseline,
+        "round": spec.round,
+        "position": spec.position,
+        "pid": os.getpid(),
+        "started_at": t_start,
+        "warmup_steps": spec.warmup_steps,
+        "measured_steps": spec.measured_steps,
+    }
+    try:
+        record = _measure(spec, base, launch_t0)
+    except BackendUnavailable as exc:
+        record = trial_record(**base, status="unavailable", error=str(exc))
+    except BaseException as exc:  # the workload failed: a status, not a lost row
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        status = "oom" if devmod.is_oom(exc) else "failed"
+        tb = traceback.format_exc(limit=8)
+        record = trial_record(**base, status=status, error=one_line(exc), traceback=tb)
+    record["finished_at"] = time.time()
+    atomic_write_json(tdir / "trial.json", record)
+    return record
+
+
+def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> dict[str, Any]:
+    import torch
+
+    from orchestrator.config import BucketConfig, from_dict, workload_from_dict
+    from recipes import get_builder
+
+    workload = workload_from_dict(spec.workload)
+    bucket = from_dict(BucketConfig, spec.bucket)
+    dev = devmod.resolve(spec.device)
+    trainer = get_builder(workload.recipe)(workload, bucket, dev.torch_device)
+    devmod.reset_peak_memory(dev)
+    batches = trainer.batches()
+    total = spec.warmup_steps + spec.measured_steps
+    rows: list[dict[str, Any]] = []
+    losses = []
+    first_step_at = None
+    sync = devmod.synchronize
+    clock = time.perf_counter
+    sync(dev)
+    for i in range(total):
+        t0 = clock()
+        if first_step_at is None:
+            first_step_at = time.time()
+        batch = next(batches)
+        t1 = clock()
+        loss = trainer.train_step(batch)
+        sync(dev)
+        t2 = clock()
+        losses.append(loss)
+        rows.append(
+            {
+                "step": i,
+                "phase": "warmup" if i < spec.warmup_steps else "measured",
+                "step_time_s": t2 - t0,
+                "data_wait_s": t1 - t0,
+                "tokens": trainer.tokens_per_step,
+                "samples": trainer.samples_per_step,
+                "batch_index": getattr(batch, "index", i),
+            }
+        )
+    for row, loss in zip(rows, losses):  # read outside the timed window
+        row["loss"] = float(loss.float().item()) if hasattr(loss, "item") else float(loss)
+    peak, peak_source = devmod.peak_memory_bytes(dev)
+    measured = [r["step_time_s"] for r in rows if r["phase"] == "measured"]
+    median = statistics.median(measured)
+    write_csv(Path(spec.trial_dir) / "steps.csv", rows)
+    flops = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
+    nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]
+    return trial_record(
+        **base,
+        status="ok",
+        device={"kind": dev.kind, "name": dev.name, "count": dev.count},
+        torch_version=torch.__version__,
+        python_version=platform.python_version(),
+        startup_to_first_step_s=(first_step_at - launch_t0) if launch_t0 and first_step_at else None,
+        step_time_median_s=median,
+        step_time_mad_s=_mad(measured),
+        tokens_per_step=trainer.tokens_per_step,
+        tokens_per_s=trainer.tokens_per_step / median,
+        peak_mem_bytes=peak,
+        peak_mem_source=peak_source,
+        useful_flops_per_step=flops,
+        final_loss=rows[-1]["loss"],
+        nonfinite_loss_steps=nonfinite,
+        env=dict(spec.env),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m orchestrator.trial SPEC.json", file=sys.stderr)
+        return 2
+    spec = TrialSpec.from_file(argv[0])
+    t0 = os.environ.get(LAUNCH_T0_VAR)
+    record = run_trial(spec, float(t0) if t0 else None)
+    if record["status"] != "ok":
+        print(f"trial {spec.trial_id}: {record['status']}: {record.get('error')}", file=sys.stderr)
+        if record.get("traceback"):
+            print(record["traceback"], file=sys.stderr)
+    return 0 if record["status"] in ("ok", "unavailable") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

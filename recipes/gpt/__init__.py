@@ -1,0 +1,1 @@
+"""Decoder-only transformer LM on a deterministic synthetic token stream."""

@@ -1,0 +1,194 @@
+"""Causal self-attention backends that compute the same function.
+
+- ``eager``: explicit scores, mask, softmax, weighted sum (the reference);
+- ``sdpa``: ``F.scaled_dot_product_attention`` with a chosen kernel (math, flash, efficient,
+  cudnn) through ``torch.nn.attention.sdpa_kernel``;
+- ``tiled``: the FlashAttention-2 algorithm in PyTorch: loop over key/value tiles with an online
+  softmax, never materialising the full score matrix, with the FA2 backward (recompute the tile
+  probabilities from the saved log-sum-exp) in a custom autograd function;
+- ``flash_attn``: the flash-attn package, when it imports and the device and dtype suit it.
+
+All take q, k, v of shape [batch, heads, seq, head_dim] and return the same shape.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from orchestrator.errors import BackendUnavailable
+
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    t = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    scores = scores.masked_fill(~mask, float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    return probs @ v
+
+
+_SDPA_KERNELS = {
+    "math": "MATH",
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+}
+
+
+def make_sdpa(kernel: str) -> Attention:
+    if kernel == "auto":
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, _SDPA_KERNELS[kernel], None)
+    if backend is None:
+        raise BackendUnavailable(f"this torch has no SDPBackend for sdpa kernel {kernel!r}")
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return attend
+
+
+def probe_sdpa(kernel: str, device: torch.device, dtype: torch.dtype) -> None:
+    """Raise BackendUnavailable unless the kernel runs forward and backward here."""
+    attend = make_sdpa(kernel)
+    q = torch.randn(1, 2, 16, 16, device=device, dtype=dtype, requires_grad=True)
+    try:
+        attend(q, q, q).sum().backward()
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BackendUnavailable(
+            f"sdpa kernel {kernel!r} cannot run on {device.type} with {dtype}: {first}"
+        ) from None
+
+
+class _TiledAttention(torch.autograd.Function):
+    """FlashAttention-2 forward and backward over (block_q x block_k) tiles, causal."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_q: int, block_k: int
+    ) -> torch.Tensor:
+        t, d = q.shape[-2], q.shape[-1]
+        scale = 1.0 / math.sqrt(d)
+        out = torch.empty_like(q)
+        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+        for qs in range(0, t, block_q):
+            qe = min(qs + block_q, t)
+            qi = q[..., qs:qe, :]
+            m = torch.full(qi.shape[:-1], float("-inf"), dtype=torch.float32, device=q.device)
+            l = torch.zeros_like(m)
+            acc = torch.zeros(qi.shape, dtype=torch.float32, device=q.device)
+            for ks in range(0, qe, block_k):  # causal: tiles right of the diagonal are skipped
+                ke = min(ks + block_k, t)
+                s = (qi @ k[..., ks:ke, :].transpose(-2, -1)).float() * scale
+                if ke > qs + 1:  # tile touches the diagonal: mask keys after the query
+                    s = s.masked_fill(_causal_mask(qs, qe, ks, ke, q.device), float("-inf"))
+                m_new = torch.maximum(m, s.amax(dim=-1))
+                p = torch.exp(s - m_new.unsqueeze(-1))
+                alpha = torch.exp(m - m_new)
+                l = alpha * l + p.sum(dim=-1)
+                acc = alpha.unsqueeze(-1) * acc + p.to(v.dtype) @ v[..., ks:ke, :]
+                m = m_new
+            out[..., qs:qe, :] = (acc / l.unsqueeze(-1)).to(q.dtype)
+            lse[..., qs:qe] = m + torch.log(l)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.blocks = (block_q, block_k)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        q, k, v, out, lse = ctx.saved_tensors
+        block_q, block_k = ctx.blocks
+        t, d = q.shape[-2], q.shape[-1]
+        scale = 1.0 / math.sqrt(d)
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        dk = torch.zeros(k.shape, dtype=torch.float32, device=q.device)
+        dv = torch.zeros(v.shape, dtype=torch.float32, device=q.device)
+        delta = (dout.float() * out.float()).sum(dim=-1)  # rowsum(dO * O)
+        for qs in range(0, t, block_q):
+            qe = min(qs + block_q, t)
+            qi, doi = q[..., qs:qe, :], dout[..., qs:qe, :]
+            lse_i, delta_i = lse[..., qs:qe].unsqueeze(-1), delta[..., qs:qe].unsqueeze(-1)
+            for ks in range(0, qe, block_k):
+                ke = min(ks + block_k, t)
+                kj, vj = k[..., ks:ke, :], v[..., ks:ke, :]
+                s = (qi @ kj.transpose(-2, -1)).float() * scale
+                if ke > qs + 1:
+                    s = s.masked_fill(_causal_mask(qs, qe, ks, ke, q.device), float("-inf"))
+                p = torch.exp(s - lse_i)
+                dv[..., ks:ke, :] += p.transpose(-2, -1) @ doi.float()
+                dp = doi.float() @ vj.float().transpose(-2, -1)
+                ds = p * (dp - delta_i) * scale
+                dq[..., qs:qe, :] += ds @ kj.float()
+                dk[..., ks:ke, :] += ds.transpose(-2, -1) @ qi.float()
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
+
+
+def _causal_mask(qs: int, qe: int, ks: int, ke: int, device: torch.device) -> torch.Tensor:
+    """True where the key comes after the query (masked out)."""
+    qpos = torch.arange(qs, qe, device=device).unsqueeze(-1)
+    kpos = torch.arange(ks, ke, device=device).unsqueeze(0)
+    return kpos > qpos
+
+
+def make_tiled(block_q: int, block_k: int) -> Attention:
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        # q, k, v already carry the autocast dtype (they come out of autocast linears); keep
+        # autocast from re-casting inside: the function accumulates in fp32 itself
+        with torch.autocast(q.device.type, enabled=False):
+            return _TiledAttention.apply(q, k, v, block_q, block_k)  # type: ignore[no-any-return]
+
+    return attend
+
+
+def make_flash_attn(device: torch.device, dtype: torch.dtype) -> Attention:
+    try:
+        from flash_attn import flash_attn_func  # type: ignore[import-not-found]
+    except Exception as exc:  # ImportError, or a build that fails to load its extension
+        raise BackendUnavailable(f"flash_attn is not importable here: {exc}") from None
+    if device.type != "cuda":
+        raise BackendUnavailable(f"flash_attn needs a CUDA device, this trial runs on {device}")
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise BackendUnavailable(f"flash_attn needs fp16 or bf16, the precision policy is {dtype}")
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        # flash_attn wants [batch, seq, heads, head_dim]
+        o = flash_attn_func(
+            q.transpose(1, 2).to(dtype), k.transpose(1, 2).to(dtype),
+            v.transpose(1, 2).to(dtype), causal=True,
+        )
+        return o.transpose(1, 2)  # type: ignore[no-any-return]
+
+    return attend
+
+
+def make_attention(
+    backend: str,
+    *,
+    sdpa_kernel: str = "auto",
+    block_q: int = 64,
+    block_k: int = 64,
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Attention:
+    device = device or torch.device("cpu")
+    if backend == "eager":
+        return eager_attention
+    if backend == "sdpa":
+        if sdpa_kernel != "auto":
+            probe_sdpa(sdpa_kernel, device, dtype)
+        return make_sdpa(sdpa_kernel)
+    if backend == "tiled":
+        return make_tiled(block_q, block_k)
+    if backend == "flash_attn":
+        return make_flash_attn(device, dtype)
+    raise ValueError(f"unknown attention backend {backend!r}")

@@ -1,0 +1,129 @@
+"""The GPT recipe: builds model, optimizer and a deterministic synthetic token stream."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+
+from orchestrator.config import BucketConfig, GPTWorkloadConfig
+from recipes.gpt.attention import make_attention
+from recipes.gpt.model import GPT, lm_loss
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class Batch:
+    index: int  # position in the stream: the sample ids are index*micro_batch + row
+    inputs: torch.Tensor
+    targets: torch.Tensor
+
+
+def synthetic_batch(seed: int, index: int, micro_batch: int, seq_len: int, vocab: int) -> Batch:
+    """Batch ``index`` of the stream; a pure function of its arguments.
+
+    Tokens follow a noisy affine recurrence so there is something to learn (the loss falls),
+    which makes loss trajectories comparable across arms."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + index)
+    start = torch.randint(0, vocab, (micro_batch, 1), generator=g)
+    noise = torch.randint(0, 4, (micro_batch, seq_len), generator=g)
+    steps = torch.arange(seq_len + 1).unsqueeze(0)
+    tokens = (start * 7 + steps * 3 + torch.nn.functional.pad(noise, (1, 0)).cumsum(1)) % vocab
+    return Batch(index, tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+
+
+class GPTTrainer:
+    def __init__(self, workload: GPTWorkloadConfig, bucket: BucketConfig, device: str) -> None:
+        self.workload = workload
+        self.bucket = bucket
+        self.device = torch.device(device)
+        m = workload.model
+        self.dtype = DTYPES[workload.precision]
+        attend = make_attention(
+            m.attention.backend,
+            sdpa_kernel=m.attention.sdpa_kernel,
+            block_q=m.attention.block_q,
+            block_k=m.attention.block_k,
+            device=self.device,
+            dtype=self.dtype,
+        )
+        torch.manual_seed(workload.seed)
+        self.model = GPT(
+            vocab_size=m.vocab_size,
+            n_layer=m.n_layer,
+            n_head=m.n_head,
+            d_model=m.d_model,
+            d_ff=m.d_ff,
+            max_seq_len=max(b.seq_len for b in workload.buckets),
+            dropout=m.dropout,
+            attend=attend,
+        ).to(self.device)
+        o = workload.optimizer
+        if o.name != "adamw":
+            raise ValueError(f"workload.optimizer.name={o.name!r}: the gpt recipe supports adamw")
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay
+        )
+        self.tokens_per_step = bucket.micro_batch * bucket.seq_len
+        self.samples_per_step = bucket.micro_batch
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.dtype == torch.float16 else None
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def batches(self) -> Iterator[Batch]:
+        b, w = self.bucket, self.workload
+        index = 0
+        while True:
+            batch = synthetic_batch(w.data.seed, index, b.micro_batch, b.seq_len, w.model.vocab_size)
+            yield Batch(
+                batch.index,
+                batch.inputs.to(self.device, non_blocking=True),
+                batch.targets.to(self.device, non_blocking=True),
+            )
+            index += 1
+
+    def forward_loss(self, batch: Batch) -> torch.Tensor:
+        with self.autocast():
+            logits = self.model(batch.inputs)
+        return lm_loss(logits, batch.targets)
+
+    def train_step(self, batch: Batch) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.forward_loss(batch)
+        clip = self.workload.optimizer.grad_clip
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            self.optimizer.step()
+        return loss.detach()
+
+    def useful_flops_per_step(self) -> float:
+        """Analytic training FLOPs per step (PaLM convention, recompute excluded).
+
+        6 x (non-embedding parameters) x tokens for the matmuls, plus the attention score and
+        value products: 6 x n_layer x seq x d_model per token in the causal convention that
+        counts half of the full seq x seq square (2 matmuls x 2 FLOPs x 3 for fwd+bwd x 1/2)."""
+        m = self.workload.model
+        n_params = sum(p.numel() for p in self.model.parameters())
+        n_embed = self.model.tok.weight.numel() + self.model.pos.weight.numel()
+        t = self.bucket.seq_len
+        per_token = 6 * (n_params - n_embed) + 6 * m.n_layer * t * m.d_model
+        return float(per_token * self.tokens_per_step)
+
+
+def build(workload: GPTWorkloadConfig, bucket: BucketConfig, device: str) -> GPTTrainer:
+    return GPTTrainer(workload, bucket, device)

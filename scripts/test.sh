@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Sets up the environment and runs the whole test suite (CPU only, hermetic).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/python -m pytest -q "$@"

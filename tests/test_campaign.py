@@ -1,0 +1,100 @@
+"""End to end: a tiny real sweep through the in-process and the subprocess launcher."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from orchestrator.campaign import run_campaign
+from tests.conftest import TINY
+
+
+def _check_run_dir(run_dir: Path, n_trials: int) -> dict[str, Any]:
+    for name in ("config.json", "plan.json", "results.csv", "baseline.json", "decisions.md",
+                 "decisions.jsonl"):
+        assert (run_dir / name).is_file(), name
+    trials = sorted(run_dir.glob("trials/*/trial.json"))
+    assert len(trials) == n_trials
+    for t in trials:
+        rec = json.loads(t.read_text())
+        assert rec["schema_version"] == 1
+        if rec["status"] == "ok":
+            steps = pd.read_csv(t.parent / "steps.csv")
+            assert list(steps["phase"]).count("measured") == rec["measured_steps"]
+            assert (steps["step_time_s"] > 0).all()
+            assert steps["loss"].notna().all()
+    plan = json.loads((run_dir / "plan.json").read_text())
+    return plan
+
+
+def test_inline_sweep_end_to_end(compose: Any, run_dir: Path) -> None:
+    cfg = compose([*TINY, "+sweep=fa2_tiling", "sweep.buckets=[s32]"])
+    result = run_campaign(cfg, run_dir)
+    plan = _check_run_dir(run_dir, 4 * 2)
+    assert [t["arm_id"] for t in plan["trials"][:4]] == ["a0", "a1", "a2", "a3"]
+    assert [t["arm_id"] for t in plan["trials"][4:]] == ["a3", "a2", "a1", "a0"]
+    assert len(result.verdicts) == 3
+    assert {v.verdict for v in result.verdicts} <= {"retain", "reject", "inconclusive"}
+    md = (run_dir / "decisions.md").read_text()
+    assert "# Decision: fa2_tiling" in md and "## Bucket `s32`" in md and "64x64" in md
+    lines = (run_dir / "decisions.jsonl").read_text().splitlines()
+    assert [json.loads(x)["label"] for x in lines] == ["64x64", "128x64", "128x128"]
+
+
+def test_subprocess_sweep_with_crash_and_unavailable(compose: Any, run_dir: Path) -> None:
+    cfg = compose([
+        "workload=gpt_test", "protocol=quick", "launcher=local", "+sweep=fa2",
+        "sweep.buckets=[s32]",
+        "sweep.values=[{backend:sdpa,sdpa_kernel:flash},{backend:sdpa,sdpa_kernel:efficient}]",
+        "sweep.labels=[flash,efficient]",
+    ])
+    result = run_campaign(cfg, run_dir)
+    _check_run_dir(run_dir, 3 * 2)
+    recs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
+    by_arm = {r["arm_label"]: r for r in recs}
+    assert by_arm["flash"]["status"] == "ok"
+    assert by_arm["flash"]["pid"] != by_arm["sdpa-math"]["pid"]  # fresh processes
+    assert by_arm["efficient"]["status"] == "unavailable"
+    assert "cannot run on cpu" in by_arm["efficient"]["error"]
+    verdicts = {v.label: v for v in result.verdicts}
+    assert verdicts["efficient"].verdict == "invalid"
+    assert verdicts["flash"].verdict in ("retain", "inconclusive", "reject")
+
+
+def test_crashing_trial_is_recorded_and_campaign_goes_on(compose: Any, run_dir: Path) -> None:
+    cfg = compose([
+        "workload=gpt_test", "protocol=quick", "launcher=local", "+sweep=fa2",
+        "sweep.buckets=[s32]", "sweep.knob=null", "sweep.variable=workload.recipe",
+        "sweep.baseline=gpt",
+        "sweep.values=[tests.helpers.faulty:build_raise,tests.helpers.faulty:build_segfault]",
+        "sweep.labels=[raises,segfaults]", "sweep.fixed={}", "sweep.baseline_label=null",
+    ])
+    result = run_campaign(cfg, run_dir)
+    recs = {(r["arm_label"], r["round"]): r for r in
+            (json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json"))}
+    assert len(recs) == 6
+    assert recs[("gpt", 0)]["status"] == "ok" and recs[("gpt", 1)]["status"] == "ok"
+    assert recs[("raises", 0)]["status"] == "failed"
+    assert "planted failure" in recs[("raises", 0)]["error"]
+    assert recs[("segfaults", 1)]["status"] == "crashed"
+    assert "SIGSEGV" in recs[("segfaults", 1)]["error"]
+    verdicts = {v.label: v.verdict for v in result.verdicts}
+    assert verdicts == {"raises": "reject", "segfaults": "reject"}
+    md = (run_dir / "decisions.md").read_text()
+    assert "## Failed trials" in md and "SIGSEGV" in md
+
+
+def test_rerun_on_same_run_dir_resumes(compose: Any, run_dir: Path) -> None:
+    cfg = compose([*TINY, "+sweep=fa2", "sweep.buckets=[s32]"])
+    run_campaign(cfg, run_dir)
+    first = {p: p.stat().st_mtime_ns for p in run_dir.glob("trials/*/trial.json")}
+    victim = sorted(first)[3]
+    victim.unlink()
+    run_campaign(cfg, run_dir)
+    after = {p: p.stat().st_mtime_ns for p in run_dir.glob("trials/*/trial.json")}
+    assert set(after) == set(first)
+    changed = [p for p in after if p == victim or after[p] != first[p]]
+    assert changed == [victim]

@@ -1,0 +1,117 @@
+"""Every conf file composes; bad input gives one line naming the key, and exit code 2."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from orchestrator.cli import group_options
+from orchestrator.config import Config, GPTWorkloadConfig, from_dict, to_dict, workload_from_dict
+from orchestrator.errors import ConfigError
+
+
+def test_every_conf_file_composes(compose: Any) -> None:
+    groups = ["workload", "protocol", "invariants", "launcher", "hardware"]
+    for group in groups:
+        for option in group_options(group):
+            cfg = compose([f"{group}={option}", "+sweep=fa2"])
+            assert isinstance(cfg, Config)
+    for sweep, workload in itertools.product(group_options("sweep"), group_options("workload")):
+        cfg = compose([f"workload={workload}", f"+sweep={sweep}"])
+        assert cfg.sweep is not None and cfg.sweep.name == sweep
+        assert isinstance(cfg.workload, GPTWorkloadConfig)
+
+
+def test_default_config_runs_on_cpu_defaults(compose: Any) -> None:
+    cfg = compose(["+sweep=fa2_tiling"])
+    assert cfg.device == "auto" and cfg.launcher.name == "local"
+    assert cfg.workload.name == "gpt_tiny"
+    assert cfg.sweep.knob == {
+        "block_q": "workload.model.attention.block_q",
+        "block_k": "workload.model.attention.block_k",
+    }
+    assert len(cfg.sweep.values) >= 3
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (["protocol.warmup_stpes=3"], r"protocol\.warmup_stpes: unknown key; did you mean protocol\.warmup_steps\?"),
+        (["workload=nope"], r"workload: no option 'nope'; choose one of: .*gpt_tiny"),
+        (["protocol.repeats=abc"], r"protocol\.repeats: .*could not be converted to Integer"),
+        (["protocol.repeats=0"], r"protocol\.repeats: must be > 0"),
+        (["protocol.confidence=1.5"], r"protocol\.confidence: must be in \[0\.5, 1\)"),
+        (["device=tpu"], r"device: 'tpu' is not a valid choice; choose one of: auto, cpu, cuda, musa"),
+        (["workload.precision=fp8"], r"workload\.precision: 'fp8' is not a valid choice"),
+        (["workload.model.attention.backend=fast"], r"attention\.backend: 'fast' is not a valid choice; choose one of: eager, sdpa, tiled, flash_attn"),
+        (["workload.model.n_head=3"], r"workload\.model\.n_head: d_model=32 must be divisible"),
+        (["launcher.nme=x"], r"launcher\.nme: unknown key; did you mean launcher\.name\?"),
+        (["workload.recipe=nosuch"], r"workload\.recipe: unknown recipe 'nosuch'"),
+    ],
+)
+def test_bad_overrides_name_the_key(compose: Any, overrides: list[str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        compose(["workload=gpt_test", "+sweep=fa2", *overrides])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ([], r"sweep: no sweep selected; add \+sweep=NAME, one of: .*fa2_tiling"),
+        (["+sweep=nosuch"], r"sweep: no option 'nosuch'"),
+        (["+sweep=fa2_tiling", "sweep.knob=null", "sweep.variable=workload.model.d_model",
+          "sweep.baseline=1", "sweep.values=[2]"], r"frozen by invariants .*model architecture"),
+        (["+sweep=fa2_tiling", "sweep.knob=null", "sweep.variable=workload.model.attention.block_q",
+          "sweep.baseline=32", "sweep.values=[{block_q:64,block_k:64}]", "sweep.labels=null"],
+         r"sweep\.values\[0\]: .*would change more than one knob"),
+        (["+sweep=fa2_tiling", "sweep.values=[{block_q:64}]", "sweep.labels=null"],
+         r"sweep\.values\[0\]: keys \['block_q'\] must be exactly the knob fields"),
+        (["+sweep=fa2_tiling", "sweep.knob=null", "sweep.variable=workload.model.attention.blok_q",
+          "sweep.baseline=32", "sweep.values=[64]", "sweep.labels=null"],
+         r"sweep\.variable: .*does not exist.*did you mean workload\.model\.attention\.block_q"),
+        (["+sweep=fa2", "sweep.values=[{backend:fast,sdpa_kernel:auto}]", "sweep.labels=null"],
+         r"sweep\.values\[0\]: arm 'backend=fast,sdpa_kernel=auto' sets workload\.model\.attention\.backend"),
+        (["+sweep=fa2", "sweep.buckets=[s999]"], r"sweep\.buckets: 's999' is not a workload bucket"),
+        (["+sweep=fa2", "sweep.labels=[a]"], r"sweep\.labels: has 1 entries for 3 values"),
+        (["+sweep=fa2", "sweep.values=[{backend:sdpa,sdpa_kernel:math}]", "sweep.labels=null"],
+         r"repeats the baseline"),
+    ],
+)
+def test_bad_sweeps_are_refused(compose: Any, overrides: list[str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        compose(["workload=gpt_test", *overrides])
+
+
+def test_cli_prints_one_line_and_exits_2(tmp_path: Any) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "+sweep=fa2", "protocol.warmup_stpes=3"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: protocol.warmup_stpes: unknown key")
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "outputs").exists()  # failed before any work
+
+
+def test_multirun_preflight_checks_every_combination(tmp_path: Any) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "-m", "workload=gpt_test,gpt_nope", "+sweep=fa2"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "workload: no option 'gpt_nope'" in proc.stderr
+
+
+def test_dataclass_round_trip(compose: Any) -> None:
+    cfg = compose(["workload=gpt_test", "+sweep=fa2"])
+    w = workload_from_dict(to_dict(cfg.workload))
+    assert w == cfg.workload
+    with pytest.raises(ConfigError, match=r"workload\.bogus: unknown key"):
+        workload_from_dict({**to_dict(cfg.workload), "bogus": 1})
+    assert from_dict(Config, {"device": "cpu"}).device == "cpu"
