@@ -7,6 +7,9 @@ Rule (speedup = baseline time / variant time, interval from the paired bootstrap
   below 1 in any bucket (a regression anywhere blocks it, whatever the mixture says);
 - ``retain``: the interval's lower end clears 1 + min_effect in every bucket;
 - ``inconclusive``: anything else, e.g. an interval that straddles the threshold.
+
+Gates (correctness, memory budget, ...) are evaluated elsewhere and passed in: a failed gate
+makes the verdict ``reject``, a gate that could not be evaluated makes it ``invalid``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,15 @@ from orchestrator.analyze import Analysis
 
 VERDICTS = ("retain", "reject", "inconclusive", "invalid")
 FAILED = ("failed", "oom", "timeout", "crashed", "killed")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The outcome of one check that can block a variant, whatever its speed."""
+
+    name: str  # e.g. "correctness", "memory"
+    status: str  # pass | fail | error (error = could not be evaluated)
+    detail: str = ""
 
 
 @dataclass
@@ -36,8 +48,12 @@ def _fmt(e: Any) -> str:
     return f"{e.speedup:.3f}x [{e.low:.3f}, {e.high:.3f}]"
 
 
-def decide(analysis: Analysis, min_effect: float) -> list[Verdict]:
+def decide(
+    analysis: Analysis, min_effect: float, gates: dict[str, list[Gate]] | None = None
+) -> list[Verdict]:
+    """One verdict per variant. ``gates`` maps arm_id to the gates evaluated for that arm."""
     out = []
+    gates = gates or {}
     base = analysis.arms[0]
     threshold = 1 + min_effect
     for arm in analysis.arms[1:]:
@@ -69,6 +85,13 @@ def decide(analysis: Analysis, min_effect: float) -> list[Verdict]:
                     f"{bucket}: speedup {_fmt(e)} does not clear {threshold:.3f} "
                     f"(min_effect {min_effect:g}); more rounds may resolve it"
                 )
+        for g in gates.get(arm.arm_id, []):
+            if g.status == "fail":
+                reject.append(f"{g.name} gate failed: {g.detail}")
+            elif g.status == "error":
+                invalid.append(f"{g.name} gate could not be evaluated: {g.detail}")
+            else:
+                good.append(f"{g.name} gate passed" + (f": {g.detail}" if g.detail else ""))
         mix = analysis.comparisons.get(("mixture", arm.arm_id))
         mix_note = [f"mixture: speedup {_fmt(mix.estimate)}"] if mix and mix.estimate else []
         if invalid:
