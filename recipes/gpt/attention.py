@@ -107,6 +107,7 @@ class _TiledAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
+        dout = dout.contiguous()  # autograd may hand an expanded (stride-0) gradient
         block_q, block_k = ctx.blocks
         t, d = q.shape[-2], q.shape[-1]
         scale = 1.0 / math.sqrt(d)
