@@ -141,6 +141,29 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None) -
     return finalize(cfg, run_dir, arms)
 
 
+def speedup_table(analysis: Analysis, arm_id: str) -> dict[str, Any]:
+    """Per bucket (and the mixture): speedup with its interval, for the decision log."""
+    out: dict[str, Any] = {}
+    for (bucket, aid), c in analysis.comparisons.items():
+        if aid == arm_id:
+            e = c.estimate
+            out[bucket] = None if e is None else {
+                "speedup": e.speedup, "low": e.low, "high": e.high, "confidence": e.confidence}
+    return out
+
+
+def _render_summary(run_dir: Path) -> None:
+    """summary.md, summary.html and plots/ for this campaign; a failure here never loses the
+    campaign's results (they are already on disk), it is logged."""
+    try:
+        from orchestrator.report.cli import render_summary
+        from orchestrator.report.load import load_campaign
+
+        render_summary(load_campaign(run_dir), with_plots=True, force=True)
+    except Exception as exc:  # plotting must not take a finished campaign down
+        log.warning("summary.md not rendered: %s: %s", type(exc).__name__, exc)
+
+
 def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> CampaignResult:
     """Collect the trials on disk, analyze, decide and write the campaign's artifacts."""
     assert cfg.sweep is not None
@@ -163,9 +186,11 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> Campa
             },
         },
     )
+    decided_at = time.time()
     lines = [json.dumps({"schema_version": SCHEMA_VERSION, "sweep": cfg.sweep.name,
                          "workload": cfg.workload.name, "variable": cfg.sweep.variable,
-                         "decided_at": time.time(), **v.to_dict()}) for v in verdicts]
+                         "decided_at": decided_at, **v.to_dict(),
+                         "speedups": speedup_table(analysis, v.arm_id)}) for v in verdicts]
     atomic_write_text(run_dir / "decisions.jsonl", "\n".join(lines) + "\n")
     failures = [r for r in records if r.get("status") not in ("ok", None)]
     md = render_decisions(
@@ -179,5 +204,6 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> Campa
         failures=failures,
     )
     atomic_write_text(run_dir / "decisions.md", md)
+    _render_summary(run_dir)
     log.info("%s", terminal_summary(cfg.sweep.name, verdicts, str(run_dir)))
     return CampaignResult(run_dir, analysis, verdicts)

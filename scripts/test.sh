@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/install_test_deps.sh
 .venv/bin/python -m pytest -q "$@"

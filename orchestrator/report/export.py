@@ -1,0 +1,125 @@
+"""Exports: the decision log and per-arm results as CSV and Parquet, and an MLflow export.
+
+Parquet needs pyarrow and MLflow needs mlflow (the ``report`` extra); each raises a one-line
+ExportError naming the missing package when it is absent.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from orchestrator.report.load import Campaign
+from orchestrator.report.log import LogRow
+
+log = logging.getLogger(__name__)
+
+CAMPAIGN_TAG = "orchestrator.run_dir"
+
+
+class ExportError(RuntimeError):
+    pass
+
+
+def log_frame(rows: Sequence[LogRow]) -> pd.DataFrame:
+    return pd.DataFrame([r.to_dict() for r in rows])
+
+
+def results_frame(campaigns: Sequence[Campaign], base: Path) -> pd.DataFrame:
+    frames = []
+    for c in campaigns:
+        if c.results.empty:
+            continue
+        df = c.results.copy()
+        df.insert(0, "run_dir", str(c.run_dir.relative_to(base)) if c.run_dir != base else ".")
+        df.insert(1, "workload", c.workload)
+        df.insert(2, "sweep", c.sweep.get("name"))
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def write_tables(frames: dict[str, pd.DataFrame], out_dir: Path, parquet: bool) -> list[Path]:
+    written = []
+    for name, df in frames.items():
+        path = out_dir / f"{name}.csv"
+        df.to_csv(path, index=False)
+        written.append(path)
+        if parquet:
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                raise ExportError(
+                    "--parquet needs pyarrow: pip install 'throughput-orchestrator[report]'"
+                ) from None
+            ppath = out_dir / f"{name}.parquet"
+            df.to_parquet(ppath, index=False)
+            written.append(ppath)
+    return written
+
+
+def _metrics(c: Campaign, d: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for scope, e in (d.get("speedups") or {}).items():
+        if e:
+            for k in ("speedup", "low", "high"):
+                out[f"{scope}.{'speedup' if k == 'speedup' else 'speedup_' + k}"] = float(e[k])
+    if not c.results.empty:
+        sel = c.results[c.results["arm_id"] == d.get("arm_id")]
+        for r in sel.to_dict("records"):
+            for k in ("step_time_median_s", "tokens_per_s", "peak_mem_bytes"):
+                v = r.get(k)
+                if v is not None and v == v:
+                    out[f"{r['bucket']}.{k}"] = float(v)
+    return out
+
+
+def export_mlflow(campaigns: Sequence[Campaign], tracking_uri: str,
+                  experiment: str = "throughput-orchestrator") -> int:
+    """One MLflow run per decided variant: params, metrics, verdict and the run directory as
+    artifacts. Campaigns already exported (same run dir and variant) are skipped."""
+    try:
+        import mlflow
+    except ImportError:
+        raise ExportError(
+            "--mlflow needs mlflow: pip install 'throughput-orchestrator[report]'"
+        ) from None
+    mlflow.set_tracking_uri(tracking_uri)
+    exp = mlflow.get_experiment_by_name(experiment)
+    exp_id = exp.experiment_id if exp else mlflow.create_experiment(experiment)
+    client = mlflow.MlflowClient()
+    made = 0
+    for c in campaigns:
+        arms = c.plan.get("arms", [])
+        baseline = next((a["label"] for a in arms if a.get("is_baseline")), "?")
+        for d in c.decisions:
+            key = f"{c.run_dir.name}/{d.get('arm_id')}"
+            found = client.search_runs(
+                [exp_id], filter_string=f"tags.`{CAMPAIGN_TAG}` = '{key}'", max_results=1
+            )
+            if found:
+                continue
+            with mlflow.start_run(experiment_id=exp_id, run_name=f"{c.sweep.get('name')}:{d.get('label')}"):
+                mlflow.set_tags({CAMPAIGN_TAG: key, "verdict": str(d.get("verdict")),
+                                 "reasons": "; ".join(d.get("reasons", []))[:5000]})
+                mlflow.log_params({
+                    "workload": c.workload, "sweep": c.sweep.get("name"),
+                    "variable": d.get("variable"), "baseline": baseline,
+                    "variant": d.get("label"),
+                    "buckets": ",".join(b["name"] for b in c.plan.get("buckets", [])),
+                })
+                metrics = _metrics(c, d)
+                if metrics:
+                    mlflow.log_metrics(metrics)
+                for name in ("decisions.md", "summary.md", "summary.html", "results.csv",
+                             "decisions.jsonl", "plan.json", "config.json"):
+                    if (c.run_dir / name).exists():
+                        mlflow.log_artifact(str(c.run_dir / name))
+                if (c.run_dir / "plots").is_dir():
+                    mlflow.log_artifacts(str(c.run_dir / "plots"), artifact_path="plots")
+                if (c.run_dir / "trials").is_dir():
+                    mlflow.log_artifacts(str(c.run_dir / "trials"), artifact_path="trials")
+            made += 1
+    return made

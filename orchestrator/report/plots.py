@@ -1,0 +1,172 @@
+"""Plots of one campaign (matplotlib, Agg backend: no display needed). Each function writes
+one PNG and returns its path, or None when the data for it does not exist."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _arm_order(steps: pd.DataFrame, arms: Sequence[dict[str, Any]]) -> list[str]:
+    labels = [a["label"] for a in arms]
+    present = list(dict.fromkeys(steps["arm_label"])) if not steps.empty else []
+    return [a for a in labels if a in present] + [a for a in present if a not in labels]
+
+
+def step_distributions(steps: pd.DataFrame, arms: Sequence[dict[str, Any]], out: Path) -> Path | None:
+    measured = steps[steps["phase"] == "measured"] if not steps.empty else steps
+    if measured.empty:
+        return None
+    plt = _plt()
+    buckets = list(dict.fromkeys(measured["bucket"]))
+    order = _arm_order(measured, arms)
+    fig, axes = plt.subplots(1, len(buckets), figsize=(4.2 * len(buckets), 3.6), squeeze=False)
+    for ax, bucket in zip(axes[0], buckets):
+        sel = measured[measured["bucket"] == bucket]
+        data = [sel[sel["arm_label"] == a]["step_time_s"].to_numpy() * 1e3 for a in order]
+        keep = [(a, d) for a, d in zip(order, data) if len(d)]
+        parts = ax.violinplot([d for _, d in keep], showmedians=True)
+        for i, body in enumerate(parts["bodies"]):
+            body.set_facecolor(COLORS[i % len(COLORS)])
+            body.set_alpha(0.6)
+        ax.set_xticks(range(1, len(keep) + 1), [a for a, _ in keep], rotation=30, ha="right")
+        ax.set_title(f"bucket {bucket}")
+        ax.set_ylabel("step time (ms)")
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("Measured step times per arm (warm-up excluded)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def forest(
+    decisions: Sequence[dict[str, Any]], buckets: Sequence[str], out: Path,
+    *, threshold: float | None = None, noise_floor: float | None = None,
+) -> Path | None:
+    rows = []
+    for d in decisions:
+        for scope in [*buckets, "mixture"]:
+            e = (d.get("speedups") or {}).get(scope)
+            if e:
+                rows.append((f"{d.get('label')} · {scope}", e["speedup"], e["low"], e["high"],
+                             d.get("verdict", "")))
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.4))
+    ys = list(range(len(rows)))[::-1]
+    verdict_color = {"retain": "#55a868", "reject": "#c44e52", "inconclusive": "#8c8c8c",
+                     "invalid": "#937860"}
+    if noise_floor:
+        ax.axvspan(1 - noise_floor, 1 + noise_floor, color="#dddddd", alpha=0.7,
+                   label=f"A/A noise floor ±{noise_floor:.1%}")
+    ax.axvline(1.0, color="black", lw=1)
+    if threshold:
+        ax.axvline(threshold, color="#55a868", lw=1, ls="--", label=f"retain threshold {threshold:.3f}")
+    for y, (name, sp, lo, hi, verdict) in zip(ys, rows):
+        c = verdict_color.get(verdict, "#4c72b0")
+        ax.plot([lo, hi], [y, y], color=c, lw=2)
+        ax.plot([sp], [y], "o", color=c)
+    ax.set_yticks(ys, [r[0] for r in rows])
+    ax.set_xlabel("speedup (baseline time / variant time), with interval")
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def timeline(steps: pd.DataFrame, arms: Sequence[dict[str, Any]], out: Path) -> Path | None:
+    if steps.empty:
+        return None
+    plt = _plt()
+    df = steps.sort_values(["position", "step"]).reset_index(drop=True)
+    order = _arm_order(df, arms)
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    for i, arm in enumerate(order):
+        sel = df[df["arm_label"] == arm]
+        for phase, marker, alpha in (("warmup", "x", 0.5), ("measured", "o", 0.8)):
+            s = sel[sel["phase"] == phase]
+            ax.scatter(s.index, s["step_time_s"] * 1e3, s=10, marker=marker, alpha=alpha,
+                       color=COLORS[i % len(COLORS)], label=arm if phase == "measured" else None)
+    ax.set_yscale("log")
+    ax.set_xlabel("step, in execution order across trials (x = warm-up, excluded)")
+    ax.set_ylabel("step time (ms)")
+    ax.set_title("Step time over the run: warm-up and drift")
+    ax.legend(fontsize=8, ncol=min(4, len(order)))
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def memory(results: pd.DataFrame, out: Path) -> Path | None:
+    if results.empty or "peak_mem_bytes" not in results or results["peak_mem_bytes"].isna().all():
+        return None
+    plt = _plt()
+    piv = results.pivot_table(index="arm_label", columns="bucket", values="peak_mem_bytes",
+                              sort=False) / 2**20
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    piv.plot.bar(ax=ax, rot=30, color=COLORS[: len(piv.columns)])
+    ax.set_ylabel("peak memory (MiB)")
+    ax.set_xlabel("")
+    ax.set_title("Peak memory per arm")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def load_phases(run_dir: Path) -> dict[str, dict[str, float]]:
+    """{profile name: {phase: seconds}} from framework-profile summaries that carry phases."""
+    out: dict[str, dict[str, float]] = {}
+    for path in sorted(run_dir.glob("profiles/framework/**/*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        phases = data.get("phases") if isinstance(data, dict) else None
+        if isinstance(phases, dict) and phases:
+            vals = {}
+            for k, v in phases.items():
+                if isinstance(v, dict):
+                    v = v.get("time_s", v.get("seconds", v.get("mean_s")))
+                if isinstance(v, (int, float)):
+                    vals[str(k)] = float(v)
+            if vals:
+                out[str(data.get("arm_label") or path.stem)] = vals
+    return out
+
+
+def phase_breakdown(run_dir: Path, out: Path) -> Path | None:
+    phases = load_phases(run_dir)
+    if not phases:
+        return None
+    plt = _plt()
+    df = pd.DataFrame(phases).T.fillna(0.0) * 1e3
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(df) + 1.6))
+    df.plot.barh(stacked=True, ax=ax, color=COLORS[: len(df.columns)])
+    ax.set_xlabel("time per step (ms)")
+    ax.set_title("Phase breakdown (profiled trials)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,176 @@
+"""Reports from run directories the tests create: golden text for tables, real plots, HTML in
+headless Chromium, CSV/Parquet and a real local MLflow store."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from orchestrator.report.cli import main as report_main
+from orchestrator.report.load import load_campaigns
+from orchestrator.report.log import build_log, render_log
+from tests.helpers.rundirs import write_campaign
+
+DAY = 86400.0
+T0 = 1_780_000_000.0  # 2026-05-28 UTC
+
+GOLDEN_LOG = """\
+# Decision log
+
+3 decision(s); latest decision per variable first; superseded decisions are kept and marked. Speedup = baseline step time / variant step time.
+
+| date (UTC) | workload | variable | baseline → variant | buckets | verdict | speedup [CI] | correctness | commit | run |
+|---|---|---|---|---|---|---|---|---|---|
+| 2026-05-30 20:26 | gpt_test | `attention_backend` | sdpa-math → sdpa-flash | s32, s64 | **inconclusive** | 1.010x [0.980, 1.040] (mixture) | not run | 0123456789ab | [new](new/summary.md) |
+| 2026-05-28 20:26 | gpt_test | `attention_backend` | sdpa-math → sdpa-flash | s32, s64 | ~~retain~~ (superseded) | 1.250x [1.220, 1.280] (mixture) | not run | 0123456789ab | [old](old/summary.md) |
+| 2026-05-29 20:26 | gpt_tiny | `attention_tile` | sdpa-math → 64x64 | s128 | **reject** | 0.900x [0.850, 0.950] (s128) | not run | unknown | [tile](tile/summary.md) |
+"""
+
+
+def _tree(root: Path) -> Path:
+    write_campaign(root / "old", decided_at=T0, variants=(("sdpa-flash", "retain", 1.25),))
+    write_campaign(root / "new", decided_at=T0 + 2 * DAY, variants=(("sdpa-flash", "inconclusive", 1.01),))
+    write_campaign(root / "tile", sweep="fa2_tiling", workload="gpt_tiny", variable="attention_tile",
+                   decided_at=T0 + DAY, variants=(("64x64", "reject", 0.9),), buckets=("s128",),
+                   commit=None)
+    return root
+
+
+def test_decision_log_golden(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    campaigns, skipped = load_campaigns(root)
+    assert not skipped and len(campaigns) == 3
+    assert render_log(build_log(campaigns, base=root)) == GOLDEN_LOG
+
+
+def test_filters(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    campaigns, _ = load_campaigns(root)
+    assert [r.run_dir for r in build_log(campaigns, base=root, workload="gpt_tiny")] == ["tile"]
+    assert [r.run_dir for r in build_log(campaigns, base=root, verdict="retain")] == ["old"]
+    assert [r.run_dir for r in build_log(campaigns, base=root, variable="attention_backend")] == ["new", "old"]
+    assert [r.run_dir for r in build_log(campaigns, base=root, since="2026-05-29")] == ["new", "tile"]
+    assert [r.run_dir for r in build_log(campaigns, base=root, until="2026-05-28")] == ["old"]
+
+
+def test_incompatible_schema_is_skipped_and_said(tmp_path: Path, capsys: Any) -> None:
+    root = _tree(tmp_path)
+    write_campaign(root / "future", schema_version=99)
+    campaigns, skipped = load_campaigns(root)
+    assert len(campaigns) == 3
+    assert len(skipped) == 1 and "incompatible schema" in skipped[0] and "future" in skipped[0]
+    assert report_main([str(root), "--no-plots", "--strict"]) == 2
+    assert "campaign(s) skipped" in capsys.readouterr().err
+
+
+def test_bad_paths_exit_2(tmp_path: Path, capsys: Any) -> None:
+    assert report_main([str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert report_main([str(tmp_path)]) == 2
+    assert "no campaign run directories" in capsys.readouterr().err
+
+
+def test_summary_tables_golden(tmp_path: Path) -> None:
+    run = write_campaign(tmp_path / "c")
+    assert report_main([str(run), "--no-plots"]) == 0
+    md = (run / "summary.md").read_text()
+    assert "| sdpa-flash | retain | 1.250x [1.220, 1.280] | s32: planted retain |" in md
+    assert "| s32 | tiled | 12.50 | 5,120 | 0.800x [0.750, 0.850] | 3/3 | 300 |" in md
+    assert "| s32 | sdpa-math | 10.00 | 6,400 | — | 3/3 | 300 |" in md
+    # up to date: not re-rendered unless forced
+    before = (run / "summary.md").stat().st_mtime_ns
+    assert report_main([str(run), "--no-plots"]) == 0
+    assert (run / "summary.md").stat().st_mtime_ns == before
+
+
+@pytest.fixture(scope="module")
+def real_campaign(tmp_path_factory: Any) -> Path:
+    from orchestrator.campaign import run_campaign
+    from orchestrator.cli import compose
+
+    run_dir = tmp_path_factory.mktemp("real") / "fa2 run"
+    cfg = compose(["workload=gpt_test", "protocol=quick", "launcher=inline", "+sweep=fa2",
+                   "sweep.values=[{backend:sdpa,sdpa_kernel:flash}]", "sweep.labels=[flash]"])
+    run_campaign(cfg, run_dir)
+    return run_dir
+
+
+def _nontrivial_png(path: Path) -> None:
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(path)
+    assert img.shape[0] > 200 and img.shape[1] > 300
+    assert float(img[..., :3].std()) > 0.05  # not a blank canvas
+
+
+def test_plots_from_a_real_campaign(real_campaign: Path) -> None:
+    assert report_main([str(real_campaign), "--force"]) == 0
+    for name in ("step_times.png", "speedup_forest.png", "timeline.png", "memory.png"):
+        _nontrivial_png(real_campaign / "plots" / name)
+    md = (real_campaign / "summary.md").read_text()
+    assert "![Speedup with intervals](plots/speedup_forest.png)" in md
+    html = (real_campaign / "summary.html").read_text()
+    assert "data:image/png;base64," in html and "<img" in html and "plots/" not in html
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_html_opens_in_headless_chromium(real_campaign: Path, tmp_path: Path) -> None:
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("chromium not installed (scripts/test.sh installs Debian's chromium)")
+    assert report_main([str(real_campaign)]) == 0
+    html = real_campaign / "summary.html"
+    proc = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", html.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )
+    dom = proc.stdout
+    assert "<table>" in dom and "<th>verdict</th>" in dom, proc.stderr[-2000:]
+    assert ">flash</td>" in dom
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile2'}", f"--screenshot={shot}",
+         "--window-size=1200,1600", html.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )
+    _nontrivial_png(shot)
+
+
+def test_exports_csv_parquet_and_mlflow(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("mlflow")
+    root = _tree(tmp_path)
+    pytest.importorskip("sqlalchemy")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert report_main([str(root), "--no-plots", "--parquet", "--mlflow", uri]) == 0
+    csv = pd.read_csv(root / "decision_log.csv")
+    pq = pd.read_parquet(root / "decision_log.parquet")
+    assert len(csv) == len(pq) == 3 and list(csv["verdict"]) == list(pq["verdict"])
+    assert set(pd.read_csv(root / "results_all.csv")["run_dir"]) == {"old", "new", "tile"}
+
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["throughput-orchestrator"])
+    assert len(runs) == 3
+    assert set(runs["tags.verdict"]) == {"retain", "inconclusive", "reject"}
+    row = runs[runs["tags.verdict"] == "reject"].iloc[0]
+    assert row["params.variable"] == "attention_tile"
+    assert row["metrics.s128.speedup"] == pytest.approx(0.9)
+    arts = mlflow.MlflowClient().list_artifacts(row["run_id"])
+    assert {"decisions.jsonl", "plan.json", "results.csv"} <= {a.path for a in arts}
+    # exporting again does not duplicate
+    assert report_main([str(root), "--no-plots", "--mlflow", uri]) == 0
+    assert len(mlflow.search_runs(experiment_names=["throughput-orchestrator"])) == 3
