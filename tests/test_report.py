@@ -171,6 +171,8 @@ def test_exports_csv_parquet_and_mlflow(tmp_path: Path) -> None:
     assert row["metrics.s128.speedup"] == pytest.approx(0.9)
     arts = mlflow.MlflowClient().list_artifacts(row["run_id"])
     assert {"decisions.jsonl", "plan.json", "results.csv"} <= {a.path for a in arts}
+    assert (tmp_path / "mlartifacts").is_dir()  # artifacts beside the store, not in the cwd
     # exporting again does not duplicate
     assert report_main([str(root), "--no-plots", "--mlflow", uri]) == 0
-    assert len(mlflow.search_runs(experiment_names=["throughput-orchestrator"])) == 3
+    again = mlflow.search_runs(experiment_names=["throughput-orchestrator"])
+    assert len(again) == 3, again[["tags.orchestrator.run_dir", "tags.verdict", "status"]]

@@ -88,7 +88,14 @@ def export_mlflow(campaigns: Sequence[Campaign], tracking_uri: str,
         ) from None
     mlflow.set_tracking_uri(tracking_uri)
     exp = mlflow.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp else mlflow.create_experiment(experiment)
+    if exp:
+        exp_id = exp.experiment_id
+    else:
+        # a SQLite store keeps its artifacts beside the database, never in the current directory
+        location = None
+        if tracking_uri.startswith("sqlite:///"):
+            location = (Path(tracking_uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+        exp_id = mlflow.create_experiment(experiment, artifact_location=location)
     client = mlflow.MlflowClient()
     made = 0
     for c in campaigns:

@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 
 # a directory is a campaign run directory when it has these
 MARKERS = ("plan.json", "decisions.jsonl")
+# folders that hold copies of run directories (MLflow artifact stores): never campaigns
+PRUNE = ("mlartifacts", "mlruns")
 
 
 @dataclass
@@ -64,7 +66,7 @@ def find_run_dirs(root: str | os.PathLike[str]) -> list[Path]:
             out.append(Path(dirpath))
             dirnames[:] = []  # a run directory's subfolders hold trials, not campaigns
         else:
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in PRUNE]
     return sorted(out)
 
 
