@@ -334,7 +334,9 @@ class UtilizationRow:
 
 
 def summarize_peaks(records: Sequence[dict[str, Any]]) -> list[PeakSummary]:
-    """One peak per label over the ok trials: a measured peak is the median of the trials'."""
+    """One peak per label over the ok trials. A measured peak is the best over the trials'
+    calibrations (each the best of its runs): a trial that calibrated on a busy machine must
+    not lower the peak, which would inflate MFU."""
     by_label: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         if r.get("status") == "ok" and isinstance(r.get("peaks"), list):
@@ -347,7 +349,8 @@ def summarize_peaks(records: Sequence[dict[str, Any]]) -> list[PeakSummary]:
         notes = sorted({p["reason"] for p in ps if p.get("reason")})
         out.append(PeakSummary(
             label, first["kind"], first["dtype"], first["hardware"],
-            statistics.median(vals) if vals else None, first["source"], "; ".join(notes) or None,
+            (max(vals) if first["kind"] == "measured" else statistics.median(vals)) if vals else None,
+            first["source"], "; ".join(notes) or None,
             len(ps), (min(vals), max(vals)) if vals and first["kind"] == "measured" else None,
         ))
     return out
@@ -406,7 +409,7 @@ def _mixture_row(arm: Any, work: Sequence[tuple[float, Optional[float], Optional
 
 
 def _pct(x: Optional[float]) -> str:
-    return "—" if x is None else f"{x * 100:.2f}%"
+    return "—" if x is None else (f"{x * 100:.2f}%" if x >= 1e-3 else f"{x * 100:.2g}%")
 
 
 def _gflop(x: Optional[float]) -> str:
@@ -436,7 +439,7 @@ def utilization_section(records: Sequence[dict[str, Any]], peaks: Sequence[PeakS
             continue
         what = ("relative to a **measured** peak" if p.kind == "measured"
                 else "relative to a **datasheet** peak")
-        spread = (f", median over {p.trials} trials (range {p.spread_tflops[0]:.4g}–"
+        spread = (f"; the best over {p.trials} trials (range {p.spread_tflops[0]:.4g}–"
                   f"{p.spread_tflops[1]:.4g})" if p.spread_tflops else "")
         lines.append(f"- peak `{p.label}` ({what}): {p.peak_tflops:.4g} TFLOP/s {p.dtype}, "
                      f"{p.hardware}; source: {p.source}{spread}" + (f"; note: {p.note}" if p.note else ""))

@@ -259,8 +259,8 @@ def matmul_dtype(precision: str, device_kind: str) -> tuple[str, str]:
         tf32 = torch.get_float32_matmul_precision() != "highest"
         why = f"torch.get_float32_matmul_precision()={torch.get_float32_matmul_precision()!r}"
     if tf32 and device_kind != "cpu":
-        return "tf32", f"fp32 with TF32 matmuls allowed ({why})"
-    return "fp32", f"fp32 matmuls ({why})"
+        return "tf32", f"fp32 with TF32 matmuls allowed: {why}"
+    return "fp32", f"fp32 matmuls: {why}"
 
 
 def calibrate_peak(dev: Any, dtype: str, size: int = 0, min_s: float = 0.2) -> dict[str, Any]:
