@@ -18,7 +18,6 @@ from typing import Any
 from orchestrator.analyze import Analysis, analyze, comparison_rows
 from orchestrator.config import Config, SCHEMA_VERSION, to_dict
 from orchestrator.decide import Verdict, decide
-from orchestrator.flops import add_utilization_columns, campaign_utilization, utilization_section
 from orchestrator.launch import make_launcher
 from orchestrator.launch.base import Launcher
 from orchestrator.plan import PlannedTrial, plan
@@ -26,6 +25,7 @@ from orchestrator.render import render_decisions, terminal_summary
 from orchestrator.results import atomic_write_json, atomic_write_text, load_trials, read_json, write_csv
 from orchestrator.sweep import Arm, apply_overrides, expand_arms
 from orchestrator.trial import TrialSpec
+from orchestrator.utilization import add_utilization_columns, campaign_utilization, utilization_section
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from orchestrator.errors import ConfigError
 
@@ -61,15 +62,15 @@ class HardwareEntry:
     match: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     calibrate: bool = False
-    peak_tflops: dict[str, Optional[float]] = field(default_factory=dict)
-    memory_bandwidth_gbps: Optional[float] = None
-    intra_domain_bandwidth_gbps: Optional[float] = None
-    inter_domain_bandwidth_gbps: Optional[float] = None
-    collective_latency_us: Optional[float] = None
-    domain_size: Optional[int] = None
+    peak_tflops: dict[str, float | None] = field(default_factory=dict)
+    memory_bandwidth_gbps: float | None = None
+    intra_domain_bandwidth_gbps: float | None = None
+    inter_domain_bandwidth_gbps: float | None = None
+    collective_latency_us: float | None = None
+    domain_size: int | None = None
     figure_kind: Any = "datasheet"  # str, or a mapping figure -> kind
     sources: dict[str, str] = field(default_factory=dict)
-    notes: Optional[str] = None
+    notes: str | None = None
 
     def kind_of(self, figure: str) -> str:
         """``datasheet`` or ``measured`` for one figure (e.g. ``peak_tflops``)."""
@@ -77,7 +78,7 @@ class HardwareEntry:
             return str(self.figure_kind.get(figure, self.figure_kind.get("default", "datasheet")))
         return str(self.figure_kind)
 
-    def peak(self, dtype: str) -> Optional[float]:
+    def peak(self, dtype: str) -> float | None:
         return self.peak_tflops.get(dtype)
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,7 +93,7 @@ def registry_dir() -> Path:
     return conf_dir() / "hardware"
 
 
-def _number(key: str, value: Any, *, integer: bool = False) -> Optional[float]:
+def _number(key: str, value: Any, *, integer: bool = False) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -237,10 +238,10 @@ class PeakRef:
     kind: str  # "measured" | "datasheet"
     hardware: str  # what the figure describes
     dtype: str
-    peak_tflops: Optional[float]
+    peak_tflops: float | None
     source: str
-    reason: Optional[str] = None  # why there is no figure, or a caveat that goes with it
-    calibration: Optional[dict[str, Any]] = None
+    reason: str | None = None  # why there is no figure, or a caveat that goes with it
+    calibration: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -359,7 +360,7 @@ def resolve_peaks(
                     f"best of {cal['runs']} runs of a {cal['matmul']} matmul in the trial process",
                     calibration=cal,
                 ))
-            except Exception as exc:  # a failed calibration is a reason, not a lost trial
+            except Exception as exc:  # noqa: BLE001 - a failed calibration is a reason, not a lost trial
                 refs.append(PeakRef("measured", "measured", device_name, dtype, None, "calibration",
                                     reason=f"calibration failed: {type(exc).__name__}: {exc}"))
     return refs

@@ -12,14 +12,13 @@ from orchestrator import device as devmod
 from orchestrator.flops import (
     BucketWork,
     bucket_steps,
-    campaign_utilization,
     count_executed_flops,
     mixture_utilization,
     profile_trainer_flops,
     utilization,
     utilization_name,
-    utilization_section,
 )
+from orchestrator.utilization import campaign_utilization, utilization_section
 
 # analytic (useful) vs dispatch (executed) on the GPT without recompute must agree this closely
 AGREEMENT = 1e-3

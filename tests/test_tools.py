@@ -145,7 +145,7 @@ def test_module_clis_exit_2_with_one_line(tmp_path: Path) -> None:
         (["orchestrator.tools.compute_mfu", "--flops-kind", "model"], "invalid choice"),
         (["orchestrator.tools.summarize_steps", str(tmp_path / "missing.log")], "cannot read"),
     ):
-        proc = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([sys.executable, "-m", *argv], check=False, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and match in proc.stderr
         assert "Traceback" not in proc.stderr

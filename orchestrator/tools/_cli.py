@@ -13,7 +13,8 @@ import argparse
 import json
 import math
 import sys
-from typing import Any, Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from orchestrator.errors import ConfigError
 

@@ -17,7 +17,8 @@ import argparse
 import json
 import math
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from orchestrator.flops import (
     DEFINITIONS,
@@ -128,8 +129,8 @@ def main_args(args: argparse.Namespace) -> int:
         out.update(flops_per_device_step_tflop=flops, step_seconds=step_s,
                    utilization=utilization(flops * 1e12, step_s, peak))
     peak_txt = f"{peak:g} TFLOP/s per device" + (f" ({args.peak_kind})" if args.peak_kind else "")
-    lines = [f"{name}: {out['utilization'] * 100:.2f}% "
-             f"({args.flops_kind} FLOPs, relative to a peak of {peak_txt})"]
+    lines = [(f"{name}: {out['utilization'] * 100:.2f}% "
+              f"({args.flops_kind} FLOPs, relative to a peak of {peak_txt})")]
     for b in out.get("buckets", []):
         lines.append(f"  {b['name']}: {b['utilization'] * 100:.2f}% "
                      f"(step share {b['step_share']:.3f}, {b['flops_per_device_step_tflop']:g} TFLOP "

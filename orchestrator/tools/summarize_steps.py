@@ -14,7 +14,8 @@ import argparse
 import os
 import statistics
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from orchestrator.logparse import LogParseError, StepRecord, parse_steps
 from orchestrator.tools._cli import ToolError, emit, make_parser, run
@@ -64,7 +65,7 @@ def summarize(records: Sequence[StepRecord], tokens_per_step: int | None = None,
 
 
 def _text(s: dict[str, Any], path: str, skipped: int) -> list[str]:
-    ms = lambda k: f"{s[k] * 1e3:.3f} ms"  # noqa: E731
+    ms = lambda k: f"{s[k] * 1e3:.3f} ms"
     lines = [
         f"{path}: {s['count']} steps ({s['first_step']}..{s['last_step']}), first {skipped} skipped",
         f"  mean   {ms('step_time_mean_s')}   median {ms('step_time_median_s')}",
