@@ -190,7 +190,7 @@ class HardwareConfig:
     # also calibrate a measured peak: None = only on CPU or with name=measured
     measure_peak: Optional[bool] = None
     calibration_size: int = 0  # square matmul side for calibration; 0 = by device kind
-    calibration_min_s: float = 0.2  # least wall time spent in calibration matmuls
+    calibration_min_s: float = 0.1  # least wall time spent in calibration matmuls
     count_executed_flops: bool = True  # one extra, untimed step under FlopCounterMode
     # registry fields (see conf/hardware/h100.yaml); units in the names
     description: Optional[str] = None

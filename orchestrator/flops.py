@@ -297,7 +297,7 @@ def trial_flops(trainer: Any, batches: Iterable[Any], dev: Any, hardware: dict[s
     peaks = [p.to_dict() for p in hw.resolve_peaks(
         hardware or {"name": "auto"}, dev.kind, dev.name, dtype,
         lambda: hw.calibrate_peak(dev, dtype, int(hardware.get("calibration_size") or 0),
-                                  float(hardware.get("calibration_min_s") or 0.2)),
+                                  float(hardware.get("calibration_min_s") or 0.1)),
     )]
     util = [utilization_entry(p, useful, flops["executed_per_step"], step_time_s) for p in peaks]
     return {"flops": flops, "matmul_dtype": dtype, "matmul_dtype_why": why, "peaks": peaks,

@@ -48,7 +48,7 @@ ENTRY_FIELDS = (
 # HardwareConfig fields that select and calibrate rather than describe a SKU
 SELECTION_FIELDS = ("measure_peak", "calibration_size", "calibration_min_s", "count_executed_flops")
 # default side of the calibration matmul per device kind (big enough to be compute bound)
-CALIBRATION_SIZE = {"cpu": 1024, "cuda": 8192, "musa": 8192}
+CALIBRATION_SIZE = {"cpu": 512, "cuda": 8192, "musa": 8192}
 
 
 @dataclass(frozen=True)
