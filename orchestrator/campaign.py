@@ -25,6 +25,7 @@ from orchestrator.render import render_decisions, terminal_summary
 from orchestrator.results import atomic_write_json, atomic_write_text, load_trials, read_json, write_csv
 from orchestrator.sweep import Arm, apply_overrides, expand_arms
 from orchestrator.trial import TrialSpec
+from orchestrator.utilization import add_utilization_columns, campaign_utilization, utilization_section
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[Planne
                 warmup_steps=cfg.protocol.warmup_steps,
                 measured_steps=cfg.protocol.measured_steps,
                 env=dict(arm.env),
+                hardware=to_dict(cfg.hardware),
             )
         )
     return specs
@@ -174,7 +176,11 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> Campa
     analysis = analyze(trials_df, steps_df, arms, [b["name"] for b in buckets], weights, cfg.protocol)
     verdicts = decide(analysis, cfg.protocol.min_effect)
     records = trials_df.to_dict("records") if not trials_df.empty else []
-    write_csv(run_dir / "results.csv", comparison_rows(analysis))
+    peaks, util = campaign_utilization(records, analysis)
+    write_csv(run_dir / "results.csv", add_utilization_columns(comparison_rows(analysis), peaks, util))
+    atomic_write_json(run_dir / "utilization.json", {
+        "schema_version": SCHEMA_VERSION, "peaks": [p.__dict__ for p in peaks],
+        "rows": [u.__dict__ for u in util]})
     base = arms[0]
     atomic_write_json(
         run_dir / "baseline.json",
@@ -202,6 +208,7 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> Campa
         protocol=cfg.protocol,
         launcher=cfg.launcher.name,
         failures=failures,
+        extra_sections=[("Utilization (MFU / HFU)", utilization_section(records, peaks, util))],
     )
     atomic_write_text(run_dir / "decisions.md", md)
     _render_summary(run_dir)

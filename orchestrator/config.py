@@ -60,6 +60,9 @@ class GPTModelConfig:
     d_model: int = 128
     d_ff: int = 512
     dropout: float = 0.0
+    # recompute each block's activations in the backward (torch.utils.checkpoint): executed
+    # FLOPs then exceed useful FLOPs by the recomputed forward, so HFU > MFU
+    activation_checkpointing: bool = False
     attention: AttentionConfig = field(default_factory=AttentionConfig)
 
 
@@ -174,7 +177,37 @@ class LauncherConfig:
 
 @dataclass
 class HardwareConfig:
-    name: str = "auto"  # auto = match the detected device; `measured` = calibrate on the spot
+    """The peak that utilization (MFU/HFU) is relative to; see :mod:`orchestrator.hardware`.
+
+    ``name``: ``auto`` matches the detected device against the registry (``conf/hardware/``;
+    an unknown device gives MFU null with the reason, never a fallback), ``measured``
+    calibrates the peak on the spot with a short matmul at the workload's precision, or a
+    registry SKU (``hardware=h100``) whose datasheet figures are then composed in here. The
+    remaining fields mirror a registry entry and stay None for ``auto`` / ``measured``.
+    """
+
+    name: str = "auto"  # auto | measured | a registry SKU (file stem under conf/hardware/)
+    # also calibrate a measured peak: None = only on CPU or with name=measured
+    measure_peak: Optional[bool] = None
+    calibration_size: int = 0  # square matmul side for calibration; 0 = by device kind
+    calibration_min_s: float = 0.1  # least wall time spent in calibration matmuls
+    count_executed_flops: bool = True  # one extra, untimed step under FlopCounterMode
+    # registry fields (see conf/hardware/h100.yaml); units in the names
+    description: Optional[str] = None
+    vendor: Optional[str] = None
+    device_kind: Optional[str] = None  # cpu | cuda | musa
+    match: Optional[list[str]] = None  # substrings of the device name as torch reports it
+    exclude: Optional[list[str]] = None  # substrings that veto a match (GB200 is not B200)
+    calibrate: bool = False  # the entry has no fixed peak: measure it on the spot (CPU)
+    peak_tflops: Optional[dict[str, Optional[float]]] = None  # dense, per dtype
+    memory_bandwidth_gbps: Optional[float] = None
+    intra_domain_bandwidth_gbps: Optional[float] = None  # per direction per device
+    inter_domain_bandwidth_gbps: Optional[float] = None  # per device over the network
+    collective_latency_us: Optional[float] = None
+    domain_size: Optional[int] = None  # devices per fast-link domain
+    figure_kind: Any = None  # datasheet | measured, or a mapping figure -> kind
+    sources: Optional[dict[str, str]] = None  # figure -> where it comes from
+    notes: Optional[str] = None
 
 
 # --------------------------------------------------------------------------- root
@@ -285,6 +318,9 @@ def validate(cfg: Config) -> None:
     _positive("protocol.min_effect", p.min_effect, allow_zero=True)
     _positive("protocol.trial_timeout_s", p.trial_timeout_s)
     _positive("launcher.max_parallel", cfg.launcher.max_parallel)
+    from orchestrator.hardware import validate_hardware
+
+    validate_hardware(cfg.hardware)
     if cfg.sweep is not None:
         from orchestrator.sweep import check_sweep
 

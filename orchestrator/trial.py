@@ -45,6 +45,7 @@ class TrialSpec:
     measured_steps: int = 10
     env: dict[str, str] = field(default_factory=dict)
     kind: str = "timed"
+    hardware: dict[str, Any] = field(default_factory=dict)  # HardwareConfig as a dict
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, indent=2)
@@ -150,6 +151,9 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     median = statistics.median(measured)
     write_csv(Path(spec.trial_dir) / "steps.csv", rows)
     flops = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
+    from orchestrator.flops import trial_flops  # after the timed steps: an extra counted step
+
+    utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]
     return trial_record(
         **base,
@@ -168,6 +172,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         final_loss=rows[-1]["loss"],
         nonfinite_loss_steps=nonfinite,
         env=dict(spec.env),
+        **utilization,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from recipes.gpt.attention import Attention
 
@@ -54,8 +55,10 @@ class GPT(nn.Module):
         max_seq_len: int,
         dropout: float,
         attend: Attention,
+        activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
+        self.activation_checkpointing = activation_checkpointing
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_seq_len, d_model)
         self.blocks = nn.ModuleList(
@@ -77,7 +80,11 @@ class GPT(nn.Module):
         pos = torch.arange(t, device=idx.device)
         x = self.tok(idx) + self.pos(pos)
         for block in self.blocks:
-            x = block(x)
+            if self.activation_checkpointing and torch.is_grad_enabled():
+                # keep only the block input; its forward runs again in the backward
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         return self.head(self.ln_f(x))  # type: ignore[no-any-return]
 
 

@@ -60,6 +60,7 @@ class GPTTrainer:
             max_seq_len=max(b.seq_len for b in workload.buckets),
             dropout=m.dropout,
             attend=attend,
+            activation_checkpointing=m.activation_checkpointing,
         ).to(self.device)
         o = workload.optimizer
         if o.name != "adamw":
@@ -111,18 +112,40 @@ class GPTTrainer:
             self.optimizer.step()
         return loss.detach()
 
-    def useful_flops_per_step(self) -> float:
-        """Analytic training FLOPs per step (PaLM convention, recompute excluded).
+    useful_flops_definition = (
+        "6 x N x tokens + 12 x n_layer x seq_len x d_model x tokens per step: N counts the "
+        "weights of the matrix multiplies (every Linear, LM head included; embeddings, biases "
+        "and norm gains do no matmul work and are left out), 2 FLOPs per multiply-add, forward "
+        "+ backward = 3 x forward; the attention term counts the full seq x seq score square "
+        "for QK^T and PV (PaLM / torchtitan convention: causal masking is not discounted, so "
+        "the masked half is counted); activation recompute excluded"
+    )
 
-        6 x (non-embedding parameters) x tokens for the matmuls, plus the attention score and
-        value products: 6 x n_layer x seq x d_model per token in the causal convention that
-        counts half of the full seq x seq square (2 matmuls x 2 FLOPs x 3 for fwd+bwd x 1/2)."""
-        m = self.workload.model
-        n_params = sum(p.numel() for p in self.model.parameters())
-        n_embed = self.model.tok.weight.numel() + self.model.pos.weight.numel()
-        t = self.bucket.seq_len
-        per_token = 6 * (n_params - n_embed) + 6 * m.n_layer * t * m.d_model
-        return float(per_token * self.tokens_per_step)
+    def _matmul_params(self) -> int:
+        return sum(mod.weight.numel() for mod in self.model.modules() if isinstance(mod, torch.nn.Linear))
+
+    def _attention_forward_flops(self) -> float:
+        """QK^T and PV over the full square: 2 matmuls x 2 FLOPs x seq^2 x d_model per layer."""
+        m, b = self.workload.model, self.bucket
+        return float(2 * 2 * m.n_layer * b.micro_batch * b.seq_len**2 * m.d_model)
+
+    def useful_flops_per_step(self) -> float:
+        """Analytic training FLOPs of one step (see :attr:`useful_flops_definition`)."""
+        matmul = 6 * self._matmul_params() * self.tokens_per_step
+        return float(matmul + 3 * self._attention_forward_flops())
+
+    def recompute_flops_per_step(self) -> float:
+        """FLOPs activation checkpointing adds (0 without it); useful + this = hardware FLOPs.
+
+        Each block's forward runs again in the backward, except its last matmul (the MLP output
+        projection): non-reentrant checkpointing stops early (torch's default) once the last
+        tensor the backward needs is recomputed, and that matmul's output is not one of them.
+        The LM head is not checkpointed."""
+        if not self.workload.model.activation_checkpointing:
+            return 0.0
+        rerun = sum(mod.weight.numel() for blk in self.model.blocks for mod in blk.modules()
+                    if isinstance(mod, torch.nn.Linear) and mod is not blk.out)
+        return float(2 * rerun * self.tokens_per_step + self._attention_forward_flops())
 
 
 def build(workload: GPTWorkloadConfig, bucket: BucketConfig, device: str) -> GPTTrainer:

@@ -1,0 +1,66 @@
+"""The shared style of the orchestrator's command-line tools.
+
+- ``make_parser(prog, description)``: argparse with ``--json`` already added; argparse's own
+  usage errors are turned into the one-line form below.
+- ``run(main, argv)``: calls ``main(args)``; a :class:`ToolError` (or ConfigError) becomes
+  ``error: <key>: <message>`` on stderr and exit code 2, nothing else is printed.
+- ``emit(data, text_lines, as_json)``: JSON (sorted, indented) or the text lines, on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from orchestrator.errors import ConfigError
+
+EXIT_BAD_INPUT = 2
+
+
+class ToolError(ConfigError):
+    """Bad input to a tool: names the argument (or file) and how to fix it; exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
+        print(f"error: {self.prog}: {message} (see --help)", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description=description,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return parser
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe: NaN/inf become null (strict JSON has no NaN)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def emit(data: Any, text_lines: Sequence[str], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(_clean(data), indent=2, sort_keys=True, allow_nan=False))
+    else:
+        print("\n".join(text_lines))
+
+
+def run(main: Callable[[argparse.Namespace], int | None], parser: argparse.ArgumentParser,
+        argv: Sequence[str] | None = None) -> int:
+    args = parser.parse_args(argv)
+    try:
+        return main(args) or 0
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT

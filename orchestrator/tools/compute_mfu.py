@@ -1,0 +1,154 @@
+"""Utilization from FLOPs, step time and peak, named by the kind of FLOPs.
+
+    python -m orchestrator.tools.compute_mfu --flops-per-device-step-tflop 1.2 \\
+        --step-seconds 0.5 --peak-tflops-per-device 989.5 --flops-kind useful
+
+MFU only for ``useful`` (analytic model) FLOPs, HFU for ``executed`` (counted, recompute
+included) FLOPs, and an explicitly labelled "profiler-attributed utilization" for FLOPs a
+profiler attributed. ``--buckets FILE.json`` aggregates a mixture of shape buckets as total
+FLOPs over total time; the file is a list of objects (or ``{"buckets": [...]}``) with
+``flops_per_device_step_tflop``, ``step_seconds`` and either ``step_weight`` or ``samples``
+(then ``global_batch`` is needed, per bucket or via ``--global-batch``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.flops import (
+    DEFINITIONS,
+    FLOP_KINDS,
+    BucketWork,
+    bucket_steps,
+    mixture_utilization,
+    utilization,
+    utilization_name,
+)
+from orchestrator.tools._cli import ToolError, emit, make_parser, run
+
+
+def _positive(flag: str, value: Any) -> float:
+    if value is None:
+        raise ToolError(flag, "is required")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ToolError(flag, f"must be a number, got {value!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise ToolError(flag, f"must be a positive number, got {value!r}")
+    return x
+
+
+def load_buckets(path: str, global_batch: float | None) -> list[BucketWork]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise ToolError("--buckets", f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ToolError("--buckets", f"not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    if isinstance(data, dict):
+        data = data.get("buckets")
+    if not isinstance(data, list) or not data:
+        raise ToolError("--buckets", "expected a non-empty list of buckets (or {\"buckets\": [...]})")
+    out = []
+    for i, b in enumerate(data):
+        key = f"--buckets[{i}]"
+        if not isinstance(b, dict):
+            raise ToolError(key, "each bucket must be an object")
+        name = str(b.get("name", f"bucket{i}"))
+        flops = _positive(f"{key}.flops_per_device_step_tflop", b.get("flops_per_device_step_tflop"))
+        step_s = _positive(f"{key}.step_seconds", b.get("step_seconds"))
+        weight, samples = b.get("step_weight"), b.get("samples")
+        gb = b.get("global_batch", global_batch)
+        if (weight is None) == (samples is None):
+            raise ToolError(key, "give exactly one of step_weight, or samples (with global_batch)")
+        try:
+            steps = bucket_steps(weight=None if weight is None else float(weight),
+                                 samples=None if samples is None else float(samples),
+                                 global_batch=None if gb is None else float(gb))
+        except (TypeError, ValueError) as exc:
+            raise ToolError(key, f"{exc}; use --global-batch or a per-bucket global_batch") from None
+        out.append(BucketWork(name, flops * 1e12, step_s, steps))
+    if sum(b.steps for b in out) <= 0:
+        raise ToolError("--buckets", "the buckets' step weights sum to 0")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = make_parser("compute_mfu", __doc__ or "")
+    p.add_argument("--flops-per-device-step-tflop", type=str, metavar="F",
+                   help="FLOPs of one step on one device, in TFLOP (1e12 FLOPs)")
+    p.add_argument("--step-seconds", type=str, metavar="S", help="time of one step, in seconds")
+    p.add_argument("--peak-tflops-per-device", type=str, metavar="P",
+                   help="peak of one device at the training precision, in TFLOP/s (dense)")
+    p.add_argument("--flops-kind", required=True, choices=FLOP_KINDS,
+                   help="useful = analytic model FLOPs (MFU); executed = counted incl. recompute "
+                   "(HFU); profiler-attributed = from a profiler")
+    p.add_argument("--peak-kind", choices=("datasheet", "measured"), default=None,
+                   help="where the peak comes from (stated in the output)")
+    p.add_argument("--buckets", metavar="FILE.json", help="per-bucket FLOPs and step times")
+    p.add_argument("--global-batch", type=float, help="samples per step, for buckets given by samples")
+    return p
+
+
+def main_args(args: argparse.Namespace) -> int:
+    name = utilization_name(args.flops_kind)
+    peak = _positive("--peak-tflops-per-device", args.peak_tflops_per_device)
+    out: dict[str, Any] = {
+        "flops_kind": args.flops_kind,
+        "flops_definition": DEFINITIONS[args.flops_kind],
+        "utilization_name": name,
+        "peak_tflops_per_device": peak,
+        "peak_kind": args.peak_kind,
+    }
+    if args.buckets:
+        if args.flops_per_device_step_tflop or args.step_seconds:
+            raise ToolError("--buckets", "give per-bucket figures in the file, not "
+                            "--flops-per-device-step-tflop / --step-seconds as well")
+        buckets = load_buckets(args.buckets, args.global_batch)
+        total_flops, total_time, util = mixture_utilization(buckets, peak)
+        w = sum(b.steps for b in buckets)
+        out["buckets"] = [{
+            "name": b.name, "step_share": b.steps / w,
+            "flops_per_device_step_tflop": b.flops_per_device_step / 1e12,
+            "step_seconds": b.step_time_s,
+            "utilization": utilization(b.flops_per_device_step, b.step_time_s, peak),
+        } for b in buckets]
+        out.update(aggregation="total FLOPs over total time at the buckets' step shares",
+                   total_tflop_per_mean_step=total_flops / w / 1e12,
+                   mean_step_seconds=total_time / w, utilization=util)
+    else:
+        flops = _positive("--flops-per-device-step-tflop", args.flops_per_device_step_tflop)
+        step_s = _positive("--step-seconds", args.step_seconds)
+        out.update(flops_per_device_step_tflop=flops, step_seconds=step_s,
+                   utilization=utilization(flops * 1e12, step_s, peak))
+    peak_txt = f"{peak:g} TFLOP/s per device" + (f" ({args.peak_kind})" if args.peak_kind else "")
+    lines = [(f"{name}: {out['utilization'] * 100:.2f}% "
+              f"({args.flops_kind} FLOPs, relative to a peak of {peak_txt})")]
+    for b in out.get("buckets", []):
+        lines.append(f"  {b['name']}: {b['utilization'] * 100:.2f}% "
+                     f"(step share {b['step_share']:.3f}, {b['flops_per_device_step_tflop']:g} TFLOP "
+                     f"in {b['step_seconds']:g} s)")
+    if "buckets" in out:
+        lines.append("  mixture = total FLOPs / total time, not a mean of bucket figures")
+    lines.append(f"  {args.flops_kind} FLOPs: {DEFINITIONS[args.flops_kind]}")
+    emit(out, lines, args.json)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(main_args, build_parser(), argv)
+
+
+def console() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

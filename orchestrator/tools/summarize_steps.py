@@ -1,0 +1,135 @@
+"""Summarize per-step times parsed from any trainer's log.
+
+    python -m orchestrator.tools.summarize_steps train.log --skip-first 2 --json
+
+Built-in formats (see :mod:`orchestrator.logparse`): ``step 10 ... time 123.4ms``, nanoGPT's
+``iter 10: loss 4.2, time 123.45ms``, key=value and JSON lines; ``--pattern`` takes a regex
+with named groups instead. Prints count, mean, median, min, max, standard deviation, p10/p90,
+coefficient of variation, and throughput when tokens or samples per step are logged (or given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.logparse import LogParseError, StepRecord, parse_steps
+from orchestrator.tools._cli import ToolError, emit, make_parser, run
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), pct in 0-100."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("no values")
+    pos = (len(xs) - 1) * pct / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(records: Sequence[StepRecord], tokens_per_step: int | None = None,
+              samples_per_step: int | None = None) -> dict[str, Any]:
+    """Statistics of the step times (seconds) and, where known, throughput (pure)."""
+    times = [r.step_time_s for r in records]
+    if not times:
+        raise ValueError("no steps to summarize")
+    mean = statistics.fmean(times)
+    std = statistics.stdev(times) if len(times) > 1 else 0.0
+    out: dict[str, Any] = {
+        "count": len(times),
+        "first_step": records[0].step,
+        "last_step": records[-1].step,
+        "step_time_mean_s": mean,
+        "step_time_median_s": statistics.median(times),
+        "step_time_min_s": min(times),
+        "step_time_max_s": max(times),
+        "step_time_std_s": std,
+        "step_time_p10_s": percentile(times, 10),
+        "step_time_p90_s": percentile(times, 90),
+        "step_time_cv": std / mean if mean > 0 else None,
+    }
+    total_time = sum(times)
+    for unit, given, attr in (("tokens", tokens_per_step, "tokens"), ("samples", samples_per_step, "samples")):
+        per_step = [given if given is not None else getattr(r, attr) for r in records]
+        if all(v is not None for v in per_step) and total_time > 0:
+            out[f"{unit}_per_s"] = sum(per_step) / total_time  # type: ignore[arg-type]
+            out[f"{unit}_per_s_source"] = "given" if given is not None else "logged"
+        else:
+            out[f"{unit}_per_s"] = None
+    return out
+
+
+def _text(s: dict[str, Any], path: str, skipped: int) -> list[str]:
+    ms = lambda k: f"{s[k] * 1e3:.3f} ms"
+    lines = [
+        f"{path}: {s['count']} steps ({s['first_step']}..{s['last_step']}), first {skipped} skipped",
+        f"  mean   {ms('step_time_mean_s')}   median {ms('step_time_median_s')}",
+        f"  min    {ms('step_time_min_s')}   max    {ms('step_time_max_s')}",
+        f"  std    {ms('step_time_std_s')}   cv     "
+        + ("—" if s["step_time_cv"] is None else f"{s['step_time_cv'] * 100:.2f}%"),
+        f"  p10    {ms('step_time_p10_s')}   p90    {ms('step_time_p90_s')}",
+    ]
+    for unit in ("tokens", "samples"):
+        if s.get(f"{unit}_per_s") is not None:
+            lines.append(f"  {unit}/s {s[f'{unit}_per_s']:,.1f} ({s[f'{unit}_per_s_source']}, "
+                         "total over total time)")
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = make_parser("summarize_steps", __doc__ or "")
+    p.add_argument("log", help="training log file, or - for stdin")
+    p.add_argument("--skip-first", type=int, default=0, metavar="N",
+                   help="leave out the first N parsed steps (warm-up, compilation)")
+    p.add_argument("--pattern", help="regex with named groups: step, and step_time_ms | "
+                   "step_time_s | time + unit (ms|s); optional loss, tokens, samples")
+    p.add_argument("--tokens-per-step", type=int, help="tokens per step when the log has none")
+    p.add_argument("--samples-per-step", type=int, help="samples per step when the log has none")
+    return p
+
+
+def main_args(args: argparse.Namespace) -> int:
+    if args.skip_first < 0:
+        raise ToolError("--skip-first", f"must be >= 0, got {args.skip_first}")
+    for name in ("tokens_per_step", "samples_per_step"):
+        v = getattr(args, name)
+        if v is not None and v <= 0:
+            raise ToolError(f"--{name.replace('_', '-')}", f"must be > 0, got {v}")
+    try:
+        if args.log == "-":
+            lines = sys.stdin.read().splitlines()
+        else:
+            with open(args.log, encoding="utf-8", errors="replace") as fh:
+                lines = fh.read().splitlines()
+    except OSError as exc:
+        raise ToolError(args.log, f"cannot read: {exc.strerror}; pass an existing log file") from None
+    try:
+        records = parse_steps(lines, args.pattern)
+    except LogParseError as exc:
+        raise ToolError(args.log, str(exc)) from None
+    kept = records[args.skip_first:]
+    if not kept:
+        raise ToolError("--skip-first", f"skips all {len(records)} parsed steps; use a smaller N")
+    s = summarize(kept, args.tokens_per_step, args.samples_per_step)
+    s["skipped_first"] = args.skip_first
+    name = "stdin" if args.log == "-" else os.path.basename(args.log)  # no directories echoed
+    s["log"] = name
+    emit(s, _text(s, name, args.skip_first), args.json)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(main_args, build_parser(), argv)
+
+
+def console() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The command-line tools on sample logs (malformed ones included) and hand-computed MFU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.tools import compute_mfu, summarize_steps
+
+NANOGPT = """\
+step 0: train loss 10.9, val loss 10.9
+iter 0: loss 10.9, time 2500.00ms, mfu -100.00%
+iter 1: loss 9.8, time 110.00ms, mfu 30.00%
+iter 2: loss 9.1, time 100.00ms, mfu 31.00%
+iter 3: loss 8.7, time 130.00ms, mfu 29.00%
+iter 4: loss 8.2, time 120.00ms, mfu 30.50%
+"""
+
+JSONL = "\n".join(json.dumps({"step": i, "step_time_ms": t, "tokens": 4096, "samples": 8})
+                  for i, t in enumerate([900.0, 100.0, 300.0]))
+
+
+def _run(capsys: Any, tool: Any, argv: list[str]) -> tuple[int, str, str]:
+    rc = tool.main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_summarize_nanogpt_log_hand_numbers(tmp_path: Path, capsys: Any) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(NANOGPT)
+    rc, out, _ = _run(capsys, summarize_steps, [str(log), "--skip-first", "1", "--json"])
+    s = json.loads(out)
+    assert rc == 0 and s["count"] == 4 and s["first_step"] == 1
+    assert s["step_time_mean_s"] == pytest.approx(0.115)
+    assert s["step_time_median_s"] == pytest.approx(0.115)
+    assert (s["step_time_min_s"], s["step_time_max_s"]) == (pytest.approx(0.1), pytest.approx(0.13))
+    # sample std of 110, 100, 130, 120 ms = sqrt(500/3) ms = 12.910 ms
+    assert s["step_time_std_s"] == pytest.approx(0.012910, abs=1e-6)
+    assert s["step_time_cv"] == pytest.approx(0.012910 / 0.115, rel=1e-4)
+    # p10 over sorted 100,110,120,130: rank 0.3 -> 103 ms; p90: rank 2.7 -> 127 ms
+    assert s["step_time_p10_s"] == pytest.approx(0.103)
+    assert s["step_time_p90_s"] == pytest.approx(0.127)
+    assert s["tokens_per_s"] is None and s["log"] == "train.log"
+
+
+def test_summarize_jsonl_throughput_from_logged_tokens(tmp_path: Path, capsys: Any) -> None:
+    log = tmp_path / "m.jsonl"
+    log.write_text(JSONL)
+    rc, out, _ = _run(capsys, summarize_steps, [str(log), "--skip-first", "1", "--json"])
+    s = json.loads(out)
+    assert s["tokens_per_s"] == pytest.approx(2 * 4096 / 0.4)  # total tokens / total time
+    assert s["samples_per_s"] == pytest.approx(16 / 0.4) and s["tokens_per_s_source"] == "logged"
+    rc, out, _ = _run(capsys, summarize_steps, [str(log)])
+    assert rc == 0 and "tokens/s" in out and "median" in out
+
+
+def test_summarize_custom_pattern_and_key_value(tmp_path: Path, capsys: Any) -> None:
+    log = tmp_path / "c.log"
+    log.write_text("it#1 took 0.5 sec\nit#2 took 0.25 sec\n")
+    rc, out, _ = _run(capsys, summarize_steps, [
+        str(log), "--pattern", r"it#(?P<step>\d+) took (?P<step_time_s>[\d.]+) sec", "--json"])
+    assert rc == 0 and json.loads(out)["step_time_mean_s"] == pytest.approx(0.375)
+    log.write_text("step=1 loss=3.0 step_time_ms=20 tokens=100\nstep=2 loss=2.9 step_time_ms=30 tokens=100\n")
+    rc, out, _ = _run(capsys, summarize_steps, [str(log), "--json"])
+    assert json.loads(out)["tokens_per_s"] == pytest.approx(200 / 0.05)
+
+
+@pytest.mark.parametrize("content,args,match", [
+    ("nothing to see here\nloss went down\n", [], "no step lines matched"),
+    ("iter 1: loss 2, time 5ms\n", ["--skip-first", "3"], "--skip-first: skips all 1"),
+    ("iter 1: loss 2, time 5ms\n", ["--pattern", "(?P<step>\\d+"], "invalid regex"),
+    ("iter 1: loss 2, time 5ms\n", ["--pattern", "(?P<step>\\d+)"], "needs a time group"),
+])
+def test_summarize_malformed_input_is_one_line_exit_2(tmp_path: Path, capsys: Any, content: str,
+                                                      args: list[str], match: str) -> None:
+    log = tmp_path / "bad.log"
+    log.write_text(content)
+    rc, out, err = _run(capsys, summarize_steps, [str(log), *args])
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ") and match in err
+
+
+def test_compute_mfu_names_and_hand_numbers(capsys: Any) -> None:
+    base = ["--flops-per-device-step-tflop", "8", "--step-seconds", "0.5",
+            "--peak-tflops-per-device", "32"]
+    rc, out, _ = _run(capsys, compute_mfu, [*base, "--flops-kind", "useful", "--json"])
+    d = json.loads(out)
+    assert rc == 0 and d["utilization_name"] == "MFU" and d["utilization"] == pytest.approx(0.5)
+    _, out, _ = _run(capsys, compute_mfu, [*base, "--flops-kind", "executed"])
+    assert out.startswith("HFU: 50.00% (executed FLOPs")
+    _, out, _ = _run(capsys, compute_mfu, [*base, "--flops-kind", "profiler-attributed"])
+    assert out.startswith("profiler-attributed utilization: 50.00%") and "MFU" not in out
+
+
+def test_compute_mfu_mixed_buckets(tmp_path: Path, capsys: Any) -> None:
+    # by step weight: (0.75*3 + 0.25*1) TFLOP / (0.75*1 + 0.25*0.5) s / 10 = 2.5/0.875/10
+    f = tmp_path / "b.json"
+    f.write_text(json.dumps([
+        {"name": "short", "flops_per_device_step_tflop": 3, "step_seconds": 1, "step_weight": 0.75},
+        {"name": "long", "flops_per_device_step_tflop": 1, "step_seconds": 0.5, "step_weight": 0.25},
+    ]))
+    rc, out, _ = _run(capsys, compute_mfu, ["--buckets", str(f), "--peak-tflops-per-device", "10",
+                                            "--flops-kind", "useful", "--json"])
+    d = json.loads(out)
+    assert rc == 0 and d["utilization"] == pytest.approx(2.5 / 0.875 / 10)
+    assert [b["utilization"] for b in d["buckets"]] == [pytest.approx(0.3), pytest.approx(0.2)]
+    # by samples: 300 samples / global batch 100 = 3 steps; 100 samples = 1 step
+    # total = 3*2 + 1*4 = 10 TFLOP in 3*1 + 1*1 = 4 s on a 5 TFLOP/s peak = 50 %
+    f.write_text(json.dumps({"buckets": [
+        {"flops_per_device_step_tflop": 2, "step_seconds": 1, "samples": 300},
+        {"flops_per_device_step_tflop": 4, "step_seconds": 1, "samples": 100, "global_batch": 100},
+    ]}))
+    rc, out, _ = _run(capsys, compute_mfu, ["--buckets", str(f), "--global-batch", "100",
+                                            "--peak-tflops-per-device", "5", "--flops-kind", "executed"])
+    assert rc == 0 and out.startswith("HFU: 50.00%")
+
+
+@pytest.mark.parametrize("content,extra,match", [
+    ("[", [], "--buckets: not valid JSON"),
+    ('[{"flops_per_device_step_tflop": 1, "step_seconds": 1}]', [], "exactly one of step_weight"),
+    ('[{"flops_per_device_step_tflop": 1, "step_seconds": 1, "samples": 5}]', [], "global"),
+    ('[{"flops_per_device_step_tflop": -1, "step_seconds": 1, "step_weight": 1}]', [],
+     "flops_per_device_step_tflop: must be a positive number"),
+])
+def test_compute_mfu_bad_buckets_exit_2(tmp_path: Path, capsys: Any, content: str,
+                                        extra: list[str], match: str) -> None:
+    f = tmp_path / "b.json"
+    f.write_text(content)
+    rc, out, err = _run(capsys, compute_mfu, ["--buckets", str(f), "--peak-tflops-per-device", "1",
+                                              "--flops-kind", "useful", *extra])
+    assert rc == 2 and out == "" and match in err and len(err.strip().splitlines()) == 1
+
+
+def test_module_clis_exit_2_with_one_line(tmp_path: Path) -> None:
+    for argv, match in (
+        (["orchestrator.tools.compute_mfu", "--flops-kind", "useful", "--step-seconds", "0",
+          "--flops-per-device-step-tflop", "1", "--peak-tflops-per-device", "1"],
+         "error: --step-seconds: must be a positive"),
+        (["orchestrator.tools.compute_mfu", "--flops-kind", "model"], "invalid choice"),
+        (["orchestrator.tools.summarize_steps", str(tmp_path / "missing.log")], "cannot read"),
+    ):
+        proc = subprocess.run([sys.executable, "-m", *argv], check=False, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and match in proc.stderr
+        assert "Traceback" not in proc.stderr
