@@ -25,9 +25,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from orchestrator.logparse import LogParseError, StepRecord
 from orchestrator.results import trial_record, write_csv

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import (
     COMPILE_BACKENDS,
@@ -121,8 +122,8 @@ def _validate_command(w: CommandWorkloadConfig) -> None:
 
 def check_lever_sweep(cfg: Config) -> None:
     """Checks that need the protocol or launcher next to the arms."""
-    from orchestrator.sweep import apply_overrides, expand_arms
     from orchestrator.config import to_dict, workload_from_dict
+    from orchestrator.sweep import apply_overrides, expand_arms
 
     assert cfg.sweep is not None
     arms = expand_arms(cfg)
@@ -214,11 +215,11 @@ def compile_section(cfg: Config, trials: pd.DataFrame, analysis: Any) -> list[st
     ok = _ok(trials)
     steps_n = list(cfg.protocol.projection_steps)
     lines = [
-        "`compile time` = torch's own total (frame + backward compile: dynamo, AOTAutograd, "
+        ("`compile time` = torch's own total (frame + backward compile: dynamo, AOTAutograd, "
         "inductor codegen and autotuning), spent in the warm-up steps and excluded from the "
         "step times above; `one-off` = warm-up time above steady state (compile plus any other "
         "first-step cost), which the projection adds to N x the median step time. Medians over "
-        "trials; graph breaks and recompiles are the most seen in one trial.",
+        "trials; graph breaks and recompiles are the most seen in one trial."),
         "",
         "| bucket | arm | compile time | one-off | graph breaks | recompiles (in measured) "
         "| steady speedup | " + " | ".join(f"time for {n:,} steps (ratio)" for n in steps_n)
@@ -277,8 +278,8 @@ def input_section(trials: pd.DataFrame, steps: pd.DataFrame, analysis: Any) -> l
 
     ok = _ok(trials)
     lines = [
-        "Input-bound share = time the training loop waited for the next batch (DataLoader "
-        "fetch + host-to-device copy) / step time, over measured steps; median over trials.",
+        ("Input-bound share = time the training loop waited for the next batch (DataLoader "
+        "fetch + host-to-device copy) / step time, over measured steps; median over trials."),
         "",
         "| bucket | arm | input-bound share | data wait per step (ms) | median step (ms) |",
         "|---|---|---:|---:|---:|",

@@ -8,7 +8,8 @@ named by import path (``workload.recipe=my_pkg.module:build``); see :mod:`recipe
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # name -> "module:function"; imported lazily so building one recipe never imports another
 REGISTRY: dict[str, str] = {
@@ -32,7 +33,7 @@ def check_import_path(target: str) -> str | None:
         return f"{target!r} is not an import path; write pkg.module:function"
     try:
         mod = importlib.import_module(module)
-    except Exception as exc:  # any import failure is the user's to fix, reported in one line
+    except Exception as exc:  # noqa: BLE001 -- any import failure is the user's to fix
         first = (str(exc).strip().splitlines() or [""])[0]
         return (f"cannot import {module!r} ({type(exc).__name__}: {first}); put its package on "
                 "PYTHONPATH or install it")

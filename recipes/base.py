@@ -36,8 +36,9 @@ then runs its command under the orchestrator's time limit and takes step records
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 
 class Trainer(Protocol):

@@ -11,8 +11,15 @@ import torch
 
 from orchestrator.campaign import run_campaign
 from orchestrator.config import BucketConfig, DataConfig, LoaderConfig
-from recipes.gpt.text_data import BPETokenizer, PackedText, load_tokenizer, make_loader, \
-    read_documents, stream, text_file
+from recipes.gpt.text_data import (
+    BPETokenizer,
+    PackedText,
+    load_tokenizer,
+    make_loader,
+    read_documents,
+    stream,
+    text_file,
+)
 from tests.conftest import TINY
 
 

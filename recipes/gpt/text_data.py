@@ -14,6 +14,7 @@ batches, so the same stream comes out whatever the loader settings.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -21,8 +22,9 @@ import random
 import re
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -123,7 +125,7 @@ class BPETokenizer:
         pairs: Counter[tuple[int, int]] = Counter()
         where: dict[tuple[int, int], set[int]] = {}
         for i, seq in enumerate(seqs):
-            for pair in zip(seq, seq[1:]):
+            for pair in itertools.pairwise(seq):
                 pairs[pair] += freq[i]
                 where.setdefault(pair, set()).add(i)
         merges: list[tuple[int, int]] = []
@@ -135,11 +137,11 @@ class BPETokenizer:
             merges.append(best)
             for i in sorted(where.pop(best, ())):
                 old = seqs[i]
-                for pair in zip(old, old[1:]):
+                for pair in itertools.pairwise(old):
                     pairs[pair] -= freq[i]
                 new = _merge(old, best, next_id)
                 seqs[i] = new
-                for pair in zip(new, new[1:]):
+                for pair in itertools.pairwise(new):
                     pairs[pair] += freq[i]
                     where.setdefault(pair, set()).add(i)
             pairs = +pairs  # drop pairs that no longer occur
@@ -149,7 +151,7 @@ class BPETokenizer:
     def encode_word(self, word: str) -> list[int]:
         parts = [self.char_id.get(c, UNK) for c in word]
         while len(parts) > 1:
-            rank, pair = min((self.ranks.get(p, math.inf), p) for p in zip(parts, parts[1:]))
+            rank, pair = min((self.ranks.get(p, math.inf), p) for p in itertools.pairwise(parts))
             if rank == math.inf:
                 break
             parts = _merge(parts, pair, self.merged_id[pair])  # type: ignore[index]

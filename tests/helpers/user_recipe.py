@@ -6,8 +6,9 @@ loss with torch.compile (aot_eager: dynamo + AOTAutograd, no C++ codegen, so tes
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
