@@ -20,6 +20,7 @@ from orchestrator.config import Config, SCHEMA_VERSION, to_dict
 from orchestrator.decide import Verdict, decide
 from orchestrator.launch import make_launcher
 from orchestrator.launch.base import Launcher
+from orchestrator.levers import lever_sections, loss_trajectory_gates
 from orchestrator.plan import PlannedTrial, plan
 from orchestrator.render import render_decisions, terminal_summary
 from orchestrator.results import atomic_write_json, atomic_write_text, load_trials, read_json, write_csv
@@ -70,6 +71,7 @@ def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[Planne
                 measured_steps=cfg.protocol.measured_steps,
                 env=dict(arm.env),
                 hardware=to_dict(cfg.hardware),
+                timeout_s=cfg.protocol.trial_timeout_s,
             )
         )
     return specs
@@ -174,7 +176,8 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> Campa
     trials_df, steps_df = load_trials(run_dir)
     weights = {b["name"]: float(b["weight"]) for b in buckets}
     analysis = analyze(trials_df, steps_df, arms, [b["name"] for b in buckets], weights, cfg.protocol)
-    verdicts = decide(analysis, cfg.protocol.min_effect)
+    verdicts = decide(analysis, cfg.protocol.min_effect,
+                      loss_trajectory_gates(cfg, trials_df, steps_df, arms))
     records = trials_df.to_dict("records") if not trials_df.empty else []
     peaks, util = campaign_utilization(records, analysis)
     write_csv(run_dir / "results.csv", add_utilization_columns(comparison_rows(analysis), peaks, util))
@@ -208,7 +211,8 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> Campa
         protocol=cfg.protocol,
         launcher=cfg.launcher.name,
         failures=failures,
-        extra_sections=[("Utilization (MFU / HFU)", utilization_section(records, peaks, util))],
+        extra_sections=[("Utilization (MFU / HFU)", utilization_section(records, peaks, util)),
+                        *lever_sections(cfg, trials_df, steps_df, analysis)],
     )
     atomic_write_text(run_dir / "decisions.md", md)
     _render_summary(run_dir)

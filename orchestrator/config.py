@@ -28,6 +28,9 @@ ATTENTION_BACKENDS = ("eager", "sdpa", "tiled", "flash_attn")
 SDPA_KERNELS = ("auto", "math", "flash", "efficient", "cudnn")
 DEVICES = ("auto", "cpu", "cuda", "musa")
 LAUNCHERS = ("inline", "local", "slurm")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+DATA_KINDS = ("synthetic", "text")
 
 
 # --------------------------------------------------------------------------- workload
@@ -53,6 +56,20 @@ class AttentionConfig:
 
 
 @dataclass
+class CompileConfig:
+    """torch.compile of the loss function (model forward + loss; backward through AOTAutograd).
+
+    Compile and autotune happen in the warm-up steps, which are excluded from steady state; the
+    trial records their cost as ``compile_time_s`` with graph breaks and recompiles."""
+
+    mode: str = "off"  # off (eager) | default | reduce-overhead | max-autotune-no-cudagraphs | ...
+    backend: str = "inductor"  # inductor | aot_eager | eager (aot_eager/eager: dynamo only, no codegen)
+    fullgraph: bool = False  # a graph break becomes an error (the trial fails) instead of a split
+    dynamic: Optional[bool] = None  # None = torch's automatic dynamic shapes; True/False forces it
+    mark_dynamic: bool = False  # mark the sequence dimension of every batch dynamic
+
+
+@dataclass
 class GPTModelConfig:
     vocab_size: int = 512
     n_layer: int = 2
@@ -64,6 +81,7 @@ class GPTModelConfig:
     # FLOPs then exceed useful FLOPs by the recomputed forward, so HFU > MFU
     activation_checkpointing: bool = False
     attention: AttentionConfig = field(default_factory=AttentionConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
 
 
 @dataclass
@@ -78,8 +96,26 @@ class OptimizerConfig:
 
 @dataclass
 class DataConfig:
-    kind: str = "synthetic"  # deterministic seeded token stream
+    # synthetic: deterministic seeded token stream, made in the training process;
+    # text: a text file tokenized (byte-pair encoding) and packed on the fly by a DataLoader
+    kind: str = "synthetic"
     seed: int = 1234
+    text_path: Optional[str] = None  # text only: a UTF-8 file, one document per line; None = generated
+    text_mib: float = 2.0  # text only: size of the generated file (MiB); also the read cap for a given one
+    cache_dir: Optional[str] = None  # generated text and trained tokenizer (default: system temp dir)
+
+
+@dataclass
+class LoaderConfig:
+    """torch DataLoader settings for ``data.kind=text`` (how batches are made, not which)."""
+
+    num_workers: int = 0  # 0 = batches are made in the training process
+    pin_memory: bool = False  # page-locked host buffers (no effect without an accelerator)
+    prefetch_factor: Optional[int] = None  # batches in flight per worker (needs num_workers > 0)
+    persistent_workers: bool = False  # keep workers across epochs (needs num_workers > 0)
+    # batches per loader epoch; 0 = one endless epoch. With N > 0 the loader is re-iterated every
+    # N batches (the stream continues), so worker start-up recurs unless persistent_workers
+    epoch_batches: int = 0
 
 
 @dataclass
@@ -104,6 +140,49 @@ class GPTWorkloadConfig(WorkloadConfig):
     model: GPTModelConfig = field(default_factory=GPTModelConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
+
+
+@dataclass
+class CommandLogConfig:
+    """How step records are read from an external command's log."""
+
+    # a regex with named groups step, step_time_s | step_time_ms | time+unit, and optionally
+    # loss, tokens, samples; None = the built-in formats of orchestrator.logparse
+    pattern: Optional[str] = None
+    # read this file (template, relative to cwd) instead of the command's stdout+stderr
+    file: Optional[str] = None
+    skip_steps: Optional[int] = None  # warm-up step lines skipped by count; None = protocol.warmup_steps
+
+
+@dataclass
+class CommandWorkloadConfig(WorkloadConfig):
+    """Any external training command as a trial; steps come from its log.
+
+    ``command`` is a template: ``{name}`` is replaced by a value of ``params`` or a built-in
+    (python, steps, warmup_steps, measured_steps, bucket, seq_len, micro_batch, seed,
+    world_size, trial_dir). ``env`` values are templates too. A sweep varies
+    ``workload.params.NAME`` (interpolated as an argument) or ``env.NAME`` (set for the trial)."""
+
+    kind: str = "command"
+    recipe: str = "command"
+    command: str = MISSING
+    shell: bool = False  # run through /bin/sh (pipes, &&); default: split like a shell, no shell
+    cwd: Optional[str] = None  # working directory (template); None = the orchestrator's
+    env: dict[str, str] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    time_limit_s: Optional[float] = None  # None = 95 % of protocol.trial_timeout_s
+    log: CommandLogConfig = field(default_factory=CommandLogConfig)
+    tokens_per_step: Optional[int] = None  # None = from the log, else bucket seq_len x micro_batch x world_size
+    loss_rtol: float = 0.01  # correctness: largest relative loss difference per logged step
+
+
+@dataclass
+class CustomWorkloadConfig(WorkloadConfig):
+    """An in-process user recipe (``recipe: my_pkg.module:build``) with its own parameters."""
+
+    kind: str = "custom"
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- protocol
@@ -120,6 +199,8 @@ class ProtocolConfig:
     min_effect: float = 0.02  # smallest speedup worth keeping (0.02 = 2 %)
     trial_timeout_s: float = 900.0
     seed: int = 0  # of the bootstrap
+    # time-to-train projections (one-off warm-up/compile cost + N x steady step time) in reports
+    projection_steps: list[int] = field(default_factory=lambda: [100, 1000, 10000])
 
 
 # --------------------------------------------------------------------------- invariants
@@ -226,7 +307,11 @@ class Config:
     resume: Optional[str] = None  # a run dir whose completed trials are kept
 
 
-WORKLOAD_SCHEMAS: dict[str, type[WorkloadConfig]] = {"gpt": GPTWorkloadConfig}
+WORKLOAD_SCHEMAS: dict[str, type[WorkloadConfig]] = {
+    "gpt": GPTWorkloadConfig,
+    "command": CommandWorkloadConfig,
+    "custom": CustomWorkloadConfig,
+}
 
 
 def register_configs() -> None:
@@ -260,7 +345,7 @@ def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
 
 
 def validate_workload(w: WorkloadConfig) -> None:
-    from recipes import REGISTRY
+    from recipes import REGISTRY, check_import_path
 
     if w.recipe not in REGISTRY and ":" not in w.recipe:
         raise ConfigError(
@@ -268,6 +353,10 @@ def validate_workload(w: WorkloadConfig) -> None:
             f"unknown recipe {w.recipe!r}; choose one of: {', '.join(sorted(REGISTRY))}, "
             "or an import path pkg.module:build",
         )
+    if w.recipe not in REGISTRY:
+        problem = check_import_path(w.recipe)
+        if problem:
+            raise ConfigError("workload.recipe", problem)
     _choice("workload.precision", w.precision, PRECISIONS)
     _positive("workload.world_size", w.world_size)
     if not w.buckets:
@@ -297,6 +386,9 @@ def validate_workload(w: WorkloadConfig) -> None:
         for i, b in enumerate(w.buckets):
             if b.seq_len < 2:
                 raise ConfigError(f"workload.buckets[{i}].seq_len", "must be >= 2")
+    from orchestrator.levers import validate_levers
+
+    validate_levers(w)
 
 
 def validate(cfg: Config) -> None:
@@ -321,10 +413,15 @@ def validate(cfg: Config) -> None:
     from orchestrator.hardware import validate_hardware
 
     validate_hardware(cfg.hardware)
+    for i, n in enumerate(p.projection_steps):
+        _positive(f"protocol.projection_steps[{i}]", n)
     if cfg.sweep is not None:
         from orchestrator.sweep import check_sweep
 
         check_sweep(cfg)
+        from orchestrator.levers import check_lever_sweep
+
+        check_lever_sweep(cfg)
 
 
 # --------------------------------------------------------------------------- dict <-> dataclass

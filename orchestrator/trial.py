@@ -46,6 +46,7 @@ class TrialSpec:
     env: dict[str, str] = field(default_factory=dict)
     kind: str = "timed"
     hardware: dict[str, Any] = field(default_factory=dict)  # HardwareConfig as a dict
+    timeout_s: float | None = None  # the launcher's limit for this trial (external commands stop sooner)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, indent=2)
@@ -105,15 +106,24 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
 
 
 def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> dict[str, Any]:
-    import torch
-
     from orchestrator.config import BucketConfig, from_dict, workload_from_dict
     from recipes import get_builder
+    from recipes.base import is_external
 
     workload = workload_from_dict(spec.workload)
     bucket = from_dict(BucketConfig, spec.bucket)
+    builder = get_builder(workload.recipe)
+    if is_external(builder):  # another program trains; its log gives the steps
+        from orchestrator.external import measure_external
+
+        return measure_external(spec, base, builder(workload, bucket, spec.device))
+
+    import torch
+
+    from orchestrator import compile_stats
+
     dev = devmod.resolve(spec.device)
-    trainer = get_builder(workload.recipe)(workload, bucket, dev.torch_device)
+    trainer = builder(workload, bucket, dev.torch_device)
     devmod.reset_peak_memory(dev)
     batches = trainer.batches()
     total = spec.warmup_steps + spec.measured_steps
@@ -122,8 +132,11 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     first_step_at = None
     sync = devmod.synchronize
     clock = time.perf_counter
+    cs_start = cs_warm = compile_stats.snapshot()
     sync(dev)
     for i in range(total):
+        if i == spec.warmup_steps:
+            cs_warm = compile_stats.snapshot()
         t0 = clock()
         if first_step_at is None:
             first_step_at = time.time()
@@ -144,11 +157,16 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
                 "batch_index": getattr(batch, "index", i),
             }
         )
+    cs_end = compile_stats.snapshot()
+    close = getattr(batches, "close", None)
+    if close is not None:  # stops DataLoader workers now rather than at exit
+        close()
     for row, loss in zip(rows, losses):  # read outside the timed window
         row["loss"] = float(loss.float().item()) if hasattr(loss, "item") else float(loss)
     peak, peak_source = devmod.peak_memory_bytes(dev)
     measured = [r["step_time_s"] for r in rows if r["phase"] == "measured"]
     median = statistics.median(measured)
+    warmup = [r["step_time_s"] for r in rows if r["phase"] == "warmup"]
     write_csv(Path(spec.trial_dir) / "steps.csv", rows)
     flops = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
     from orchestrator.flops import trial_flops  # after the timed steps: an extra counted step
@@ -173,6 +191,12 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         nonfinite_loss_steps=nonfinite,
         env=dict(spec.env),
         **utilization,
+        torch_threads=torch.get_num_threads(),
+        # one-off cost of the warm-up steps above steady state (compile, autotune, workers ...)
+        warmup_excess_s=sum(warmup) - len(warmup) * median,
+        data_wait_share=sum(r["data_wait_s"] for r in rows if r["phase"] == "measured")
+        / sum(measured),
+        **compile_stats.trial_fields(cs_start, cs_warm, cs_end),
     )
 
 

@@ -1,8 +1,44 @@
-"""What a workload provides to the orchestrator."""
+"""What a workload provides to the orchestrator.
+
+In-process recipes (the orchestrator times the steps)
+------------------------------------------------------
+A recipe is a function ``build(workload, bucket, device) -> Trainer``:
+
+- ``workload`` is the workload's dataclass (:class:`orchestrator.config.GPTWorkloadConfig` for
+  ``kind: gpt``, :class:`orchestrator.config.CustomWorkloadConfig` for ``kind: custom``, whose
+  ``params`` mapping carries the recipe's own settings and can be swept as
+  ``workload.params.NAME``);
+- ``bucket`` is the :class:`orchestrator.config.BucketConfig` being measured (name, seq_len,
+  micro_batch);
+- ``device`` is a torch device string resolved by the orchestrator (``cpu``, ``cuda:0``,
+  ``musa:0``); build the model there.
+
+Register it by import path, no code change in this package::
+
+    workload:
+      kind: custom
+      name: my_model
+      recipe: my_pkg.train:build      # anything importable from the trial process
+      params: {hidden: 256}
+      buckets: [{name: b32, seq_len: 32, micro_batch: 8}]
+
+The orchestrator then owns warm-up exclusion, device synchronisation at step boundaries, per-step
+records, loss read-back outside the timed window, fresh processes and statuses; the recipe must
+not time itself, synchronise, or call ``.item()`` in ``train_step``. A missing module or function
+is refused at start (``workload.recipe: cannot import ...``, exit code 2).
+
+External recipes (the trainer is another program)
+-------------------------------------------------
+A builder decorated with :func:`external_recipe` returns an :class:`ExternalTrainer`; the trial
+then runs its command under the orchestrator's time limit and takes step records from its log
+(see ``recipes/command``).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 
 class Trainer(Protocol):
@@ -25,3 +61,48 @@ class Trainer(Protocol):
     def useful_flops_per_step(self) -> float | None:
         """Analytic model FLOPs of one training step (recompute excluded), or None."""
         ...
+
+
+@dataclass
+class Invocation:
+    """One external command, fully resolved for one trial."""
+
+    argv: list[str] | str  # a list runs without a shell; a string runs through /bin/sh
+    cwd: str | None
+    env: dict[str, str] = field(default_factory=dict)  # added to the trial's environment
+    log_file: str | None = None  # read steps from this file instead of the captured output
+    time_limit_s: float | None = None
+
+
+class ExternalTrainer(Protocol):
+    """A trainer that runs as its own program and reports steps in its log."""
+
+    tokens_per_step: int  # used when the log carries no token counts
+    tokens_source: str  # where tokens_per_step came from (config, bucket shape)
+
+    def invocation(self, trial_dir: str, warmup_steps: int, measured_steps: int,
+                   timeout_s: float | None) -> Invocation:
+        """The command to run for this trial; ``timeout_s`` is the launcher's limit."""
+        ...
+
+    def parse(self, lines: list[str]) -> list[Any]:
+        """Step records (orchestrator.logparse.StepRecord) from the log, in order. Raises
+        orchestrator.logparse.LogParseError (no step lines) or ValueError (malformed)."""
+        ...
+
+    def skip_steps(self, warmup_steps: int) -> int:
+        """How many leading step records are warm-up."""
+        ...
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def external_recipe(fn: F) -> F:
+    """Mark a builder whose trainers run external commands (the trial takes the log path)."""
+    fn.external = True  # type: ignore[attr-defined]
+    return fn
+
+
+def is_external(builder: Callable[..., Any]) -> bool:
+    return bool(getattr(builder, "external", False))

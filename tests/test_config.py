@@ -16,14 +16,23 @@ from orchestrator.errors import ConfigError
 
 def test_every_conf_file_composes(compose: Any) -> None:
     groups = ["workload", "protocol", "invariants", "launcher", "hardware"]
+    # sweeps that vary a command workload's params; every other sweep targets the GPT workloads
+    command_sweeps = {"example_delay"}
     for group in groups:
         for option in group_options(group):
-            cfg = compose([f"{group}={option}", "+sweep=fa2"])
+            if group == "workload" and option.startswith("command"):
+                cfg = compose([f"{group}={option}", "+sweep=example_delay"])
+            else:
+                cfg = compose([f"{group}={option}", "+sweep=fa2"])
             assert isinstance(cfg, Config)
     for sweep, workload in itertools.product(group_options("sweep"), group_options("workload")):
-        cfg = compose([f"workload={workload}", f"+sweep={sweep}"])
+        if (sweep in command_sweeps) != workload.startswith("command"):
+            continue
+        env_sweep = sweep in ("omp_threads", "alloc_conf", "alloc_conf_musa")
+        cfg = compose([f"workload={workload}", f"+sweep={sweep}"]
+                      + (["launcher=local"] if env_sweep else []))
         assert cfg.sweep is not None and cfg.sweep.name == sweep
-        assert isinstance(cfg.workload, GPTWorkloadConfig)
+        assert isinstance(cfg.workload, GPTWorkloadConfig) != (sweep in command_sweeps)
 
 
 def test_default_config_runs_on_cpu_defaults(compose: Any) -> None:

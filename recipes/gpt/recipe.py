@@ -1,4 +1,5 @@
-"""The GPT recipe: builds model, optimizer and a deterministic synthetic token stream."""
+"""The GPT recipe: builds model, optimizer and a deterministic token stream (synthetic, or text
+tokenized and packed on the fly by a DataLoader), optionally under torch.compile."""
 
 from __future__ import annotations
 
@@ -71,6 +72,15 @@ class GPTTrainer:
         self.tokens_per_step = bucket.micro_batch * bucket.seq_len
         self.samples_per_step = bucket.micro_batch
         self.scaler = torch.amp.GradScaler(self.device.type) if self.dtype == torch.float16 else None
+        self._loss_fn = self._loss
+        c = m.compile
+        if c.mode != "off":
+            kwargs: dict[str, Any] = {"fullgraph": c.fullgraph, "dynamic": c.dynamic,
+                                      "backend": c.backend}
+            if c.backend == "inductor" and c.mode != "default":
+                kwargs["mode"] = c.mode
+            self._loss_fn = torch.compile(self._loss, **kwargs)  # compiles on first call
+        self.mark_dynamic = c.mode != "off" and c.mark_dynamic
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.dtype == torch.float32:
@@ -78,6 +88,22 @@ class GPTTrainer:
         return torch.autocast(self.device.type, dtype=self.dtype)
 
     def batches(self) -> Iterator[Batch]:
+        if self.workload.data.kind == "text":
+            return self._text_batches()
+        return self._synthetic_batches()
+
+    def _text_batches(self) -> Iterator[Batch]:
+        from recipes.gpt.text_data import make_loader, stream
+
+        w = self.workload
+        # page-locking needs an accelerator; on CPU torch would only warn and ignore it
+        pin = w.loader.pin_memory and self.device.type != "cpu"
+        loader, sampler = make_loader(w.data, w.loader, self.bucket, w.model.vocab_size, pin)
+        for index, inputs, targets in stream(loader, sampler):
+            yield Batch(index, inputs.to(self.device, non_blocking=pin),
+                        targets.to(self.device, non_blocking=pin))
+
+    def _synthetic_batches(self) -> Iterator[Batch]:
         b, w = self.bucket, self.workload
         index = 0
         while True:
@@ -89,13 +115,20 @@ class GPTTrainer:
             )
             index += 1
 
-    def forward_loss(self, batch: Batch) -> torch.Tensor:
+    def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         with self.autocast():
-            logits = self.model(batch.inputs)
-        return lm_loss(logits, batch.targets)
+            logits = self.model(inputs)
+        return lm_loss(logits, targets)
+
+    def forward_loss(self, batch: Batch) -> torch.Tensor:
+        """Forward and loss, through torch.compile when workload.model.compile.mode is set."""
+        return self._loss_fn(batch.inputs, batch.targets)  # type: ignore[no-any-return]
 
     def train_step(self, batch: Batch) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
+        if self.mark_dynamic:
+            torch._dynamo.mark_dynamic(batch.inputs, 1)
+            torch._dynamo.mark_dynamic(batch.targets, 1)
         loss = self.forward_loss(batch)
         clip = self.workload.optimizer.grad_clip
         if self.scaler is not None:

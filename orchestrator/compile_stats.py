@@ -1,0 +1,72 @@
+"""torch.compile bookkeeping for a trial: compile time, graph breaks, recompiles.
+
+Read from torch._dynamo's own counters, and only when torch._dynamo is already imported (an
+eager trial never pays for importing it; nothing was compiled then, so every figure is 0).
+``compile_time_s`` is torch's ``total_wall_time``: whole-frame compile plus backward compile
+(dynamo tracing, AOTAutograd, inductor codegen and autotuning).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CompileSnapshot:
+    compile_time_s: float = 0.0
+    graph_breaks: int = 0
+    recompiles: int = 0
+    compiled_frames: int = 0
+    break_reasons: tuple[str, ...] = field(default_factory=tuple)
+
+    def minus(self, other: CompileSnapshot) -> CompileSnapshot:
+        return CompileSnapshot(
+            self.compile_time_s - other.compile_time_s,
+            self.graph_breaks - other.graph_breaks,
+            self.recompiles - other.recompiles,
+            self.compiled_frames - other.compiled_frames,
+            tuple(r for r in self.break_reasons if r not in other.break_reasons),
+        )
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:160]
+
+
+def snapshot() -> CompileSnapshot:
+    """The counters so far in this process (all zero when dynamo was never imported)."""
+    if "torch._dynamo" not in sys.modules:
+        return CompileSnapshot()
+    from torch._dynamo import utils as dyn
+
+    counters: Any = dyn.counters
+    breaks = counters.get("graph_break", {})
+    metrics = dyn.get_compilation_metrics() if hasattr(dyn, "get_compilation_metrics") else []
+    recompiles = sum(1 for m in metrics if getattr(m, "recompile_reason", None))
+    spent = dyn.calculate_time_spent() if hasattr(dyn, "calculate_time_spent") else {}
+    return CompileSnapshot(
+        compile_time_s=float(spent.get("total_wall_time", 0.0)),
+        graph_breaks=int(sum(breaks.values())),
+        recompiles=recompiles,
+        compiled_frames=int(counters.get("frames", {}).get("ok", 0)),
+        break_reasons=tuple(sorted({_first_line(k) for k in breaks})),
+    )
+
+
+def trial_fields(start: CompileSnapshot, after_warmup: CompileSnapshot,
+                 end: CompileSnapshot) -> dict[str, Any]:
+    """Fields for trial.json: totals over the trial, and what leaked into the measured steps."""
+    total = end.minus(start)
+    measured = end.minus(after_warmup)
+    return {
+        "compile_time_s": total.compile_time_s,
+        "compile_time_in_measured_s": measured.compile_time_s,
+        "graph_breaks": total.graph_breaks,
+        "graph_break_reasons": list(total.break_reasons)[:5],
+        "recompiles": total.recompiles,
+        "recompiles_in_measured": measured.recompiles,
+        "compiled_frames": total.compiled_frames,
+    }

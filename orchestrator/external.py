@@ -1,0 +1,231 @@
+"""Trials whose training runs in another program: launch, time limit, log, statuses.
+
+The orchestrator keeps the protocol: it starts the command (its own process group), enforces the
+time limit, captures stdout+stderr to ``trials/<id>/command.log``, parses step records from the
+log, skips the warm-up steps by count and writes the same trial.json / steps.csv as an in-process
+trial. Whatever goes wrong becomes a status with a reason, never a crash:
+
+- ``timeout``: the time limit passed (the command's process group is killed);
+- ``failed`` with ``failure_kind``: ``cannot_start`` (no such program or directory),
+  ``exit_code`` (non-zero exit), ``no_step_lines`` (nothing in the log matched),
+  ``malformed_log`` (a step line that cannot be read, steps going backwards, a time <= 0), or
+  ``too_few_steps`` (fewer than 3 steps after the warm-up).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.logparse import LogParseError, StepRecord
+from orchestrator.results import trial_record, write_csv
+
+log = logging.getLogger(__name__)
+
+MIN_MEASURED = 3
+_GRACE_S = 5.0
+_TAIL_LINES = 30
+
+
+class LogProblem(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class CheckedSteps:
+    warmup: list[StepRecord]
+    measured: list[StepRecord]
+    notes: list[str]
+
+
+def check_steps(records: Sequence[StepRecord], skip: int) -> CheckedSteps:
+    """Warm-up and measured records from parsed step lines (pure). Raises LogProblem."""
+    notes: list[str] = []
+    seen: set[int] = set()
+    kept: list[StepRecord] = []
+    dups = 0
+    for r in records:
+        if r.step in seen:  # several ranks printing the same step: keep the first line
+            dups += 1
+            continue
+        if kept and r.step < kept[-1].step:
+            raise LogProblem("malformed_log", f"step numbers go backwards ({kept[-1].step} then "
+                             f"{r.step}); two runs in one log?")
+        if not math.isfinite(r.step_time_s) or r.step_time_s <= 0:
+            raise LogProblem("malformed_log", f"step {r.step} has step time {r.step_time_s!r} s")
+        seen.add(r.step)
+        kept.append(r)
+    if dups:
+        notes.append(f"{dups} repeated step line(s) ignored (several ranks printing?)")
+    if len(kept) - skip < MIN_MEASURED:
+        raise LogProblem(
+            "too_few_steps",
+            f"{len(kept)} step line(s) parsed; skipping {skip} warm-up step(s) leaves fewer than "
+            f"{MIN_MEASURED} to measure",
+        )
+    return CheckedSteps(kept[:skip], kept[skip:], notes)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _redact(text: str, trial_dir: str) -> str:
+    """No interpreter, trial or home paths in the record (they name users and machines)."""
+    home = os.path.expanduser("~")
+    for path, name in ((sys.executable, "python"), (trial_dir, "<trial_dir>")):
+        text = text.replace(path, name)
+    return text.replace(home, "~") if home not in ("", "/") else text
+
+
+def run_command(argv: list[str] | str, cwd: str | None, env: dict[str, str], log_path: Path,
+                time_limit_s: float | None) -> tuple[int | None, str | None]:
+    """(exit code or None on timeout, error when it could not start). Output goes to log_path."""
+    full_env = {**os.environ, **env}
+    with open(log_path, "wb") as out:
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    shell=isinstance(argv, str), start_new_session=True)
+        except OSError as exc:
+            return None, f"{type(exc).__name__}: {exc.strerror or exc}"
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            # the launcher stops a trial with SIGTERM to its group; take the command down too
+            def _on_term(signum: int, frame: Any) -> None:
+                _kill_group(proc)
+                raise SystemExit(128 + signum)
+
+            previous = signal.signal(signal.SIGTERM, _on_term)
+        try:
+            return proc.wait(timeout=time_limit_s), None
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return None, None
+        except BaseException:
+            _kill_group(proc)
+            raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str, Any]:
+    """Run one external trial and build its record (statuses instead of exceptions)."""
+    tdir = Path(spec.trial_dir)
+    inv = trainer.invocation(str(tdir), spec.warmup_steps, spec.measured_steps, spec.timeout_s)
+    shown = inv.argv if isinstance(inv.argv, str) else " ".join(inv.argv)
+    common = {
+        **base,
+        "command": _redact(shown, str(tdir)),
+        "env": dict(spec.env),
+        "command_env": {k: _redact(v, str(tdir)) for k, v in inv.env.items()},
+        "python_version": platform.python_version(),
+        "device": {"kind": "external", "name": "not probed (external command)", "count": None},
+    }
+    log_path = tdir / "command.log"
+    t0 = time.time()
+    rc, start_error = run_command(inv.argv, inv.cwd, inv.env, log_path, inv.time_limit_s)
+    wall = time.time() - t0
+    out_lines = _read_lines(log_path)
+    lines = out_lines if inv.log_file is None else _read_lines(Path(inv.cwd or ".", inv.log_file))
+    tail = _redact("\n".join(out_lines[-_TAIL_LINES:]), str(tdir))
+    common.update(command_wall_s=wall, returncode=rc)
+
+    def failed(kind: str, error: str, status: str = "failed") -> dict[str, Any]:
+        return trial_record(**common, status=status, failure_kind=kind, error=error,
+                            stderr_tail=tail)
+
+    if start_error:
+        return failed("cannot_start", f"cannot start the command: {start_error}")
+    if rc is None:
+        n = sum(1 for _ in _safe_parse(trainer, lines))
+        return failed("timeout", f"the command ran past workload.time_limit_s="
+                      f"{inv.time_limit_s:g} s and was killed ({n} step line(s) by then)", "timeout")
+    if rc != 0:
+        return failed("exit_code", f"the command exited with code {rc}")
+    try:
+        records = trainer.parse(lines)
+        checked = check_steps(records, trainer.skip_steps(spec.warmup_steps))
+    except LogParseError as exc:
+        return failed("no_step_lines", f"log: {exc}")
+    except LogProblem as exc:
+        return failed(exc.kind, f"log: {exc}")
+    except ValueError as exc:  # a step line whose fields cannot be read
+        return failed("malformed_log", f"log: unreadable step line ({exc})")
+    return _ok_record(spec, common, trainer, checked)
+
+
+def _safe_parse(trainer: Any, lines: list[str]) -> list[StepRecord]:
+    try:
+        return list(trainer.parse(lines))
+    except ValueError:
+        return []
+
+
+def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: CheckedSteps) -> dict[str, Any]:
+    rows = []
+    for phase, recs in (("warmup", checked.warmup), ("measured", checked.measured)):
+        for r in recs:
+            rows.append({"step": r.step, "phase": phase, "step_time_s": r.step_time_s,
+                         "data_wait_s": None, "tokens": r.tokens, "samples": r.samples,
+                         "batch_index": r.step, "loss": r.loss})
+    write_csv(Path(spec.trial_dir) / "steps.csv", rows)
+    measured = [r.step_time_s for r in checked.measured]
+    median = statistics.median(measured)
+    logged = [r.tokens for r in checked.measured if r.tokens]
+    if logged:
+        tokens, source = int(statistics.median(logged)), "log"
+    else:
+        tokens, source = int(trainer.tokens_per_step), trainer.tokens_source
+    losses = [(r.step, r.loss) for r in checked.warmup + checked.measured if r.loss is not None]
+    rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    warm = [r.step_time_s for r in checked.warmup]
+    return trial_record(
+        **{**common, "measured_steps": len(measured)},
+        status="ok",
+        torch_version=None,
+        step_time_median_s=median,
+        step_time_mad_s=statistics.median(abs(v - median) for v in measured),
+        tokens_per_step=tokens,
+        tokens_source=source,
+        tokens_per_s=tokens / median,
+        peak_mem_bytes=rss_kib * (1 if sys.platform == "darwin" else 1024),
+        peak_mem_source="largest child process peak RSS (host side)",
+        useful_flops_per_step=None,
+        final_loss=losses[-1][1] if losses else None,
+        nonfinite_loss_steps=[s for s, v in losses if not math.isfinite(v)],
+        warmup_excess_s=sum(warm) - len(warm) * median,
+        log_notes=checked.notes,
+    )

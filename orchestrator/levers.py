@@ -1,0 +1,364 @@
+"""The common levers: config checks, decisions.md sections and the external-loss gate (pure).
+
+- torch.compile: compile time, graph breaks and recompiles per arm, and a time-to-train
+  projection (one-off warm-up cost + N x steady step time) next to the steady-state ratio, so a
+  win that needs many steps to pay for its compile is visible;
+- dataloader: the input-bound share per arm (time blocked waiting for the batch / step time);
+- command workloads: the logged loss trajectory of each variant against the baseline's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.config import (
+    COMPILE_BACKENDS,
+    COMPILE_MODES,
+    DATA_KINDS,
+    CommandWorkloadConfig,
+    Config,
+    GPTWorkloadConfig,
+    LoaderConfig,
+    WorkloadConfig,
+)
+from orchestrator.errors import ConfigError
+
+if TYPE_CHECKING:  # pandas is imported where reports are made, not by config checks
+    import pandas as pd
+
+# --------------------------------------------------------------------------- config checks
+
+
+def _choice(key: str, value: Any, choices: Sequence[Any]) -> None:
+    if value not in choices:
+        raise ConfigError(key, f"{value!r} is not a valid choice; choose one of: "
+                          f"{', '.join(map(str, choices))}")
+
+
+def validate_levers(w: WorkloadConfig) -> None:
+    if isinstance(w, GPTWorkloadConfig):
+        _validate_gpt(w)
+    elif isinstance(w, CommandWorkloadConfig):
+        _validate_command(w)
+
+
+def _validate_gpt(w: GPTWorkloadConfig) -> None:
+    c = w.model.compile
+    _choice("workload.model.compile.mode", c.mode, COMPILE_MODES)
+    _choice("workload.model.compile.backend", c.backend, COMPILE_BACKENDS)
+    if c.backend != "inductor" and c.mode not in ("off", "default"):
+        raise ConfigError("workload.model.compile.mode",
+                          f"{c.mode!r} is an inductor mode; with backend={c.backend} use "
+                          "mode=default, or set workload.model.compile.backend=inductor")
+    if c.mark_dynamic and c.mode == "off":
+        raise ConfigError("workload.model.compile.mark_dynamic",
+                          "needs torch.compile; set workload.model.compile.mode (e.g. default)")
+    d = w.data
+    _choice("workload.data.kind", d.kind, DATA_KINDS)
+    if not d.text_mib > 0:
+        raise ConfigError("workload.data.text_mib", f"must be > 0, got {d.text_mib}")
+    if d.text_path is not None and not os.path.isfile(d.text_path):
+        raise ConfigError("workload.data.text_path",
+                          f"no such file {os.path.basename(d.text_path)!r}; point it at a UTF-8 "
+                          "text file (one document per line) or null to generate one")
+    lo = w.loader
+    if lo.num_workers < 0:
+        raise ConfigError("workload.loader.num_workers", f"must be >= 0, got {lo.num_workers}")
+    if lo.epoch_batches < 0:
+        raise ConfigError("workload.loader.epoch_batches", f"must be >= 0, got {lo.epoch_batches}")
+    if lo.num_workers == 0:
+        for key in ("prefetch_factor", "persistent_workers"):
+            if getattr(lo, key) not in (None, False):
+                raise ConfigError(f"workload.loader.{key}",
+                                  "needs worker processes; set workload.loader.num_workers > 0")
+    if lo.prefetch_factor is not None and lo.prefetch_factor < 1:
+        raise ConfigError("workload.loader.prefetch_factor", f"must be >= 1, got {lo.prefetch_factor}")
+    if d.kind != "text" and lo != LoaderConfig():
+        raise ConfigError("workload.loader",
+                          "DataLoader settings apply to the text pipeline; set "
+                          "workload.data.kind=text (the synthetic stream has no loader)")
+
+
+def _validate_command(w: CommandWorkloadConfig) -> None:
+    from orchestrator.logparse import LogParseError, compile_pattern
+    from recipes.command.recipe import BUILTINS, template_fields
+
+    if not w.command.strip():
+        raise ConfigError("workload.command", "is empty; give the training command to run")
+    clash = sorted(set(w.params) & set(BUILTINS))
+    if clash:
+        raise ConfigError(f"workload.params.{clash[0]}",
+                          f"is a built-in placeholder; rename it (built-ins: {', '.join(BUILTINS)})")
+    known = set(BUILTINS) | set(w.params)
+    templates = {"workload.command": w.command, "workload.cwd": w.cwd or "",
+                 "workload.log.file": w.log.file or "",
+                 **{f"workload.env.{k}": str(v) for k, v in w.env.items()}}
+    for key, text in templates.items():
+        try:
+            fields = template_fields(text)
+        except ValueError as exc:
+            raise ConfigError(key, f"bad template ({exc}); write a literal brace as {{{{ or }}}}") from None
+        for name in fields:
+            if name not in known:
+                raise ConfigError(key, f"unknown placeholder {{{name}}}; declare it under "
+                                  f"workload.params or use one of: {', '.join(BUILTINS)}")
+    if w.log.pattern is not None:
+        try:
+            compile_pattern(w.log.pattern)
+        except LogParseError as exc:
+            raise ConfigError("workload.log.pattern", str(exc)) from None
+    if w.log.skip_steps is not None and w.log.skip_steps < 0:
+        raise ConfigError("workload.log.skip_steps", f"must be >= 0, got {w.log.skip_steps}")
+    if w.time_limit_s is not None and not w.time_limit_s > 0:
+        raise ConfigError("workload.time_limit_s", f"must be > 0, got {w.time_limit_s}")
+    if w.tokens_per_step is not None and w.tokens_per_step <= 0:
+        raise ConfigError("workload.tokens_per_step", f"must be > 0, got {w.tokens_per_step}")
+    if w.loss_rtol < 0:
+        raise ConfigError("workload.loss_rtol", f"must be >= 0, got {w.loss_rtol}")
+
+
+def check_lever_sweep(cfg: Config) -> None:
+    """Checks that need the protocol or launcher next to the arms."""
+    from orchestrator.config import to_dict, workload_from_dict
+    from orchestrator.sweep import apply_overrides, expand_arms
+
+    assert cfg.sweep is not None
+    arms = expand_arms(cfg)
+    base = to_dict(cfg.workload)
+    workloads = [workload_from_dict(apply_overrides(base, a.overrides)) for a in arms]
+    compiles = any(isinstance(w, GPTWorkloadConfig) and w.model.compile.mode != "off"
+                   for w in workloads)
+    if compiles and cfg.protocol.warmup_steps < 1:
+        raise ConfigError("protocol.warmup_steps",
+                          "must be >= 1 when an arm uses torch.compile: the first step compiles, "
+                          "and compile time must stay out of the measured steps")
+    env_swept = any(a.env != arms[0].env for a in arms)
+    if env_swept and cfg.launcher.name == "inline" and not isinstance(cfg.workload, CommandWorkloadConfig):
+        raise ConfigError("launcher.name",
+                          "inline runs trials inside this process, where an env.* switch read at "
+                          "start-up (threads, allocator) cannot take effect; use launcher=local")
+    w = cfg.workload
+    if isinstance(w, CommandWorkloadConfig) and w.time_limit_s is not None and (
+            w.time_limit_s >= cfg.protocol.trial_timeout_s):
+        raise ConfigError("workload.time_limit_s",
+                          f"{w.time_limit_s:g} s must be below protocol.trial_timeout_s="
+                          f"{cfg.protocol.trial_timeout_s:g} s so the command's log is kept")
+
+
+# --------------------------------------------------------------------------- report sections
+
+
+def _ok(trials: pd.DataFrame) -> pd.DataFrame:
+    if trials.empty or "status" not in trials:
+        return trials.iloc[0:0]
+    return trials[trials["status"] == "ok"]
+
+
+def _med(rows: pd.DataFrame, col: str) -> float | None:
+    import pandas as pd
+
+    if col not in rows:
+        return None
+    vals = pd.to_numeric(rows[col], errors="coerce").dropna()
+    return float(vals.median()) if len(vals) else None
+
+
+def _max(rows: pd.DataFrame, col: str) -> int | None:
+    import pandas as pd
+
+    if col not in rows:
+        return None
+    vals = pd.to_numeric(rows[col], errors="coerce").dropna()
+    return int(vals.max()) if len(vals) else None
+
+
+def _fmt_s(x: float | None) -> str:
+    if x is None:
+        return "—"
+    if x >= 3600:
+        return f"{x / 3600:.2f} h"
+    if x >= 60:
+        return f"{x / 60:.1f} min"
+    return f"{x:.2f} s"
+
+
+def projected_time_s(one_off_s: float, step_s: float, steps: int) -> float:
+    """Time to train ``steps`` steps: one-off warm-up cost (compile, autotune) + steps x step."""
+    return max(one_off_s, 0.0) + steps * step_s
+
+
+def break_even_steps(base_one_off_s: float, base_step_s: float, var_one_off_s: float,
+                     var_step_s: float) -> float | None:
+    """Steps after which the variant's total time drops below the baseline's; 0 = from the start,
+    None = never (slower per step and not cheaper up front)."""
+    extra = max(var_one_off_s, 0.0) - max(base_one_off_s, 0.0)
+    saved = base_step_s - var_step_s
+    if saved <= 0:
+        return 0.0 if extra < 0 and saved == 0 else None
+    return max(0.0, extra / saved)
+
+
+def _touches(cfg: Config, fragment: str) -> bool:
+    sweep = cfg.sweep
+    if sweep is None:
+        return False
+    paths = list((sweep.knob or {}).values()) or [sweep.variable]
+    return any(fragment in p for p in paths)
+
+
+def compile_section(cfg: Config, trials: pd.DataFrame, analysis: Any) -> list[str]:
+    import pandas as pd
+
+    ok = _ok(trials)
+    steps_n = list(cfg.protocol.projection_steps)
+    lines = [
+        ("`compile time` = torch's own total (frame + backward compile: dynamo, AOTAutograd, "
+        "inductor codegen and autotuning), spent in the warm-up steps and excluded from the "
+        "step times above; `one-off` = warm-up time above steady state (compile plus any other "
+        "first-step cost), which the projection adds to N x the median step time. Medians over "
+        "trials; graph breaks and recompiles are the most seen in one trial."),
+        "",
+        "| bucket | arm | compile time | one-off | graph breaks | recompiles (in measured) "
+        "| steady speedup | " + " | ".join(f"time for {n:,} steps (ratio)" for n in steps_n)
+        + " | break-even |",
+        "|---|---|---:|---:|---:|---:|---|" + "---|" * len(steps_n) + "---:|",
+    ]
+    base = analysis.arms[0]
+    notes: list[str] = []
+    for bucket in analysis.buckets:
+        brow = ok[(ok["bucket"] == bucket) & (ok["arm_id"] == base.arm_id)] if not ok.empty else ok
+        b_step = analysis.summaries[(bucket, base.arm_id)].step_time_median_s
+        b_one = _med(brow, "warmup_excess_s") or 0.0
+        for arm in analysis.arms:
+            rows = ok[(ok["bucket"] == bucket) & (ok["arm_id"] == arm.arm_id)] if not ok.empty else ok
+            s = analysis.summaries[(bucket, arm.arm_id)]
+            if s.step_time_median_s is None:
+                lines.append(f"| {bucket} | {arm.label} | — | — | — | — | no ok trial |"
+                             + " — |" * len(steps_n) + " — |")
+                continue
+            one = _med(rows, "warmup_excess_s") or 0.0
+            c = analysis.comparisons.get((bucket, arm.arm_id))
+            sp = "baseline" if arm.is_baseline else (
+                f"{c.estimate.speedup:.3f}x" if c and c.estimate else "—")
+            cells = []
+            for n in steps_n:
+                t = projected_time_s(one, s.step_time_median_s, n)
+                if arm.is_baseline or b_step is None:
+                    cells.append(_fmt_s(t))
+                else:
+                    cells.append(f"{_fmt_s(t)} ({projected_time_s(b_one, b_step, n) / t:.3f}x)")
+            if arm.is_baseline or b_step is None:
+                be = "—"
+            else:
+                n_be = break_even_steps(b_one, b_step, one, s.step_time_median_s)
+                be = "never" if n_be is None else f"{math.ceil(n_be):,} steps"
+            rec, rec_m = _max(rows, "recompiles"), _max(rows, "recompiles_in_measured")
+            lines.append(
+                f"| {bucket} | {arm.label} | {_fmt_s(_med(rows, 'compile_time_s'))} | {_fmt_s(one)} "
+                f"| {_max(rows, 'graph_breaks') if _max(rows, 'graph_breaks') is not None else '—'} "
+                f"| {rec if rec is not None else '—'} ({rec_m if rec_m is not None else '—'}) "
+                f"| {sp} | {' | '.join(cells)} | {be} |"
+            )
+            if rec_m:
+                notes.append(f"- `{arm.label}` recompiled during measured steps in `{bucket}`: "
+                             "its step times include compile time")
+            reasons = sorted({r for v in rows.get("graph_break_reasons", pd.Series(dtype=object))
+                              if isinstance(v, list) for r in v})
+            for r in reasons[:3]:
+                notes.append(f"- graph break in `{arm.label}`: {r}")
+    return lines + ([""] + sorted(set(notes)) if notes else [])
+
+
+def input_section(trials: pd.DataFrame, steps: pd.DataFrame, analysis: Any) -> list[str]:
+    """Input-bound share per arm: measured time blocked on ``next(batches)`` / step time."""
+    import pandas as pd
+
+    ok = _ok(trials)
+    lines = [
+        ("Input-bound share = time the training loop waited for the next batch (DataLoader "
+        "fetch + host-to-device copy) / step time, over measured steps; median over trials."),
+        "",
+        "| bucket | arm | input-bound share | data wait per step (ms) | median step (ms) |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for bucket in analysis.buckets:
+        for arm in analysis.arms:
+            rows = ok[(ok["bucket"] == bucket) & (ok["arm_id"] == arm.arm_id)] if not ok.empty else ok
+            share = _med(rows, "data_wait_share")
+            wait = None
+            if not steps.empty and "data_wait_s" in steps and len(rows):
+                sel = steps[steps["trial_id"].isin(rows["trial_id"]) & (steps["phase"] == "measured")]
+                w = pd.to_numeric(sel["data_wait_s"], errors="coerce").dropna()
+                wait = float(w.median()) if len(w) else None
+            med = analysis.summaries[(bucket, arm.arm_id)].step_time_median_s
+            lines.append(
+                f"| {bucket} | {arm.label} | {'—' if share is None else f'{share:.1%}'} "
+                f"| {'—' if wait is None else f'{wait * 1e3:.2f}'} "
+                f"| {'—' if med is None else f'{med * 1e3:.2f}'} |"
+            )
+    return lines
+
+
+def lever_sections(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame,
+                   analysis: Any) -> list[tuple[str, list[str]]]:
+    import pandas as pd
+
+    out: list[tuple[str, list[str]]] = []
+    compiled = "compile_time_s" in trials and bool(
+        (pd.to_numeric(trials["compile_time_s"], errors="coerce").fillna(0) > 0).any())
+    if compiled or _touches(cfg, ".compile."):
+        out.append(("Compile cost and time to train", compile_section(cfg, trials, analysis)))
+    text = isinstance(cfg.workload, GPTWorkloadConfig) and cfg.workload.data.kind == "text"
+    if text or _touches(cfg, "workload.loader.") or _touches(cfg, "workload.data."):
+        out.append(("Input pipeline", input_section(trials, steps, analysis)))
+    return out
+
+
+# --------------------------------------------------------------------------- external loss gate
+
+
+def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame,
+                          arms: Sequence[Any]) -> dict[str, list[Any]]:
+    """Correctness for external commands: per round and bucket, each variant's logged loss at
+    every step both logs share must lie within ``workload.loss_rtol`` of the baseline's."""
+    from orchestrator.decide import Gate
+
+    w = cfg.workload
+    if not isinstance(w, CommandWorkloadConfig):
+        return {}
+    ok = _ok(trials)
+    if ok.empty or steps.empty or "loss" not in steps:
+        return {}
+    loss = steps.dropna(subset=["loss"]).set_index(["trial_id", "step"])["loss"]
+    base = arms[0]
+    out: dict[str, list[Any]] = {}
+    for arm in arms[1:]:
+        worst, worst_at, compared = 0.0, "", 0
+        for _, brow in ok[ok["arm_id"] == base.arm_id].iterrows():
+            vrows = ok[(ok["arm_id"] == arm.arm_id) & (ok["bucket"] == brow["bucket"])
+                       & (ok["round"] == brow["round"])]
+            for _, vrow in vrows.iterrows():
+                try:
+                    lb, lv = loss.loc[brow["trial_id"]], loss.loc[vrow["trial_id"]]
+                except KeyError:
+                    continue
+                common = lb.index.intersection(lv.index)
+                for step in common:
+                    b, v = float(lb.loc[step]), float(lv.loc[step])
+                    rel = abs(v - b) / max(abs(b), 1e-12) if math.isfinite(v) else math.inf
+                    compared += 1
+                    if rel > worst:
+                        worst, worst_at = rel, f"{brow['bucket']} round {brow['round']} step {step}"
+        if compared == 0:
+            continue  # no logged losses to compare: no gate rather than a guess
+        detail = f"largest relative loss difference {worst:.2e} over {compared} logged steps"
+        if worst > w.loss_rtol:
+            out[arm.arm_id] = [Gate("loss trajectory", "fail",
+                                    f"{detail} (at {worst_at}) exceeds workload.loss_rtol={w.loss_rtol:g}")]
+        else:
+            out[arm.arm_id] = [Gate("loss trajectory", "pass", f"{detail} <= {w.loss_rtol:g}")]
+    return out
+

@@ -1,0 +1,1 @@
+"""The ``command`` workload: any external training command as a trial."""

@@ -1,0 +1,88 @@
+"""The ``command`` recipe: a command template, its log parser and its warm-up skip.
+
+The template's ``{name}`` fields come from ``workload.params`` and the built-ins below; a literal
+brace is written ``{{`` / ``}}``. Without ``shell: true`` the template is split like a shell
+would (quotes respected) and each argument is filled in separately, so values with spaces stay
+one argument; with ``shell: true`` values are shell-quoted into the string.
+"""
+
+from __future__ import annotations
+
+import shlex
+import string
+import sys
+from typing import Any
+
+from orchestrator.config import BucketConfig, CommandWorkloadConfig
+from orchestrator.logparse import StepRecord, compile_pattern, parse_steps
+from recipes.base import Invocation, external_recipe
+
+BUILTINS = ("python", "steps", "warmup_steps", "measured_steps", "bucket", "seq_len",
+            "micro_batch", "seed", "world_size", "trial_dir", "device")
+
+
+def template_fields(template: str) -> list[str]:
+    """The ``{name}`` fields of a template (raises ValueError on unbalanced braces)."""
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+
+
+class CommandTrainer:
+    def __init__(self, workload: CommandWorkloadConfig, bucket: BucketConfig, device: str) -> None:
+        self.workload = workload
+        self.bucket = bucket
+        self.device = device
+        if workload.tokens_per_step:
+            self.tokens_per_step = int(workload.tokens_per_step)
+            self.tokens_source = "config"
+        else:
+            self.tokens_per_step = bucket.seq_len * bucket.micro_batch * workload.world_size
+            self.tokens_source = "bucket shape"
+        self.pattern = compile_pattern(workload.log.pattern) if workload.log.pattern else None
+
+    def values(self, trial_dir: str, warmup_steps: int, measured_steps: int) -> dict[str, Any]:
+        w, b = self.workload, self.bucket
+        return {
+            **w.params,
+            "python": sys.executable,
+            "steps": warmup_steps + measured_steps,
+            "warmup_steps": warmup_steps,
+            "measured_steps": measured_steps,
+            "bucket": b.name,
+            "seq_len": b.seq_len,
+            "micro_batch": b.micro_batch,
+            "seed": w.seed,
+            "world_size": w.world_size,
+            "trial_dir": trial_dir,
+            "device": self.device,
+        }
+
+    def invocation(self, trial_dir: str, warmup_steps: int, measured_steps: int,
+                   timeout_s: float | None) -> Invocation:
+        w = self.workload
+        vals = self.values(trial_dir, warmup_steps, measured_steps)
+        argv: list[str] | str
+        if w.shell:
+            argv = w.command.format_map({k: shlex.quote(str(v)) for k, v in vals.items()})
+        else:
+            argv = [arg.format_map(vals) for arg in shlex.split(w.command)]
+        limit = w.time_limit_s if w.time_limit_s is not None else (
+            0.95 * timeout_s if timeout_s else None)
+        return Invocation(
+            argv=argv,
+            cwd=w.cwd.format_map(vals) if w.cwd else None,
+            env={k: str(v).format_map(vals) for k, v in w.env.items()},
+            log_file=w.log.file.format_map(vals) if w.log.file else None,
+            time_limit_s=limit,
+        )
+
+    def parse(self, lines: list[str]) -> list[StepRecord]:
+        return parse_steps(lines, self.workload.log.pattern)
+
+    def skip_steps(self, warmup_steps: int) -> int:
+        skip = self.workload.log.skip_steps
+        return warmup_steps if skip is None else skip
+
+
+@external_recipe
+def build(workload: CommandWorkloadConfig, bucket: BucketConfig, device: str) -> CommandTrainer:
+    return CommandTrainer(workload, bucket, device)

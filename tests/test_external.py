@@ -1,0 +1,145 @@
+"""The command workload: an external trainer's log as the measurement, faults as statuses."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from orchestrator.campaign import make_specs, run_campaign
+from orchestrator.external import LogProblem, check_steps
+from orchestrator.levers import loss_trajectory_gates
+from orchestrator.logparse import StepRecord
+from orchestrator.plan import plan
+from orchestrator.sweep import Arm, expand_arms
+from orchestrator.trial import run_trial
+
+CMD = ["workload=command_example", "protocol=quick", "launcher=inline"]
+
+
+def _recs(run_dir: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for p in run_dir.glob("trials/*/trial.json"):
+        r = json.loads(p.read_text())
+        out[f"{r['arm_label']}/r{r['round']}"] = r
+    return out
+
+
+def test_check_steps_skips_warmup_and_refuses_bad_logs() -> None:
+    recs = [StepRecord(i, 0.01 * (i + 1)) for i in range(6)]
+    got = check_steps(recs + [StepRecord(3, 0.5)], skip=2)  # a second rank repeating step 3
+    assert [r.step for r in got.warmup] == [0, 1] and [r.step for r in got.measured] == [2, 3, 4, 5]
+    assert got.notes == ["1 repeated step line(s) ignored (several ranks printing?)"]
+    with pytest.raises(LogProblem, match="leaves fewer than 3") as e:
+        check_steps(recs[:4], skip=2)
+    assert e.value.kind == "too_few_steps"
+    with pytest.raises(LogProblem, match=r"go backwards \(5 then 4\)"):
+        check_steps([*recs[:3], StepRecord(5, 0.1), StepRecord(4, 0.1)], skip=0)
+    with pytest.raises(LogProblem, match="step 2 has step time 0.0"):
+        check_steps([StepRecord(0, 0.1), StepRecord(1, 0.1), StepRecord(2, 0.0)], skip=0)
+
+
+def test_planted_slowdown_in_the_example_trainer_is_rejected(compose: Any, run_dir: Path) -> None:
+    cfg = compose([*CMD, "+sweep=example_delay", "sweep.values=[60]", "sweep.labels=[delay-60ms]",
+                   "protocol.measured_steps=5"])
+    result = run_campaign(cfg, run_dir)
+    recs = _recs(run_dir)
+    assert {r["status"] for r in recs.values()} == {"ok"}
+    base, slow = recs["no-delay/r0"], recs["delay-60ms/r0"]
+    assert base["measured_steps"] == 5 and base["tokens_source"] == "log"
+    assert base["tokens_per_step"] == 32 * 4
+    assert slow["step_time_median_s"] > base["step_time_median_s"] + 0.05
+    assert "--delay-ms 60" in slow["command"] and sys.executable not in slow["command"]
+    steps = pd.read_csv(run_dir / "trials" / base["trial_id"] / "steps.csv")
+    assert list(steps["phase"]) == ["warmup"] + ["measured"] * 5
+    assert list(steps["step"]) == list(range(6)) and steps["loss"].notna().all()
+    (v,) = result.verdicts
+    assert v.verdict == "reject"
+    assert "slower" in v.reasons[0] and "lies below 1" in v.reasons[0]
+    # same seed, same data, same lr: the logged losses agree, so the gate passes
+    assert any(r.startswith("loss trajectory gate passed") for r in v.reasons)
+
+
+HEALTHY = "import time\nfor i in range(8):\n    time.sleep(0.002); print(f'step {i} time 2.0ms loss 1.0')"
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "kind", "error"),
+    [
+        ("print('hello'); print('all good')", "failed", "no_step_lines",
+         "log: no step lines matched any built-in step format"),
+        ("print('step 0 time 5ms'); print('step 3 time 5ms'); print('step 2 time 5ms')",
+         "failed", "malformed_log", "step numbers go backwards"),
+        ("print('step 0 time 5ms'); print('step 1 time 5ms')", "failed", "too_few_steps",
+         "2 step line(s) parsed"),
+        ("import sys; print('step 0 time 5ms'); sys.exit(7)", "failed", "exit_code",
+         "exited with code 7"),
+        ("import time; print('step 0 time 5ms', flush=True); time.sleep(60)", "timeout",
+         "timeout", "workload.time_limit_s=2 s and was killed (1 step line(s) by then)"),
+    ],
+)
+def test_faulty_commands_become_statuses(compose: Any, run_dir: Path, code: str, status: str,
+                                         kind: str, error: str) -> None:
+    """A healthy stand-in trainer (no torch, so fast) against a faulty one: the swept parameter
+    is the program text itself."""
+    cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1", "workload.time_limit_s=2",
+                   "workload.command='{python} -c {code}'", "+workload.params.code=x",
+                   "sweep.variable=workload.params.code", "sweep.baseline=ok", "sweep.values=[bad]",
+                   "sweep.labels=null", "sweep.baseline_label=null"])
+    cfg.sweep.baseline, cfg.sweep.values = HEALTHY, [code]
+    cfg.sweep.baseline_label, cfg.sweep.labels = "healthy", ["faulty"]
+    result = run_campaign(cfg, run_dir)
+    recs = _recs(run_dir)
+    assert recs["healthy/r0"]["status"] == "ok"
+    assert recs["healthy/r0"]["step_time_median_s"] == pytest.approx(0.002)
+    bad = recs["faulty/r0"]
+    assert bad["status"] == status and bad["failure_kind"] == kind
+    assert error in bad["error"]
+    (v,) = result.verdicts
+    assert v.verdict == "reject"
+    md = (run_dir / "decisions.md").read_text()
+    assert "## Failed trials" in md and kind != "exit_code" or "step 0 time 5ms" in md
+
+
+def test_a_command_that_cannot_start_is_a_status(compose: Any, run_dir: Path) -> None:
+    cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1",
+                   "workload.command='/no/such/trainer --steps {steps}'"])
+    spec = make_specs(cfg, run_dir, expand_arms(cfg),
+                      plan(["a0"], ["s32"], 1, reverse_every_other_round=False))[0]
+    rec = run_trial(spec)
+    assert rec["status"] == "failed" and rec["failure_kind"] == "cannot_start"
+    assert rec["error"].startswith("cannot start the command: FileNotFoundError")
+    assert json.loads((run_dir / "trials" / spec.trial_id / "trial.json").read_text())["status"] == "failed"
+
+
+def test_loss_trajectory_gate(compose: Any) -> None:
+    cfg = compose(["workload=command_example", "+sweep=example_delay"])
+    arms = [Arm("a0", "base", 0, True), Arm("a1", "same", 1, False), Arm("a2", "lr", 2, False)]
+    trials = pd.DataFrame([
+        {"trial_id": t, "arm_id": a, "bucket": "s32", "round": 0, "status": "ok"}
+        for t, a in (("t0", "a0"), ("t1", "a1"), ("t2", "a2"))
+    ])
+    losses = {"t0": [4.0, 3.5, 3.0], "t1": [4.0, 3.5, 3.01], "t2": [4.0, 3.2, 2.5]}
+    steps = pd.DataFrame([{"trial_id": t, "step": i, "loss": v}
+                          for t, vals in losses.items() for i, v in enumerate(vals)])
+    gates = loss_trajectory_gates(cfg, trials, steps, arms)
+    assert gates["a1"][0].status == "pass"  # 0.33 % < loss_rtol 1 %
+    assert gates["a2"][0].status == "fail"
+    assert "1.67e-01 over 3 logged steps (at s32 round 0 step 2) exceeds workload.loss_rtol=0.01" in gates["a2"][0].detail
+    assert loss_trajectory_gates(cfg, trials, steps.assign(loss=float("nan")), arms) == {}
+
+
+def test_env_switch_reaches_the_trial_process(compose: Any, run_dir: Path) -> None:
+    """env.OMP_NUM_THREADS is set in each fresh trial process before torch starts."""
+    cfg = compose(["workload=gpt_test", "protocol=quick", "launcher=local", "+sweep=omp_threads",
+                   "sweep.buckets=[s32]", "protocol.repeats=1", "sweep.baseline='2'",
+                   "sweep.values=['1']"])
+    run_campaign(cfg, run_dir)
+    recs = {r["arm_label"]: r for r in (json.loads(p.read_text())
+                                        for p in run_dir.glob("trials/*/trial.json"))}
+    assert recs["2"]["env"] == {"OMP_NUM_THREADS": "2"} and recs["2"]["torch_threads"] == 2
+    assert recs["1"]["env"] == {"OMP_NUM_THREADS": "1"} and recs["1"]["torch_threads"] == 1
