@@ -1,15 +1,25 @@
-"""From trial records to per-bucket and mixture comparisons (pure over DataFrames)."""
+"""From trial records to per-bucket and mixture comparisons (pure over DataFrames).
+
+Per bucket and arm: a summary (median and MAD of step time, spread of trial medians, warm-up
+and stability warnings). Per bucket and variant: the speedup over the baseline with its paired
+bootstrap interval, a Mann-Whitney U rank test as a second opinion, and the noise floor measured
+by the A/A control arm (the baseline run twice per round). With several buckets, the same for
+the weighted mixture (total work over total time).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
 from orchestrator import stats
 from orchestrator.config import ProtocolConfig
 from orchestrator.sweep import Arm
+
+MIXTURE = "mixture"
 
 
 @dataclass
@@ -29,6 +39,9 @@ class ArmSummary:
     peak_mem_bytes: float | None = None
     peak_mem_source: str | None = None
     useful_flops_per_step: float | None = None
+    warmup_steps_used: float | None = None  # median over trials
+    excluded_steps: int = 0  # tagged steps (compile, epoch boundary, ...) left out, all trials
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -38,15 +51,20 @@ class Comparison:
     estimate: stats.SpeedupEstimate | None
     paired_rounds: int
     note: str = ""
+    rank: stats.RankTest | None = None  # Mann-Whitney U over the paired rounds' steps
+    # largest effect the A/A control shows in this bucket (0.012 = 1.2 %); None without A/A
+    noise_floor: float | None = None
 
 
 @dataclass
 class Analysis:
     buckets: list[str]
-    arms: list[Arm]
+    arms: list[Arm]  # baseline first, then the variants; the A/A control is not among them
     summaries: dict[tuple[str, str], ArmSummary] = field(default_factory=dict)  # (bucket, arm)
     comparisons: dict[tuple[str, str], Comparison] = field(default_factory=dict)  # (bucket, arm)
     bucket_weights: dict[str, float] = field(default_factory=dict)
+    control: Arm | None = None  # the A/A arm, when the protocol runs one
+    noise: dict[str, Comparison] = field(default_factory=dict)  # bucket or "mixture" -> A/A
 
 
 def _timed(trials: pd.DataFrame) -> pd.DataFrame:
@@ -55,13 +73,24 @@ def _timed(trials: pd.DataFrame) -> pd.DataFrame:
     return trials[trials.get("kind", "timed") == "timed"]
 
 
-def summarize_arm(rows: pd.DataFrame, steps: pd.DataFrame, arm: Arm, bucket: str) -> ArmSummary:
+def step_times_by_trial(steps: pd.DataFrame) -> dict[str, list[float]]:
+    """trial_id -> measured step times, in step order."""
+    if steps.empty:
+        return {}
+    sel = steps[steps["phase"] == "measured"]
+    return {str(k): [float(x) for x in g["step_time_s"]] for k, g in sel.groupby("trial_id")}
+
+
+def summarize_arm(
+    rows: pd.DataFrame, by_trial: dict[str, list[float]], arm: Arm, bucket: str, cv_warn: float
+) -> ArmSummary:
     statuses = rows["status"].value_counts().to_dict() if not rows.empty else {}
     ok = rows[rows["status"] == "ok"] if not rows.empty else rows
     errors = sorted({str(e) for e in rows.get("error", pd.Series(dtype=str)).dropna() if e})
     s = ArmSummary(arm.arm_id, arm.label, bucket, len(rows), len(ok), statuses, errors)
     if ok.empty:
         return s
+    ok = ok.sort_values("round")
     meds = ok["step_time_median_s"].astype(float)
     s.step_time_median_s = stats.median(meds)
     s.step_time_mad_s = stats.median(ok["step_time_mad_s"].astype(float))
@@ -69,28 +98,66 @@ def summarize_arm(rows: pd.DataFrame, steps: pd.DataFrame, arm: Arm, bucket: str
     s.tokens_per_s = float(ok["tokens_per_step"].iloc[0]) / s.step_time_median_s
     s.peak_mem_bytes = float(ok["peak_mem_bytes"].max())
     s.peak_mem_source = str(ok["peak_mem_source"].iloc[0])
-    flops = ok["useful_flops_per_step"].dropna() if "useful_flops_per_step" in ok else []
-    s.useful_flops_per_step = float(flops.iloc[0]) if len(flops) else None
+    flops = ok["useful_flops_per_step"].dropna() if "useful_flops_per_step" in ok else None
+    s.useful_flops_per_step = float(flops.iloc[0]) if flops is not None and len(flops) else None
+    if "warmup_steps_used" in ok:
+        used = ok["warmup_steps_used"].dropna()
+        s.warmup_steps_used = stats.median(used.astype(float)) if len(used) else None
+        s.excluded_steps = int(ok["excluded_steps"].fillna(0).sum())
+        unsettled = ok[ok["warmup_settled"] == False]
+        if len(unsettled):
+            s.warnings.append(
+                f"warm-up did not settle within protocol.warmup_max_steps in {len(unsettled)} "
+                "trial(s): raise it or loosen protocol.warmup_tolerance")
+    ids = [str(t) for t in ok["trial_id"]]
+    s.warnings += stats.stability_warnings(
+        [by_trial.get(t, []) for t in ids], [f"trial {t}" for t in ids], cv_warn=cv_warn
+    )
     return s
 
 
-def measured_steps(steps: pd.DataFrame, trial_id: str) -> list[float]:
-    sel = steps[(steps["trial_id"] == trial_id) & (steps["phase"] == "measured")]
-    return [float(x) for x in sel["step_time_s"]]
-
-
 def paired_rounds(
-    trials: pd.DataFrame, steps: pd.DataFrame, bucket: str, base: str, var: str
+    trials: pd.DataFrame, by_trial: dict[str, list[float]], bucket: str, base: str, var: str
 ) -> tuple[list[list[float]], list[list[float]]]:
     """Per round where both arms succeeded: (baseline step times, variant step times)."""
+    if trials.empty:
+        return [], []
     ok = trials[(trials["status"] == "ok") & (trials["bucket"] == bucket)]
     b = ok[ok["arm_id"] == base].set_index("round")["trial_id"]
     v = ok[ok["arm_id"] == var].set_index("round")["trial_id"]
     rounds = sorted(set(b.index) & set(v.index))
-    return (
-        [measured_steps(steps, b[r]) for r in rounds],
-        [measured_steps(steps, v[r]) for r in rounds],
-    )
+    return [by_trial[str(b[r])] for r in rounds], [by_trial[str(v[r])] for r in rounds]
+
+
+def _compare(
+    arm_id: str,
+    pairs: dict[str, tuple[list[list[float]], list[list[float]]]],
+    weights: dict[str, float],
+    protocol: ProtocolConfig,
+) -> dict[str, Comparison]:
+    """Per-bucket comparisons and, with several buckets, the mixture (paired rounds only)."""
+    out: dict[str, Comparison] = {}
+    boot: dict[str, Any] = {"confidence": protocol.confidence,
+                            "resamples": protocol.bootstrap_resamples, "seed": protocol.seed}
+    for bucket, (pb, pv) in pairs.items():
+        if len(pb) >= 2:
+            est = stats.bootstrap_speedup([pb], [pv], **boot)
+            rank = stats.mann_whitney_u([x for t in pb for x in t], [x for t in pv for x in t])
+            out[bucket] = Comparison(arm_id, bucket, est, len(pb), rank=rank)
+        else:
+            note = f"{len(pb)} paired round(s); an interval needs at least 2"
+            out[bucket] = Comparison(arm_id, bucket, None, len(pb), note)
+    if len(pairs) > 1:
+        if all(c.estimate for c in out.values()):
+            rounds = min(len(pb) for pb, _ in pairs.values())
+            # pair rounds by position across buckets: the first `rounds` of each
+            mb = [pb[:rounds] for pb, _ in pairs.values()]
+            mv = [pv[:rounds] for _, pv in pairs.values()]
+            est = stats.bootstrap_speedup(mb, mv, weights=[weights[b] for b in pairs], **boot)
+            out[MIXTURE] = Comparison(arm_id, MIXTURE, est, rounds)
+        else:
+            out[MIXTURE] = Comparison(arm_id, MIXTURE, None, 0, "not every bucket has paired rounds")
+    return out
 
 
 def analyze(
@@ -100,55 +167,44 @@ def analyze(
     buckets: Sequence[str],
     bucket_weights: dict[str, float],
     protocol: ProtocolConfig,
+    control: Arm | None = None,
 ) -> Analysis:
+    """``arms``: baseline first, then the variants; ``control``: the A/A arm, if one ran."""
     trials = _timed(trials)
-    out = Analysis(list(buckets), list(arms), bucket_weights=dict(bucket_weights))
+    out = Analysis(list(buckets), list(arms), bucket_weights=dict(bucket_weights), control=control)
+    by_trial = step_times_by_trial(steps)
     base = arms[0]
+    everyone = list(arms) + ([control] if control else [])
     for bucket in buckets:
-        for arm in arms:
+        for arm in everyone:
             rows = trials[(trials["bucket"] == bucket) & (trials["arm_id"] == arm.arm_id)] if (
                 not trials.empty
             ) else trials
-            out.summaries[(bucket, arm.arm_id)] = summarize_arm(rows, steps, arm, bucket)
+            out.summaries[(bucket, arm.arm_id)] = summarize_arm(
+                rows, by_trial, arm, bucket, protocol.warn_cv)
+    floors: dict[str, float | None] = {}
+    if control is not None:
+        pairs = {b: paired_rounds(trials, by_trial, b, base.arm_id, control.arm_id)
+                 for b in buckets}
+        out.noise = _compare(control.arm_id, pairs, bucket_weights, protocol)
+        floors = {k: stats.noise_floor(c.estimate) for k, c in out.noise.items()}
+        for k, c in out.noise.items():
+            c.noise_floor = floors[k]
     for arm in arms[1:]:
-        mix_b, mix_v, mix_w = [], [], []
-        for bucket in buckets:
-            if trials.empty:
-                pb, pv = [], []
-            else:
-                pb, pv = paired_rounds(trials, steps, bucket, base.arm_id, arm.arm_id)
-            est, note = None, ""
-            if len(pb) >= 2:
-                est = stats.bootstrap_speedup(
-                    [pb], [pv], confidence=protocol.confidence,
-                    resamples=protocol.bootstrap_resamples, seed=protocol.seed,
-                )
-                mix_b.append(pb)
-                mix_v.append(pv)
-                mix_w.append(bucket_weights[bucket])
-            else:
-                note = f"{len(pb)} paired round(s); an interval needs at least 2"
-            out.comparisons[(bucket, arm.arm_id)] = Comparison(arm.arm_id, bucket, est, len(pb), note)
-        mix = None
-        note = ""
-        if len(buckets) > 1 and len(mix_b) == len(buckets):
-            mix = stats.bootstrap_speedup(
-                mix_b, mix_v, weights=mix_w, confidence=protocol.confidence,
-                resamples=protocol.bootstrap_resamples, seed=protocol.seed,
-            )
-        elif len(buckets) > 1:
-            note = "not every bucket has paired rounds"
-        if len(buckets) > 1:
-            rounds = min((len(x) for x in mix_b), default=0)
-            out.comparisons[("mixture", arm.arm_id)] = Comparison(arm.arm_id, "mixture", mix, rounds, note)
+        pairs = {b: paired_rounds(trials, by_trial, b, base.arm_id, arm.arm_id) for b in buckets}
+        for key, c in _compare(arm.arm_id, pairs, bucket_weights, protocol).items():
+            c.noise_floor = floors.get(key)
+            out.comparisons[(key, arm.arm_id)] = c
     return out
 
 
 def comparison_rows(analysis: Analysis) -> list[dict[str, Any]]:
-    """Flat rows (one per bucket x arm) for results.csv."""
+    """Flat rows (one per bucket x arm, the A/A control included) for results.csv."""
     rows = []
     for (bucket, arm_id), s in analysis.summaries.items():
         c = analysis.comparisons.get((bucket, arm_id))
+        if analysis.control and arm_id == analysis.control.arm_id:
+            c = analysis.noise.get(bucket)
         e = c.estimate if c else None
         rows.append(
             {
@@ -165,6 +221,9 @@ def comparison_rows(analysis: Analysis) -> list[dict[str, Any]]:
                 "speedup_low": e.low if e else None,
                 "speedup_high": e.high if e else None,
                 "paired_rounds": c.paired_rounds if c else None,
+                "rank_test_p": c.rank.p_value if c and c.rank else None,
+                "noise_floor": c.noise_floor if c else None,
+                "warnings": " | ".join(s.warnings),
             }
         )
     return rows

@@ -21,8 +21,16 @@ from orchestrator.decide import Verdict, decide
 from orchestrator.launch import make_launcher
 from orchestrator.launch.base import Launcher
 from orchestrator.levers import lever_sections, loss_trajectory_gates
-from orchestrator.plan import PlannedTrial, plan
+from orchestrator.plan import (
+    ArmProgress,
+    PlannedTrial,
+    control_arm,
+    more_rounds_reason,
+    next_rounds,
+    plan_rounds,
+)
 from orchestrator.render import render_decisions, terminal_summary
+from orchestrator.sensitivity import sensitivity_lines
 from orchestrator.results import atomic_write_json, atomic_write_text, load_trials, read_json, write_csv
 from orchestrator.sweep import Arm, apply_overrides, expand_arms
 from orchestrator.trial import TrialSpec
@@ -72,6 +80,11 @@ def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[Planne
                 env=dict(arm.env),
                 hardware=to_dict(cfg.hardware),
                 timeout_s=cfg.protocol.trial_timeout_s,
+                warmup_policy=cfg.protocol.warmup_policy,
+                warmup_max_steps=cfg.protocol.warmup_max_steps,
+                warmup_window=cfg.protocol.warmup_window,
+                warmup_tolerance=cfg.protocol.warmup_tolerance,
+                clock=cfg.protocol.clock,
             )
         )
     return specs
@@ -99,35 +112,101 @@ def env_line(trials: list[dict[str, Any]]) -> str:
             f"python {t.get('python_version')}")
 
 
+def with_control(cfg: Config, arms: list[Arm]) -> list[Arm]:
+    """The arms that run: baseline, the A/A control when the protocol asks for it, variants."""
+    if not cfg.protocol.aa_arm:
+        return list(arms)
+    return [arms[0], control_arm(arms[0]), *arms[1:]]
+
+
+def _progress(analysis: Analysis, verdicts: list[Verdict], min_effect: float) -> list[ArmProgress]:
+    from orchestrator.decide import threshold
+
+    out = []
+    for v in verdicts:
+        intervals = tuple(
+            (c.estimate.speedup, c.estimate.low, c.estimate.high, threshold(c, min_effect))
+            for (key, arm_id), c in analysis.comparisons.items()
+            if arm_id == v.arm_id and c.estimate is not None
+        )
+        out.append(ArmProgress(v.arm_id, v.verdict, v.timing_based, intervals, v.rounds_to_resolve))
+    return out
+
+
 def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None) -> CampaignResult:
     assert cfg.sweep is not None, "a campaign needs a sweep (+sweep=NAME)"
     run_dir.mkdir(parents=True, exist_ok=True)
+    p = cfg.protocol
+    max_rounds = max(p.max_rounds, p.repeats)  # max_rounds <= repeats: a fixed protocol
     arms = expand_arms(cfg)
+    running = with_control(cfg, arms)
     buckets = selected_buckets(cfg)
-    planned = plan(
-        [a.arm_id for a in arms],
-        [b["name"] for b in buckets],
-        cfg.protocol.repeats,
-        reverse_every_other_round=cfg.protocol.reverse_every_other_round,
+    bucket_names = [b["name"] for b in buckets]
+    planned = plan_rounds(
+        [a.arm_id for a in running], bucket_names, range(p.repeats),
+        reverse_every_other_round=p.reverse_every_other_round,
     )
+    adaptive_log: list[dict[str, Any]] = []
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
+    launcher = launcher or make_launcher(cfg.launcher)
+    rounds_done = p.repeats
+    while True:
+        _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log)
+        _run_missing(cfg, run_dir, running, planned, launcher)
+        if rounds_done >= max_rounds:
+            break
+        analysis, verdicts = _analyze_decide(cfg, run_dir, arms)
+        reasons = {
+            pr.arm_id: r for pr in _progress(analysis, verdicts, p.min_effect)
+            if (r := more_rounds_reason(pr, rounds_done, max_rounds, p.adaptive_gain_below))
+        }
+        if not reasons:
+            break
+        rounds = next_rounds(rounds_done, max_rounds, p.adaptive_step_rounds)
+        keep = [a.arm_id for a in running if a.is_baseline or a.arm_id in reasons
+                or (p.aa_arm and a.arm_id == running[1].arm_id)]
+        planned += plan_rounds(keep, bucket_names, rounds,
+                               reverse_every_other_round=p.reverse_every_other_round,
+                               start_position=len(planned))
+        adaptive_log.append({"after_rounds": rounds_done, "added_rounds": rounds,
+                             "arms": keep, "reasons": reasons})
+        log.info("adaptive: adding rounds %s for %s", rounds, ", ".join(sorted(reasons)))
+        rounds_done = rounds[-1] + 1
+    return finalize(cfg, run_dir, arms)
+
+
+def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
+                buckets: list[dict[str, Any]], planned: list[PlannedTrial],
+                adaptive_log: list[dict[str, Any]]) -> None:
+    assert cfg.sweep is not None
+    p = cfg.protocol
+    control = [a for a in running if a not in arms]
     atomic_write_json(
         run_dir / "plan.json",
         {
             "schema_version": SCHEMA_VERSION,
             "sweep": cfg.sweep.name,
             "arms": [a.__dict__ for a in arms],
+            "control_arm": control[0].__dict__ if control else None,
             "buckets": buckets,
-            "trials": [p.to_dict() for p in planned],
+            "rounds": {"initial": p.repeats, "max": max(p.max_rounds, p.repeats),
+                       "adaptive_step": p.adaptive_step_rounds},
+            "adaptive": adaptive_log,
+            "trials": [t.to_dict() for t in planned],
         },
     )
+
+
+def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[PlannedTrial],
+                 launcher: Launcher) -> None:
     done = completed_trials(run_dir)
-    todo = [p for p in planned if p.trial_id not in done]
-    if done:
-        log.info("resuming %s: %d of %d trials already complete", run_dir, len(planned) - len(todo),
-                 len(planned))
-    specs = make_specs(cfg, run_dir, arms, todo)
-    launcher = launcher or make_launcher(cfg.launcher)
+    todo = [t for t in planned if t.trial_id not in done]
+    if done and todo:
+        log.info("%s: %d of %d planned trials already complete", run_dir,
+                 len(planned) - len(todo), len(planned))
+    if not todo:
+        return
+    specs = make_specs(cfg, run_dir, running, todo)
     started = time.time()
     finished = [0]
 
@@ -142,7 +221,18 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None) -
                  spec.bucket["name"], spec.arm_label, spec.round, what, elapsed, eta)
 
     launcher.run(specs, on_done, cfg.protocol.trial_timeout_s)
-    return finalize(cfg, run_dir, arms)
+
+
+def _analyze_decide(cfg: Config, run_dir: Path, arms: list[Arm]) -> tuple[Analysis, list[Verdict]]:
+    buckets = selected_buckets(cfg)
+    trials_df, steps_df = load_trials(run_dir)
+    weights = {b["name"]: float(b["weight"]) for b in buckets}
+    running = with_control(cfg, arms)
+    control = running[1] if cfg.protocol.aa_arm else None
+    analysis = analyze(trials_df, steps_df, arms, [b["name"] for b in buckets], weights,
+                       cfg.protocol, control=control)
+    gates = loss_trajectory_gates(cfg, trials_df, steps_df, arms)
+    return analysis, decide(analysis, cfg.protocol.min_effect, gates)
 
 
 def speedup_table(analysis: Analysis, arm_id: str) -> dict[str, Any]:
@@ -175,7 +265,9 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> Campa
     buckets = selected_buckets(cfg)
     trials_df, steps_df = load_trials(run_dir)
     weights = {b["name"]: float(b["weight"]) for b in buckets}
-    analysis = analyze(trials_df, steps_df, arms, [b["name"] for b in buckets], weights, cfg.protocol)
+    control = with_control(cfg, arms)[1] if cfg.protocol.aa_arm else None
+    analysis = analyze(trials_df, steps_df, arms, [b["name"] for b in buckets], weights,
+                       cfg.protocol, control=control)
     verdicts = decide(analysis, cfg.protocol.min_effect,
                       loss_trajectory_gates(cfg, trials_df, steps_df, arms))
     records = trials_df.to_dict("records") if not trials_df.empty else []
@@ -212,7 +304,9 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> Campa
         launcher=cfg.launcher.name,
         failures=failures,
         extra_sections=[("Utilization (MFU / HFU)", utilization_section(records, peaks, util)),
-                        *lever_sections(cfg, trials_df, steps_df, analysis)],
+                        *lever_sections(cfg, trials_df, steps_df, analysis),
+                        ("Sensitivity", sensitivity_lines(analysis, cfg.protocol,
+                                                          cfg.sweep.variable))],
     )
     atomic_write_text(run_dir / "decisions.md", md)
     _render_summary(run_dir)

@@ -190,13 +190,32 @@ class CustomWorkloadConfig(WorkloadConfig):
 
 @dataclass
 class ProtocolConfig:
-    warmup_steps: int = 3  # excluded from statistics (compile, autotune, allocator warm-up)
+    # warm-up: `fixed` excludes warmup_steps; `auto` excludes at least warmup_steps, then until
+    # the median of the last warmup_window steps is within warmup_tolerance of the window before
+    # (at most warmup_max_steps). Tagged steps (compile, epoch_boundary, checkpoint, validation,
+    # profiler) are always excluded.
+    warmup_policy: str = "fixed"  # fixed | auto
+    warmup_steps: int = 3
+    warmup_max_steps: int = 30
+    warmup_window: int = 3
+    warmup_tolerance: float = 0.05  # relative
     measured_steps: int = 10  # timed steps per trial
-    repeats: int = 3  # rounds; each round runs every arm once, in a fresh process
+    # wall = time.perf_counter with a device sync (what training time is); cpu = the process's
+    # CPU time (time.process_time), host-CPU work only: leaves out time lost to other processes
+    # on a shared machine, so it is for calibrating the statistics, not for claiming speedups
+    clock: str = "wall"  # wall | cpu
+    repeats: int = 3  # initial rounds; each round runs every arm once, in a fresh process
+    # adaptive rounds: while a variant is undecided (or decided on a gain under
+    # adaptive_gain_below) add adaptive_step_rounds rounds, up to max_rounds in all
+    max_rounds: int = 3  # <= repeats: a fixed protocol of `repeats` rounds
+    adaptive_step_rounds: int = 2
+    adaptive_gain_below: float = 0.03  # 0.03 = 3 %
+    aa_arm: bool = False  # run the baseline twice per round (A/A) to measure the noise floor
     reverse_every_other_round: bool = True  # A B C, C B A, ...
     confidence: float = 0.95  # of the bootstrap interval on the speedup
     bootstrap_resamples: int = 2000
     min_effect: float = 0.02  # smallest speedup worth keeping (0.02 = 2 %)
+    warn_cv: float = 0.10  # robust coefficient of variation above which a warning is shown
     trial_timeout_s: float = 900.0
     seed: int = 0  # of the bootstrap
     # time-to-train projections (one-off warm-up/compile cost + N x steady step time) in reports
@@ -307,10 +326,27 @@ class Config:
     resume: Optional[str] = None  # a run dir whose completed trials are kept
 
 
+@dataclass
+class SyntheticWorkloadConfig(WorkloadConfig):
+    """Calibrated load (recipes/synthetic): each step does a known number of real work units
+    (matmuls of matrix_size x matrix_size on the host CPU) for the sensitivity calibration."""
+
+    kind: str = "synthetic"
+    recipe: str = "synthetic"
+    matrix_size: int = 32  # one work unit = a (matrix_size x matrix_size) matmul + tanh
+    units_per_token: float = 1.0  # work units per token of the bucket (seq_len * micro_batch)
+    # planted effect: the step does (1 + extra_work_fraction) times the work (rounded to units)
+    extra_work_fraction: float = 0.0
+    slow_first_steps: int = 0  # simulated warm-up: the first N steps do slow_factor times the work
+    slow_factor: float = 3.0
+    epoch_steps: int = 0  # > 0: every N-th step is an epoch boundary (tagged, extra work)
+
+
 WORKLOAD_SCHEMAS: dict[str, type[WorkloadConfig]] = {
     "gpt": GPTWorkloadConfig,
     "command": CommandWorkloadConfig,
     "custom": CustomWorkloadConfig,
+    "synthetic": SyntheticWorkloadConfig,
 }
 
 
@@ -386,6 +422,15 @@ def validate_workload(w: WorkloadConfig) -> None:
         for i, b in enumerate(w.buckets):
             if b.seq_len < 2:
                 raise ConfigError(f"workload.buckets[{i}].seq_len", "must be >= 2")
+    if isinstance(w, SyntheticWorkloadConfig):
+        _positive("workload.matrix_size", w.matrix_size)
+        _positive("workload.units_per_token", w.units_per_token)
+        if not -0.9 <= w.extra_work_fraction <= 10:
+            raise ConfigError("workload.extra_work_fraction",
+                              f"must be in [-0.9, 10], got {w.extra_work_fraction}")
+        _positive("workload.slow_first_steps", w.slow_first_steps, allow_zero=True)
+        _positive("workload.slow_factor", w.slow_factor)
+        _positive("workload.epoch_steps", w.epoch_steps, allow_zero=True)
     from orchestrator.levers import validate_levers
 
     validate_levers(w)
@@ -405,6 +450,7 @@ def validate(cfg: Config) -> None:
     if p.measured_steps < 3:
         raise ConfigError("protocol.measured_steps", "must be >= 3 to give a median with a spread")
     _positive("protocol.repeats", p.repeats)
+    validate_protocol(p)
     if not 0.5 <= p.confidence < 1:
         raise ConfigError("protocol.confidence", f"must be in [0.5, 1), got {p.confidence}")
     _positive("protocol.min_effect", p.min_effect, allow_zero=True)
@@ -422,6 +468,26 @@ def validate(cfg: Config) -> None:
         from orchestrator.levers import check_lever_sweep
 
         check_lever_sweep(cfg)
+
+
+def validate_protocol(p: ProtocolConfig) -> None:
+    from orchestrator.steady import WARMUP_POLICIES
+
+    _choice("protocol.warmup_policy", p.warmup_policy, WARMUP_POLICIES)
+    _choice("protocol.clock", p.clock, ("wall", "cpu"))
+    _positive("protocol.warmup_window", p.warmup_window)
+    _positive("protocol.warmup_tolerance", p.warmup_tolerance)
+    if p.warmup_max_steps < p.warmup_steps:
+        raise ConfigError("protocol.warmup_max_steps",
+                          f"must be >= protocol.warmup_steps ({p.warmup_steps}), got "
+                          f"{p.warmup_max_steps}")
+    _positive("protocol.max_rounds", p.max_rounds)
+    _positive("protocol.adaptive_step_rounds", p.adaptive_step_rounds)
+    _positive("protocol.adaptive_gain_below", p.adaptive_gain_below, allow_zero=True)
+    _positive("protocol.warn_cv", p.warn_cv)
+    if p.bootstrap_resamples < 100:
+        raise ConfigError("protocol.bootstrap_resamples",
+                          f"must be >= 100 for a usable interval, got {p.bootstrap_resamples}")
 
 
 # --------------------------------------------------------------------------- dict <-> dataclass

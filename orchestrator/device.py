@@ -102,6 +102,16 @@ def resolve(requested: str = "auto", index: int | None = None) -> DeviceInfo:
     return DeviceInfo(kind, idx, str(mod.get_device_name(idx)), int(mod.device_count()))
 
 
+def host_cpu(requested: str = "auto") -> DeviceInfo:
+    """The host CPU, without asking torch (for recipes that do not use torch)."""
+    from orchestrator.errors import BackendUnavailable
+
+    if requested not in ("auto", "cpu"):
+        raise BackendUnavailable(f"device={requested!r} requested but this recipe runs on the "
+                                 "host CPU only; use device=cpu")
+    return DeviceInfo("cpu", None, cpu_name(), os.cpu_count() or 1)
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -136,8 +146,8 @@ def peak_memory_bytes(dev: DeviceInfo) -> tuple[int, str]:
 
 
 def is_oom(exc: BaseException) -> bool:
-    torch = _torch()
-    if isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+    torch = sys.modules.get("torch")  # a process that never imported torch raised no torch OOM
+    if torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
         return True
     text = str(exc).lower()
     return "out of memory" in text or isinstance(exc, MemoryError)

@@ -27,48 +27,111 @@ def _status(s: ArmSummary) -> str:
     return f"{s.ok}/{s.trials}" + (f" ({bad})" if bad else "")
 
 
-def bucket_table(analysis: Analysis, bucket: str) -> list[str]:
+def _ci(e: Any) -> str:
+    return f"{e.speedup:.3f}x [{e.low:.3f}, {e.high:.3f}]"
+
+
+def noise_line(analysis: Analysis, key: str, min_effect: float | None = None) -> str:
+    """One line on the A/A noise floor of a bucket (or the mixture)."""
+    c = analysis.noise.get(key)
+    if analysis.control is None:
+        return "Noise floor: not measured (protocol.aa_arm=false)."
+    if c is None or c.estimate is None or c.noise_floor is None:
+        return f"Noise floor: not available ({c.note if c else 'no A/A rounds'})."
+    t = "" if min_effect is None else (
+        f"; retain threshold 1 + max({min_effect:g}, {c.noise_floor:.3f}) = "
+        f"{1 + max(min_effect, c.noise_floor):.3f}")
+    return (f"Noise floor (A/A control, {c.paired_rounds} paired rounds): "
+            f"**{c.noise_floor:.1%}**; A/A speedup {_ci(c.estimate)}{t}.")
+
+
+def bucket_table(
+    analysis: Analysis, bucket: str, verdicts: Sequence[Verdict] = (),
+    min_effect: float | None = None,
+) -> list[str]:
+    by_arm = {v.arm_id: v for v in verdicts}
     lines = [
+        noise_line(analysis, bucket, min_effect),
+        "",
         "| arm | median step (ms) | MAD (ms) | trial medians (ms) | tokens/s | speedup [CI] "
-        "| ok trials | peak mem (MiB) |",
-        "|---|---:|---:|---|---:|---|---|---:|",
+        "| rank test p | ok trials | peak mem (MiB) | verdict |",
+        "|---|---:|---:|---|---:|---|---:|---|---:|---|",
     ]
-    for arm in analysis.arms:
+    arms = list(analysis.arms)
+    if analysis.control is not None:
+        arms.insert(1, analysis.control)
+    warnings: list[str] = []
+    for arm in arms:
         s = analysis.summaries[(bucket, arm.arm_id)]
-        c = analysis.comparisons.get((bucket, arm.arm_id))
+        is_control = analysis.control is not None and arm.arm_id == analysis.control.arm_id
+        c = analysis.noise.get(bucket) if is_control else analysis.comparisons.get((bucket, arm.arm_id))
         if arm.is_baseline:
             sp = "baseline"
         elif c and c.estimate:
-            e = c.estimate
-            sp = f"{e.speedup:.3f}x [{e.low:.3f}, {e.high:.3f}]"
+            sp = _ci(c.estimate)
         else:
             sp = f"— ({c.note})" if c and c.note else "—"
+        p = f"{c.rank.p_value:.2g}" if c and c.rank and not arm.is_baseline else "—"
         spread = (
             f"{_ms(s.trial_median_min_s)}–{_ms(s.trial_median_max_s)}" if s.ok else "—"
         )
+        verdict = ("A/A control" if is_control else "" if arm.is_baseline
+                   else f"**{by_arm[arm.arm_id].verdict}**" if arm.arm_id in by_arm else "")
         lines.append(
             f"| {arm.label} | {_ms(s.step_time_median_s)} | {_ms(s.step_time_mad_s)} | {spread} "
-            f"| {_tps(s.tokens_per_s)} | {sp} | {_status(s)} | {_mib(s.peak_mem_bytes)} |"
+            f"| {_tps(s.tokens_per_s)} | {sp} | {p} | {_status(s)} | {_mib(s.peak_mem_bytes)} "
+            f"| {verdict} |"
         )
+        warnings += [f"- {arm.label}: {w}" for w in s.warnings]
+        if s.excluded_steps:
+            warnings.append(f"- {arm.label}: {s.excluded_steps} tagged step(s) excluded (compile, "
+                            "autotune, epoch boundary, checkpoint, validation or profiler)")
+    used = [analysis.summaries[(bucket, a.arm_id)].warmup_steps_used for a in arms]
+    known = [u for u in used if u is not None]
+    if known:
+        lines += ["", f"Warm-up steps dropped per trial (median per arm): "
+                  f"{min(known):g}–{max(known):g}."]
+    if warnings:
+        lines += ["", "Warnings:", "", *warnings]
     return lines
 
 
-def mixture_table(analysis: Analysis) -> list[str]:
+def mixture_table(
+    analysis: Analysis, verdicts: Sequence[Verdict] = (), min_effect: float | None = None
+) -> list[str]:
+    by_arm = {v.arm_id: v for v in verdicts}
     w = ", ".join(f"{b} {analysis.bucket_weights[b]:g}" for b in analysis.buckets)
+    base = analysis.arms[0]
+    total_w = sum(analysis.bucket_weights[b] for b in analysis.buckets)
+
+    def mix_ms(arm_id: str) -> str:
+        meds = [analysis.summaries[(b, arm_id)].step_time_median_s for b in analysis.buckets]
+        if any(m is None for m in meds):
+            return "—"
+        tot = sum(analysis.bucket_weights[b] * m for b, m in zip(analysis.buckets, meds) if m)
+        return _ms(tot / total_w)
+
     lines = [
         f"Weighted by step share ({w}); speedup = total baseline time / total variant time "
-        "for the same mix of steps (never a mean of per-bucket speedups).",
+        "for the same mix of steps (never a mean of per-bucket speedups); a regression in any "
+        "bucket blocks retention even when the mixture improves.",
         "",
-        "| arm | speedup [CI] |",
-        "|---|---|",
+        noise_line(analysis, "mixture", min_effect),
+        "",
+        "| arm | weighted median step (ms) | speedup [CI] | verdict |",
+        "|---|---:|---|---|",
+        f"| {base.label} | {mix_ms(base.arm_id)} | baseline | |",
     ]
+    if analysis.control is not None:
+        c = analysis.noise.get("mixture")
+        sp = _ci(c.estimate) if c and c.estimate else f"— ({c.note if c else 'n/a'})"
+        lines.append(f"| {analysis.control.label} | {mix_ms(analysis.control.arm_id)} | {sp} "
+                     "| A/A control |")
     for arm in analysis.arms[1:]:
         c = analysis.comparisons.get(("mixture", arm.arm_id))
-        if c and c.estimate:
-            e = c.estimate
-            lines.append(f"| {arm.label} | {e.speedup:.3f}x [{e.low:.3f}, {e.high:.3f}] |")
-        else:
-            lines.append(f"| {arm.label} | — ({c.note if c else 'n/a'}) |")
+        sp = _ci(c.estimate) if c and c.estimate else f"— ({c.note if c else 'n/a'})"
+        v = f"**{by_arm[arm.arm_id].verdict}**" if arm.arm_id in by_arm else ""
+        lines.append(f"| {arm.label} | {mix_ms(arm.arm_id)} | {sp} | {v} |")
     return lines
 
 
@@ -97,14 +160,18 @@ def render_decisions(
            if sweep.knob else ""),
         f"- baseline: `{base.label}`; variants: {', '.join(f'`{a.label}`' for a in analysis.arms[1:])}",
         f"- environment: {env_line}",
-        f"- protocol: {protocol.warmup_steps} warm-up + {protocol.measured_steps} measured steps "
-        f"per trial, {protocol.repeats} rounds, arms interleaved"
+        f"- protocol: {protocol_line(protocol)}, arms interleaved"
         + (" with the order reversed every other round" if protocol.reverse_every_other_round else "")
-        + f", each trial a fresh process ({launcher} launcher)",
-        f"- rule: speedup = baseline step time / variant step time, {conf}% paired bootstrap "
-        f"interval over rounds; **retain** when the lower end clears {1 + protocol.min_effect:.3f} "
-        "in every bucket, **reject** when the interval lies below 1 in any bucket or a trial "
-        "failed, **invalid** when the comparison cannot be made, else **inconclusive**",
+        + f", each trial a fresh process ({launcher} launcher)"
+        + (" — note: the inline launcher runs trials in this process" if launcher == "inline"
+           else ""),
+        f"- rule: speedup = baseline step time / variant step time (ratio of trial medians), "
+        f"{conf}% paired bootstrap interval over rounds; **retain** when the lower end clears "
+        f"1 + max(min_effect {protocol.min_effect:g}, A/A noise floor) in every bucket and the "
+        "mixture and a Mann-Whitney U rank test agrees, **reject** when the interval lies below 1 "
+        "in any bucket (rank test agreeing), a trial failed or a gate failed, **invalid** when "
+        "the comparison cannot be made, else **inconclusive** with the rounds estimated to "
+        "resolve it",
         "",
         "## Verdicts",
         "",
@@ -114,9 +181,10 @@ def render_decisions(
     for v in verdicts:
         out.append(f"| {v.label} | **{v.verdict}** | {'<br>'.join(v.reasons)} |")
     for bucket in analysis.buckets:
-        out += ["", f"## Bucket `{bucket}`", ""] + bucket_table(analysis, bucket)
+        out += ["", f"## Bucket `{bucket}`", ""] + bucket_table(
+            analysis, bucket, verdicts, protocol.min_effect)
     if len(analysis.buckets) > 1:
-        out += ["", "## Mixture", ""] + mixture_table(analysis)
+        out += ["", "## Mixture", ""] + mixture_table(analysis, verdicts, protocol.min_effect)
     for title, body in extra_sections:
         out += ["", f"## {title}", ""] + body
     if failures:
@@ -138,6 +206,18 @@ def render_decisions(
         "",
     ]
     return "\n".join(out)
+
+
+def protocol_line(p: Any) -> str:
+    warm = (f"{p.warmup_steps} warm-up" if getattr(p, "warmup_policy", "fixed") == "fixed" else
+            f"automatic warm-up (at least {p.warmup_steps}, at most {p.warmup_max_steps} steps, "
+            f"until {p.warmup_window}-step medians agree within {p.warmup_tolerance:.0%})")
+    rounds = (f"{p.repeats} rounds" if getattr(p, "max_rounds", 0) <= p.repeats else
+              f"{p.repeats} rounds then adaptive up to {p.max_rounds}")
+    aa = ", an A/A control arm (baseline twice per round)" if getattr(p, "aa_arm", False) else ""
+    clock = (" timed by process CPU time (protocol.clock=cpu: time lost to other processes is "
+             "left out; not a wall-clock speedup)" if getattr(p, "clock", "wall") == "cpu" else "")
+    return f"{warm} + {p.measured_steps} measured steps per trial{clock}, {rounds}{aa}"
 
 
 def terminal_summary(sweep_name: str, verdicts: Sequence[Verdict], run_dir: str) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 from orchestrator import device as devmod
 from orchestrator.errors import BackendUnavailable
 from orchestrator.results import atomic_write_json, trial_record, write_csv
+from orchestrator.steady import WarmupPolicy, warmup_complete
 
 # set by the launcher just before it starts the process: start-to-first-step is measured from it
 LAUNCH_T0_VAR = "ORCHESTRATOR_LAUNCH_T0"
@@ -47,6 +48,15 @@ class TrialSpec:
     kind: str = "timed"
     hardware: dict[str, Any] = field(default_factory=dict)  # HardwareConfig as a dict
     timeout_s: float | None = None  # the launcher's limit for this trial (external commands stop sooner)
+    warmup_policy: str = "fixed"  # fixed | auto (see orchestrator.steady)
+    warmup_max_steps: int = 30
+    warmup_window: int = 3
+    warmup_tolerance: float = 0.05
+    clock: str = "wall"  # wall | cpu (process CPU time; host-CPU recipes only)
+
+    def warmup(self) -> WarmupPolicy:
+        return WarmupPolicy(self.warmup_policy, self.warmup_steps, self.warmup_max_steps,
+                            self.warmup_window, self.warmup_tolerance)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, indent=2)
@@ -118,25 +128,42 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
 
         return measure_external(spec, base, builder(workload, bucket, spec.device))
 
-    import torch
-
     from orchestrator import compile_stats
 
-    dev = devmod.resolve(spec.device)
+    # a host-only recipe (the synthetic load) needs no torch device and never imports torch
+    host_only = bool(getattr(builder, "host_only", False))
+    dev = devmod.host_cpu(spec.device) if host_only else devmod.resolve(spec.device)
     trainer = builder(workload, bucket, dev.torch_device)
     devmod.reset_peak_memory(dev)
     batches = trainer.batches()
-    total = spec.warmup_steps + spec.measured_steps
+    policy = spec.warmup()
+    step_tags = getattr(trainer, "step_tags", None)
+    # a bound on tagged (excluded) steps, so a recipe that tags every step cannot loop forever
+    max_steps = policy.max_steps + 3 * spec.measured_steps + 10
     rows: list[dict[str, Any]] = []
     losses = []
+    warm_times: list[float] = []
+    warm_done, settled = warmup_complete(warm_times, policy)
+    measured_n = 0
     first_step_at = None
     sync = devmod.synchronize
     clock = time.perf_counter
+    if spec.clock == "cpu":
+        if dev.kind != "cpu":
+            raise BackendUnavailable(f"protocol.clock=cpu times host CPU work only, not {dev.kind}")
+        clock = time.process_time
     cs_start = cs_warm = compile_stats.snapshot()
+    warm_snapped = False
     sync(dev)
-    for i in range(total):
-        if i == spec.warmup_steps:
-            cs_warm = compile_stats.snapshot()
+    i = 0
+    while measured_n < spec.measured_steps:
+        if i >= max_steps:
+            raise RuntimeError(
+                f"{i} steps run but only {measured_n} of {spec.measured_steps} measured: the "
+                "recipe tags too many steps for exclusion"
+            )
+        if warm_done and not warm_snapped:  # compile counters at the end of the warm-up
+            cs_warm, warm_snapped = compile_stats.snapshot(), True
         t0 = clock()
         if first_step_at is None:
             first_step_at = time.time()
@@ -146,17 +173,29 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         sync(dev)
         t2 = clock()
         losses.append(loss)
+        tags = list(step_tags()) if step_tags else []
+        if tags:
+            phase = "excluded"
+        elif not warm_done:
+            phase = "warmup"
+            warm_times.append(t2 - t0)
+            warm_done, settled = warmup_complete(warm_times, policy)
+        else:
+            phase = "measured"
+            measured_n += 1
         rows.append(
             {
                 "step": i,
-                "phase": "warmup" if i < spec.warmup_steps else "measured",
+                "phase": phase,
                 "step_time_s": t2 - t0,
                 "data_wait_s": t1 - t0,
                 "tokens": trainer.tokens_per_step,
                 "samples": trainer.samples_per_step,
                 "batch_index": getattr(batch, "index", i),
+                "tags": ";".join(tags),
             }
         )
+        i += 1
     cs_end = compile_stats.snapshot()
     close = getattr(batches, "close", None)
     if close is not None:  # stops DataLoader workers now rather than at exit
@@ -171,17 +210,25 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     flops = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
     from orchestrator.flops import trial_flops  # after the timed steps: an extra counted step
 
-    utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
+    # a host-only recipe does numpy work: torch's FLOP counter would see none of it
+    hardware = {**spec.hardware, "count_executed_flops": False} if host_only else spec.hardware
+    utilization = trial_flops(trainer, batches, dev, hardware, workload.precision, median)
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]
+    torch_mod = sys.modules.get("torch")  # recorded only when the recipe really used torch
     return trial_record(
         **base,
         status="ok",
         device={"kind": dev.kind, "name": dev.name, "count": dev.count},
-        torch_version=torch.__version__,
+        torch_version=getattr(torch_mod, "__version__", None),
         python_version=platform.python_version(),
         startup_to_first_step_s=(first_step_at - launch_t0) if launch_t0 and first_step_at else None,
         step_time_median_s=median,
         step_time_mad_s=_mad(measured),
+        clock=spec.clock,
+        warmup_policy=policy.policy,
+        warmup_steps_used=len(warm_times),
+        warmup_settled=settled,
+        excluded_steps=sum(1 for r in rows if r["phase"] == "excluded"),
         tokens_per_step=trainer.tokens_per_step,
         tokens_per_s=trainer.tokens_per_step / median,
         peak_mem_bytes=peak,
@@ -191,7 +238,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         nonfinite_loss_steps=nonfinite,
         env=dict(spec.env),
         **utilization,
-        torch_threads=torch.get_num_threads(),
+        torch_threads=torch_mod.get_num_threads() if torch_mod is not None else None,
         # one-off cost of the warm-up steps above steady state (compile, autotune, workers ...)
         warmup_excess_s=sum(warmup) - len(warmup) * median,
         data_wait_share=sum(r["data_wait_s"] for r in rows if r["phase"] == "measured")

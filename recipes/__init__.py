@@ -15,6 +15,7 @@ from typing import Any
 REGISTRY: dict[str, str] = {
     "gpt": "recipes.gpt.recipe:build",
     "command": "recipes.command.recipe:build",
+    "synthetic": "recipes.synthetic.recipe:build",
 }
 
 

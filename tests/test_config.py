@@ -10,29 +10,49 @@ from typing import Any
 import pytest
 
 from orchestrator.cli import group_options
-from orchestrator.config import Config, GPTWorkloadConfig, from_dict, to_dict, workload_from_dict
+from orchestrator.config import (
+    Config,
+    GPTWorkloadConfig,
+    SyntheticWorkloadConfig,
+    from_dict,
+    to_dict,
+    workload_from_dict,
+)
 from orchestrator.errors import ConfigError
 
 
 def test_every_conf_file_composes(compose: Any) -> None:
     groups = ["workload", "protocol", "invariants", "launcher", "hardware"]
-    # sweeps that vary a command workload's params; every other sweep targets the GPT workloads
+    # sweeps that vary a command workload's params, the calibrate sweep (synthetic workloads);
+    # every other sweep targets the GPT workloads
     command_sweeps = {"example_delay"}
+    synthetic_sweeps = {"calibrate"}
+
+    def family(workload: str) -> str:
+        return ("command" if workload.startswith("command")
+                else "synthetic" if workload.startswith("synthetic") else "gpt")
+
+    def sweep_family(sweep: str) -> str:
+        return ("command" if sweep in command_sweeps
+                else "synthetic" if sweep in synthetic_sweeps else "gpt")
+
+    first = {"command": "example_delay", "synthetic": "calibrate", "gpt": "fa2"}
     for group in groups:
         for option in group_options(group):
-            if group == "workload" and option.startswith("command"):
-                cfg = compose([f"{group}={option}", "+sweep=example_delay"])
-            else:
-                cfg = compose([f"{group}={option}", "+sweep=fa2"])
+            sweep = first[family(option)] if group == "workload" else "fa2"
+            cfg = compose([f"{group}={option}", f"+sweep={sweep}"])
             assert isinstance(cfg, Config)
     for sweep, workload in itertools.product(group_options("sweep"), group_options("workload")):
-        if (sweep in command_sweeps) != workload.startswith("command"):
+        if sweep_family(sweep) != family(workload):
             continue
         env_sweep = sweep in ("omp_threads", "alloc_conf", "alloc_conf_musa")
         cfg = compose([f"workload={workload}", f"+sweep={sweep}"]
                       + (["launcher=local"] if env_sweep else []))
         assert cfg.sweep is not None and cfg.sweep.name == sweep
-        assert isinstance(cfg.workload, GPTWorkloadConfig) != (sweep in command_sweeps)
+        if family(workload) == "synthetic":
+            assert isinstance(cfg.workload, SyntheticWorkloadConfig)
+        else:
+            assert isinstance(cfg.workload, GPTWorkloadConfig) != (sweep in command_sweeps)
 
 
 def test_default_config_runs_on_cpu_defaults(compose: Any) -> None:

@@ -1,0 +1,161 @@
+"""Planted effects: does the A/B protocol find known effects, and at what cost?
+
+For each planted effect (A/A = 0, +/-2 %, +/-5 %, +/-10 % speedup of the variant) it runs
+several campaigns of the calibrated synthetic recipe with the default protocol (adaptive rounds)
+and with a fixed protocol of max_rounds rounds, interleaved (adaptive, fixed, next effect, ...)
+so that load changes on the machine hit both alike, and prints a confusion table of verdicts and
+the trials spent per campaign and per decisive verdict.
+
+A planted speedup s is made by giving the variant (1/s - 1) extra work (rounded to whole work
+units; the fraction actually planted is printed). Correct: retain for s > 1, reject for s < 1,
+inconclusive for A/A. Wrong direction: retain for s < 1 or reject for s > 1 (or any decisive
+verdict for A/A, counted separately).
+
+    python bench/planted_effects.py                       # inline launcher (trials in-process)
+    python bench/planted_effects.py --launcher local      # each trial a fresh process
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from orchestrator.campaign import run_campaign
+from orchestrator.cli import compose
+
+
+def planted_fraction(effect_pct: float) -> float:
+    """Extra work for a planted speedup; A/A gets 1e-9, which rounds to zero extra work units
+    (a sweep may not repeat the baseline's value)."""
+    return 1 / (1 + effect_pct / 100) - 1 if effect_pct else 1e-9
+
+
+def run_one(effect_pct: float, protocol: str, launcher: str, run_dir: Path, seed: int,
+            extra: list[str]) -> dict[str, Any]:
+    fraction = planted_fraction(effect_pct)
+    overrides = [
+        "workload=synthetic", "+sweep=calibrate", "protocol=default", f"launcher={launcher}",
+        f"sweep.values=[{fraction!r}]", f"sweep.labels=[planted{effect_pct:+g}%]",
+        f"protocol.seed={seed}", *extra,
+    ]
+    if protocol == "fixed":
+        overrides += ["protocol.repeats=${protocol.max_rounds}"]
+    cfg = compose(overrides)
+    t0 = time.time()
+    result = run_campaign(cfg, run_dir)
+    trials = len(list(run_dir.glob("trials/*/trial.json")))
+    v = result.verdicts[0]
+    c = result.analysis.comparisons[(result.analysis.buckets[0], v.arm_id)]
+    nf = c.noise_floor
+    return {"effect_pct": effect_pct, "protocol": protocol, "verdict": v.verdict,
+            "trials": trials, "wall_s": time.time() - t0, "noise_floor": nf,
+            "speedup": c.estimate.speedup if c.estimate else None,
+            "low": c.estimate.low if c.estimate else None,
+            "high": c.estimate.high if c.estimate else None,
+            "rounds": c.paired_rounds}
+
+
+def outcome(effect_pct: float, verdict: str) -> str:
+    if verdict not in ("retain", "reject"):
+        return "correct" if effect_pct == 0 and verdict == "inconclusive" else "undecided"
+    if effect_pct == 0:
+        return "false-decision"
+    good = "retain" if effect_pct > 0 else "reject"
+    return "correct" if verdict == good else "wrong-direction"
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["protocol"], r["effect_pct"])].append(r)
+    out = [("| protocol | planted speedup | campaigns | retain | reject | inconclusive | invalid "
+            "| correct | wrong direction | trials/campaign | trials/decisive verdict |"),
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (proto, eff), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], abs(kv[0][1]), kv[0][1])):
+        n = Counter(r["verdict"] for r in rs)
+        o = Counter(outcome(eff, r["verdict"]) for r in rs)
+        trials = sum(r["trials"] for r in rs)
+        decisive = n["retain"] + n["reject"]
+        wrong = o["wrong-direction"] + o["false-decision"]
+        label = "A/A" if eff == 0 else f"{eff:+g}%"
+        out.append(
+            f"| {proto} | {label} | {len(rs)} | {n['retain']} | {n['reject']} | "
+            f"{n['inconclusive']} | {n['invalid']} | {o['correct']}/{len(rs)} | {wrong} | "
+            f"{trials / len(rs):.1f} | {f'{trials / decisive:.1f}' if decisive else '—'} |")
+    for proto in sorted({r["protocol"] for r in rows}):
+        rs = [r for r in rows if r["protocol"] == proto]
+        acc = sum(outcome(r["effect_pct"], r["verdict"]) == "correct" for r in rs)
+        out.append(f"\n{proto}: {acc}/{len(rs)} correct overall, "
+                   f"{sum(r['trials'] for r in rs)} trials in all, "
+                   f"{sum(r['trials'] for r in rs) / len(rs):.1f} per campaign")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--campaigns", type=int, default=6, help="campaigns per effect and protocol")
+    ap.add_argument("--effects", default="0,2,-2,5,-5,10,-10", help="planted speedups in %%")
+    ap.add_argument("--launcher", default="inline", choices=["inline", "local"])
+    ap.add_argument("--protocols", default="adaptive,fixed")
+    ap.add_argument("--out", default=None, help="keep run dirs and results.json here")
+    ap.add_argument("--table-from", default=None,
+                    help="print the table from a results.json of an earlier run and exit")
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. protocol.max_rounds=7")
+    args = ap.parse_args(argv)
+    if args.table_from:
+        print("\n".join(table(json.loads(Path(args.table_from).read_text()))))
+        return 0
+    logging.basicConfig(level=logging.WARNING)
+    effects = [float(x) for x in args.effects.split(",")]
+    protocols = args.protocols.split(",")
+    out = Path(args.out or tempfile.mkdtemp(prefix="planted-"))
+    print(f"planted effects: {args.campaigns} campaigns x {len(effects)} effects x "
+          f"{protocols}; launcher={args.launcher}"
+          + (" (trials run in this process, not fresh processes)" if args.launcher == "inline"
+             else " (each trial a fresh process)") + f"; run dirs under {out}", flush=True)
+    probe = compose(["workload=synthetic", "+sweep=calibrate", "protocol=default", *args.overrides])
+    p = probe.protocol
+    print(f"protocol: default ({p.warmup_policy} warm-up, {p.measured_steps} measured steps, "
+          f"{p.repeats} rounds adaptive up to {p.max_rounds}, A/A arm {p.aa_arm}, clock {p.clock}, min_effect "
+          f"{p.min_effect}, confidence {p.confidence}); fixed = {p.max_rounds} rounds",
+          flush=True)
+    from recipes.synthetic.recipe import SyntheticTrainer
+    w, b = probe.workload, probe.workload.buckets[0]
+    for eff in effects:
+        w.extra_work_fraction = planted_fraction(eff)
+        t = SyntheticTrainer(w, b, "cpu")
+        print(f"  planted {eff:+g}%: variant work {t.units} units vs {t.base_units} "
+              f"(true speedup of the work {t.base_units / t.units:.4f}x)", flush=True)
+    rows: list[dict[str, Any]] = []
+    started = time.time()
+    for i in range(args.campaigns):
+        for eff in effects:
+            for proto in protocols:
+                run_dir = out / f"{proto}_{eff:+g}_{i}"
+                r = run_one(eff, proto, args.launcher, run_dir, seed=i, extra=args.overrides)
+                rows.append(r)
+                sp = f"{r['speedup']:.3f} [{r['low']:.3f}, {r['high']:.3f}]" if r["speedup"] else "-"
+                print(f"[{len(rows)}] {proto:8s} planted {eff:+5g}%: {r['verdict']:12s} "
+                      f"speedup {sp} floor {r['noise_floor'] or 0:.3f} rounds {r['rounds']} "
+                      f"trials {r['trials']} ({r['wall_s']:.0f}s, total {time.time() - started:.0f}s, "
+                      f"load avg {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
+                      flush=True)
+        (out / "results.json").write_text(json.dumps(rows, indent=1))
+    print(f"machine: {os.cpu_count()} cores, load average at the end {os.getloadavg()}",
+          flush=True)
+    print("\n".join(table(rows)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The synthetic recipe and the protocol end to end: A/A arm, adaptive rounds, mixture, warm-up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from orchestrator.campaign import run_campaign
+from orchestrator.errors import ConfigError
+
+FAST = ["workload=synthetic", "+sweep=calibrate", "protocol=default",
+        "protocol.measured_steps=5", "workload.units_per_token=0.05"]
+
+
+def _trials(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
+
+
+def test_trial_excludes_warmup_and_tagged_steps(tmp_path: Path) -> None:
+    from orchestrator.trial import TrialSpec, run_trial
+
+    workload = {"name": "s", "kind": "synthetic", "recipe": "synthetic", "matrix_size": 16,
+                "units_per_token": 0.5, "slow_first_steps": 4, "slow_factor": 20.0,
+                "epoch_steps": 4, "buckets": [{"name": "b", "seq_len": 8, "micro_batch": 2}]}
+    spec = TrialSpec("t", str(tmp_path / "t"), {"name": "b", "seq_len": 8, "micro_batch": 2},
+                     "a0", "base", True, 0, 0, workload, device="cpu", warmup_steps=2,
+                     measured_steps=6, warmup_policy="auto", warmup_max_steps=12,
+                     warmup_window=2, warmup_tolerance=10.0)
+    rec = run_trial(spec)
+    assert rec["status"] == "ok", rec.get("error")
+    steps = pd.read_csv(tmp_path / "t" / "steps.csv")
+    assert list(steps["phase"]).count("measured") == 6
+    # slow steps 0-3 are warm-up; epoch boundaries (steps 4, 8, ...) are excluded, never measured
+    assert set(steps["phase"][:4]) == {"warmup"}
+    tagged = steps[steps["tags"].fillna("") == "epoch_boundary"]
+    assert len(tagged) >= 1 and set(tagged["phase"]) == {"excluded"}
+    assert rec["excluded_steps"] == len(tagged) and rec["warmup_policy"] == "auto"
+    assert rec["warmup_steps_used"] == list(steps["phase"]).count("warmup")
+
+
+def test_synthetic_campaign_fresh_processes_no_torch(compose: Any, run_dir: Path) -> None:
+    cfg = compose([*FAST, "launcher=local", "sweep.values=[3.0]", "sweep.labels=[4x-work]",
+                   "protocol.repeats=2", "protocol.max_rounds=2"])
+    result = run_campaign(cfg, run_dir)
+    recs = _trials(run_dir)
+    assert len(recs) == 3 * 2  # baseline, A/A control, variant x 2 rounds
+    assert len({r["pid"] for r in recs}) == 6  # each trial its own process
+    assert all(r["status"] == "ok" and r["torch_version"] is None for r in recs)
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["control_arm"]["arm_id"] == "aa"
+    assert [t["arm_id"] for t in plan["trials"]] == ["a0", "aa", "a1", "a1", "aa", "a0"]
+    (v,) = result.verdicts
+    assert v.label == "4x-work" and v.verdict in ("reject", "inconclusive")
+    assert result.analysis.noise["t1k"].estimate is not None
+
+
+def test_adaptive_rounds_extend_the_plan_and_resume(
+    compose: Any, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator import campaign
+
+    # force "undecided" so the loop's planning is exercised deterministically
+    monkeypatch.setattr(campaign, "more_rounds_reason", lambda p, done, cap, g: (
+        "test" if done < cap and p.arm_id == "a1" else ""))
+    cfg = compose([*FAST, "launcher=inline", "sweep.values=[0.5,1.0]",
+                   "sweep.labels=[a,b]", "protocol.repeats=2", "protocol.max_rounds=5",
+                   "protocol.adaptive_step_rounds=2"])
+    run_campaign(cfg, run_dir)
+    plan = json.loads((run_dir / "plan.json").read_text())
+    order = [(t["round"], t["arm_id"]) for t in plan["trials"]]
+    assert order[:8] == [(0, "a0"), (0, "aa"), (0, "a1"), (0, "a2"),
+                         (1, "a2"), (1, "a1"), (1, "aa"), (1, "a0")]
+    # a2 decided (no reason): it stops; a1 goes on with the baseline and the A/A control
+    assert order[8:] == [(2, "a0"), (2, "aa"), (2, "a1"), (3, "a1"), (3, "aa"), (3, "a0"),
+                         (4, "a0"), (4, "aa"), (4, "a1")]
+    assert [a["added_rounds"] for a in plan["adaptive"]] == [[2, 3], [4]]
+    assert len(_trials(run_dir)) == len(order) == 17
+    mtimes = {p: p.stat().st_mtime for p in run_dir.glob("trials/*/trial.json")}
+    run_campaign(cfg, run_dir)  # resume: everything is already there, nothing re-runs
+    assert {p: p.stat().st_mtime for p in run_dir.glob("trials/*/trial.json")} == mtimes
+
+
+def test_mixture_decisions_md(compose: Any, run_dir: Path) -> None:
+    cfg = compose([*FAST, "workload=synthetic_mix", "launcher=inline", "sweep.values=[1.0]",
+                   "sweep.labels=[2x-work]", "protocol.repeats=2", "protocol.max_rounds=2"])
+    result = run_campaign(cfg, run_dir)
+    md = (run_dir / "decisions.md").read_text()
+    for text in ("## Bucket `t512`", "## Bucket `t2k`", "## Mixture", "Noise floor (A/A control",
+                 "(A/A control) |", "| rank test p |", "never a mean of per-bucket speedups",
+                 "retain threshold 1 + max(0.02,", "## Sensitivity", "min detectable effect",
+                 "| planted extra work |"):
+        assert text in md, text
+    assert ("mixture", "a1") in result.analysis.comparisons
+    assert "mixture" in result.analysis.noise
+    rows = pd.read_csv(run_dir / "results.csv")
+    assert set(rows["arm_id"]) == {"a0", "aa", "a1"}
+    line = json.loads((run_dir / "decisions.jsonl").read_text().splitlines()[0])
+    assert "rounds_to_resolve" in line and line["label"] == "2x-work"
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["protocol.max_rounds=0"], r"protocol\.max_rounds: must be > 0"),
+        (["protocol.warmup_policy=auto-ish"], r"protocol\.warmup_policy: 'auto-ish' is not a valid"),
+        (["protocol.warmup_max_steps=1"], r"protocol\.warmup_max_steps: must be >= "),
+        (["workload.extra_work_fraction=-2"], r"workload\.extra_work_fraction: must be in"),
+    ],
+)
+def test_bad_protocol_values_name_the_key(compose: Any, overrides: list[str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        compose([*FAST, *overrides])
+
+
+def test_synthetic_on_a_gpu_request_is_unavailable(tmp_path: Path) -> None:
+    from orchestrator.trial import TrialSpec, run_trial
+
+    workload = {"name": "s", "kind": "synthetic", "recipe": "synthetic",
+                "buckets": [{"name": "b", "seq_len": 8, "micro_batch": 1}]}
+    spec = TrialSpec("t", str(tmp_path / "t"), {"name": "b", "seq_len": 8, "micro_batch": 1},
+                     "a0", "base", True, 0, 0, workload, device="musa")
+    rec = run_trial(spec)
+    assert rec["status"] == "unavailable" and "host CPU only" in rec["error"]
+
+
+def test_cpu_clock_times_process_cpu(tmp_path: Path) -> None:
+    from orchestrator.trial import TrialSpec, run_trial
+
+    workload = {"name": "s", "kind": "synthetic", "recipe": "synthetic", "units_per_token": 0.5,
+                "buckets": [{"name": "b", "seq_len": 8, "micro_batch": 2}]}
+    spec = TrialSpec("t", str(tmp_path / "t"), {"name": "b", "seq_len": 8, "micro_batch": 2},
+                     "a0", "base", True, 0, 0, workload, device="cpu", warmup_steps=1,
+                     measured_steps=3, clock="cpu")
+    rec = run_trial(spec)
+    assert rec["status"] == "ok" and rec["clock"] == "cpu" and rec["step_time_median_s"] > 0
