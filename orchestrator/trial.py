@@ -210,9 +210,16 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     flops = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
     from orchestrator.flops import trial_flops  # after the timed steps: an extra counted step
 
-    # a host-only recipe does numpy work: torch's FLOP counter would see none of it
-    hardware = {**spec.hardware, "count_executed_flops": False} if host_only else spec.hardware
-    utilization = trial_flops(trainer, batches, dev, hardware, workload.precision, median)
+    if host_only:  # numpy work: torch's FLOP counter and peak table do not apply, torch stays out
+        utilization: dict[str, Any] = {
+            "flops": {"useful_per_step": flops,
+                      "useful_definition": getattr(trainer, "useful_flops_definition", None),
+                      "executed_per_step": None,
+                      "executed_note": "not counted: host-only recipe (no torch)"},
+            "matmul_dtype": None, "matmul_dtype_why": "host-only recipe (no torch)",
+            "peaks": [], "utilization": []}
+    else:
+        utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]
     torch_mod = sys.modules.get("torch")  # recorded only when the recipe really used torch
     return trial_record(

@@ -68,6 +68,8 @@ class SyntheticTrainer:
         """Tags of the step just run (the orchestrator excludes tagged steps)."""
         return list(self._tags)
 
+    useful_flops_definition = "2 * matrix_size**3 per work unit (the matmul; tanh not counted)"
+
     def useful_flops_per_step(self) -> float:
         return float(self.units * 2 * self.workload.matrix_size**3)
 
