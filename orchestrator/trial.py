@@ -197,9 +197,6 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         )
         i += 1
     cs_end = compile_stats.snapshot()
-    close = getattr(batches, "close", None)
-    if close is not None:  # stops DataLoader workers now rather than at exit
-        close()
     for row, loss in zip(rows, losses):  # read outside the timed window
         row["loss"] = float(loss.float().item()) if hasattr(loss, "item") else float(loss)
     peak, peak_source = devmod.peak_memory_bytes(dev)
@@ -220,6 +217,9 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
             "peaks": [], "utilization": []}
     else:
         utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
+    close = getattr(batches, "close", None)
+    if close is not None:  # after the FLOP count's extra step; stops DataLoader workers now
+        close()
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]
     torch_mod = sys.modules.get("torch")  # recorded only when the recipe really used torch
     return trial_record(
