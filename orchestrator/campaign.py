@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import provenance
 from orchestrator.analyze import Analysis, analyze, comparison_rows
 from orchestrator.config import Config, SCHEMA_VERSION, to_dict
 from orchestrator.decide import Verdict, decide
@@ -99,10 +100,14 @@ def env_line(trials: list[dict[str, Any]]) -> str:
             f"python {t.get('python_version')}")
 
 
-def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None) -> CampaignResult:
+def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
+                 overrides: list[str] | None = None) -> CampaignResult:
     assert cfg.sweep is not None, "a campaign needs a sweep (+sweep=NAME)"
     run_dir.mkdir(parents=True, exist_ok=True)
     arms = expand_arms(cfg)
+    # refuses a resume on a different environment before anything is written
+    session = provenance.start(cfg, run_dir, arms, list(completed_trials(run_dir).values()),
+                               overrides)
     buckets = selected_buckets(cfg)
     planned = plan(
         [a.arm_id for a in arms],
@@ -127,11 +132,15 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None) -
         log.info("resuming %s: %d of %d trials already complete", run_dir, len(planned) - len(todo),
                  len(planned))
     specs = make_specs(cfg, run_dir, arms, todo)
+    if specs:  # the first trial of each invocation also writes the full environment report
+        specs[0].env_report = True
     launcher = launcher or make_launcher(cfg.launcher)
     started = time.time()
     finished = [0]
 
     def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
+        session.sanitize_trial(Path(spec.trial_dir))  # stderr tails sanitized as recorded
+        record = session.sanitizer.data(record)
         finished[0] += 1
         n = finished[0]
         elapsed = time.time() - started
@@ -142,7 +151,7 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None) -
                  spec.bucket["name"], spec.arm_label, spec.round, what, elapsed, eta)
 
     launcher.run(specs, on_done, cfg.protocol.trial_timeout_s)
-    return finalize(cfg, run_dir, arms)
+    return finalize(cfg, run_dir, arms, session)
 
 
 def speedup_table(analysis: Analysis, arm_id: str) -> dict[str, Any]:
@@ -168,10 +177,16 @@ def _render_summary(run_dir: Path) -> None:
         log.warning("summary.md not rendered: %s: %s", type(exc).__name__, exc)
 
 
-def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> CampaignResult:
-    """Collect the trials on disk, analyze, decide and write the campaign's artifacts."""
+def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
+             session: provenance.Session | None = None) -> CampaignResult:
+    """Collect the trials on disk, analyze, decide and write the campaign's artifacts; the
+    last step sanitizes every file of the run directory."""
     assert cfg.sweep is not None
     arms = arms or expand_arms(cfg)
+    if session is None:
+        from orchestrator.sanitize import Sanitizer
+
+        session = provenance.Session(Sanitizer.from_config(cfg.sanitize))
     buckets = selected_buckets(cfg)
     trials_df, steps_df = load_trials(run_dir)
     weights = {b["name"]: float(b["weight"]) for b in buckets}
@@ -184,6 +199,8 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> Campa
     atomic_write_json(run_dir / "utilization.json", {
         "schema_version": SCHEMA_VERSION, "peaks": [p.__dict__ for p in peaks],
         "rows": [u.__dict__ for u in util]})
+    provenance_section = provenance.environment_section(cfg, run_dir, records, verdicts,
+                                                        session.git)
     base = arms[0]
     atomic_write_json(
         run_dir / "baseline.json",
@@ -212,9 +229,10 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> Campa
         launcher=cfg.launcher.name,
         failures=failures,
         extra_sections=[("Utilization (MFU / HFU)", utilization_section(records, peaks, util)),
-                        *lever_sections(cfg, trials_df, steps_df, analysis)],
+                        *lever_sections(cfg, trials_df, steps_df, analysis), provenance_section],
     )
     atomic_write_text(run_dir / "decisions.md", md)
     _render_summary(run_dir)
+    session.seal(run_dir)
     log.info("%s", terminal_summary(cfg.sweep.name, verdicts, str(run_dir)))
     return CampaignResult(run_dir, analysis, verdicts)

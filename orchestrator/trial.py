@@ -47,6 +47,7 @@ class TrialSpec:
     kind: str = "timed"
     hardware: dict[str, Any] = field(default_factory=dict)  # HardwareConfig as a dict
     timeout_s: float | None = None  # the launcher's limit for this trial (external commands stop sooner)
+    env_report: bool = False  # also write the full environment.json (the campaign's first trial)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, indent=2)
@@ -100,6 +101,10 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
         status = "oom" if devmod.is_oom(exc) else "failed"
         tb = traceback.format_exc(limit=8)
         record = trial_record(**base, status=status, error=one_line(exc), traceback=tb)
+    # after the timed steps, so neither the timing nor start-to-first-step pays for it
+    from orchestrator.environment import record_facts
+
+    record_facts(record, spec.device, tdir, full=spec.env_report)
     record["finished_at"] = time.time()
     atomic_write_json(tdir / "trial.json", record)
     return record
