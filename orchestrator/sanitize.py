@@ -69,7 +69,7 @@ BEARER = re.compile(r"(?i)\b(bearer|basic)\s+([A-Za-z0-9._~+/=\-]{8,})")
 # `password=xyz`, `api_key: "xyz"`, `--token xyz`
 KEYED_SECRET = re.compile(
     r"(?i)(?P<key>\b[\w.\-]*(?:token|secret|passw(?:or)?d|passwd|api[_-]?key|access[_-]?key|"
-    r"private[_-]?key|credential)s?\b)(?P<sep>\"?\s*[=:]\s*\"?)"
+    r"private[_-]?key|credential)s?\b)(?P<sep>[\"']?\s*[=:]\s*[\"']?)"
     r"(?P<val>(?!<)(?![\d.]+(?:[\s\"',;&}\]]|$))[^\s\"',;&}\]]{4,})"
 )
 # a --flag that takes a secret: `--token xyz`, `--api-key=xyz`
