@@ -18,6 +18,7 @@ Two products:
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import logging
 import os
@@ -26,8 +27,9 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from orchestrator import device as devmod
 
@@ -83,7 +85,7 @@ def _read(path: str) -> str | None:
 def cpu_facts() -> dict[str, Any]:
     info = _read("/proc/cpuinfo") or ""
     cores = {(m.group(1), m.group(2)) for m in re.finditer(
-        r"physical id\s*:\s*(\d+).*?core id\s*:\s*(\d+)", info, re.S)}
+        r"physical id\s*:\s*(\d+).*?core id\s*:\s*(\d+)", info, re.DOTALL)}
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -122,10 +124,10 @@ def container_facts() -> dict[str, Any]:
     out: dict[str, Any] = {"detected": bool(evidence), "evidence": evidence,
                            "image": None, "image_digest": None}
     podman = _read("/run/.containerenv") or ""
-    m = re.search(r'^image="([^"]*)"', podman, re.M)
+    m = re.search(r'^image="([^"]*)"', podman, re.MULTILINE)
     if m and m.group(1):
         out["image"] = _public_image(m.group(1))
-    m = re.search(r'^imageid="([^"]*)"', podman, re.M)
+    m = re.search(r'^imageid="([^"]*)"', podman, re.MULTILINE)
     if m and m.group(1):
         out["image_digest"] = m.group(1)
     for var in IMAGE_DIGEST_VARS:
@@ -158,7 +160,7 @@ def tool_version(name: str, args: list[str]) -> dict[str, Any]:
     elif name == "nvidia-smi":
         out["driver_version"] = text.splitlines()[0].strip() if text else None
     elif name == "musa_toolkits_version":
-        m = re.search(r"musa_toolkits:\s*(\{.*\})", text, re.S)
+        m = re.search(r"musa_toolkits:\s*(\{.*\})", text, re.DOTALL)
         try:
             out["version"] = json.loads(m.group(1)).get("version") if m else None
         except json.JSONDecodeError:
@@ -246,7 +248,7 @@ def gloo_probe() -> str:
 
     pg = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=10))
     x = torch.ones(4)
-    pg.allreduce([x]).wait()
+    pg.allreduce([x]).wait()  # type: ignore[attr-defined]
     return "ok" if float(x.sum()) == 4.0 else f"wrong result {x.tolist()}"
 
 
@@ -356,7 +358,7 @@ def gather(device: str = "auto", gathered_in: str = "trial process") -> dict[str
     report["musa"] = _probe("musa", devmod.musa_facts, errors)
     report["cuda"] = _probe("cuda", devmod.cuda_facts, errors)
     report["visibility"] = {v: os.environ.get(v) for v in VISIBILITY_VARS}
-    tools = {name: _probe(f"tool:{name}", lambda n=name, a=args: tool_version(n, a), errors)
+    tools = {name: _probe(f"tool:{name}", functools.partial(tool_version, name, args), errors)
              for name, args in TOOLS.items()}
     drivers = _probe("drivers", driver_versions, errors) or {}
     report["drivers"] = {

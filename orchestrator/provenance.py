@@ -20,9 +20,10 @@ import logging
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from orchestrator.results import atomic_write_text
 

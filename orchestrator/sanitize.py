@@ -35,9 +35,10 @@ import os
 import re
 import socket
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ _TOKEN_SHAPES = [
 ]
 TOKEN_SHAPE = re.compile(r"(?<![A-Za-z0-9_\-])(?:" + "|".join(_TOKEN_SHAPES) + r")")
 PRIVATE_KEY_BLOCK = re.compile(
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL
 )
 BEARER = re.compile(r"(?i)\b(bearer|basic)\s+([A-Za-z0-9._~+/=\-]{8,})")
 # `password=xyz`, `api_key: "xyz"`, `--token xyz`

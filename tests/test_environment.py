@@ -7,8 +7,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -158,7 +159,7 @@ def test_env_report_cli_with_a_fake_musa_install(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(FAKE), str(ROOT)]),
                FAKE_MUSA_MODE="present", HF_TOKEN="hf_" + "q" * 30)
     proc = subprocess.run([sys.executable, "-m", "orchestrator.tools.env_report", "-o", str(out)],
-                          env=env, capture_output=True, text=True, timeout=300)
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "wrote" in proc.stderr
     r = json.loads(out.read_text())
@@ -171,7 +172,7 @@ def test_env_report_cli_with_a_fake_musa_install(tmp_path: Path) -> None:
 def test_env_report_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "orchestrator.tools.env_report",
                            "--extra-pattern", "([a-z", "-o", str(tmp_path / "x.json")],
-                          capture_output=True, text=True, timeout=120,
+                          capture_output=True, text=True, timeout=120, check=False,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: --extra-pattern[0]:")

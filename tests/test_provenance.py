@@ -70,8 +70,9 @@ def test_command_text_records_overrides_launcher_and_arm_env() -> None:
 
 
 def test_campaign_writes_provenance_and_resume_appends_command(compose: Any, run_dir: Path) -> None:
-    cfg = compose([*TINY, "+sweep=fa2", "sweep.buckets=[s32]", "sweep.values=[{backend:eager,"
-                   "sdpa_kernel:auto}]", "sweep.labels=[eager]", "+sweep.fixed={env.OMP_NUM_THREADS: 1}"])
+    cfg = compose([*TINY, "+sweep=fa2", "sweep.buckets=[s32]",
+                   "sweep.values=[{backend:eager,sdpa_kernel:auto}]", "sweep.labels=[eager]",
+                   "+sweep.fixed={env.OMP_NUM_THREADS: 1}"])
     run_campaign(cfg, run_dir, overrides=["+sweep=fa2", "launcher=inline"])
     src = (run_dir / "source.txt").read_text()
     assert "git_commit: " in src and "version throughput-orchestrator:" in src

@@ -26,10 +26,10 @@ __version__ = "2.7.1+fake000"
 
 _GIB = 2**30
 _DEVICES = [
-    dict(name="MTT S4000", major=2, minor=2, total_memory=48 * _GIB, multi_processor_count=128,
-         is_integrated=False, is_multi_gpu_board=False),
-    dict(name="MTT S5000", major=3, minor=1, total_memory=80 * _GIB, multi_processor_count=192,
-         is_integrated=False, is_multi_gpu_board=False),
+    {"name": "MTT S4000", "major": 2, "minor": 2, "total_memory": 48 * _GIB,
+     "multi_processor_count": 128, "is_integrated": False, "is_multi_gpu_board": False},
+    {"name": "MTT S5000", "major": 3, "minor": 1, "total_memory": 80 * _GIB,
+     "multi_processor_count": 192, "is_integrated": False, "is_multi_gpu_board": False},
 ]
 
 
