@@ -126,6 +126,7 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
             "trials": [p.to_dict() for p in planned],
         },
     )
+    session.sanitize_files(run_dir, ("config.json", "plan.json"))
     done = completed_trials(run_dir)
     todo = [p for p in planned if p.trial_id not in done]
     if done:
@@ -150,7 +151,11 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
         log.info("[%d/%d] %s %s r%d: %s (elapsed %.0fs, ~%.0fs left)", n, len(specs),
                  spec.bucket["name"], spec.arm_label, spec.round, what, elapsed, eta)
 
-    launcher.run(specs, on_done, cfg.protocol.trial_timeout_s)
+    try:
+        launcher.run(specs, on_done, cfg.protocol.trial_timeout_s)
+    except BaseException:  # interrupted: what is on disk stays, sanitized
+        session.seal(run_dir)
+        raise
     return finalize(cfg, run_dir, arms, session)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import logging
+import os
 import shlex
 import subprocess
 import sys
@@ -315,6 +316,11 @@ class Session:
                 except OSError as exc:
                     log.warning("could not sanitize %s: %s", p.name, exc)
 
+    def sanitize_files(self, run_dir: Path, names: Sequence[str]) -> None:
+        for name in names:
+            if (run_dir / name).is_file():
+                self.sanitizer.file(run_dir / name)
+
     def seal(self, run_dir: Path) -> None:
         """The last step of a campaign: every file of the run directory sanitized."""
         from orchestrator.sanitize import sanitize_run_dir
@@ -338,7 +344,9 @@ def start(cfg: Any, run_dir: Path, arms: Sequence[Any], records: Sequence[dict[s
     from orchestrator.config import to_dict
     from orchestrator.sanitize import Sanitizer, reserve_run_dir
 
-    sanitizer = Sanitizer.from_config(cfg.sanitize)
+    # the arms' env.* switches reach the trial processes only: their secret values count too
+    arm_env = {k: v for a in arms for k, v in a.env.items()}
+    sanitizer = Sanitizer.from_config(cfg.sanitize, environ={**os.environ, **arm_env})
     reserve_run_dir(run_dir, sanitizer)
     check_resume_environment(cfg, run_dir, records)
     git = write_source(run_dir, recipes_of(cfg, arms))
@@ -350,4 +358,6 @@ def start(cfg: Any, run_dir: Path, arms: Sequence[Any], records: Sequence[dict[s
         arm_env={a.label: dict(a.env) for a in arms},
     )
     write_command(run_dir, cmd)
-    return Session(sanitizer, git)
+    session = Session(sanitizer, git)
+    session.sanitize_files(run_dir, ("source.txt", "source.diff", "command.txt"))
+    return session

@@ -93,6 +93,17 @@ def test_campaign_writes_provenance_and_resume_appends_command(compose: Any, run
     assert (run_dir / "command.txt").read_text().count("# started") == 2
 
 
+def test_secret_set_by_a_sweep_arm_is_masked(compose: Any, run_dir: Path) -> None:
+    from orchestrator.sweep import expand_arms
+
+    cfg = compose([*TINY, "+sweep=fa2", "sweep.buckets=[s32]",
+                   "+sweep.fixed={env.WANDB_API_KEY: k3y-from-the-sweep-0042}"])
+    session = provenance.start(cfg, run_dir, expand_arms(cfg), [])
+    assert "k3y-from" not in (run_dir / "command.txt").read_text()
+    assert session.sanitizer.text("wandb: k3y-from-the-sweep-0042") == \
+        "wandb: <secret-env-WANDB_API_KEY>"
+
+
 def test_resume_on_another_environment_is_refused(compose: Any, run_dir: Path) -> None:
     cfg = compose([*TINY, "+sweep=fa2", "sweep.buckets=[s32]"])
     tdir = run_dir / "trials" / "r000-s32-a0"
