@@ -117,9 +117,9 @@ def package_versions(recipes: Sequence[str] = ()) -> dict[str, str]:
 
 def source_text(st: GitState, versions: dict[str, str], diff_sha256: str | None) -> str:
     lines = [
-        f"git_commit: {st.commit or 'unknown'}",
-        f"git_branch: {st.branch or ('detached' if st.commit else 'unknown')}",
-        f"git_dirty: {'unknown' if st.dirty is None else str(st.dirty).lower()}",
+        f"commit: {st.commit or 'unknown'}",
+        f"branch: {st.branch or ('detached' if st.commit else 'unknown')}",
+        f"dirty: {'unknown' if st.dirty is None else str(st.dirty).lower()}",
     ]
     if st.error:
         lines.append(f"git_error: {st.error}")

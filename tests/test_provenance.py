@@ -44,14 +44,14 @@ def test_git_state_clean_and_dirty(tmp_path: Path) -> None:
     assert "-x = 1" in st.diff and "+x = 2" in st.diff and "+y = 3" in st.diff
     sha = hashlib.sha256(st.diff.encode()).hexdigest()
     text = provenance.source_text(st, {"throughput-orchestrator": "0.1.0"}, sha)
-    assert f"git_commit: {st.commit}" in text and "git_dirty: true" in text and sha in text
+    assert f"commit: {st.commit}" in text and "dirty: true" in text and sha in text
     assert "untracked" in text
 
 
 def test_outside_git_says_so(tmp_path: Path) -> None:
     st = provenance.git_state(tmp_path)
     assert st.commit is None and st.error and "not a git checkout" in st.error
-    assert "git_commit: unknown" in provenance.source_text(st, {}, None)
+    assert "commit: unknown" in provenance.source_text(st, {}, None)
 
 
 def test_command_text_records_overrides_launcher_and_arm_env() -> None:
@@ -75,9 +75,12 @@ def test_campaign_writes_provenance_and_resume_appends_command(compose: Any, run
                    "+sweep.fixed={env.OMP_NUM_THREADS: 1}"])
     run_campaign(cfg, run_dir, overrides=["+sweep=fa2", "launcher=inline"])
     src = (run_dir / "source.txt").read_text()
-    assert "git_commit: " in src and "version throughput-orchestrator:" in src
+    assert "commit: " in src and "version throughput-orchestrator:" in src
+    from orchestrator.report.load import _source
+
+    assert len(_source(run_dir)["commit"]) == 40  # what the reports read
     assert "version recipe gpt:" in src
-    if "git_dirty: true" in src:  # the worktree under test may carry uncommitted work
+    if "dirty: true" in src:  # the worktree under test may carry uncommitted work
         assert (run_dir / "source.diff").is_file()
     cmd = (run_dir / "command.txt").read_text()
     assert "hydra_overrides:\n  +sweep=fa2\n  launcher=inline" in cmd

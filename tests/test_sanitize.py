@@ -151,6 +151,6 @@ def test_planted_secrets_reach_no_file_of_a_real_campaign(tmp_path: Path) -> Non
     assert envrep["gathered_in"] == "trial process"
     assert envrep["env_switches"]["TORCH_HUB_TOKEN"].startswith("<secret")
     assert envrep["errors"] == {}
-    assert "git_commit:" in (run_dir / "source.txt").read_text()
+    assert "commit: " in (run_dir / "source.txt").read_text()
     cfg = json.loads((run_dir / "config.json").read_text())
     assert cfg["sweep"]["hypothesis"].startswith("leaky logs; ask <secret-")
