@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import provenance
 from orchestrator.analyze import Analysis, analyze, comparison_rows
 from orchestrator.config import Config, SCHEMA_VERSION, to_dict
 from orchestrator.decide import Verdict, decide
@@ -133,12 +134,16 @@ def _progress(analysis: Analysis, verdicts: list[Verdict], min_effect: float) ->
     return out
 
 
-def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None) -> CampaignResult:
+def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
+                 overrides: list[str] | None = None) -> CampaignResult:
     assert cfg.sweep is not None, "a campaign needs a sweep (+sweep=NAME)"
     run_dir.mkdir(parents=True, exist_ok=True)
     p = cfg.protocol
     max_rounds = max(p.max_rounds, p.repeats)  # max_rounds <= repeats: a fixed protocol
     arms = expand_arms(cfg)
+    # refuses a resume on a different environment before anything is written
+    session = provenance.start(cfg, run_dir, arms, list(completed_trials(run_dir).values()),
+                               overrides)
     running = with_control(cfg, arms)
     buckets = selected_buckets(cfg)
     bucket_names = [b["name"] for b in buckets]
@@ -152,7 +157,8 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None) -
     rounds_done = p.repeats
     while True:
         _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log)
-        _run_missing(cfg, run_dir, running, planned, launcher)
+        session.sanitize_files(run_dir, ("config.json", "plan.json"))
+        _run_missing(cfg, run_dir, running, planned, launcher, session)
         if rounds_done >= max_rounds:
             break
         analysis, verdicts = _analyze_decide(cfg, run_dir, arms)
@@ -172,7 +178,7 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None) -
                              "arms": keep, "reasons": reasons})
         log.info("adaptive: adding rounds %s for %s", rounds, ", ".join(sorted(reasons)))
         rounds_done = rounds[-1] + 1
-    return finalize(cfg, run_dir, arms)
+    return finalize(cfg, run_dir, arms, session)
 
 
 def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
@@ -198,7 +204,7 @@ def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
 
 
 def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[PlannedTrial],
-                 launcher: Launcher) -> None:
+                 launcher: Launcher, session: provenance.Session) -> None:
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
     if done and todo:
@@ -207,10 +213,14 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
     if not todo:
         return
     specs = make_specs(cfg, run_dir, running, todo)
+    if specs:  # the first trial of each invocation also writes the full environment report
+        specs[0].env_report = True
     started = time.time()
     finished = [0]
 
     def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
+        session.sanitize_trial(Path(spec.trial_dir))  # stderr tails sanitized as recorded
+        record = session.sanitizer.data(record)
         finished[0] += 1
         n = finished[0]
         elapsed = time.time() - started
@@ -220,7 +230,11 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
         log.info("[%d/%d] %s %s r%d: %s (elapsed %.0fs, ~%.0fs left)", n, len(specs),
                  spec.bucket["name"], spec.arm_label, spec.round, what, elapsed, eta)
 
-    launcher.run(specs, on_done, cfg.protocol.trial_timeout_s)
+    try:
+        launcher.run(specs, on_done, cfg.protocol.trial_timeout_s)
+    except BaseException:  # interrupted: what is on disk stays, sanitized
+        session.seal(run_dir)
+        raise
 
 
 def _analyze_decide(cfg: Config, run_dir: Path, arms: list[Arm]) -> tuple[Analysis, list[Verdict]]:
@@ -258,10 +272,16 @@ def _render_summary(run_dir: Path) -> None:
         log.warning("summary.md not rendered: %s: %s", type(exc).__name__, exc)
 
 
-def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> CampaignResult:
-    """Collect the trials on disk, analyze, decide and write the campaign's artifacts."""
+def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
+             session: provenance.Session | None = None) -> CampaignResult:
+    """Collect the trials on disk, analyze, decide and write the campaign's artifacts; the
+    last step sanitizes every file of the run directory."""
     assert cfg.sweep is not None
     arms = arms or expand_arms(cfg)
+    if session is None:
+        from orchestrator.sanitize import Sanitizer
+
+        session = provenance.Session(Sanitizer.from_config(cfg.sanitize))
     buckets = selected_buckets(cfg)
     trials_df, steps_df = load_trials(run_dir)
     weights = {b["name"]: float(b["weight"]) for b in buckets}
@@ -276,6 +296,8 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> Campa
     atomic_write_json(run_dir / "utilization.json", {
         "schema_version": SCHEMA_VERSION, "peaks": [p.__dict__ for p in peaks],
         "rows": [u.__dict__ for u in util]})
+    provenance_section = provenance.environment_section(cfg, run_dir, records, verdicts,
+                                                        session.git)
     base = arms[0]
     atomic_write_json(
         run_dir / "baseline.json",
@@ -306,9 +328,11 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None) -> Campa
         extra_sections=[("Utilization (MFU / HFU)", utilization_section(records, peaks, util)),
                         *lever_sections(cfg, trials_df, steps_df, analysis),
                         ("Sensitivity", sensitivity_lines(analysis, cfg.protocol,
-                                                          cfg.sweep.variable))],
+                                                          cfg.sweep.variable)),
+                        provenance_section],
     )
     atomic_write_text(run_dir / "decisions.md", md)
     _render_summary(run_dir)
+    session.seal(run_dir)
     log.info("%s", terminal_summary(cfg.sweep.name, verdicts, str(run_dir)))
     return CampaignResult(run_dir, analysis, verdicts)

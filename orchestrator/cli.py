@@ -211,7 +211,7 @@ def run_job(cfg: Any) -> Any:
     run_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(run_dir)
     log.info("campaign %s on %s -> %s", config.sweep.name, config.workload.name, run_dir)
-    result = run_campaign(config, run_dir)
+    result = run_campaign(config, run_dir, overrides=list(HydraConfig.get().overrides.task))
     return {"run_dir": str(run_dir), "verdicts": [v.to_dict() for v in result.verdicts]}
 
 

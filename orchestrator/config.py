@@ -11,6 +11,7 @@ Below the Hydra entry point the code works on these plain dataclasses only (no o
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ LAUNCHERS = ("inline", "local", "slurm")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 DATA_KINDS = ("synthetic", "text")
+ON_MISMATCH = ("refuse", "flag")
 
 
 # --------------------------------------------------------------------------- workload
@@ -310,6 +312,28 @@ class HardwareConfig:
     notes: Optional[str] = None
 
 
+# --------------------------------------------------------------------------- provenance
+
+
+@dataclass
+class SanitizeConfig:
+    """What is scrubbed from every artifact of the run directory (orchestrator/sanitize.py):
+    secrets, user names, home paths, private IPs and host names are always replaced."""
+
+    # true keeps host names (for private use only: such a run directory must not be shared)
+    keep_hostnames: bool = False
+    # regular expressions for further private names (projects, registries); replaced by
+    # <redacted-N>
+    extra_patterns: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EnvironmentConfig:
+    # what to do when trials ran in environments that differ in device, driver, torch or
+    # library versions: refuse (resume is refused; verdicts become invalid) | flag (warn loudly)
+    on_mismatch: str = "refuse"
+
+
 # --------------------------------------------------------------------------- root
 
 
@@ -324,6 +348,8 @@ class Config:
     device: str = "auto"  # auto | cpu | cuda | musa
     run_dir: Optional[str] = None  # default: Hydra's run dir
     resume: Optional[str] = None  # a run dir whose completed trials are kept
+    sanitize: SanitizeConfig = field(default_factory=SanitizeConfig)
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
 
 
 @dataclass
@@ -461,6 +487,14 @@ def validate(cfg: Config) -> None:
     validate_hardware(cfg.hardware)
     for i, n in enumerate(p.projection_steps):
         _positive(f"protocol.projection_steps[{i}]", n)
+    _choice("environment.on_mismatch", cfg.environment.on_mismatch, ON_MISMATCH)
+    for i, pattern in enumerate(cfg.sanitize.extra_patterns):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"sanitize.extra_patterns[{i}]",
+                              f"{pattern!r} is not a valid regular expression ({exc}); "
+                              "quote it or escape special characters") from None
     if cfg.sweep is not None:
         from orchestrator.sweep import check_sweep
 

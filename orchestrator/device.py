@@ -156,3 +156,171 @@ def is_oom(exc: BaseException) -> bool:
 def visibility_var(kind: str) -> str | None:
     """The variable that pins a process to devices: MUSA_VISIBLE_DEVICES on MUSA."""
     return VISIBILITY_VARS.get(kind)
+
+
+# --------------------------------------------------------------------------- environment facts
+# Read by orchestrator.environment. Every function here returns plain data and records why a
+# query failed instead of raising: a broken driver or library must not take a report down.
+
+
+def _err(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _call(fn: Any, *args: Any) -> tuple[Any, str | None]:
+    try:
+        return fn(*args), None
+    except Exception as exc:  # a vendor stack can raise anything here
+        return None, _err(exc)
+
+
+def torch_build() -> dict[str, Any]:
+    """torch's version and the accelerator stacks it was compiled against."""
+    torch = _torch()
+    _torch_musa()  # importing torch_musa is what sets torch.version.musa
+    v = torch.version
+    return {
+        "version": torch.__version__,
+        "git_version": getattr(v, "git_version", None),
+        "debug": getattr(v, "debug", None),
+        "cuda": getattr(v, "cuda", None),
+        "hip": getattr(v, "hip", None),
+        # set by torch_musa (the compiled MUSA version); None or absent otherwise
+        "musa": getattr(v, "musa", None),
+    }
+
+
+def _properties(mod: Any, index: int) -> dict[str, Any]:
+    p = mod.get_device_properties(index)
+    major, minor = getattr(p, "major", None), getattr(p, "minor", None)
+    total = getattr(p, "total_memory", None)
+    return {
+        "index": index,
+        "name": str(getattr(p, "name", "?")),
+        "arch": f"{major}.{minor}" if major is not None else None,
+        "total_memory_bytes": int(total) if total is not None else None,
+        "multi_processor_count": getattr(p, "multi_processor_count", None),
+        "is_integrated": getattr(p, "is_integrated", None),
+        "is_multi_gpu_board": getattr(p, "is_multi_gpu_board", None),
+    }
+
+
+def _devices(mod: Any, out: dict[str, Any]) -> None:
+    avail, err = _call(mod.is_available)
+    out["available"] = bool(avail) if err is None else False
+    if err:
+        out["errors"]["is_available"] = err
+        return
+    count, err = _call(mod.device_count)
+    out["device_count"] = int(count) if err is None else 0
+    if err:
+        out["errors"]["device_count"] = err
+    out["devices"] = []
+    for i in range(out["device_count"]):
+        props, err = _call(_properties, mod, i)
+        out["devices"].append(props if err is None else {"index": i, "error": err})
+
+
+def musa_facts() -> dict[str, Any]:
+    """What this process sees of MUSA: ``status`` is ``absent`` (torch_musa not installed),
+    ``broken`` (installed but importing it or registering ``torch.musa`` failed) or ``present``.
+    Device facts come from ``torch.musa`` itself, never from shell variables."""
+    out: dict[str, Any] = {"status": "absent", "available": False, "device_count": 0,
+                           "devices": [], "errors": {}}
+    tm = _torch_musa()
+    if tm is None:
+        broken = bool(musa_import_error and "import failed" in musa_import_error)
+        out["status"] = "broken" if broken else "absent"
+        out["errors"]["import"] = musa_import_error
+        return out
+    out["torch_musa_version"] = getattr(tm, "__version__", None)
+    ver_mod, err = _call(importlib.import_module, "torch_musa.version")
+    out["torch_musa_git"] = getattr(ver_mod, "git_version", None) if ver_mod else None
+    mod = getattr(_torch(), "musa", None)
+    if mod is None:
+        out["status"] = "broken"
+        out["errors"]["register"] = "torch_musa imported but torch.musa is not registered"
+        return out
+    out["status"] = "present"
+    _devices(mod, out)
+    torch = _torch()
+    mudnn = getattr(torch.backends, "mudnn", None)
+    if mudnn is None:
+        out["mudnn_version"] = None
+        out["errors"]["mudnn"] = "torch.backends.mudnn not present"
+    else:
+        out["mudnn_version"], err = _call(mudnn.version)
+        if err:
+            out["errors"]["mudnn"] = err
+        out["mudnn_allow_tf32"] = getattr(mudnn, "allow_tf32", None)
+    mccl = getattr(mod, "mccl", None)
+    if mccl is None:
+        out["mccl_version"] = None
+        out["errors"]["mccl"] = "torch.musa.mccl not present (builds with USE_MCCL=0 lack it)"
+    else:
+        ver, err = _call(mccl.version)
+        out["mccl_version"] = ".".join(str(x) for x in ver) if isinstance(ver, tuple) else ver
+        if err:
+            out["errors"]["mccl"] = err
+    if hasattr(mod, "get_arch_list"):
+        out["arch_list"], err = _call(mod.get_arch_list)
+        if err:
+            out["errors"]["arch_list"] = err
+    return out
+
+
+def cuda_facts() -> dict[str, Any]:
+    """What this process sees of CUDA (or ROCm, which torch exposes as torch.cuda)."""
+    torch = _torch()
+    out: dict[str, Any] = {"built": bool(torch.version.cuda or getattr(torch.version, "hip", None)),
+                           "available": False, "device_count": 0, "devices": [], "errors": {}}
+    if not out["built"]:
+        return out
+    _devices(torch.cuda, out)
+    out["cudnn_version"], err = _call(torch.backends.cudnn.version)
+    if err:
+        out["errors"]["cudnn"] = err
+    nccl = getattr(torch.cuda, "nccl", None)
+    if nccl is not None and out["available"]:
+        ver, err = _call(nccl.version)
+        out["nccl_version"] = ".".join(str(x) for x in ver) if isinstance(ver, tuple) else ver
+        if err:
+            out["errors"]["nccl"] = err
+    out["arch_list"], err = _call(torch.cuda.get_arch_list)
+    if err:
+        out["errors"]["arch_list"] = err
+    return out
+
+
+def distributed_backends() -> dict[str, Any]:
+    """Process-group backends compiled into this torch (mccl: registered by torch_musa)."""
+    out: dict[str, Any] = {}
+    try:
+        import torch.distributed as dist
+    except Exception as exc:
+        return {"error": _err(exc)}
+    if not dist.is_available():
+        return {"error": "torch.distributed is not available in this build"}
+    for name in ("gloo", "nccl", "mpi", "ucc", "xccl"):
+        fn = getattr(dist, f"is_{name}_available", None)
+        if fn is not None:
+            ok, err = _call(fn)
+            out[name] = bool(ok) if err is None else f"error: {err}"
+    registered = [str(b) for b in getattr(dist.Backend, "backend_list", [])]
+    fn = getattr(dist, "is_mccl_available", None)
+    if fn is not None:
+        ok, err = _call(fn)
+        out["mccl"] = bool(ok) if err is None else f"error: {err}"
+    else:
+        musa = musa_module()
+        out["mccl"] = "mccl" in registered or (musa is not None and hasattr(musa, "mccl"))
+    out["registered"] = registered
+    return out
+
+
+def profiler_activities() -> list[str]:
+    """torch.profiler activities this build supports (MUSA shows as PrivateUse1/MUSA)."""
+    from torch.profiler import supported_activities
+
+    return sorted(str(a).split(".")[-1] for a in supported_activities())

@@ -53,6 +53,7 @@ class TrialSpec:
     warmup_window: int = 3
     warmup_tolerance: float = 0.05
     clock: str = "wall"  # wall | cpu (process CPU time; host-CPU recipes only)
+    env_report: bool = False  # also write the full environment.json (the campaign's first trial)
 
     def warmup(self) -> WarmupPolicy:
         return WarmupPolicy(self.warmup_policy, self.warmup_steps, self.warmup_max_steps,
@@ -110,6 +111,10 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
         status = "oom" if devmod.is_oom(exc) else "failed"
         tb = traceback.format_exc(limit=8)
         record = trial_record(**base, status=status, error=one_line(exc), traceback=tb)
+    # after the timed steps, so neither the timing nor start-to-first-step pays for it
+    from orchestrator.environment import record_facts
+
+    record_facts(record, spec.device, tdir, full=spec.env_report)
     record["finished_at"] = time.time()
     atomic_write_json(tdir / "trial.json", record)
     return record

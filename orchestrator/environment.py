@@ -1,0 +1,419 @@
+"""The environment report: what the training process itself sees, gathered inside it.
+
+MUSA behaviour is never inferred from CUDA behaviour nor from shell variables: device facts come
+from torch (through :mod:`orchestrator.device`, the only module that asks torch about musa or
+cuda), attention backends are probed with a tiny forward and backward call, tools are asked for
+their version. Every probe that fails records why and the report still completes.
+
+Two products:
+
+- :func:`gather`: the full report (``environment.json``), a few hundred milliseconds on top of
+  ``import torch``; written by the first trial of a campaign and by
+  ``python -m orchestrator.tools.env_report``;
+- :func:`fingerprint`: the few facts that make two measurements comparable (device, driver,
+  torch and library versions), cheap enough for every trial record (no subprocess, no probe).
+  :func:`compare` tells which of them differ between trials.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from orchestrator import device as devmod
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+TOOL_TIMEOUT_S = 3.0
+
+# environment switches worth recording (the allow-list): exact names and prefixes
+ENV_NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_CONF",
+             "LD_PRELOAD", "PYTHONHASHSEED", "TOKENIZERS_PARALLELISM", "MASTER_PORT", "WORLD_SIZE")
+ENV_PREFIXES = ("PYTORCH_", "TORCH_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "TRITON_", "MUSA_",
+                "MCCL_", "MUDNN_", "MTHREADS_", "CUDA_", "NCCL_", "CUBLAS_", "CUBLASLT_", "CUDNN_",
+                "NVIDIA_", "OMP_", "KMP_", "GOMP_", "DNNL_", "ONEDNN_")
+ENV_EXCLUDE = ("ORCHESTRATOR_LAUNCH_T0",)  # differs per trial by construction
+VISIBILITY_VARS = ("MUSA_VISIBLE_DEVICES", "MTHREADS_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
+                   "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+# profilers and driver tools: executable -> arguments that print a version
+TOOLS: dict[str, list[str]] = {
+    "msys": ["--version"], "mcu": ["--version"], "nsys": ["--version"], "ncu": ["--version"],
+    "mthreads-gmi": ["-q"], "nvidia-smi": ["--query-gpu=driver_version", "--format=csv,noheader"],
+    "musa_toolkits_version": [],
+}
+PUBLIC_REGISTRIES = ("docker.io", "ghcr.io", "nvcr.io", "quay.io", "gcr.io", "public.ecr.aws",
+                     "mcr.microsoft.com", "registry.k8s.io", "registry.mthreads.com")
+IMAGE_DIGEST_VARS = ("ORCHESTRATOR_IMAGE_DIGEST", "CONTAINER_IMAGE_DIGEST", "IMAGE_DIGEST")
+
+
+def _err(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _probe(name: str, fn: Callable[[], Any], errors: dict[str, str]) -> Any:
+    try:
+        return fn()
+    except Exception as exc:  # failures are data: the report completes without this section
+        errors[name] = _err(exc)
+        log.debug("environment probe %s failed: %s", name, errors[name])
+        return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+
+
+# --------------------------------------------------------------------------- host
+
+
+def cpu_facts() -> dict[str, Any]:
+    info = _read("/proc/cpuinfo") or ""
+    cores = {(m.group(1), m.group(2)) for m in re.finditer(
+        r"physical id\s*:\s*(\d+).*?core id\s*:\s*(\d+)", info, re.DOTALL)}
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = None
+    mem = re.search(r"MemTotal:\s*(\d+) kB", _read("/proc/meminfo") or "")
+    return {
+        "model": devmod.cpu_name(),
+        "logical_cores": os.cpu_count(),
+        "physical_cores": len(cores) or None,
+        "usable_cores": usable,  # this process's CPU affinity
+        "memory_total_bytes": int(mem.group(1)) * 1024 if mem else None,
+    }
+
+
+def env_switches(environ: dict[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in sorted(env)
+            if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and k not in ENV_EXCLUDE}
+
+
+def _public_image(ref: str) -> str:
+    """An image reference with a private registry host replaced by ``<registry>``."""
+    first, sep, rest = ref.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost") \
+            and first.lower() not in PUBLIC_REGISTRIES:
+        return f"<registry>/{rest}"
+    return ref
+
+
+def container_facts() -> dict[str, Any]:
+    evidence = [p for p in ("/.dockerenv", "/run/.containerenv") if os.path.exists(p)]
+    cgroup = _read("/proc/1/cgroup") or ""
+    for word in ("docker", "kubepods", "containerd", "libpod", "lxc"):
+        if word in cgroup:
+            evidence.append(f"cgroup:{word}")
+    out: dict[str, Any] = {"detected": bool(evidence), "evidence": evidence,
+                           "image": None, "image_digest": None}
+    podman = _read("/run/.containerenv") or ""
+    m = re.search(r'^image="([^"]*)"', podman, re.MULTILINE)
+    if m and m.group(1):
+        out["image"] = _public_image(m.group(1))
+    m = re.search(r'^imageid="([^"]*)"', podman, re.MULTILINE)
+    if m and m.group(1):
+        out["image_digest"] = m.group(1)
+    for var in IMAGE_DIGEST_VARS:
+        if os.environ.get(var):
+            out["image_digest"], out["image_digest_source"] = os.environ[var], var
+            break
+    if out["image_digest"] is None:
+        out["image_digest_note"] = ("not visible from inside the process; set "
+                                    "ORCHESTRATOR_IMAGE_DIGEST to record it")
+    return out
+
+
+def tool_version(name: str, args: list[str]) -> dict[str, Any]:
+    """The first lines a tool prints about its version; absent tools are recorded as such."""
+    path = shutil.which(name)
+    if path is None:
+        return {"found": False}
+    try:
+        proc = subprocess.run([path, *args], capture_output=True, text=True,
+                              timeout=TOOL_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"found": True, "error": _err(exc)}
+    text = (proc.stdout or proc.stderr).strip()
+    out: dict[str, Any] = {"found": True, "returncode": proc.returncode}
+    if name == "mthreads-gmi":
+        m = re.search(r"Driver Version\s*:\s*(\S+)", text)
+        out["driver_version"] = m.group(1) if m else None
+        m = re.search(r"Product Name\s*:\s*(.+)", text)
+        out["product_name"] = m.group(1).strip() if m else None
+    elif name == "nvidia-smi":
+        out["driver_version"] = text.splitlines()[0].strip() if text else None
+    elif name == "musa_toolkits_version":
+        m = re.search(r"musa_toolkits:\s*(\{.*\})", text, re.DOTALL)
+        try:
+            out["version"] = json.loads(m.group(1)).get("version") if m else None
+        except json.JSONDecodeError:
+            out["version"] = None
+        if out["version"] is None:
+            out["output"] = text[:200]
+    else:
+        out["version"] = " ".join(text.splitlines()[:2])[:200] if text else None
+    return out
+
+
+def driver_versions() -> dict[str, str | None]:
+    """Kernel driver versions from files the drivers publish (cheap: no subprocess)."""
+    nv = _read("/proc/driver/nvidia/version") or ""
+    m = re.search(r"Kernel Module\s+(\S+)", nv) or re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", nv)
+    return {"musa": _read("/sys/module/mtgpu/version"), "cuda": m.group(1) if m else None}
+
+
+# --------------------------------------------------------------------------- probes in torch
+
+
+def attention_backends(dev: devmod.DeviceInfo) -> dict[str, Any]:
+    """Which attention kernels actually run forward and backward here, per dtype."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dtypes = [torch.float32, torch.bfloat16] if dev.kind == "cpu" else \
+        [torch.bfloat16, torch.float16, torch.float32]
+    out: dict[str, Any] = {"device": dev.torch_device, "sdpa": {}}
+    for kernel, attr in (("math", "MATH"), ("flash", "FLASH_ATTENTION"),
+                         ("efficient", "EFFICIENT_ATTENTION"), ("cudnn", "CUDNN_ATTENTION")):
+        backend = getattr(SDPBackend, attr, None)
+        res: dict[str, str] = {}
+        for dt in dtypes:
+            name = str(dt).replace("torch.", "")
+            if backend is None:
+                res[name] = "absent from this torch"
+                continue
+            try:
+                q = torch.randn(1, 2, 16, 16, device=dev.torch_device, dtype=dt, requires_grad=True)
+                with sdpa_kernel(backend):
+                    F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+                res[name] = "ok"
+            except Exception as exc:  # "no available kernel" is the expected answer here
+                res[name] = _err(exc)[:160]
+        out["sdpa"][kernel] = res
+    out["sdpa_usable"] = {k: [dt for dt, r in res.items() if r == "ok"]
+                          for k, res in out["sdpa"].items()}
+    out["flash_attn"] = _flash_attn(dev)
+    return out
+
+
+def _flash_attn(dev: devmod.DeviceInfo) -> dict[str, Any]:
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is None:
+        return {"installed": False}
+    try:
+        import flash_attn
+    except Exception as exc:
+        return {"installed": True, "usable": False, "error": _err(exc)}
+    out: dict[str, Any] = {"installed": True, "version": getattr(flash_attn, "__version__", None)}
+    if dev.kind == "cpu":
+        out.update(usable=False, error="flash-attn needs a cuda or musa device")
+        return out
+    try:
+        import torch
+
+        q = torch.randn(1, 16, 2, 64, device=dev.torch_device, dtype=torch.bfloat16,
+                        requires_grad=True)
+        flash_attn.flash_attn_func(q, q, q, causal=True).sum().backward()
+        out["usable"] = True
+    except Exception as exc:
+        out.update(usable=False, error=_err(exc)[:160])
+    return out
+
+
+def gloo_probe() -> str:
+    """A one-rank gloo all-reduce: proves the backend works, without a global process group."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    pg = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=10))
+    x = torch.ones(4)
+    pg.allreduce([x]).wait()  # type: ignore[attr-defined]
+    return "ok" if float(x.sum()) == 4.0 else f"wrong result {x.tolist()}"
+
+
+def torch_runtime() -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {"threads": torch.get_num_threads(),
+                           "interop_threads": torch.get_num_interop_threads()}
+    cap = getattr(torch.backends.cpu, "get_cpu_capability", None)
+    out["cpu_capability"] = cap() if cap else None
+    out["mkldnn"] = torch.backends.mkldnn.is_available()
+    return out
+
+
+# --------------------------------------------------------------------------- products
+
+
+def _selected(device: str) -> dict[str, Any]:
+    try:
+        d = devmod.resolve(device)
+    except Exception as exc:  # BackendUnavailable: the report says so and goes on
+        return {"requested": device, "error": _err(exc)}
+    return {"requested": device, "kind": d.kind, "index": d.index, "name": d.name, "count": d.count}
+
+
+def _versions() -> dict[str, Any]:
+    from importlib import metadata
+
+    try:
+        return {"orchestrator": metadata.version("throughput-orchestrator")}
+    except metadata.PackageNotFoundError:
+        from orchestrator import __version__
+
+        return {"orchestrator": __version__, "note": "not installed; version from the source"}
+
+
+def fingerprint(device: str = "auto") -> dict[str, Any]:
+    """The facts two comparable measurements must share. Cheap: no subprocess, no probe."""
+    import torch
+
+    sel = _selected(device)
+    kind = sel.get("kind")
+    fp: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device_kind": kind or f"unavailable ({device})",
+    }
+    build = devmod.torch_build()
+    for k in ("cuda", "hip", "musa"):
+        if build.get(k):
+            fp[f"torch_{k}"] = build[k]
+    drivers = driver_versions()
+    if kind == "musa":
+        m = devmod.musa_facts()
+        fp.update(torch_musa=m.get("torch_musa_version"), mudnn=m.get("mudnn_version"),
+                  mccl=m.get("mccl_version"), driver=drivers["musa"])
+        devices = m.get("devices", [])
+    elif kind == "cuda":
+        c = devmod.cuda_facts()
+        fp.update(cudnn=c.get("cudnn_version"), nccl=c.get("nccl_version"), driver=drivers["cuda"])
+        devices = c.get("devices", [])
+    else:
+        devices = []
+    if kind in ("musa", "cuda"):
+        fp["devices"] = sorted({f"{d.get('name')} (arch {d.get('arch')}, "
+                                f"{(d.get('total_memory_bytes') or 0) / 2**30:.1f} GiB)"
+                                for d in devices})
+    else:
+        fp["devices"] = [f"{devmod.cpu_name()} ({os.cpu_count()} logical cores)"]
+    return fp
+
+
+def compare(fingerprints: Iterable[tuple[str, dict[str, Any] | None]]) -> list[str]:
+    """One line per fact that differs across trials: ``key: value (n trials), value (m)``.
+    Trials without a fingerprint (a process that died early) are left out, not guessed."""
+    values: dict[str, dict[str, int]] = {}
+    items = [(tid, fp) for tid, fp in fingerprints if fp]
+    keys = sorted({k for _, fp in items for k in fp})
+    for k in keys:
+        for _, fp in items:
+            v = json.dumps(fp.get(k), sort_keys=True)
+            values.setdefault(k, {}).setdefault(v, 0)
+            values[k][v] += 1
+    return [f"{k}: " + ", ".join(f"{v} ({n} trial{'s' if n != 1 else ''})"
+                                 for v, n in sorted(vs.items()))
+            for k, vs in values.items() if len(vs) > 1]
+
+
+def gather(device: str = "auto", gathered_in: str = "trial process") -> dict[str, Any]:
+    """The full environment report. Never raises: a failing probe is recorded in ``errors``."""
+    t0 = time.perf_counter()
+    errors: dict[str, str] = {}
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "gathered_in": gathered_in,
+        "gathered_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": {"version": platform.python_version(),
+                   "implementation": platform.python_implementation()},
+        "platform": {"system": platform.system(), "release": platform.release(),
+                     "machine": platform.machine(), "libc": " ".join(platform.libc_ver())},
+        "cpu": _probe("cpu", cpu_facts, errors),
+        "versions": _probe("versions", _versions, errors),
+    }
+    report["torch"] = _probe("torch", devmod.torch_build, errors) or {}
+    report["torch"]["runtime"] = _probe("torch_runtime", torch_runtime, errors)
+    report["selected_device"] = _selected(device)
+    report["musa"] = _probe("musa", devmod.musa_facts, errors)
+    report["cuda"] = _probe("cuda", devmod.cuda_facts, errors)
+    report["visibility"] = {v: os.environ.get(v) for v in VISIBILITY_VARS}
+    tools = {name: _probe(f"tool:{name}", functools.partial(tool_version, name, args), errors)
+             for name, args in TOOLS.items()}
+    drivers = _probe("drivers", driver_versions, errors) or {}
+    report["drivers"] = {
+        "musa": drivers.get("musa") or (tools.get("mthreads-gmi") or {}).get("driver_version"),
+        "cuda": drivers.get("cuda") or (tools.get("nvidia-smi") or {}).get("driver_version"),
+        "sources": "/sys/module/mtgpu/version, /proc/driver/nvidia/version, mthreads-gmi, "
+                   "nvidia-smi",
+    }
+    if isinstance(report["musa"], dict):
+        report["musa"]["toolkit_version"] = (tools.get("musa_toolkits_version") or {}).get("version")
+    dist = _probe("distributed", devmod.distributed_backends, errors) or {}
+    if dist.get("gloo") is True:
+        dist["gloo_probe"] = _probe("gloo_probe", gloo_probe, errors)
+    report["distributed"] = dist
+    sel = report["selected_device"]
+    if "kind" in sel:
+        dev = devmod.DeviceInfo(sel["kind"], sel["index"], sel["name"], sel["count"])
+        report["attention"] = _probe("attention", lambda: attention_backends(dev), errors)
+    else:
+        report["attention"] = {"skipped": f"no usable device: {sel.get('error')}"}
+    report["profilers"] = {
+        "torch_activities": _probe("profiler", devmod.profiler_activities, errors),
+        "tools": {k: tools[k] for k in ("msys", "mcu", "nsys", "ncu")},
+    }
+    report["driver_tools"] = {k: tools[k] for k in ("mthreads-gmi", "nvidia-smi",
+                                                    "musa_toolkits_version")}
+    report["container"] = _probe("container", container_facts, errors)
+    report["env_switches"] = env_switches()
+    report["fingerprint"] = _probe("fingerprint", lambda: fingerprint(device), errors)
+    report["errors"] = errors
+    report["gather_time_s"] = round(time.perf_counter() - t0, 3)
+    return report
+
+
+def record_facts(record: dict[str, Any], device: str, trial_dir: Path, full: bool) -> None:
+    """Add the fingerprint to a trial record; with ``full``, also write the trial's
+    environment.json. Called in the trial process after its timed steps; never raises."""
+    from orchestrator.results import atomic_write_json
+
+    t0 = time.perf_counter()
+    if full:
+        report = gather(device)
+        try:
+            atomic_write_json(trial_dir / "environment.json", report)
+            record["environment_report"] = "environment.json"
+        except OSError as exc:
+            record["environment_report_error"] = _err(exc)
+        fp = report.get("fingerprint")
+    else:
+        fp = None
+    if fp is None:
+        try:
+            fp = fingerprint(device)
+        except Exception as exc:  # recorded; the comparison then leaves this trial out
+            fp = None
+            record["environment_error"] = _err(exc)
+    record["environment"] = fp
+    record["environment_gather_s"] = round(time.perf_counter() - t0, 4)

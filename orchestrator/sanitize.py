@@ -1,0 +1,375 @@
+"""Sanitization of everything a run directory holds.
+
+Artifacts are shared between teams, so they must carry no credentials, internal hostnames,
+user names, home paths, private IP addresses or private registry names. A :class:`Sanitizer`
+replaces each such value with a stable placeholder (the same value always gets the same
+placeholder within a run directory, so two artifacts can still be compared):
+
+- ``<secret-env-NAME>``  the value of an environment variable whose name looks secret
+  (``*TOKEN*``, ``*PASSWORD*``, ``*API_KEY*`` ...), wherever it appears;
+- ``<secret-N>``     a value recognised by its shape (GitHub/GitLab/Hugging Face/Slack/AWS
+  tokens, JWTs, ``Bearer ...``, private keys) or by its key (``password=...``,
+  ``"api_token": ...``);
+- ``<credentials>``  the ``user:password`` part of a URL;
+- ``<home>``, ``<user>``  this process's home directory and user name;
+- ``<user-N>``  the owners of other home directories (``/home/NAME``);
+- ``<host-N>``  this machine's host names, names found in scheduler variables (``HOSTNAME``,
+  ``SLURM_NODELIST``, ``MASTER_ADDR`` ...), internal domains (``*.internal``, ``*.corp``,
+  ``*.local`` ...) and ``host:port/`` references such as private registries;
+- ``<ip-N>``  private, link-local and carrier-grade NAT addresses (loopback is kept);
+- ``<redacted-N>``   matches of the configured extra patterns.
+
+Numbered placeholders continue after the highest number already present in the run directory,
+so a resumed campaign never gives one placeholder two meanings. The text transform is pure
+given its inputs; :func:`sanitize_run_dir` is the thin file-walking shell (atomic rewrites).
+"""
+
+from __future__ import annotations
+
+import getpass
+import gzip
+import ipaddress
+import json
+import logging
+import os
+import re
+import socket
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# variable / key names whose values are secrets
+SECRET_NAME = re.compile(
+    r"(?i)(token(?!s|iz)|secret|passw(or)?d|passwd|api[_-]?key|access[_-]?key|private[_-]?key|"
+    r"credential|auth(?!or)|cookie|session[_-]?id|_key$|^key$)"
+)
+# secret-named variables whose values are too generic to hunt for in text (`true`, `1`)
+_GENERIC_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off"})
+
+_TOKEN_SHAPES = [
+    r"gh[pousr]_[A-Za-z0-9]{20,}",
+    r"github_pat_[A-Za-z0-9_]{20,}",
+    r"glpat-[A-Za-z0-9_\-]{20,}",
+    r"hf_[A-Za-z0-9]{20,}",
+    r"xox[abprs]-[A-Za-z0-9\-]{10,}",
+    r"(?:AKIA|ASIA)[0-9A-Z]{16}",
+    r"sk-[A-Za-z0-9_\-]{20,}",
+    r"npm_[A-Za-z0-9]{30,}",
+    r"pypi-[A-Za-z0-9_\-]{30,}",
+    r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
+]
+TOKEN_SHAPE = re.compile(r"(?<![A-Za-z0-9_\-])(?:" + "|".join(_TOKEN_SHAPES) + r")")
+PRIVATE_KEY_BLOCK = re.compile(
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL
+)
+BEARER = re.compile(r"(?i)\b(bearer|basic)\s+([A-Za-z0-9._~+/=\-]{8,})")
+# `password=xyz`, `api_key: "xyz"`, `--token xyz`
+KEYED_SECRET = re.compile(
+    r"(?i)(?P<key>\b[\w.\-]*(?:token|secret|passw(?:or)?d|passwd|api[_-]?key|access[_-]?key|"
+    r"private[_-]?key|credential)s?\b)(?P<sep>[\"']?\s*[=:]\s*[\"']?)"
+    r"(?P<val>(?!<)(?![\d.]+(?:[\s\"',;&}\]]|$))[^\s\"',;&}\]]{4,})"
+)
+# a --flag that takes a secret: `--token xyz`, `--api-key=xyz`
+FLAG_SECRET = re.compile(
+    r"(?i)(?P<key>--[\w\-]*(?:token|secret|password|passwd|api-key|access-key)\b)"
+    r"(?P<sep>[= ])(?P<val>(?!<)[^\s\"']{4,})"
+)
+URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s:@\"']+:[^/\s@\"']+@")
+IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?!\d|\.\d)")
+IPV6 = re.compile(r"(?i)(?<![0-9a-f:])((?:f[cd][0-9a-f]{2}|fe80):[0-9a-f:]{2,})(?![0-9a-f:])")
+INTERNAL_HOST = re.compile(
+    r"(?i)\b((?:[a-z0-9](?:[a-z0-9\-]{0,61}[a-z0-9])?\.)+"
+    r"(?:internal|intranet|intra|corp|local|localdomain|lan|home|private|cluster|priv))\b"
+)
+# host:port/ (a registry or service with an explicit port), e.g. registry.acme:5000/team/image
+HOST_PORT = re.compile(r"(?i)(?<![\w.\-/:@<])([a-z][a-z0-9\-]*(?:\.[a-z0-9\-]+)*):(\d{2,5})/")
+HOME_PATH = re.compile(r"(?<![\w.\-])/(home|Users)/(?!<)([^/\s\"':]+)")
+PLACEHOLDER = re.compile(r"<(secret|user|host|ip|redacted)-(\d+)>")
+
+# account and host names too generic to identify anyone; replacing them would wreck prose
+GENERIC_NAMES = frozenset(
+    {"root", "user", "admin", "ubuntu", "debian", "nobody", "runner", "jovyan", "ec2-user",
+     "localhost", "localhost.localdomain", "docker", "builder", "worker", "node", "gpu", "cpu",
+     "host", "secret", "home", "redacted", "credentials"}
+)
+# scheduler/launcher variables that name hosts
+HOST_VARS = ("HOSTNAME", "HOST", "SLURMD_NODENAME", "SLURM_SUBMIT_HOST", "SLURM_NODELIST",
+             "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "MASTER_ADDR", "PBS_O_HOST")
+USER_VARS = ("USER", "LOGNAME", "USERNAME", "SUDO_USER", "SLURM_JOB_USER")
+BINARY_SUFFIXES = (".png", ".jpg", ".jpeg", ".pdf", ".pt", ".pth", ".npz", ".npy", ".pkl",
+                   ".safetensors", ".msys-rep", ".mcu-rep", ".nsys-rep", ".ncu-rep", ".sqlite")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What identifies the machine and the person: collected once, from the process."""
+
+    hostnames: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    homes: tuple[str, ...] = ()
+    # environment variable name -> value, for variables whose name looks secret
+    secret_env: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str] | None = None) -> Identity:
+        env = dict(os.environ if environ is None else environ)
+        hosts: set[str] = set()
+        for h in (_safe(socket.gethostname), _safe(socket.getfqdn)):
+            if h:
+                hosts.add(h)
+                hosts.add(h.split(".")[0])
+        for var in HOST_VARS:
+            for h in _split_hosts(env.get(var, "")):
+                hosts.add(h)
+        users = {env.get(v, "") for v in USER_VARS} | {_safe(getpass.getuser)}
+        homes = {env.get("HOME", ""), os.path.expanduser("~")}
+        secret = sorted((k, v) for k, v in env.items() if is_secret_name(k) and len(v) >= 6
+                        and v.lower() not in _GENERIC_VALUES and not v.replace(".", "").isdigit())
+        return cls(
+            hostnames=_keep(hosts),
+            users=_keep(users),
+            homes=tuple(sorted({h.rstrip("/") for h in homes if h and h.rstrip("/") not in ("", "/")},
+                               key=len, reverse=True)),
+            secret_env=tuple(secret),
+        )
+
+
+def _safe(fn: Any) -> str:
+    try:
+        return str(fn())
+    except Exception:  # no user database entry, no resolver: nothing to hide from that source
+        return ""
+
+
+def _split_hosts(value: str) -> list[str]:
+    """Host names in a variable; a Slurm node list such as ``gpu[01-03],login1`` yields its
+    prefixes (``gpu``), which are then matched with any digits after them."""
+    out = []
+    for part in re.split(r"[,\s]+", value):
+        part = part.strip()
+        if not part or _is_ip(part):
+            continue
+        out.append(part.split("[")[0] if "[" in part else part)
+    return out
+
+
+def _keep(names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted({n for n in names if n and len(n) >= 3 and n.lower() not in GENERIC_NAMES},
+                        key=len, reverse=True))
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
+
+
+def _private_ip(text: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return (ip.is_private or ip.is_link_local or ip in ipaddress.ip_network("100.64.0.0/10")) and \
+        not ip.is_loopback and not ip.is_unspecified
+
+
+@dataclass
+class Sanitizer:
+    """Replace identifying values by stable placeholders. One instance per run directory."""
+
+    identity: Identity = field(default_factory=Identity)
+    keep_hostnames: bool = False
+    extra_patterns: tuple[str, ...] = ()
+    _maps: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
+    _next: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._extra = [re.compile(p) for p in self.extra_patterns]
+        self._secret_env = sorted(self.identity.secret_env, key=lambda kv: len(kv[1]), reverse=True)
+        hosts = [] if self.keep_hostnames else list(self.identity.hostnames)
+        # a bare host name also matches as a prefix of numbered nodes (gpu-node -> gpu-node17)
+        self._host_re = (
+            re.compile(r"(?i)(?<![\w\-.])(" + "|".join(re.escape(h) for h in hosts)
+                       + r")(\d*)((?:\.[a-z0-9\-]+)*)(?![\w\-])")
+            if hosts else None
+        )
+        users = list(self.identity.users)
+        self._user_re = (
+            re.compile(r"(?<![A-Za-z0-9])(" + "|".join(re.escape(u) for u in users)
+                       + r")(?![A-Za-z0-9])")
+            if users else None
+        )
+
+    @classmethod
+    def from_config(cls, cfg: Any = None, environ: Mapping[str, str] | None = None) -> Sanitizer:
+        """From a :class:`orchestrator.config.SanitizeConfig` (or None for the defaults)."""
+        return cls(
+            identity=Identity.detect(environ),
+            keep_hostnames=bool(getattr(cfg, "keep_hostnames", False)),
+            extra_patterns=tuple(getattr(cfg, "extra_patterns", None) or ()),
+        )
+
+    # ------------------------------------------------------------------ placeholders
+
+    def _placeholder(self, kind: str, value: str) -> str:
+        table = self._maps.setdefault(kind, {})
+        if value not in table:
+            n = self._next.get(kind, 0) + 1
+            self._next[kind] = n
+            table[value] = f"<{kind}-{n}>"
+        return table[value]
+
+    def reserve(self, text: str) -> None:
+        """Continue numbering after placeholders already present (a resumed run directory)."""
+        for m in PLACEHOLDER.finditer(text):
+            self._next[m.group(1)] = max(self._next.get(m.group(1), 0), int(m.group(2)))
+
+    # ------------------------------------------------------------------ the transform
+
+    def text(self, s: str) -> str:
+        if not s:
+            return s
+        s = PRIVATE_KEY_BLOCK.sub(lambda m: self._placeholder("secret", m.group(0)), s)
+        for name, value in self._secret_env:
+            if value in s:
+                s = s.replace(value, f"<secret-env-{name}>")
+        s = URL_CREDENTIALS.sub(lambda m: m.group(1) + "<credentials>@", s)
+        s = TOKEN_SHAPE.sub(lambda m: self._placeholder("secret", m.group(0)), s)
+        s = BEARER.sub(lambda m: f"{m.group(1)} " + self._placeholder("secret", m.group(2)), s)
+        for rx in (KEYED_SECRET, FLAG_SECRET):
+            s = rx.sub(
+                lambda m: m.group("key") + m.group("sep") + self._placeholder("secret", m.group("val")),
+                s,
+            )
+        for rx in self._extra:
+            s = rx.sub(lambda m: self._placeholder("redacted", m.group(0)), s)
+        for home in self.identity.homes:
+            s = re.sub(re.escape(home) + r"(?![\w.\-])", "<home>", s)
+        s = HOME_PATH.sub(lambda m: f"/{m.group(1)}/" + self._placeholder("user", m.group(2)), s)
+        if self._user_re is not None:
+            s = self._user_re.sub("<user>", s)
+        if not self.keep_hostnames:
+            if self._host_re is not None:
+                s = self._host_re.sub(self._host_sub, s)
+            s = INTERNAL_HOST.sub(lambda m: self._placeholder("host", m.group(1).lower()), s)
+            s = HOST_PORT.sub(lambda m: self._placeholder("host", m.group(1).lower())
+                              + f":{m.group(2)}/" if m.group(1).lower() != "localhost"
+                              else m.group(0), s)
+        s = IPV4.sub(lambda m: self._placeholder("ip", m.group(1))
+                     if _private_ip(m.group(1)) else m.group(0), s)
+        s = IPV6.sub(lambda m: self._placeholder("ip", m.group(1).lower())
+                     if _private_ip(m.group(1)) else m.group(0), s)
+        return s
+
+    def _host_sub(self, m: re.Match[str]) -> str:
+        return self._placeholder("host", m.group(0).lower())
+
+    def data(self, obj: Any, key: str = "") -> Any:
+        """A JSON-able tree with every string sanitized; values under secret-looking keys are
+        replaced whole."""
+        if isinstance(obj, dict):
+            return {self.text(str(k)): self._value(str(k), v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self.data(v, key) for v in obj]
+        if isinstance(obj, str):
+            return self.text(obj)
+        return obj
+
+    def _value(self, key: str, v: Any) -> Any:
+        if is_secret_name(key) and isinstance(v, str) and v and not v.startswith("<"):
+            return self._placeholder("secret", v)
+        return self.data(v, key)
+
+    def env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """An environment mapping: secret-named variables masked by name."""
+        return {k: (f"<secret-env-{k}>" if is_secret_name(k) and v else self.text(v))
+                for k, v in environ.items()}
+
+    # ------------------------------------------------------------------ files
+
+    def file(self, path: Path) -> bool:
+        """Sanitize one file in place (atomically). True when its content changed."""
+        name = path.name.lower()
+        if name.endswith(BINARY_SUFFIXES):
+            return False
+        raw = path.read_bytes()
+        gz = name.endswith(".gz")
+        body = gzip.decompress(raw) if gz else raw
+        text = body.decode("utf-8", errors="surrogateescape")
+        new = self._file_text(name[:-3] if gz else name, text)
+        if new == text:
+            return False
+        out = new.encode("utf-8", errors="surrogateescape")
+        _atomic_write_bytes(path, gzip.compress(out) if gz else out)
+        return True
+
+    def _file_text(self, name: str, text: str) -> str:
+        if name.endswith(".json"):
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError:
+                return self.text(text)
+            clean = self.data(data)
+            if clean == data:
+                return text
+            return json.dumps(clean, indent=2, default=str) + ("\n" if text.endswith("\n") else "")
+        if name.endswith(".jsonl"):
+            return "\n".join(self._file_text(".json", line) if line.strip() else line
+                             for line in text.split("\n"))
+        return self.text(text)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _text_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+                  and not p.name.endswith(".tmp"))
+
+
+def reserve_run_dir(run_dir: str | os.PathLike[str], sanitizer: Sanitizer) -> None:
+    """Make ``sanitizer`` number past the placeholders already in ``run_dir`` (on resume)."""
+    for p in _text_files(Path(run_dir)):
+        if not p.name.lower().endswith(BINARY_SUFFIXES + (".gz",)):
+            try:
+                sanitizer.reserve(p.read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                continue
+
+
+def sanitize_run_dir(run_dir: str | os.PathLike[str], sanitizer: Sanitizer) -> list[Path]:
+    """Sanitize every file under ``run_dir``; the files that changed are returned. Files being
+    written right now by someone else are not expected: this runs when the campaign is done."""
+    root = Path(run_dir)
+    reserve_run_dir(root, sanitizer)
+    changed = []
+    for p in _text_files(root):
+        try:
+            if sanitizer.file(p):
+                changed.append(p)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            log.warning("could not sanitize %s: %s", p.relative_to(root), exc)
+    return changed
