@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import device as devmod
+from orchestrator import distributed as distmod
 from orchestrator.errors import BackendUnavailable
 from orchestrator.results import atomic_write_json, trial_record, write_csv
 
@@ -90,6 +91,9 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
         "warmup_steps": spec.warmup_steps,
         "measured_steps": spec.measured_steps,
     }
+    rank, world, _ = distmod.env_rank()
+    if world > 1:
+        base["rank"] = rank
     try:
         record = _measure(spec, base, launch_t0)
     except BackendUnavailable as exc:
@@ -100,8 +104,14 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
         status = "oom" if devmod.is_oom(exc) else "failed"
         tb = traceback.format_exc(limit=8)
         record = trial_record(**base, status=status, error=one_line(exc), traceback=tb)
+    finally:
+        if world > 1:
+            distmod.shutdown()
     record["finished_at"] = time.time()
-    atomic_write_json(tdir / "trial.json", record)
+    if rank == 0:  # distributed: rank 0 is the only writer; other ranks leave only failures
+        atomic_write_json(tdir / "trial.json", record)
+    elif record["status"] != "ok":
+        atomic_write_json(tdir / f"trial.rank{rank}.json", record)
     return record
 
 
@@ -122,7 +132,10 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
 
     from orchestrator import compile_stats
 
-    dev = devmod.resolve(spec.device)
+    _, world, local_rank = distmod.env_rank()
+    dev = devmod.resolve(spec.device, index=local_rank if world > 1 else None)
+    devmod.set_current(dev)
+    ctx = distmod.setup(dev.kind)  # before the recipe: it just uses the default process group
     trainer = builder(workload, bucket, dev.torch_device)
     devmod.reset_peak_memory(dev)
     batches = trainer.batches()
@@ -163,15 +176,32 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         close()
     for row, loss in zip(rows, losses):  # read outside the timed window
         row["loss"] = float(loss.float().item()) if hasattr(loss, "item") else float(loss)
+    dist_fields: dict[str, Any] = {}
+    if ctx is not None:
+        per_rank = distmod.gather_step_times(ctx, [r["step_time_s"] for r in rows])
+        if per_rank is not None:  # rank 0: the slowest rank's time per step
+            slowest, skew, who = distmod.combine(per_rank)
+            for i, row in enumerate(rows):
+                for r, times in enumerate(per_rank):
+                    row[f"step_time_rank{r}_s"] = times[i]
+                row["step_time_s"], row["rank_skew_s"] = slowest[i], skew[i]
+                row["slowest_rank"] = who[i]
+            measured_idx = [i for i, r in enumerate(rows) if r["phase"] == "measured"]
+            dist_fields = distmod.summary(ctx, [skew[i] for i in measured_idx],
+                                          [who[i] for i in measured_idx])
     peak, peak_source = devmod.peak_memory_bytes(dev)
     measured = [r["step_time_s"] for r in rows if r["phase"] == "measured"]
     median = statistics.median(measured)
     warmup = [r["step_time_s"] for r in rows if r["phase"] == "warmup"]
-    write_csv(Path(spec.trial_dir) / "steps.csv", rows)
+    writer = ctx is None or ctx.is_writer  # other ranks' times live in rank 0's steps.csv
+    if writer:
+        write_csv(Path(spec.trial_dir) / "steps.csv", rows)
     flops = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
     from orchestrator.flops import trial_flops  # after the timed steps: an extra counted step
 
     utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
+    if not writer:  # every rank ran the counted step above (it may hold collectives)
+        return trial_record(**base, status="ok")
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]
     return trial_record(
         **base,
@@ -197,6 +227,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         data_wait_share=sum(r["data_wait_s"] for r in rows if r["phase"] == "measured")
         / sum(measured),
         **compile_stats.trial_fields(cs_start, cs_warm, cs_end),
+        **dist_fields,
     )
 
 
@@ -205,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m orchestrator.trial SPEC.json", file=sys.stderr)
         return 2
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
+        from orchestrator.launch.local import die_with_parent
+
+        die_with_parent()
     spec = TrialSpec.from_file(argv[0])
     t0 = os.environ.get(LAUNCH_T0_VAR)
     record = run_trial(spec, float(t0) if t0 else None)
