@@ -23,7 +23,7 @@ from orchestrator.launch.base import Launcher
 from orchestrator.levers import lever_sections, loss_trajectory_gates
 from orchestrator.plan import PlannedTrial, plan
 from orchestrator.render import render_decisions, terminal_summary
-from orchestrator.results import atomic_write_json, atomic_write_text, load_trials, read_json, write_csv
+from orchestrator.results import atomic_write_json, atomic_write_text, load_trials, write_csv
 from orchestrator.sweep import Arm, apply_overrides, expand_arms
 from orchestrator.trial import TrialSpec
 from orchestrator.utilization import add_utilization_columns, campaign_utilization, utilization_section
@@ -31,7 +31,7 @@ from orchestrator.utilization import add_utilization_columns, campaign_utilizati
 log = logging.getLogger(__name__)
 
 # a trial with one of these statuses is final and is not re-run on resume
-FINAL_STATUSES = ("ok", "failed", "unavailable", "oom", "crashed")
+from orchestrator.launch.base import FINAL_STATUSES as FINAL_STATUSES  # noqa: E402
 
 
 @dataclass
@@ -78,15 +78,9 @@ def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[Planne
 
 
 def completed_trials(run_dir: Path) -> dict[str, dict[str, Any]]:
-    done = {}
-    for path in run_dir.glob("trials/*/trial.json"):
-        try:
-            rec = read_json(path)
-        except (OSError, json.JSONDecodeError):
-            continue
-        if rec.get("status") in FINAL_STATUSES:
-            done[rec["trial_id"]] = rec
-    return done
+    from orchestrator.resume import completed_on_disk
+
+    return completed_on_disk(run_dir)
 
 
 def env_line(trials: list[dict[str, Any]]) -> str:
@@ -111,37 +105,33 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None) -
         reverse_every_other_round=cfg.protocol.reverse_every_other_round,
     )
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
-    atomic_write_json(
-        run_dir / "plan.json",
-        {
-            "schema_version": SCHEMA_VERSION,
-            "sweep": cfg.sweep.name,
-            "arms": [a.__dict__ for a in arms],
-            "buckets": buckets,
-            "trials": [p.to_dict() for p in planned],
-        },
-    )
+    plan_doc = {
+        "schema_version": SCHEMA_VERSION,
+        "sweep": cfg.sweep.name,
+        "arms": [a.__dict__ for a in arms],
+        "buckets": buckets,
+        "trials": [p.to_dict() for p in planned],
+    }
+    from orchestrator.resume import check_same_plan, sigterm_as_interrupt
+
+    check_same_plan(run_dir, json.loads(json.dumps(plan_doc)))
+    atomic_write_json(run_dir / "plan.json", plan_doc)
     done = completed_trials(run_dir)
     todo = [p for p in planned if p.trial_id not in done]
     if done:
         log.info("resuming %s: %d of %d trials already complete", run_dir, len(planned) - len(todo),
                  len(planned))
     specs = make_specs(cfg, run_dir, arms, todo)
-    launcher = launcher or make_launcher(cfg.launcher)
-    started = time.time()
-    finished = [0]
+    launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
+    from orchestrator.progress import Progress
 
-    def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
-        finished[0] += 1
-        n = finished[0]
-        elapsed = time.time() - started
-        eta = elapsed / n * (len(specs) - n)
-        med = record.get("step_time_median_s")
-        what = f"{med * 1e3:.2f} ms/step" if med else f"{record['status']}: {record.get('error')}"
-        log.info("[%d/%d] %s %s r%d: %s (elapsed %.0fs, ~%.0fs left)", n, len(specs),
-                 spec.bucket["name"], spec.arm_label, spec.round, what, elapsed, eta)
-
-    launcher.run(specs, on_done, cfg.protocol.trial_timeout_s)
+    progress = Progress(cfg.sweep.name, len(specs))
+    try:
+        with sigterm_as_interrupt():
+            launcher.run(specs, progress.on_done, cfg.protocol.trial_timeout_s,
+                         on_start=progress.on_start)
+    finally:
+        progress.close()
     return finalize(cfg, run_dir, arms)
 
 
