@@ -101,6 +101,7 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
     except BaseException as exc:  # the workload failed: a status, not a lost row
         if isinstance(exc, KeyboardInterrupt):
             raise
+        base["failed_at"] = time.time()  # distributed: the earliest failing rank is the cause
         status = "oom" if devmod.is_oom(exc) else "failed"
         tb = traceback.format_exc(limit=8)
         record = trial_record(**base, status=status, error=one_line(exc), traceback=tb)

@@ -55,12 +55,24 @@ def final_record(spec: TrialSpec) -> Optional[dict[str, Any]]:
 
 
 def rank_failure(spec: TrialSpec) -> Optional[dict[str, Any]]:
-    """A failure written by a non-zero rank of a distributed trial (trial.rank<N>.json)."""
-    for path in sorted(Path(spec.trial_dir).glob("trial.rank*.json")):
-        rec = read_record(path)
-        if rec is not None and rec.get("status") != "ok":
-            return rec
-    return None
+    """The earliest failure written by a non-zero rank of a distributed trial
+    (trial.rank<N>.json), or None."""
+    fails = [rec for rec in (read_record(p) for p in Path(spec.trial_dir).glob("trial.rank*.json"))
+             if rec is not None and rec.get("status") != "ok"]
+    return min(fails, key=lambda r: r.get("failed_at") or float("inf"), default=None)
+
+
+def root_cause(own: dict[str, Any], spec: TrialSpec) -> dict[str, Any]:
+    """Rank 0's failure record, its status and error replaced by an earlier failure of another
+    rank when there was one (rank 0 then only saw its peer go away)."""
+    other = rank_failure(spec)
+    if other is None or (other.get("failed_at") or 0) >= (own.get("failed_at") or float("inf")):
+        return own
+    own = dict(own)
+    own["rank0_error"] = own.get("error")
+    own["status"] = other["status"]
+    own["error"] = f"rank {other.get('rank')}: {other.get('error')}"
+    return own
 
 
 def status_from_returncode(rc: Optional[int], timeout_s: float, wrote_record: bool) -> tuple[str, str]:
@@ -85,8 +97,10 @@ def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> di
     path = Path(spec.trial_dir) / "trial.json"
     own = read_record(path)
     if own is not None and status in ("", "ok"):
-        if own.get("status") != "ok" and tail:
-            own.setdefault("stderr_tail", tail)
+        if own.get("status") != "ok":
+            own = root_cause(own, spec)
+            if tail:
+                own.setdefault("stderr_tail", tail)
         return own
     ranked = rank_failure(spec) if status == "crashed" else None
     if ranked is not None:  # a non-zero rank said why it failed: keep its status (oom, failed)
