@@ -57,6 +57,11 @@ def die_with_parent() -> None:
         pass
 
 
+def _ignore_sigterm_child() -> None:  # runs in the forked child, before exec
+    die_with_parent()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -87,11 +92,16 @@ def run_trial_process(
     log_suffix: str = "",
     write_failure: bool = True,
     annotate: Optional[dict[str, Any]] = None,
+    ignore_sigterm: bool = False,
 ) -> dict[str, Any]:
     """Run one trial (or one rank of it, with ``extra_env`` carrying RANK etc.) as a process.
 
     Used by the local launcher and, inside each Slurm job, by the Slurm launcher. Writes
-    trial.json (the trial's own, or a failure record) unless ``write_failure`` is False."""
+    trial.json (the trial's own, or a failure record) unless ``write_failure`` is False.
+
+    ``ignore_sigterm``: inside a Slurm job, preemption and scancel send SIGTERM to every process
+    of the job; the trial ignores it so that the job (submitit) decides: requeue on preemption
+    (the trial is then killed and re-run), or SIGKILL after the cancel's grace period."""
     tdir = Path(spec.trial_dir)
     tdir.mkdir(parents=True, exist_ok=True)
     spec_path = tdir / "spec.json"
@@ -110,7 +120,8 @@ def run_trial_process(
     err_path = tdir / f"stderr{log_suffix}.log"
     with open(tdir / f"stdout{log_suffix}.log", "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True,
-                                preexec_fn=die_with_parent)
+                                preexec_fn=_ignore_sigterm_child if ignore_sigterm
+                                else die_with_parent)
         try:
             rc: Optional[int] = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -175,7 +175,7 @@ class GroupJob:
                          "MASTER_PORT": str(master_port(env.job_id, i))}
             run_trial_process(spec, self.timeout_s, python, extra_env=extra, launch_t0=t0,
                               nproc=1, log_suffix="" if rank == 0 else f".rank{rank}",
-                              write_failure=rank == 0, annotate=annotate)
+                              write_failure=rank == 0, annotate=annotate, ignore_sigterm=True)
         return {"node_id": node, "attempt": self.attempt, "rank": rank}
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
