@@ -25,7 +25,7 @@ from orchestrator.launch.slurm import (
     plan_waves,
 )
 from tests.conftest import TINY
-from tests.helpers.launching import SLURM_SKIP_REASON, make_spec, pids_running, slurm_conf
+from tests.helpers.launching import make_spec, pids_running, require_slurm
 
 # --------------------------------------------------------------------------- no cluster needed
 
@@ -94,16 +94,13 @@ def test_bad_slurm_settings_name_the_key(compose: Any, override: str, match: str
 
 # --------------------------------------------------------------------------- real cluster
 
-CONF = slurm_conf()
-needs_slurm = pytest.mark.skipif(CONF is None, reason=SLURM_SKIP_REASON)
-
-
 @pytest.fixture
 def slurm_env(monkeypatch: Any) -> dict[str, str]:
     import os
 
-    if CONF:
-        monkeypatch.setenv("SLURM_CONF", CONF)
+    conf = require_slurm()
+    if conf:
+        monkeypatch.setenv("SLURM_CONF", conf)
     return dict(os.environ)
 
 
@@ -127,7 +124,6 @@ def _running_job(folder: Path, deadline_s: float = 300) -> str:
 
 
 @pytest.mark.slurm
-@needs_slurm
 def test_tiny_sweep_end_to_end_on_slurm(run_dir: Path, slurm_env: dict[str, str]) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator", "workload=gpt_test", "protocol=quick",
@@ -148,7 +144,6 @@ def test_tiny_sweep_end_to_end_on_slurm(run_dir: Path, slurm_env: dict[str, str]
 
 
 @pytest.mark.slurm
-@needs_slurm
 def test_distributed_trial_runs_as_tasks_of_one_job(run_dir: Path, slurm_env: dict) -> None:
     spec = make_spec(run_dir, 0, recipe="tests.helpers.ddp:build", world_size=2, label="ddp")
     got: dict[str, dict] = {}
@@ -164,7 +159,6 @@ def test_distributed_trial_runs_as_tasks_of_one_job(run_dir: Path, slurm_env: di
 
 
 @pytest.mark.slurm
-@needs_slurm
 def test_cancelled_job_turns_its_trials_into_records(run_dir: Path, slurm_env: dict) -> None:
     hang = make_spec(run_dir, 0, recipe="tests.helpers.faulty:build_hang", label="hangs")
     after = make_spec(run_dir, 1, position=1, label="never-ran")
@@ -186,7 +180,6 @@ def test_cancelled_job_turns_its_trials_into_records(run_dir: Path, slurm_env: d
 
 
 @pytest.mark.slurm
-@needs_slurm
 def test_preempted_job_is_requeued_and_finishes(run_dir: Path, slurm_env: dict) -> None:
     done = make_spec(run_dir, 0, label="first")
     victim = make_spec(run_dir, 1, recipe="tests.helpers.launchprobe:build_hang_first_attempt",
@@ -223,7 +216,6 @@ def test_preempted_job_is_requeued_and_finishes(run_dir: Path, slurm_env: dict) 
 
 
 @pytest.mark.slurm
-@needs_slurm
 def test_hydra_submitit_multirun_puts_each_campaign_in_a_job(tmp_path: Path,
                                                              slurm_env: dict) -> None:
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")

@@ -157,6 +157,10 @@ class LocalLauncher(Launcher):
         self.max_parallel = max_parallel
         self._inv = inv
 
+    def run_one(self, spec: TrialSpec, timeout_s: float) -> dict[str, Any]:
+        """One trial in a fresh process, outside the slot bookkeeping (benchmarks, tools)."""
+        return run_trial_process(spec, timeout_s, self.python, annotate={"launcher": "local"})
+
     def slots(self) -> DeviceSlots:
         inv = self._inv or inventory(self.device, self.devices)
         return DeviceSlots(inv, self.max_parallel)

@@ -55,6 +55,19 @@ SLURM_SKIP_REASON = ("no running Slurm: start one with `bash scripts/slurm_local
                      "(scripts/test.sh and .ci/run do)")
 
 
+def require_slurm() -> str:
+    """SLURM_CONF of the running cluster; skips without one, or fails when the run demands it
+    (ORCH_REQUIRE_SLURM=1, set by .ci/run, so CI never passes by skipping)."""
+    import pytest
+
+    conf = slurm_conf()
+    if conf is None:
+        if os.environ.get("ORCH_REQUIRE_SLURM") == "1":
+            pytest.fail("ORCH_REQUIRE_SLURM=1 but no Slurm is running: " + SLURM_SKIP_REASON)
+        pytest.skip(SLURM_SKIP_REASON)
+    return conf
+
+
 def pids_running(needle: str) -> list[int]:
     """Processes whose command line contains ``needle`` (read from /proc)."""
     pids = []
@@ -75,8 +88,6 @@ LAUNCHERS = ["inline", "local", "slurm"]
 
 def launcher_for(name: str, run_dir: Path, monkeypatch: Any) -> Any:
     """A launcher under test; skips (with the reason) when Slurm is not running."""
-    import pytest
-
     if name == "inline":
         from orchestrator.launch.inline import InlineLauncher
 
@@ -85,9 +96,7 @@ def launcher_for(name: str, run_dir: Path, monkeypatch: Any) -> Any:
         from orchestrator.launch.local import LocalLauncher
 
         return LocalLauncher(device="cpu")
-    conf = slurm_conf()
-    if conf is None:
-        pytest.skip(SLURM_SKIP_REASON)
+    conf = require_slurm()
     if conf:
         monkeypatch.setenv("SLURM_CONF", conf)
     from orchestrator.config import SlurmLauncherConfig
