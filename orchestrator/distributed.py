@@ -86,7 +86,8 @@ def combine(per_rank: list[list[float]]) -> tuple[list[float], list[float], list
     return slowest, skew, who
 
 
-def summary(ctx: DistContext, skew_measured_s: list[float], who_measured: list[int]) -> dict[str, Any]:
+def summary(ctx: DistContext, skew_measured_s: list[float],
+            who_measured: list[int]) -> dict[str, Any]:
     """The distributed fields of trial.json."""
     counts = {r: who_measured.count(r) for r in range(ctx.world_size)}
     return {

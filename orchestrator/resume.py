@@ -51,8 +51,14 @@ def check_same_plan(run_dir: Path, plan_doc: dict[str, Any]) -> None:
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C while trials run, so launchers clean up their children/jobs."""
-    if threading.current_thread() is not threading.main_thread():
+    """Treat SIGTERM like Ctrl-C while trials run, so launchers clean up their children/jobs.
+
+    Not inside a Slurm job (a campaign put there by Hydra's submitit launcher): there SIGTERM
+    announces preemption, which submitit handles by requeueing; trial processes die with the
+    campaign anyway (parent-death signal)."""
+    import os
+
+    if threading.current_thread() is not threading.main_thread() or "SLURM_JOB_ID" in os.environ:
         yield
         return
 

@@ -75,7 +75,8 @@ def root_cause(own: dict[str, Any], spec: TrialSpec) -> dict[str, Any]:
     return own
 
 
-def status_from_returncode(rc: Optional[int], timeout_s: float, wrote_record: bool) -> tuple[str, str]:
+def status_from_returncode(rc: Optional[int], timeout_s: float,
+                           wrote_record: bool) -> tuple[str, str]:
     """(status, error) of a finished trial process; ("", "") when its own record stands."""
     if rc is None:
         return "timeout", f"exceeded the trial time limit of {timeout_s:g} s"

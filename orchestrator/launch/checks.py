@@ -13,7 +13,8 @@ def validate_launcher(cfg: Any) -> None:
     world = int(getattr(cfg.workload, "world_size", 1) or 1)
     if lc.devices is not None:
         if len(set(lc.devices)) != len(lc.devices) or any(d < 0 for d in lc.devices):
-            raise ConfigError("launcher.devices", f"must be distinct indices >= 0, got {lc.devices}")
+            raise ConfigError("launcher.devices",
+                              f"must be distinct indices >= 0, got {lc.devices}")
         if cfg.device != "cpu" and world > len(lc.devices):
             raise ConfigError(
                 "launcher.devices",

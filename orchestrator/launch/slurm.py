@@ -202,7 +202,8 @@ class SlurmLauncher(Launcher):
     def executor(self, ntasks: int, job_name: str) -> Any:
         import submitit
 
-        ex = submitit.SlurmExecutor(folder=str(self.folder / "%j"), max_num_timeout=self.cfg.max_requeue)
+        ex = submitit.SlurmExecutor(folder=str(self.folder / "%j"),
+                                    max_num_timeout=self.cfg.max_requeue)
         ex.update_parameters(**executor_parameters(self.cfg, ntasks, job_name))
         return ex
 
@@ -237,7 +238,8 @@ class SlurmLauncher(Launcher):
                            self.cfg.max_requeue) for g in groups]
         with ex.batch():
             jobs = [ex.submit(b) for b in bodies]
-        log.info("round %d: submitted %d job(s) %s", r, len(jobs), ", ".join(j.job_id for j in jobs))
+        log.info("round %d: submitted %d job(s) %s", r, len(jobs),
+                 ", ".join(j.job_id for j in jobs))
         try:
             outcomes = self._wait(jobs, groups, ntasks, on_start)
         except BaseException:  # Ctrl-C: do not leave jobs writing into the run dir
@@ -301,7 +303,8 @@ def _result(job: Any) -> tuple[str, str]:
         return "COMPLETED", ""
     except Exception as exc:  # submitit's FailedJobError / UncompletedJobError
         text = str(exc).strip().splitlines()
-        return "FAILED", f"slurm job {job.job_id} failed: {text[-1] if text else type(exc).__name__}"
+        why = text[-1] if text else type(exc).__name__
+        return "FAILED", f"slurm job {job.job_id} failed: {why}"
 
 
 def squeue_states() -> Optional[dict[str, str]]:
