@@ -125,6 +125,10 @@ def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> di
 
 
 def world_size(spec: TrialSpec) -> int:
+    """Processes the launcher starts for the trial. A ``command`` workload starts its own ranks
+    (its world_size is only a placeholder of its command line): one process."""
+    if spec.workload.get("kind") == "command":
+        return 1
     return max(1, int(spec.workload.get("world_size", 1) or 1))
 
 

@@ -11,6 +11,8 @@ def validate_launcher(cfg: Any) -> None:
     """``cfg`` is a :class:`orchestrator.config.Config`; raises ConfigError on the first problem."""
     lc = cfg.launcher
     world = int(getattr(cfg.workload, "world_size", 1) or 1)
+    if getattr(cfg.workload, "kind", "") == "command":  # it starts its own ranks
+        world = 1
     if lc.devices is not None:
         if len(set(lc.devices)) != len(lc.devices) or any(d < 0 for d in lc.devices):
             raise ConfigError("launcher.devices",
