@@ -40,7 +40,7 @@ from orchestrator.utilization import add_utilization_columns, campaign_utilizati
 log = logging.getLogger(__name__)
 
 # a trial with one of these statuses is final and is not re-run on resume
-FINAL_STATUSES = ("ok", "failed", "unavailable", "oom", "crashed")
+from orchestrator.launch.base import FINAL_STATUSES as FINAL_STATUSES  # noqa: E402
 
 
 @dataclass
@@ -92,15 +92,9 @@ def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[Planne
 
 
 def completed_trials(run_dir: Path) -> dict[str, dict[str, Any]]:
-    done = {}
-    for path in run_dir.glob("trials/*/trial.json"):
-        try:
-            rec = read_json(path)
-        except (OSError, json.JSONDecodeError):
-            continue
-        if rec.get("status") in FINAL_STATUSES:
-            done[rec["trial_id"]] = rec
-    return done
+    from orchestrator.resume import completed_on_disk
+
+    return completed_on_disk(run_dir)
 
 
 def env_line(trials: list[dict[str, Any]]) -> str:
@@ -153,10 +147,11 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     )
     adaptive_log: list[dict[str, Any]] = []
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
-    launcher = launcher or make_launcher(cfg.launcher)
+    launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
     rounds_done = p.repeats
     while True:
-        _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log)
+        _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
+                    check=not adaptive_log)
         session.sanitize_files(run_dir, ("config.json", "plan.json"))
         _run_missing(cfg, run_dir, running, planned, launcher, session)
         if rounds_done >= max_rounds:
@@ -183,13 +178,13 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
 
 def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
                 buckets: list[dict[str, Any]], planned: list[PlannedTrial],
-                adaptive_log: list[dict[str, Any]]) -> None:
+                adaptive_log: list[dict[str, Any]], check: bool = False) -> None:
+    from orchestrator.resume import check_same_plan
+
     assert cfg.sweep is not None
     p = cfg.protocol
     control = [a for a in running if a not in arms]
-    atomic_write_json(
-        run_dir / "plan.json",
-        {
+    plan_doc = {
             "schema_version": SCHEMA_VERSION,
             "sweep": cfg.sweep.name,
             "arms": [a.__dict__ for a in arms],
@@ -199,8 +194,10 @@ def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
                        "adaptive_step": p.adaptive_step_rounds},
             "adaptive": adaptive_log,
             "trials": [t.to_dict() for t in planned],
-        },
-    )
+    }
+    if check:  # the first write of an invocation: a resumed run dir must have the same plan
+        check_same_plan(run_dir, json.loads(json.dumps(plan_doc)))
+    atomic_write_json(run_dir / "plan.json", plan_doc)
 
 
 def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[PlannedTrial],
@@ -215,26 +212,23 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
     specs = make_specs(cfg, run_dir, running, todo)
     if specs:  # the first trial of each invocation also writes the full environment report
         specs[0].env_report = True
-    started = time.time()
-    finished = [0]
+    from orchestrator.progress import Progress
+    from orchestrator.resume import sigterm_as_interrupt
+
+    progress = Progress(cfg.sweep.name, len(specs))
 
     def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
         session.sanitize_trial(Path(spec.trial_dir))  # stderr tails sanitized as recorded
-        record = session.sanitizer.data(record)
-        finished[0] += 1
-        n = finished[0]
-        elapsed = time.time() - started
-        eta = elapsed / n * (len(specs) - n)
-        med = record.get("step_time_median_s")
-        what = f"{med * 1e3:.2f} ms/step" if med else f"{record['status']}: {record.get('error')}"
-        log.info("[%d/%d] %s %s r%d: %s (elapsed %.0fs, ~%.0fs left)", n, len(specs),
-                 spec.bucket["name"], spec.arm_label, spec.round, what, elapsed, eta)
+        progress.on_done(spec, session.sanitizer.data(record))
 
     try:
-        launcher.run(specs, on_done, cfg.protocol.trial_timeout_s)
+        with sigterm_as_interrupt():
+            launcher.run(specs, on_done, cfg.protocol.trial_timeout_s, on_start=progress.on_start)
     except BaseException:  # interrupted: what is on disk stays, sanitized
         session.seal(run_dir)
         raise
+    finally:
+        progress.close()
 
 
 def _analyze_decide(cfg: Config, run_dir: Path, arms: list[Arm]) -> tuple[Analysis, list[Verdict]]:

@@ -266,12 +266,34 @@ class SweepConfig:
 
 
 @dataclass
+class SlurmLauncherConfig:
+    """Slurm through submitit. One job = the arms of one (round, bucket), so the arms compared
+    with each other always share a node and its devices; rounds are submitted in plan order."""
+
+    partition: Optional[str] = None
+    time_limit_min: int = 60  # per job (one round of one bucket)
+    gpus_per_node: int = 0  # 0 for CPU; a distributed workload needs >= workload.world_size
+    cpus_per_task: Optional[int] = None
+    mem_gb: Optional[float] = None
+    account: Optional[str] = None
+    nodelist: Optional[str] = None  # pin every job to these node(s)
+    additional_parameters: dict[str, Any] = field(default_factory=dict)  # extra #SBATCH keys
+    setup: list[str] = field(default_factory=list)  # shell lines run before the job starts
+    array_parallelism: int = 1  # jobs of one round (one per bucket) that may run at once
+    max_requeue: int = 2  # requeues after preemption or job time-out (submitit checkpointing)
+    folder: Optional[str] = None  # submitit's job files; default <run_dir>/slurm
+    poll_interval_s: float = 2.0
+    lost_after_s: float = 60.0  # a job gone from squeue this long without a result is lost
+
+
+@dataclass
 class LauncherConfig:
     name: str = "local"  # inline | local | slurm
     # local: trials run one at a time unless max_parallel > 1 (never two on one device)
     max_parallel: int = 1
     devices: Optional[list[int]] = None  # device indices the local launcher may use
     python: Optional[str] = None  # interpreter for trial processes (default: this one)
+    slurm: SlurmLauncherConfig = field(default_factory=SlurmLauncherConfig)
 
 
 # --------------------------------------------------------------------------- hardware
@@ -495,6 +517,9 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"sanitize.extra_patterns[{i}]",
                               f"{pattern!r} is not a valid regular expression ({exc}); "
                               "quote it or escape special characters") from None
+    from orchestrator.launch.checks import validate_launcher
+
+    validate_launcher(cfg)
     if cfg.sweep is not None:
         from orchestrator.sweep import check_sweep
 

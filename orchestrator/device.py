@@ -324,3 +324,18 @@ def profiler_activities() -> list[str]:
     from torch.profiler import supported_activities
 
     return sorted(str(a).split(".")[-1] for a in supported_activities())
+
+
+DIST_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "musa": "mccl"}
+
+
+def dist_backend(kind: str) -> str:
+    """The torch.distributed backend for a device kind: gloo on CPU, nccl on CUDA, mccl on MUSA
+    (torch_musa registers mccl when it is imported)."""
+    return DIST_BACKENDS[kind]
+
+
+def set_current(dev: DeviceInfo) -> None:
+    """Make ``dev`` the current device of this process (one rank, one device)."""
+    if dev.kind != "cpu" and dev.index is not None:
+        _backend(dev.kind).set_device(dev.index)

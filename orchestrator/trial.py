@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import device as devmod
+from orchestrator import distributed as distmod
 from orchestrator.errors import BackendUnavailable
 from orchestrator.results import atomic_write_json, trial_record, write_csv
 from orchestrator.steady import WarmupPolicy, warmup_complete
@@ -101,6 +102,9 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
         "warmup_steps": spec.warmup_steps,
         "measured_steps": spec.measured_steps,
     }
+    rank, world, _ = distmod.env_rank()
+    if world > 1:
+        base["rank"] = rank
     try:
         record = _measure(spec, base, launch_t0)
     except BackendUnavailable as exc:
@@ -108,15 +112,23 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
     except BaseException as exc:  # the workload failed: a status, not a lost row
         if isinstance(exc, KeyboardInterrupt):
             raise
+        base["failed_at"] = time.time()  # distributed: the earliest failing rank is the cause
         status = "oom" if devmod.is_oom(exc) else "failed"
         tb = traceback.format_exc(limit=8)
         record = trial_record(**base, status=status, error=one_line(exc), traceback=tb)
+    finally:
+        if world > 1:
+            distmod.shutdown()
     # after the timed steps, so neither the timing nor start-to-first-step pays for it
-    from orchestrator.environment import record_facts
+    if rank == 0:
+        from orchestrator.environment import record_facts
 
-    record_facts(record, spec.device, tdir, full=spec.env_report)
+        record_facts(record, spec.device, tdir, full=spec.env_report)
     record["finished_at"] = time.time()
-    atomic_write_json(tdir / "trial.json", record)
+    if rank == 0:  # distributed: rank 0 is the only writer; other ranks leave only failures
+        atomic_write_json(tdir / "trial.json", record)
+    elif record["status"] != "ok":
+        atomic_write_json(tdir / f"trial.rank{rank}.json", record)
     return record
 
 
@@ -135,9 +147,15 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
 
     from orchestrator import compile_stats
 
-    # a host-only recipe (the synthetic load) needs no torch device and never imports torch
-    host_only = bool(getattr(builder, "host_only", False))
-    dev = devmod.host_cpu(spec.device) if host_only else devmod.resolve(spec.device)
+    _, world, local_rank = distmod.env_rank()
+    dev = devmod.resolve(spec.device, index=local_rank if world > 1 else None)
+    devmod.set_current(dev)
+    ctx = distmod.setup(dev.kind)  # before the recipe: it just uses the default process group
+    # after the timed steps, so neither the timing nor start-to-first-step pays for it
+    if rank == 0:
+        from orchestrator.environment import record_facts
+
+        record_facts(record, spec.device, tdir, full=spec.env_report)
     trainer = builder(workload, bucket, dev.torch_device)
     devmod.reset_peak_memory(dev)
     batches = trainer.batches()
@@ -204,27 +222,37 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     cs_end = compile_stats.snapshot()
     for row, loss in zip(rows, losses):  # read outside the timed window
         row["loss"] = float(loss.float().item()) if hasattr(loss, "item") else float(loss)
+    dist_fields: dict[str, Any] = {}
+    if ctx is not None:
+        per_rank = distmod.gather_step_times(ctx, [r["step_time_s"] for r in rows])
+        if per_rank is not None:  # rank 0: the slowest rank's time per step
+            slowest, skew, who = distmod.combine(per_rank)
+            for i, row in enumerate(rows):
+                for r, times in enumerate(per_rank):
+                    row[f"step_time_rank{r}_s"] = times[i]
+                row["step_time_s"], row["rank_skew_s"] = slowest[i], skew[i]
+                row["slowest_rank"] = who[i]
+            measured_idx = [i for i, r in enumerate(rows) if r["phase"] == "measured"]
+            dist_fields = distmod.summary(ctx, [skew[i] for i in measured_idx],
+                                          [who[i] for i in measured_idx])
     peak, peak_source = devmod.peak_memory_bytes(dev)
     measured = [r["step_time_s"] for r in rows if r["phase"] == "measured"]
     median = statistics.median(measured)
     warmup = [r["step_time_s"] for r in rows if r["phase"] == "warmup"]
-    write_csv(Path(spec.trial_dir) / "steps.csv", rows)
+    writer = ctx is None or ctx.is_writer  # other ranks' times live in rank 0's steps.csv
+    if writer:
+        write_csv(Path(spec.trial_dir) / "steps.csv", rows)
     flops = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
     from orchestrator.flops import trial_flops  # after the timed steps: an extra counted step
 
-    if host_only:  # numpy work: torch's FLOP counter and peak table do not apply, torch stays out
-        utilization: dict[str, Any] = {
-            "flops": {"useful_per_step": flops,
-                      "useful_definition": getattr(trainer, "useful_flops_definition", None),
-                      "executed_per_step": None,
-                      "executed_note": "not counted: host-only recipe (no torch)"},
-            "matmul_dtype": None, "matmul_dtype_why": "host-only recipe (no torch)",
-            "peaks": [], "utilization": []}
-    else:
-        utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
-    close = getattr(batches, "close", None)
-    if close is not None:  # after the FLOP count's extra step; stops DataLoader workers now
-        close()
+    utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
+    if not writer:  # every rank ran the counted step above (it may hold collectives)
+        return trial_record(**base, status="ok")
+    # after the timed steps, so neither the timing nor start-to-first-step pays for it
+    if rank == 0:
+        from orchestrator.environment import record_facts
+
+        record_facts(record, spec.device, tdir, full=spec.env_report)
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]
     torch_mod = sys.modules.get("torch")  # recorded only when the recipe really used torch
     return trial_record(
@@ -256,6 +284,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         data_wait_share=sum(r["data_wait_s"] for r in rows if r["phase"] == "measured")
         / sum(measured),
         **compile_stats.trial_fields(cs_start, cs_warm, cs_end),
+        **dist_fields,
     )
 
 
@@ -264,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m orchestrator.trial SPEC.json", file=sys.stderr)
         return 2
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
+        from orchestrator.launch.local import die_with_parent
+
+        die_with_parent()
     spec = TrialSpec.from_file(argv[0])
     t0 = os.environ.get(LAUNCH_T0_VAR)
     record = run_trial(spec, float(t0) if t0 else None)

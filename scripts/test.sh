@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Sets up the environment and runs the whole test suite (CPU only, hermetic).
+# A single-node Slurm (scripts/slurm_local.sh) is started for the `slurm` tests when this
+# machine allows it (root, Debian's slurm-wlm) and stopped afterwards; without it those tests
+# are skipped with the reason. ORCH_SLURM=0 skips starting it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/install_test_deps.sh
+if [ "${ORCH_SLURM:-1}" = 1 ] && bash scripts/slurm_local.sh start; then
+  trap 'bash scripts/slurm_local.sh stop' EXIT
+  eval "$(bash scripts/slurm_local.sh env)"
+else
+  echo "note: no local Slurm cluster; the slurm tests will be skipped" >&2
+fi
 .venv/bin/python -m pytest -q "$@"

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 from orchestrator.config import LauncherConfig
 from orchestrator.launch.base import Launcher
 
 
-def make_launcher(cfg: LauncherConfig) -> Launcher:
+def make_launcher(cfg: LauncherConfig, device: str = "auto",
+                  run_dir: Optional[Path] = None) -> Launcher:
     if cfg.name == "inline":
         from orchestrator.launch.inline import InlineLauncher
 
@@ -14,7 +18,13 @@ def make_launcher(cfg: LauncherConfig) -> Launcher:
     if cfg.name == "local":
         from orchestrator.launch.local import LocalLauncher
 
-        return LocalLauncher(python=cfg.python)
+        return LocalLauncher(python=cfg.python, device=device, devices=cfg.devices,
+                             max_parallel=cfg.max_parallel)
+    if cfg.name == "slurm":
+        from orchestrator.launch.slurm import SlurmLauncher
+
+        folder = cfg.slurm.folder or (str(run_dir / "slurm") if run_dir else "slurm")
+        return SlurmLauncher(cfg.slurm, folder=folder, python=cfg.python)
     from orchestrator.errors import ConfigError
 
-    raise ConfigError("launcher.name", f"{cfg.name!r} is not available; use inline or local")
+    raise ConfigError("launcher.name", f"{cfg.name!r} is not available; use inline, local or slurm")

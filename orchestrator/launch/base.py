@@ -1,17 +1,32 @@
-"""The launcher interface: one contract for inline, local processes and Slurm."""
+"""The launcher interface: one contract for inline, local processes and Slurm.
+
+Contract (checked by ``tests/test_launcher_contract.py`` against every implementation):
+
+* ``run(specs, on_done, timeout_s, on_start)`` runs the specs and calls ``on_done(spec,
+  record)`` exactly once per spec; a failure (raise, crash, kill, time-out, OOM, backend
+  missing) is a record with a status and the tail of stderr, never a missing record;
+* ``trial.json`` is on disk (written atomically) before ``on_done`` is called;
+* trials of one round and bucket run in plan order on the same device(s) (and node).
+"""
 
 from __future__ import annotations
 
 import abc
+import json
+import signal
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from orchestrator.results import read_json, trial_record
 from orchestrator.trial import TrialSpec
 
 OnDone = Callable[[TrialSpec, dict[str, Any]], None]
+OnStart = Callable[[TrialSpec], None]
 
 STDERR_TAIL_LINES = 30
+# a trial with one of these statuses is final: it is kept on resume, never re-run. A trial
+# that timed out or was killed is re-run, since the cause (a hang, a kill) may be transient.
+FINAL_STATUSES = ("ok", "failed", "unavailable", "oom", "crashed")
 
 
 def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
@@ -22,14 +37,75 @@ def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
+def read_record(path: Path) -> Optional[dict[str, Any]]:
+    """A trial.json body, or None when it is missing, truncated or not a record."""
+    try:
+        rec = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and "trial_id" in rec and "status" in rec else None
+
+
+def final_record(spec: TrialSpec) -> Optional[dict[str, Any]]:
+    """The trial's record when it is already final on disk (resume skips it), else None."""
+    rec = read_record(Path(spec.trial_dir) / "trial.json")
+    if rec is None or rec.get("trial_id") != spec.trial_id:
+        return None
+    return rec if rec.get("status") in FINAL_STATUSES else None
+
+
+def rank_failure(spec: TrialSpec) -> Optional[dict[str, Any]]:
+    """The earliest failure written by a non-zero rank of a distributed trial
+    (trial.rank<N>.json), or None."""
+    fails = [rec for rec in (read_record(p) for p in Path(spec.trial_dir).glob("trial.rank*.json"))
+             if rec is not None and rec.get("status") != "ok"]
+    return min(fails, key=lambda r: r.get("failed_at") or float("inf"), default=None)
+
+
+def root_cause(own: dict[str, Any], spec: TrialSpec) -> dict[str, Any]:
+    """Rank 0's failure record, its status and error replaced by an earlier failure of another
+    rank when there was one (rank 0 then only saw its peer go away)."""
+    other = rank_failure(spec)
+    if other is None or (other.get("failed_at") or 0) >= (own.get("failed_at") or float("inf")):
+        return own
+    own = dict(own)
+    own["rank0_error"] = own.get("error")
+    own["status"] = other["status"]
+    own["error"] = f"rank {other.get('rank')}: {other.get('error')}"
+    return own
+
+
+def status_from_returncode(rc: Optional[int], timeout_s: float,
+                           wrote_record: bool) -> tuple[str, str]:
+    """(status, error) of a finished trial process; ("", "") when its own record stands."""
+    if rc is None:
+        return "timeout", f"exceeded the trial time limit of {timeout_s:g} s"
+    if rc < 0 or rc > 128 and rc - 128 in signal.valid_signals():
+        sig = -rc if rc < 0 else rc - 128
+        name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
+        status = "killed" if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT) else "crashed"
+        error = f"process died from signal {name}"
+        if sig == signal.SIGKILL:
+            error += " (the kernel's OOM killer sends this too)"
+        return status, error
+    if not wrote_record:
+        return "crashed", f"process exited with code {rc} without writing trial.json"
+    return "", ""
+
+
 def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> dict[str, Any]:
     """The trial's own record when it wrote one, else a failure record with the reason."""
     path = Path(spec.trial_dir) / "trial.json"
-    if path.exists() and status in ("", "ok"):
-        rec: dict[str, Any] = read_json(path)
-        if rec.get("status") != "ok" and tail:
-            rec.setdefault("stderr_tail", tail)
-        return rec
+    own = read_record(path)
+    if own is not None and status in ("", "ok"):
+        if own.get("status") != "ok":
+            own = root_cause(own, spec)
+            if tail:
+                own.setdefault("stderr_tail", tail)
+        return own
+    ranked = rank_failure(spec) if status == "crashed" else None
+    if ranked is not None:  # a non-zero rank said why it failed: keep its status (oom, failed)
+        status, error = ranked["status"], f"rank {ranked.get('rank')}: {ranked.get('error')}"
     return trial_record(
         trial_id=spec.trial_id,
         kind=spec.kind,
@@ -48,11 +124,29 @@ def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> di
     )
 
 
+def world_size(spec: TrialSpec) -> int:
+    """Processes the launcher starts for the trial. A ``command`` workload starts its own ranks
+    (its world_size is only a placeholder of its command line): one process."""
+    if spec.workload.get("kind") == "command":
+        return 1
+    return max(1, int(spec.workload.get("world_size", 1) or 1))
+
+
+def dumps_spec(spec: TrialSpec) -> str:
+    return json.dumps(spec.__dict__, indent=2)
+
+
 class Launcher(abc.ABC):
     name: str = "launcher"
 
     @abc.abstractmethod
-    def run(self, specs: Sequence[TrialSpec], on_done: OnDone, timeout_s: float) -> None:
+    def run(
+        self,
+        specs: Sequence[TrialSpec],
+        on_done: OnDone,
+        timeout_s: float,
+        on_start: Optional[OnStart] = None,
+    ) -> None:
         """Run the specs in the given order; call ``on_done(spec, record)`` as each finishes.
 
         Every spec gets exactly one record (a failure is a record with a status); trial.json is

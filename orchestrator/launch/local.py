@@ -1,32 +1,65 @@
-"""Local launcher: every trial in a fresh subprocess, one at a time, in plan order.
+"""Local launcher: every trial in a fresh subprocess, in plan order, on its own device slot.
 
-A trial that raises, segfaults, is killed or hangs past its time limit becomes a record with a
-status and the tail of its stderr; the campaign goes on.
+Sequential by default (``launcher.max_parallel=1``) so that one trial's timing is never disturbed
+by another. A distributed trial (``workload.world_size > 1``) starts through
+``python -m torch.distributed.run --standalone --nproc-per-node G``. A trial that raises,
+segfaults, is killed or hangs past its time limit becomes a record with a status and the tail of
+its stderr; the campaign goes on. If the orchestrator itself dies, its trial process is taken
+down with it (parent-death signal), so a resumed campaign never races an orphan.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Optional, Sequence
 
-from orchestrator.launch.base import Launcher, OnDone, record_or_failure, stderr_tail
-from orchestrator.results import atomic_write_json
+from orchestrator.launch.base import (
+    Launcher,
+    OnDone,
+    OnStart,
+    record_or_failure,
+    status_from_returncode,
+    stderr_tail,
+    world_size,
+)
+from orchestrator.launch.slots import DeviceSlots, Inventory, inventory
+from orchestrator.results import atomic_write_json, atomic_write_text
 from orchestrator.trial import LAUNCH_T0_VAR, TrialSpec
 
 log = logging.getLogger(__name__)
 
 _GRACE_S = 5.0
+_PR_SET_PDEATHSIG = 1
 
 
 def package_root() -> str:
     """The directory holding the orchestrator package: children import the same code."""
     return str(Path(__file__).resolve().parents[2])
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when its parent dies (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _ignore_sigterm_child() -> None:  # runs in the forked child, before exec
+    die_with_parent()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -42,59 +75,137 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+def trial_command(python: str, spec_path: Path, nproc: int) -> list[str]:
+    if nproc <= 1:
+        return [python, "-m", "orchestrator.trial", str(spec_path)]
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", "orchestrator.trial", str(spec_path)]
+
+
+def run_trial_process(
+    spec: TrialSpec,
+    timeout_s: float,
+    python: str,
+    extra_env: Optional[dict[str, str]] = None,
+    launch_t0: Optional[float] = None,
+    nproc: Optional[int] = None,
+    log_suffix: str = "",
+    write_failure: bool = True,
+    annotate: Optional[dict[str, Any]] = None,
+    ignore_sigterm: bool = False,
+) -> dict[str, Any]:
+    """Run one trial (or one rank of it, with ``extra_env`` carrying RANK etc.) as a process.
+
+    Used by the local launcher and, inside each Slurm job, by the Slurm launcher. Writes
+    trial.json (the trial's own, or a failure record) unless ``write_failure`` is False.
+
+    ``ignore_sigterm``: inside a Slurm job, preemption and scancel send SIGTERM to every process
+    of the job; the trial ignores it so that the job (submitit) decides: requeue on preemption
+    (the trial is then killed and re-run), or SIGKILL after the cancel's grace period."""
+    tdir = Path(spec.trial_dir)
+    tdir.mkdir(parents=True, exist_ok=True)
+    spec_path = tdir / "spec.json"
+    if not log_suffix:
+        atomic_write_text(spec_path, spec.to_json())
+        for stale in [tdir / "trial.json", *tdir.glob("trial.rank*.json")]:
+            stale.unlink(missing_ok=True)  # an interrupted attempt: never mix its record in
+    nproc = world_size(spec) if nproc is None else nproc
+    env = dict(os.environ)
+    env.update(spec.env)
+    env.update(extra_env or {})
+    root = package_root()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env[LAUNCH_T0_VAR] = repr(launch_t0 if launch_t0 is not None else time.time())
+    cmd = trial_command(python, spec_path, nproc)
+    err_path = tdir / f"stderr{log_suffix}.log"
+    with open(tdir / f"stdout{log_suffix}.log", "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True,
+                                preexec_fn=_ignore_sigterm_child if ignore_sigterm
+                                else die_with_parent)
+        try:
+            rc: Optional[int] = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            rc = None
+        except BaseException:  # Ctrl-C or SIGTERM: take the child down with us, lose nothing else
+            _kill_group(proc)
+            raise
+    tail = stderr_tail(err_path)
+    status, error = status_from_returncode(rc, timeout_s, (tdir / "trial.json").exists())
+    record = record_or_failure(spec, status, error, tail)
+    record["returncode"] = rc
+    record.update(annotate or {})
+    if write_failure:
+        atomic_write_json(tdir / "trial.json", record)
+    return record
+
+
 class LocalLauncher(Launcher):
     name = "local"
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(
+        self,
+        python: Optional[str] = None,
+        device: str = "auto",
+        devices: Optional[list[int]] = None,
+        max_parallel: int = 1,
+        inv: Optional[Inventory] = None,
+    ) -> None:
         self.python = python or sys.executable
+        self.device = device
+        self.devices = devices
+        self.max_parallel = max_parallel
+        self._inv = inv
 
-    def trial_env(self, spec: TrialSpec) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(spec.env)
-        root = package_root()
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        env[LAUNCH_T0_VAR] = repr(time.time())
-        return env
+    def run_one(self, spec: TrialSpec, timeout_s: float) -> dict[str, Any]:
+        """One trial in a fresh process, outside the slot bookkeeping (benchmarks, tools)."""
+        return run_trial_process(spec, timeout_s, self.python, annotate={"launcher": "local"})
 
-    def run(self, specs: Sequence[TrialSpec], on_done: OnDone, timeout_s: float) -> None:
-        for spec in specs:
-            on_done(spec, self.run_one(spec, timeout_s))
+    def slots(self) -> DeviceSlots:
+        inv = self._inv or inventory(self.device, self.devices)
+        return DeviceSlots(inv, self.max_parallel)
 
-    def run_one(self, spec: TrialSpec, timeout_s: float) -> dict:  # type: ignore[type-arg]
-        tdir = Path(spec.trial_dir)
-        tdir.mkdir(parents=True, exist_ok=True)
-        spec_path = tdir / "spec.json"
-        spec_path.write_text(spec.to_json(), encoding="utf-8")
-        stale = tdir / "trial.json"
-        if stale.exists():  # a previous, interrupted attempt: never mix its record in
-            stale.unlink()
-        cmd = [self.python, "-m", "orchestrator.trial", str(spec_path)]
-        with open(tdir / "stdout.log", "wb") as out, open(tdir / "stderr.log", "wb") as err:
-            proc = subprocess.Popen(
-                cmd, stdout=out, stderr=err, env=self.trial_env(spec), start_new_session=True
-            )
+    def run(
+        self,
+        specs: Sequence[TrialSpec],
+        on_done: OnDone,
+        timeout_s: float,
+        on_start: Optional[OnStart] = None,
+    ) -> None:
+        slots = self.slots()
+        lock = threading.Lock()
+
+        def one(spec: TrialSpec) -> None:
+            n = world_size(spec)
+            if not slots.fits(n):
+                record = record_or_failure(
+                    spec, "unavailable",
+                    f"needs {n} devices, the launcher has {len(slots.inv.devices)}", "")
+                atomic_write_json(Path(spec.trial_dir) / "trial.json", record)
+                with lock:
+                    on_done(spec, record)
+                return
+            taken = slots.acquire(n)
             try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                rc = None
-            except BaseException:  # Ctrl-C: take the child down with us, lose nothing else
-                _kill_group(proc)
-                raise
-        tail = stderr_tail(tdir / "stderr.log")
-        if rc is None:
-            status, error = "timeout", f"exceeded the trial time limit of {timeout_s:g} s"
-        elif rc < 0:
-            name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
-            status = "killed" if -rc in (signal.SIGKILL, signal.SIGTERM) else "crashed"
-            error = f"process died from signal {name}"
-            if -rc == signal.SIGKILL:
-                error += " (the kernel's OOM killer sends this too)"
-        elif not stale.exists():
-            status, error = "crashed", f"process exited with code {rc} without writing trial.json"
-        else:
-            status, error = "", ""
-        record = record_or_failure(spec, status, error, tail)
-        record["returncode"] = rc
-        atomic_write_json(tdir / "trial.json", record)
-        return record
+                if on_start is not None:
+                    with lock:
+                        on_start(spec)
+                record = run_trial_process(spec, timeout_s, self.python, slots.env(taken),
+                                           annotate={"launcher": "local", "devices": taken})
+            finally:
+                slots.release(taken)
+            with lock:
+                on_done(spec, record)
+
+        if self.max_parallel <= 1:
+            for spec in specs:
+                one(spec)
+            return
+        _run_parallel(specs, one, self.max_parallel)
+
+
+def _run_parallel(specs: Sequence[TrialSpec], one: Callable[[TrialSpec], None], n: int) -> None:
+    """Start trials in plan order, up to ``n`` at once (device slots permitting)."""
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        for fut in [pool.submit(one, s) for s in specs]:
+            fut.result()

@@ -1,0 +1,109 @@
+"""Distributed trials: process-group setup before the recipe is built, and per-rank timing.
+
+A trial with ``workload.world_size > 1`` runs as that many processes, started by torchrun
+locally or as the tasks of one Slurm job; either way rank, world size, local rank and the
+master address arrive in the standard variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT). Every rank times its own steps (device synchronised at step boundaries); rank 0
+gathers them, the step time of a step is the slowest rank's, and the skew between ranks is
+kept. Only rank 0 writes trial.json and steps.csv.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from orchestrator import device as devmod
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    threads_per_rank: Optional[int]  # CPU only: torch threads each rank was given
+
+    @property
+    def is_writer(self) -> bool:
+        return self.rank == 0
+
+
+def env_rank() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from the standard variables; (0, 1, 0) when unset."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    rank = int(os.environ.get("RANK", "0") or 0)
+    local = int(os.environ.get("LOCAL_RANK", str(rank)) or 0)
+    return rank, world, local
+
+
+def threads_for(world_size: int, cores: Optional[int] = None) -> int:
+    """A fair share of the cores per rank, at least one."""
+    cores = cores if cores is not None else len(os.sched_getaffinity(0)) if hasattr(
+        os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, world_size))
+
+
+def setup(dev_kind: str) -> Optional[DistContext]:
+    """Initialise the default process group when this process is one of several ranks."""
+    rank, world, local = env_rank()
+    if world <= 1:
+        return None
+    import torch
+    import torch.distributed as dist
+
+    threads = None
+    if dev_kind == "cpu":
+        threads = threads_for(world)
+        torch.set_num_threads(threads)
+    backend = devmod.dist_backend(dev_kind)
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, rank=rank, world_size=world)
+    return DistContext(rank, world, local, backend, threads)
+
+
+def gather_step_times(ctx: DistContext, times_s: list[float]) -> Optional[list[list[float]]]:
+    """Every rank's per-step times, on rank 0 (None elsewhere). A collective: all ranks call."""
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(out, list(times_s))
+    return [list(map(float, t)) for t in out] if ctx.is_writer else None
+
+
+def combine(per_rank: list[list[float]]) -> tuple[list[float], list[float], list[int]]:
+    """(slowest rank's time, max - min across ranks, index of the slowest rank) per step."""
+    steps = min(len(t) for t in per_rank)
+    slowest, skew, who = [], [], []
+    for i in range(steps):
+        col = [t[i] for t in per_rank]
+        hi = max(col)
+        slowest.append(hi)
+        skew.append(hi - min(col))
+        who.append(col.index(hi))
+    return slowest, skew, who
+
+
+def summary(ctx: DistContext, skew_measured_s: list[float],
+            who_measured: list[int]) -> dict[str, Any]:
+    """The distributed fields of trial.json."""
+    counts = {r: who_measured.count(r) for r in range(ctx.world_size)}
+    return {
+        "world_size": ctx.world_size,
+        "dist_backend": ctx.backend,
+        "step_time_definition": "per step, the slowest rank's time (ranks synchronised at step "
+                                "boundaries by the device sync only)",
+        "rank_skew_median_s": statistics.median(skew_measured_s) if skew_measured_s else None,
+        "rank_skew_max_s": max(skew_measured_s) if skew_measured_s else None,
+        "slowest_rank_counts": counts,
+        "threads_per_rank": ctx.threads_per_rank,
+    }
+
+
+def shutdown() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,54 @@
+"""Launcher settings a type cannot check: one-line errors naming the dotted key and the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.errors import ConfigError
+
+
+def validate_launcher(cfg: Any) -> None:
+    """``cfg`` is a :class:`orchestrator.config.Config`; raises ConfigError on the first problem."""
+    lc = cfg.launcher
+    world = int(getattr(cfg.workload, "world_size", 1) or 1)
+    if getattr(cfg.workload, "kind", "") == "command":  # it starts its own ranks
+        world = 1
+    if lc.devices is not None:
+        if len(set(lc.devices)) != len(lc.devices) or any(d < 0 for d in lc.devices):
+            raise ConfigError("launcher.devices",
+                              f"must be distinct indices >= 0, got {lc.devices}")
+        if cfg.device != "cpu" and world > len(lc.devices):
+            raise ConfigError(
+                "launcher.devices",
+                f"workload.world_size={world} needs {world} devices but only {len(lc.devices)} "
+                "are listed; list more or lower workload.world_size",
+            )
+    if lc.name == "inline" and world > 1:
+        raise ConfigError(
+            "launcher.name",
+            f"inline cannot run workload.world_size={world} (one process); use launcher=local",
+        )
+    s = lc.slurm
+    if s.time_limit_min <= 0:
+        raise ConfigError("launcher.slurm.time_limit_min", f"must be > 0, got {s.time_limit_min}")
+    for key in ("array_parallelism",):
+        if getattr(s, key) <= 0:
+            raise ConfigError(f"launcher.slurm.{key}", f"must be > 0, got {getattr(s, key)}")
+    if s.max_requeue < 0:
+        raise ConfigError("launcher.slurm.max_requeue", f"must be >= 0, got {s.max_requeue}")
+    if s.gpus_per_node < 0:
+        raise ConfigError("launcher.slurm.gpus_per_node", f"must be >= 0, got {s.gpus_per_node}")
+    if lc.name == "slurm" and 0 < s.gpus_per_node < world:
+        raise ConfigError(
+            "launcher.slurm.gpus_per_node",
+            f"{s.gpus_per_node} < workload.world_size={world}; a distributed trial runs its "
+            "ranks as tasks of one job on one node: set launcher.slurm.gpus_per_node="
+            f"{world}",
+        )
+    reserved = {"ntasks_per_node", "nodes", "array", "job_name", "output", "error"}
+    bad = sorted(reserved & set(s.additional_parameters))
+    if bad:
+        raise ConfigError(
+            f"launcher.slurm.additional_parameters.{bad[0]}",
+            "is set by the launcher (one node, one task per rank); remove it",
+        )

@@ -1,0 +1,107 @@
+"""Hydra multirun: an index of the campaigns of one sweep directory and their verdicts.
+
+``python -m orchestrator -m workload=gpt_test,gpt_tiny +sweep=fa2`` runs one campaign per
+combination (each in ``<sweep dir>/<job num>_<sweep>/``). Hydra throws the jobs' return values
+away in multirun, and with the submitit launcher plugin the jobs ran elsewhere, so the index is
+built from what each campaign wrote to disk (config.json, plan.json, decisions.jsonl,
+trials/*/trial.json) by a Hydra callback at the end of the multirun: ``index.json`` and
+``index.md`` in the sweep directory. Paths in it are relative to the sweep directory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from orchestrator.launch.base import read_record
+from orchestrator.results import atomic_write_json, atomic_write_text, read_json
+
+log = logging.getLogger(__name__)
+
+INDEX_VERSION = 1
+
+
+def _campaign_dirs(sweep_dir: Path) -> list[Path]:
+    dirs = [p.parent for p in sweep_dir.glob("*/plan.json")]
+    return sorted(dirs, key=lambda p: (len(p.name.split("_", 1)[0]), p.name))
+
+
+def campaign_entry(sweep_dir: Path, run_dir: Path) -> dict[str, Any]:
+    """What one campaign run dir says about itself (never raises on a broken campaign)."""
+    entry: dict[str, Any] = {"run_dir": str(run_dir.relative_to(sweep_dir))}
+    try:
+        cfg = read_json(run_dir / "config.json")
+        entry.update(workload=cfg.get("workload", {}).get("name"),
+                     sweep=(cfg.get("sweep") or {}).get("name"),
+                     launcher=cfg.get("launcher", {}).get("name"), device=cfg.get("device"))
+    except (OSError, ValueError):
+        entry["config_error"] = "config.json missing or unreadable"
+    try:
+        planned = len(read_json(run_dir / "plan.json").get("trials", []))
+    except (OSError, ValueError):
+        planned = None
+    statuses = Counter(
+        (rec or {}).get("status", "unreadable")
+        for rec in (read_record(p) for p in run_dir.glob("trials/*/trial.json"))
+    )
+    entry["trials"] = {"planned": planned, "recorded": sum(statuses.values()),
+                       "by_status": dict(sorted(statuses.items()))}
+    verdicts = []
+    path = run_dir / "decisions.jsonl"
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                v = json.loads(line)
+            except ValueError:
+                continue
+            verdicts.append({"label": v.get("label"), "verdict": v.get("verdict"),
+                             "reasons": v.get("reasons")})
+        entry["state"] = "decided"
+    else:
+        entry["state"] = "incomplete (no decisions.jsonl: the campaign failed or was interrupted)"
+    entry["verdicts"] = verdicts
+    return entry
+
+
+def build_index(sweep_dir: Path) -> dict[str, Any]:
+    sweep_dir = Path(sweep_dir)
+    return {"index_version": INDEX_VERSION,
+            "campaigns": [campaign_entry(sweep_dir, d) for d in _campaign_dirs(sweep_dir)]}
+
+
+def render_index(index: dict[str, Any]) -> str:
+    lines = ["# Campaigns of this multirun", "",
+             "| campaign | workload | sweep | trials (ok/planned) | verdicts |",
+             "|---|---|---|---|---|"]
+    for c in index["campaigns"]:
+        t = c["trials"]
+        ok = t["by_status"].get("ok", 0)
+        vs = ", ".join(f"{v['label']}: **{v['verdict']}**" for v in c["verdicts"]) or c["state"]
+        lines.append(f"| `{c['run_dir']}` | {c.get('workload')} | {c.get('sweep')} "
+                     f"| {ok}/{t['planned']} | {vs} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_index(sweep_dir: Path) -> dict[str, Any]:
+    index = build_index(sweep_dir)
+    atomic_write_json(Path(sweep_dir) / "index.json", index)
+    atomic_write_text(Path(sweep_dir) / "index.md", render_index(index))
+    log.info("multirun index of %d campaign(s): %s", len(index["campaigns"]),
+             Path(sweep_dir) / "index.md")
+    return index
+
+
+try:
+    from hydra.experimental.callback import Callback as _Callback
+except ImportError:  # pragma: no cover - hydra is a dependency; keeps the module importable
+    _Callback = object  # type: ignore[assignment,misc]
+
+
+class CampaignIndex(_Callback):  # type: ignore[misc,valid-type]
+    """Hydra callback (registered in conf/config.yaml): writes the index after a multirun."""
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        write_index(Path(str(config.hydra.sweep.dir)))

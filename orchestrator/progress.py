@@ -1,0 +1,108 @@
+"""One progress display per campaign: a live line on a terminal, plain log lines otherwise.
+
+The live line shows trials done/total, the current bucket and arm, elapsed time and an estimate
+of the time left; it is rewritten in place on stderr. Every finished trial is also logged (to
+campaign.log always; to the console only when there is no live line).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any, Callable, Optional, TextIO
+
+from orchestrator.trial import TrialSpec
+
+log = logging.getLogger("orchestrator.campaign")
+
+_MARK = "progress_line"
+
+
+def _dur(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "?"
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def remaining_s(done: int, total: int, elapsed_s: float) -> Optional[float]:
+    """Mean time per finished trial times the trials left (None before the first one)."""
+    if done <= 0:
+        return None
+    return elapsed_s / done * max(0, total - done)
+
+
+def format_line(name: str, done: int, total: int, current: str, elapsed_s: float) -> str:
+    left = remaining_s(done, total, elapsed_s)
+    now = f" | {current}" if current else ""
+    return (f"{name} [{done}/{total}]{now} | elapsed {_dur(elapsed_s)}, "
+            f"~{_dur(left)} left")
+
+
+def trial_result(record: dict[str, Any]) -> str:
+    med = record.get("step_time_median_s")
+    if record.get("status") == "ok" and med:
+        return f"{med * 1e3:.2f} ms/step"
+    return f"{record.get('status')}: {record.get('error')}"
+
+
+class _DropProgress(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, _MARK, False)
+
+
+class Progress:
+    """Feed it the launcher's ``on_start`` / ``on_done`` callbacks."""
+
+    def __init__(self, name: str, total: int, stream: Optional[TextIO] = None,
+                 live: Optional[bool] = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self.total = total
+        self.done = 0
+        self.current = ""
+        self.stream = stream or sys.stderr
+        isatty = getattr(self.stream, "isatty", lambda: False)
+        self.live = bool(isatty()) if live is None else live
+        self.clock = clock
+        self.t0 = clock()
+        self._filter = _DropProgress()
+        self._filtered: list[logging.Handler] = []
+        if self.live:
+            for h in logging.getLogger().handlers:
+                if type(h) is logging.StreamHandler:  # the console, not campaign.log
+                    h.addFilter(self._filter)
+                    self._filtered.append(h)
+
+    def line(self) -> str:
+        return format_line(self.name, self.done, self.total, self.current, self.clock() - self.t0)
+
+    def _draw(self) -> None:
+        if self.live:
+            self.stream.write("\r\x1b[K" + self.line())
+            self.stream.flush()
+
+    def on_start(self, spec: TrialSpec) -> None:
+        self.current = f"{spec.bucket['name']} {spec.arm_label} r{spec.round}"
+        self._draw()
+
+    def on_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+        self.done += 1
+        elapsed = self.clock() - self.t0
+        left = remaining_s(self.done, self.total, elapsed)
+        log.info("[%d/%d] %s %s r%d: %s (elapsed %s, ~%s left)", self.done, self.total,
+                 spec.bucket["name"], spec.arm_label, spec.round, trial_result(record),
+                 _dur(elapsed), _dur(left), extra={_MARK: True})
+        if self.done >= self.total:
+            self.current = ""
+        self._draw()
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\n")
+            self.stream.flush()
+        for h in self._filtered:
+            h.removeFilter(self._filter)
+        self._filtered = []

@@ -1,0 +1,107 @@
+"""Shared pieces of the launcher tests: specs built by hand, Slurm detection, process lookup."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Optional
+
+from orchestrator.trial import TrialSpec
+
+DEFAULT_SLURM_CONF = "/tmp/orchestrator-slurm/slurm.conf"
+
+TEST_WORKLOAD: dict[str, Any] = {
+    "name": "gpt_test", "kind": "gpt", "recipe": "gpt", "precision": "fp32", "seed": 0,
+    "world_size": 1,
+    "buckets": [{"name": "s32", "seq_len": 32, "micro_batch": 2, "weight": 1.0}],
+    "model": {"vocab_size": 64, "n_layer": 1, "n_head": 2, "d_model": 32, "d_ff": 64,
+              "dropout": 0.0, "attention": {"backend": "sdpa", "sdpa_kernel": "auto",
+                                            "block_q": 64, "block_k": 64}},
+    "optimizer": {"name": "adamw", "lr": 3e-4, "weight_decay": 0.1, "beta1": 0.9,
+                  "beta2": 0.95, "grad_clip": 1.0},
+    "data": {"kind": "synthetic", "seed": 1234},
+}
+
+
+def make_spec(run_dir: Path, arm: int, recipe: str = "gpt", rnd: int = 0, position: int = 0,
+              world_size: int = 1, label: Optional[str] = None, measured: int = 3) -> TrialSpec:
+    workload = {**TEST_WORKLOAD, "recipe": recipe, "world_size": world_size}
+    tid = f"r{rnd:03d}-s32-a{arm}"
+    return TrialSpec(
+        trial_id=tid, trial_dir=str(run_dir / "trials" / tid), bucket=TEST_WORKLOAD["buckets"][0],
+        arm_id=f"a{arm}", arm_label=label or recipe.rsplit(":", 1)[-1], is_baseline=arm == 0,
+        round=rnd, position=position, workload=workload, device="cpu", warmup_steps=1,
+        measured_steps=measured)
+
+
+def slurm_conf() -> Optional[str]:
+    """The SLURM_CONF of a running cluster (scripts/slurm_local.sh start), else None."""
+    if shutil.which("sbatch") is None or shutil.which("scontrol") is None:
+        return None
+    conf = os.environ.get("SLURM_CONF") or (DEFAULT_SLURM_CONF if os.path.exists(
+        DEFAULT_SLURM_CONF) else None)
+    env = dict(os.environ, **({"SLURM_CONF": conf} if conf else {}))
+    try:
+        out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=env,
+                             timeout=20, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (conf or "") if "is UP" in out else None
+
+
+SLURM_SKIP_REASON = ("no running Slurm: start one with `bash scripts/slurm_local.sh start` "
+                     "(scripts/test.sh and .ci/run do)")
+
+
+def require_slurm() -> str:
+    """SLURM_CONF of the running cluster; skips without one, or fails when the run demands it
+    (ORCH_REQUIRE_SLURM=1, set by .ci/run, so CI never passes by skipping)."""
+    import pytest
+
+    conf = slurm_conf()
+    if conf is None:
+        if os.environ.get("ORCH_REQUIRE_SLURM") == "1":
+            pytest.fail("ORCH_REQUIRE_SLURM=1 but no Slurm is running: " + SLURM_SKIP_REASON)
+        pytest.skip(SLURM_SKIP_REASON)
+    return conf
+
+
+def pids_running(needle: str) -> list[int]:
+    """Processes whose command line contains ``needle`` (read from /proc)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmd and int(p.name) != os.getpid():
+            pids.append(int(p.name))
+    return pids
+
+
+LAUNCHERS = ["inline", "local", "slurm"]
+
+
+def launcher_for(name: str, run_dir: Path, monkeypatch: Any) -> Any:
+    """A launcher under test; skips (with the reason) when Slurm is not running."""
+    if name == "inline":
+        from orchestrator.launch.inline import InlineLauncher
+
+        return InlineLauncher()
+    if name == "local":
+        from orchestrator.launch.local import LocalLauncher
+
+        return LocalLauncher(device="cpu")
+    conf = require_slurm()
+    if conf:
+        monkeypatch.setenv("SLURM_CONF", conf)
+    from orchestrator.config import SlurmLauncherConfig
+    from orchestrator.launch.slurm import SlurmLauncher
+
+    cfg = SlurmLauncherConfig(partition="debug", time_limit_min=20, poll_interval_s=0.5,
+                              lost_after_s=30.0)
+    return SlurmLauncher(cfg, folder=str(run_dir / "slurm"))

@@ -1,0 +1,52 @@
+"""Hydra multirun: one campaign per combination, and an index of them built from disk."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator.multirun import build_index, render_index
+from tests.conftest import TINY
+
+
+def test_multirun_writes_an_index_of_campaigns_and_verdicts(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "multi run"
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "-m", *TINY, "+sweep=fa2", "sweep.buckets=[s32]",
+         "sweep.values=[{backend:eager,sdpa_kernel:auto}]", "sweep.labels=[eager]",
+         "protocol.repeats=1", "workload.seed=0,1", f"hydra.sweep.dir='{sweep_dir}'"],
+        capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    index = json.loads((sweep_dir / "index.json").read_text())
+    camps = index["campaigns"]
+    assert [c["run_dir"] for c in camps] == ["0_fa2", "1_fa2"]
+    for c in camps:
+        assert c["workload"] == "gpt_test" and c["sweep"] == "fa2" and c["state"] == "decided"
+        assert c["trials"] == {"planned": 2, "recorded": 2, "by_status": {"ok": 2}}
+        assert [v["label"] for v in c["verdicts"]] == ["eager"]
+    seeds = [json.loads((sweep_dir / c["run_dir"] / "config.json").read_text())["workload"]["seed"]
+             for c in camps]
+    assert seeds == [0, 1]
+    md = (sweep_dir / "index.md").read_text()
+    assert "| `0_fa2` | gpt_test | fa2 | 2/2 | eager: **" in md
+    assert str(tmp_path) not in (sweep_dir / "index.json").read_text()  # relative paths only
+
+
+def test_index_reports_a_broken_campaign_instead_of_failing(tmp_path: Path) -> None:
+    good, bad = tmp_path / "0_fa2", tmp_path / "1_fa2"
+    for d in (good, bad):
+        (d / "trials" / "t0").mkdir(parents=True)
+        (d / "plan.json").write_text(json.dumps({"trials": [{"trial_id": "t0"}]}))
+    (good / "config.json").write_text(json.dumps({"workload": {"name": "w"},
+                                                  "sweep": {"name": "fa2"}}))
+    (good / "trials/t0/trial.json").write_text(json.dumps({"trial_id": "t0", "status": "ok"}))
+    (good / "decisions.jsonl").write_text(json.dumps({"label": "x", "verdict": "retain"}) + "\n")
+    (bad / "trials/t0/trial.json").write_text("{trunc")
+    index = build_index(tmp_path)
+    g, b = index["campaigns"]
+    assert g["verdicts"] == [{"label": "x", "verdict": "retain", "reasons": None}]
+    assert b["state"].startswith("incomplete") and b["config_error"]
+    assert b["trials"]["by_status"] == {"unreadable": 1}
+    assert "incomplete" in render_index(index)

@@ -1,0 +1,235 @@
+"""Slurm through submitit: parameter translation (always) and a real single-node cluster
+(tests marked ``slurm``; scripts/slurm_local.sh starts it, scripts/test.sh and .ci/run do so).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import SlurmLauncherConfig
+from orchestrator.errors import ConfigError
+from orchestrator.launch.slurm import (
+    GroupJob,
+    SlurmLauncher,
+    executor_parameters,
+    job_state,
+    parse_squeue,
+    plan_waves,
+)
+from tests.conftest import TINY
+from tests.helpers.launching import make_spec, pids_running, require_slurm
+
+# --------------------------------------------------------------------------- no cluster needed
+
+
+def test_parameters_translate_to_sbatch_lines(tmp_path: Path) -> None:
+    pytest.importorskip("submitit")
+    cfg = SlurmLauncherConfig(
+        partition="gpu", time_limit_min=90, gpus_per_node=8, cpus_per_task=6, mem_gb=4.0,
+        account="proj", nodelist="node7", additional_parameters={"constraint": "h100"},
+        setup=["module load musa"], array_parallelism=3)
+    params = executor_parameters(cfg, ntasks=2, job_name="orch-r0")
+    assert params == {
+        "job_name": "orch-r0", "time": 90, "nodes": 1, "ntasks_per_node": 2,
+        "array_parallelism": 3, "partition": "gpu", "gpus_per_node": 8, "cpus_per_task": 6,
+        "mem": "4096MB", "account": "proj", "nodelist": "node7", "setup": ["module load musa"],
+        "additional_parameters": {"constraint": "h100"}}
+    text = SlurmLauncher(cfg, str(tmp_path)).executor(2, "orch-r0")._make_submission_file_text(
+        "python -m submitit.core._submit x", "uid")
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --time=90", "#SBATCH --ntasks-per-node=2",
+                 "#SBATCH --gpus-per-node=8", "#SBATCH --cpus-per-task=6", "#SBATCH --mem=4096MB",
+                 "#SBATCH --account=proj", "#SBATCH --nodelist=node7", "#SBATCH --nodes=1",
+                 "#SBATCH --constraint=h100", "#SBATCH --job-name=orch-r0", "module load musa"):
+        assert line in text, line
+    bare = executor_parameters(SlurmLauncherConfig(), ntasks=1, job_name="j")
+    assert set(bare) == {"job_name", "time", "nodes", "ntasks_per_node", "array_parallelism"}
+
+
+def test_rounds_become_waves_of_one_job_per_bucket(tmp_path: Path) -> None:
+    a = [make_spec(tmp_path, arm, rnd=r, position=i) for i, (r, arm) in
+         enumerate([(0, 0), (0, 1), (1, 1), (1, 0)])]
+    waves = plan_waves(a)
+    assert [[[s.trial_id for s in g] for g in w] for w in waves] == [
+        [["r000-s32-a0", "r000-s32-a1"]], [["r001-s32-a1", "r001-s32-a0"]]]
+
+
+def test_squeue_parsing_and_array_ranges() -> None:
+    states = parse_squeue("12_0 RUNNING\n12_[1-3%1] PENDING\n15 COMPLETED\n16 CANCELLED+\n")
+    assert job_state(states, "12_0") == "RUNNING"
+    assert job_state(states, "12_2") == "PENDING"
+    assert job_state(states, "15") == "COMPLETED"
+    assert job_state(states, "16") == "CANCELLED"
+    assert job_state(states, "99") is None
+
+
+def test_requeue_stops_at_the_limit() -> None:
+    job = GroupJob([], 10.0, None, 0.0, max_requeue=2)
+    first = job.checkpoint()
+    assert first.function.attempt == 1
+    second = first.function.checkpoint()
+    assert second.function.attempt == 2
+    assert second.function.checkpoint() is None  # the third preemption ends the job
+
+
+@pytest.mark.parametrize("override,match", [
+    ("launcher.slurm.gpus_per_node=1", r"^launcher\.slurm\.gpus_per_node: 1 < workload"),
+    ("launcher.slurm.time_limit_min=0", r"^launcher\.slurm\.time_limit_min: must be > 0"),
+    ("+launcher.slurm.additional_parameters.ntasks_per_node=4",
+     r"^launcher\.slurm\.additional_parameters\.ntasks_per_node: is set by the launcher"),
+    ("launcher.slurm.max_requeue=-1", r"^launcher\.slurm\.max_requeue: must be >= 0"),
+])
+def test_bad_slurm_settings_name_the_key(compose: Any, override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        compose(["workload=gpt_test", "launcher=slurm", "+sweep=fa2", "workload.world_size=2",
+                 override])
+
+
+# --------------------------------------------------------------------------- real cluster
+
+@pytest.fixture
+def slurm_env(monkeypatch: Any) -> dict[str, str]:
+    import os
+
+    conf = require_slurm()
+    if conf:
+        monkeypatch.setenv("SLURM_CONF", conf)
+    return dict(os.environ)
+
+
+def _launcher(run_dir: Path, **kw: Any) -> SlurmLauncher:
+    cfg = SlurmLauncherConfig(partition="debug", time_limit_min=20, poll_interval_s=0.5, **kw)
+    return SlurmLauncher(cfg, folder=str(run_dir / "slurm"))
+
+
+def _running_job(folder: Path, deadline_s: float = 300) -> str:
+    """The id of the first job submitted under ``folder`` once squeue says it runs."""
+    end = time.time() + deadline_s
+    while time.time() < end:
+        ids = [p.name.split("_submitted")[0] for p in folder.glob("*/*_submitted.pkl")]
+        if ids:
+            out = subprocess.run(["squeue", "-h", "-j", ids[0], "-o", "%T"],
+                                 capture_output=True, text=True).stdout
+            if "RUNNING" in out:
+                return ids[0]
+        time.sleep(0.3)
+    raise AssertionError("no job reached RUNNING")
+
+
+@pytest.mark.slurm
+def test_tiny_sweep_end_to_end_on_slurm(run_dir: Path, slurm_env: dict[str, str]) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "workload=gpt_test", "protocol=quick",
+         "launcher=slurm", "launcher.slurm.partition=debug", "launcher.slurm.poll_interval_s=0.5",
+         "+sweep=fa2", "sweep.buckets=[s32]", "sweep.values=[{backend:eager,sdpa_kernel:auto}]",
+         "sweep.labels=[eager]", "protocol.repeats=1", f"run_dir='{run_dir}'"],
+        capture_output=True, text=True, timeout=900, env=slurm_env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    recs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
+    assert len(recs) == 2 and all(r["status"] == "ok" for r in recs)
+    assert all(r["launcher"] == "slurm" for r in recs)
+    jobs = {r["round"]: set() for r in recs}
+    for r in recs:
+        jobs[r["round"]].add(r["slurm_job_id"])
+    assert all(len(j) == 1 for j in jobs.values())  # a round's arms share one job
+    md = (run_dir / "decisions.md").read_text()
+    assert "slurm" in md and "eager" in md
+
+
+@pytest.mark.slurm
+def test_distributed_trial_runs_as_tasks_of_one_job(run_dir: Path, slurm_env: dict) -> None:
+    spec = make_spec(run_dir, 0, recipe="tests.helpers.ddp:build", world_size=2, label="ddp")
+    got: dict[str, dict] = {}
+    _launcher(run_dir).run([spec], lambda s, r: got.update({s.trial_id: r}), 600)
+    rec = got[spec.trial_id]
+    assert rec["status"] == "ok", (rec.get("error"), rec.get("stderr_tail"))
+    assert rec["world_size"] == 2 and rec["dist_backend"] == "gloo"
+    assert rec["rank_skew_median_s"] is not None
+    tdir = Path(spec.trial_dir)
+    assert (tdir / "stderr.rank1.log").exists() and not (tdir / "trial.rank1.json").exists()
+    (sub,) = list((run_dir / "slurm").glob("*/*_submission.sh"))
+    assert "#SBATCH --ntasks-per-node=2" in sub.read_text()
+
+
+@pytest.mark.slurm
+def test_cancelled_job_turns_its_trials_into_records(run_dir: Path, slurm_env: dict) -> None:
+    hang = make_spec(run_dir, 0, recipe="tests.helpers.faulty:build_hang", label="hangs")
+    after = make_spec(run_dir, 1, position=1, label="never-ran")
+    got: dict[str, dict] = {}
+
+    def cancel() -> None:
+        jid = _running_job(run_dir / "slurm")
+        subprocess.run(["scancel", jid], check=True)
+
+    t = threading.Thread(target=cancel, daemon=True)
+    t.start()
+    _launcher(run_dir).run([hang, after], lambda s, r: got.update({s.arm_label: r}), 600)
+    t.join(timeout=5)
+    assert set(got) == {"hangs", "never-ran"}
+    for rec in got.values():
+        assert rec["status"] == "killed", rec
+    assert got["never-ran"]["slurm_state"] == "CANCELLED"
+    assert "before this trial finished" in got["never-ran"]["error"]
+
+
+@pytest.mark.slurm
+def test_preempted_job_is_requeued_and_finishes(run_dir: Path, slurm_env: dict) -> None:
+    done = make_spec(run_dir, 0, label="first")
+    victim = make_spec(run_dir, 1, recipe="tests.helpers.launchprobe:build_hang_first_attempt",
+                       position=1, label="preempted")
+    got: dict[str, dict] = {}
+
+    def preempt() -> None:  # what Slurm does on preemption: SIGTERM, then submitit's USR2
+        jid = _running_job(run_dir / "slurm")
+        needle = str(Path(victim.trial_dir) / "spec.json")
+        while not pids_running(needle):
+            time.sleep(0.2)
+        time.sleep(2.0)
+        subprocess.run(["scancel", "--signal=SIGTERM", jid], check=True)
+        subprocess.run(["scancel", "--signal=USR2", jid], check=True)
+        # Slurm holds a requeued job for ~2 minutes before it may start again; skip the wait
+        end = time.time() + 120
+        while time.time() < end:
+            state = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T"], capture_output=True,
+                                   text=True).stdout.strip()
+            if state == "PENDING":
+                subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"])
+                return
+            time.sleep(0.3)
+
+    t = threading.Thread(target=preempt, daemon=True)
+    t.start()
+    _launcher(run_dir, max_requeue=1).run([done, victim],
+                                          lambda s, r: got.update({s.arm_label: r}), 600)
+    t.join(timeout=5)
+    assert got["first"]["status"] == "ok" and got["first"]["slurm_attempt"] == 0
+    assert got["preempted"]["status"] == "ok", got["preempted"]
+    assert got["preempted"]["slurm_attempt"] == 1  # ran again after the requeue
+    assert got["first"]["pid"] != got["preempted"]["pid"]
+
+
+@pytest.mark.slurm
+def test_hydra_submitit_multirun_puts_each_campaign_in_a_job(tmp_path: Path,
+                                                             slurm_env: dict) -> None:
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    sweep_dir = tmp_path / "multirun"
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "-m", "hydra/launcher=submitit_slurm",
+         "hydra.launcher.partition=debug", "hydra.launcher.timeout_min=20",
+         "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1", *TINY, "+sweep=fa2",
+         "sweep.buckets=[s32]", "sweep.values=[{backend:eager,sdpa_kernel:auto}]",
+         "sweep.labels=[eager]", "protocol.seed=0,1", f"hydra.sweep.dir={sweep_dir}"],
+        capture_output=True, text=True, timeout=900, env=slurm_env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    index = json.loads((sweep_dir / "index.json").read_text())
+    assert [c["run_dir"] for c in index["campaigns"]] == ["0_fa2", "1_fa2"]
+    assert all(c["state"] == "decided" and c["verdicts"] for c in index["campaigns"])
+    assert list(sweep_dir.glob(".submitit/*/*_submission.sh"))  # they really went through Slurm
+    assert "eager" in (sweep_dir / "index.md").read_text()
