@@ -16,6 +16,7 @@ REGISTRY: dict[str, str] = {
     "gpt": "recipes.gpt.recipe:build",
     "command": "recipes.command.recipe:build",
     "synthetic": "recipes.synthetic.recipe:build",
+    "muon_tp": "recipes.muon.recipe:build",
 }
 
 
