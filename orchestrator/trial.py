@@ -246,6 +246,8 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     from orchestrator.flops import trial_flops  # after the timed steps: an extra counted step
 
     utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
+    # recipe-specific data for the report (never timings): e.g. muon_tp's auto choices
+    extra = trainer.extra_record() if hasattr(trainer, "extra_record") else {}
     if not writer:  # every rank ran the counted step above (it may hold collectives)
         return trial_record(**base, status="ok")
     # after the timed steps, so neither the timing nor start-to-first-step pays for it
@@ -285,6 +287,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         / sum(measured),
         **compile_stats.trial_fields(cs_start, cs_warm, cs_end),
         **dist_fields,
+        **extra,
     )
 
 

@@ -198,7 +198,7 @@ def profile_from_registry(entry: Mapping[str, Any]) -> CostProfile:
     if not rates:
         raise ValueError(f"hardware entry {entry.get('name', '?')!r}: peak_tflops has no fp32 or "
                          "bf16 figure")
-    latency_s = _field(entry, "collective_latency_us") * 1e-6
+    latency_s = _field(entry, "collective_latency_us") / 1e6
     return CostProfile(
         name=str(entry.get("name", "?")),
         figure_kind=str(entry.get("figure_kind") or "datasheet"),

@@ -87,7 +87,12 @@ class MuonTPTrainer:
             scale_mode=o.scale_mode, extra_scale_factor=o.extra_scale_factor,
         )
         self.tp_info: dict[str, Any] = {"mode": tp.mode, "group_size": self.group_size}
-        resolver = self._resolver(tp, o) if tp.mode == "auto" else None
+        resolver = None
+        if tp.mode == "auto":
+            resolver = self._resolver(tp, o) if self.group_size > 1 else ModeResolver(
+                steps=o.ns_steps, quad_steps=0, ns_dtype=o.ns_dtype, crosses_domain=False,
+                profile=None)  # one rank: nothing is sharded, nothing to calibrate
+            self.tp_info.setdefault("profile", "not needed (single rank)")
         self.muon = Muon(self.model.muon_params(), settings, group=self.group, tp_mode=tp.mode,
                          resolver=resolver)
         self.adamw = torch.optim.AdamW(self.model.other_params(), lr=o.adamw_lr,
