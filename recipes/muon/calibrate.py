@@ -1,11 +1,21 @@
-"""A ``measured`` cost profile: calibrated on the actual group at start.
+"""A ``measured`` cost profile: calibrated on the actual group at start, from the operation
+itself.
 
-Every rank times, at the same moment (so contention between ranks on a shared host is in the
-figures), square matmuls in the NS dtype and all-gathers / all-reduces of a few sizes. The
-per-size medians are reduced with MAX over the group, so every rank fits the same numbers and
-the profile (hence every ``auto`` choice) is identical on all ranks. Each series is fitted with
-``time = size / rate + fixed`` by least squares: matmul FLOP/s and per-GEMM overhead; link
-bandwidth (ring bytes per rank) and per-collective latency.
+Every rank runs, at the same moment (so contention between ranks sharing a host is in the
+figures), a few small Newton-Schulz probes: local (no group), ``distributed`` and
+``duplicated`` on tall weights [l*G, s] split on rows. The per-probe medians are reduced with
+MAX over the group, so every rank fits the same numbers and the profile (hence every ``auto``
+choice) is identical on all ranks. Fits, each ``time = x * slope + fixed`` by least squares:
+
+* local probes: seconds per matmul FLOP (x = FLOPs) and a fixed cost per GEMM call (the
+  intercept over the probe's GEMM count): element-wise work and call overhead land there;
+* bandwidth: back-to-back all-gathers / all-reduces of a large buffer (bytes dominate);
+* latency: in the distributed / duplicated probes, what neither the compute fit nor the
+  bandwidth explains, per collective (the median over the probes).
+
+Timing collectives inside the iteration (after a matmul, ranks arriving skewed, possibly
+rescheduled on a shared host) prices what the optimizer actually meets; back-to-back
+collectives report a lower latency than the iteration ever sees.
 """
 
 from __future__ import annotations
@@ -18,11 +28,11 @@ import torch
 import torch.distributed as dist
 
 from orchestrator import device as devmod
-from recipes.muon.cost import DTYPE_BYTES, CostProfile, Link
-from recipes.muon.newton_schulz import NS_DTYPES
+from recipes.muon.cost import DTYPE_BYTES, CostProfile, Link, mode_costs
+from recipes.muon.newton_schulz import NS_DTYPES, newton_schulz, newton_schulz_tp, quadratic_steps
 
-MATMUL_SIZES = (32, 128, 256, 512)
-COLLECTIVE_ELEMS = (256, 16_384, 262_144)
+PROBES = ((32, 64), (64, 256), (128, 512))  # (s, l): local iterate [s, l]
+BANDWIDTH_ELEMS = 1 << 20  # 4 MiB fp32: bytes dominate the time
 
 
 def fit_line(xs: Sequence[float], ts: Sequence[float]) -> tuple[float, float]:
@@ -44,10 +54,13 @@ def fit_line(xs: Sequence[float], ts: Sequence[float]) -> tuple[float, float]:
     return slope, fixed
 
 
-def _median_time(fn: Callable[[], object], reps: int, dev: Optional[devmod.DeviceInfo]) -> float:
+def _median_time(fn: Callable[[], object], reps: int, dev: Optional[devmod.DeviceInfo],
+                 group: Optional[dist.ProcessGroup]) -> float:
     fn()  # warm-up
     times = []
     for _ in range(reps):
+        if group is not None:
+            dist.barrier(group)
         if dev is not None:
             devmod.synchronize(dev)
         t0 = time.perf_counter()
@@ -62,50 +75,75 @@ def calibrate(
     group: Optional[dist.ProcessGroup],
     *,
     ns_dtype: str = "fp32",
+    steps: int = 5,
+    coefficient_set: str = "quintic",
     device: str = "cpu",
     dev: Optional[devmod.DeviceInfo] = None,
-    reps: int = 5,
+    reps: int = 7,
 ) -> CostProfile:
     size = dist.get_world_size(group) if group is not None and dist.is_initialized() else 1
-    dtype = NS_DTYPES[ns_dtype]
-    g = torch.Generator().manual_seed(0)
-    samples: list[float] = []
-    for k in MATMUL_SIZES:
-        a = torch.randn(k, k, generator=g).to(device=device, dtype=dtype)
-        if size > 1:
-            dist.barrier(group)
-        samples.append(_median_time(lambda: a @ a, reps, dev))
     comm = size > 1
-    for elems in COLLECTIVE_ELEMS if comm else ():
-        shard = torch.ones(elems // size, device=device)
-        parts = [torch.empty_like(shard) for _ in range(size)]
-        dist.barrier(group)
-        samples.append(_median_time(lambda: dist.all_gather(parts, shard, group=group), reps, dev))
-    for elems in COLLECTIVE_ELEMS if comm else ():
-        buf = torch.ones(elems, device=device, dtype=dtype)
-        dist.barrier(group)
-        samples.append(_median_time(lambda: dist.all_reduce(buf, group=group), reps, dev))
+    grp = group if comm else None
+    dtype = NS_DTYPES[ns_dtype]
+    quad = quadratic_steps(coefficient_set, steps)
+    gen = torch.Generator().manual_seed(0)
+    kw = dict(eps=1e-7, compute_dtype=dtype)
+    samples: list[float] = []
+    shards = []
+    for s, l in PROBES:
+        shard = torch.randn(l, s, generator=gen).to(device)  # this rank's rows of [l*G, s]
+        shards.append(shard)
+        samples.append(_median_time(
+            lambda: newton_schulz(shard, steps, coefficient_set, **kw), reps, dev, grp))
+    for mode in ("distributed", "duplicated") if comm else ():
+        for shard in shards:
+            samples.append(_median_time(
+                lambda: newton_schulz_tp(shard, steps, coefficient_set, group=grp,
+                                         partition_dim=0, mode=mode, **kw), reps, dev, grp))
+    big = torch.ones(BANDWIDTH_ELEMS, device=device)
+    for mode in ("distributed", "duplicated") if comm else ():
+        if mode == "duplicated":
+            parts = [torch.empty(BANDWIDTH_ELEMS // size, device=device) for _ in range(size)]
+            fn: Callable[[], object] = lambda: dist.all_gather(parts, parts[0].clone(), group=grp)
+        else:
+            buf = big.to(dtype)
+            fn = lambda: dist.all_reduce(buf, group=grp)
+        samples.append(_median_time(fn, reps, dev, grp))
     agreed = torch.tensor(samples, dtype=torch.float64)
     if comm:
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
     t = agreed.tolist()
-    nm = len(MATMUL_SIZES)
-    s_per_flop, gemm_fixed = fit_line([2.0 * k**3 for k in MATMUL_SIZES], t[:nm])
-    rho = (size - 1) / size if comm else 1.0
-    links: list[Link] = []
-    for i, per_elem in enumerate((4 * rho, 2 * DTYPE_BYTES[ns_dtype] * rho) if comm else ()):
-        ts = t[nm + i * len(COLLECTIVE_ELEMS): nm + (i + 1) * len(COLLECTIVE_ELEMS)]
-        s_per_byte, latency = fit_line([e * per_elem for e in COLLECTIVE_ELEMS], ts)
-        links.append(Link(1.0 / s_per_byte, latency))
+    n = len(PROBES)
+    local = [mode_costs(s, l, 1, steps, quad_steps=quad, ns_dtype=ns_dtype, partition_dim=1)
+             ["duplicated"] for s, l in PROBES]
+    s_per_flop, fixed = fit_line([c.flops for c in local], t[:n])
+    gemm_overhead = fixed / local[0].gemms
+
+    def compute_s(flops: float, gemms: int) -> float:
+        return flops * s_per_flop + gemms * gemm_overhead
+
+    links: dict[str, Link] = {}
+    for i, mode in enumerate(("distributed", "duplicated") if comm else ()):
+        costs = [mode_costs(l * size, s, size, steps, quad_steps=quad, ns_dtype=ns_dtype)[mode]
+                 for s, l in PROBES]
+        rho = (size - 1) / size
+        ring_bytes = BANDWIDTH_ELEMS * rho * (4 if mode == "duplicated" else
+                                              2 * DTYPE_BYTES[ns_dtype])
+        bandwidth = ring_bytes / t[3 * n + i]
+        latency = statistics.median(
+            max(tm - compute_s(c.flops, c.gemms) - c.bytes / bandwidth, 0.0) / c.collectives
+            for tm, c in zip(t[n * (i + 1): n * (i + 2)], costs))
+        links[mode] = Link(bandwidth, latency)
     none = Link(float("inf"), 0.0)  # a single rank never communicates
-    gather, reduce = (links[0], links[1]) if comm else (none, none)
+    gather, reduce = links.get("duplicated", none), links.get("distributed", none)
+    kind = dev.kind if dev is not None else torch.device(device).type
     return CostProfile(
-        name=f"measured:{dev.kind if dev else torch.device(device).type}x{size}",
+        name=f"measured:{kind}x{size}",
         figure_kind="measured",
         matmul_flops_per_s={ns_dtype: 1.0 / s_per_flop},
         intra=gather,
         inter=gather,
-        gemm_overhead_s=gemm_fixed,
+        gemm_overhead_s=gemm_overhead,
         all_gather=gather,
         all_reduce=reduce,
     )
@@ -113,7 +151,7 @@ def calibrate(
 
 def describe(p: CostProfile) -> str:
     rates = ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in p.matmul_flops_per_s.items())
-    out = f"{p.name} ({p.figure_kind}): matmul {rates}, {p.gemm_overhead_s * 1e6:.1f} us/GEMM"
+    out = f"{p.name} ({p.figure_kind}): NS matmul {rates} + {p.gemm_overhead_s * 1e6:.1f} us/GEMM"
     for name, link in (("all_gather", p.all_gather), ("all_reduce", p.all_reduce)):
         if link is not None and link.bandwidth_bytes_per_s != float("inf"):
             out += (f"; {name} {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s + "

@@ -111,7 +111,8 @@ class MuonTPTrainer:
             self.group, local_identity(dev.kind, dev.index), tp.crosses_domain)
         profile: Optional[CostProfile] = None
         if tp.cost_profile == "measured":
-            profile = calibrate(self.group, ns_dtype=o.ns_dtype, device=str(self.device), dev=dev)
+            profile = calibrate(self.group, ns_dtype=o.ns_dtype, steps=o.ns_steps,
+                                coefficient_set=o.coefficients, device=str(self.device), dev=dev)
         elif tp.cost_profile == "registry":
             profile = registry_profile(dev.name)
         self.tp_info.update(crosses_domain=crosses, domain_basis=basis,
