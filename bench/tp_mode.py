@@ -107,9 +107,9 @@ def worker(rank: int, g: int, port: int, args: Any) -> None:
                            tp_mode=mode) for mode in MODES}
         meas = _median_interleaved(opts, args.reps)
         choice = resolver.resolve(m, n, g, pd)
-        pred = {k: c.total_s for k, c in choice.costs.items()}
+        pred = {k: float(c.total_s or 0.0) for k, c in choice.costs.items()}
         faster = min(MODES, key=lambda k: meas[k])
-        pred_faster = min(MODES, key=lambda k: pred[k] or 0.0)
+        pred_faster = min(MODES, key=lambda k: pred[k])
         rows.append((name, m, n, pd, count, meas, pred, choice.mode, faster, pred_faster))
         out(f"{name:<27}{f'[{m}, {n}]':>12}{pd:>4}{count:>3}{meas['duplicated'] * 1e3:>9.2f}"
             f"{meas['distributed'] * 1e3:>9.2f}{pred['duplicated'] * 1e3:>10.2f}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from functools import partial
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -87,27 +88,28 @@ def calibrate(
     dtype = NS_DTYPES[ns_dtype]
     quad = quadratic_steps(coefficient_set, steps)
     gen = torch.Generator().manual_seed(0)
-    kw = dict(eps=1e-7, compute_dtype=dtype)
     samples: list[float] = []
     shards = []
     for s, l in PROBES:
         shard = torch.randn(l, s, generator=gen).to(device)  # this rank's rows of [l*G, s]
         shards.append(shard)
         samples.append(_median_time(
-            lambda: newton_schulz(shard, steps, coefficient_set, **kw), reps, dev, grp))
+            partial(newton_schulz, shard, steps, coefficient_set, compute_dtype=dtype),
+            reps, dev, grp))
     for mode in ("distributed", "duplicated") if comm else ():
         for shard in shards:
             samples.append(_median_time(
-                lambda: newton_schulz_tp(shard, steps, coefficient_set, group=grp,
-                                         partition_dim=0, mode=mode, **kw), reps, dev, grp))
+                partial(newton_schulz_tp, shard, steps, coefficient_set, group=grp,
+                        partition_dim=0, mode=mode, compute_dtype=dtype), reps, dev, grp))
     big = torch.ones(BANDWIDTH_ELEMS, device=device)
     for mode in ("distributed", "duplicated") if comm else ():
         if mode == "duplicated":
             parts = [torch.empty(BANDWIDTH_ELEMS // size, device=device) for _ in range(size)]
-            fn: Callable[[], object] = lambda: dist.all_gather(parts, parts[0].clone(), group=grp)
+            fn: Callable[[], object] = partial(dist.all_gather, parts, parts[0].clone(),
+                                               group=grp)
         else:
             buf = big.to(dtype)
-            fn = lambda: dist.all_reduce(buf, group=grp)
+            fn = partial(dist.all_reduce, buf, group=grp)
         samples.append(_median_time(fn, reps, dev, grp))
     agreed = torch.tensor(samples, dtype=torch.float64)
     if comm:

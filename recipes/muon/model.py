@@ -141,7 +141,7 @@ class Block(nn.Module):
         if self.router is not None:
             weights = self.router(h).softmax(dim=-1)
             for i, pair in enumerate(self.experts):
-                up, down = pair[0], pair[1]
+                up, down = pair[0], pair[1]  # type: ignore[index]
                 out = out + weights[..., i: i + 1] * down(F.gelu(up(h)))
         return x + out
 
@@ -170,6 +170,7 @@ class TPTransformer(nn.Module):
             for _ in range(n_layer)
         )
         for blk in self.blocks:
+            assert isinstance(blk, Block)
             if blk.router is not None:
                 with torch.no_grad():
                     blk.router.weight.copy_(

@@ -63,7 +63,7 @@ def registry_profile(device_name: str) -> CostProfile:
                                  "build; use tp.cost_profile=measured") from exc
     entry = hardware.lookup(device_name)
     if entry is None:
-        raise BackendUnavailable(f"tp.cost_profile=registry: no registry entry matches this "
+        raise BackendUnavailable("tp.cost_profile=registry: no registry entry matches this "
                                  "device; use tp.cost_profile=measured or none")
     return profile_from_registry(entry if isinstance(entry, dict) else vars(entry))
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any, Optional
 
 
 def _ms(x: Optional[float]) -> str:
-    return "—" if x is None or x != x else f"{x * 1e3:.2f}"
+    return "—" if x is None or math.isnan(x) else f"{x * 1e3:.2f}"
 
 
 def sections(records: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
