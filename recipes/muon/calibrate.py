@@ -55,21 +55,27 @@ def fit_line(xs: Sequence[float], ts: Sequence[float]) -> tuple[float, float]:
     return slope, fixed
 
 
-def _median_time(fn: Callable[[], object], reps: int, dev: Optional[devmod.DeviceInfo],
-                 group: Optional[dist.ProcessGroup]) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
-        if group is not None:
-            dist.barrier(group)
-        if dev is not None:
-            devmod.synchronize(dev)
-        t0 = time.perf_counter()
+def _interleaved_medians(fns: Sequence[Callable[[], object]], reps: int,
+                         dev: Optional[devmod.DeviceInfo],
+                         group: Optional[dist.ProcessGroup]) -> list[float]:
+    """Median time of each probe, the probes interleaved (order reversed every other round) so
+    a shared host's changing load falls on all of them alike, as in the campaign's own plan."""
+    for fn in fns:  # warm-up
         fn()
-        if dev is not None:
-            devmod.synchronize(dev)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(reps):
+        order = range(len(fns)) if r % 2 == 0 else range(len(fns) - 1, -1, -1)
+        for i in order:
+            if group is not None:
+                dist.barrier(group)
+            if dev is not None:
+                devmod.synchronize(dev)
+            t0 = time.perf_counter()
+            fns[i]()
+            if dev is not None:
+                devmod.synchronize(dev)
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def calibrate(
@@ -80,7 +86,7 @@ def calibrate(
     coefficient_set: str = "quintic",
     device: str = "cpu",
     dev: Optional[devmod.DeviceInfo] = None,
-    reps: int = 7,
+    reps: int = 9,
 ) -> CostProfile:
     size = dist.get_world_size(group) if group is not None and dist.is_initialized() else 1
     comm = size > 1
@@ -88,29 +94,20 @@ def calibrate(
     dtype = NS_DTYPES[ns_dtype]
     quad = quadratic_steps(coefficient_set, steps)
     gen = torch.Generator().manual_seed(0)
-    samples: list[float] = []
-    shards = []
-    for s, l in PROBES:
-        shard = torch.randn(l, s, generator=gen).to(device)  # this rank's rows of [l*G, s]
-        shards.append(shard)
-        samples.append(_median_time(
-            partial(newton_schulz, shard, steps, coefficient_set, compute_dtype=dtype),
-            reps, dev, grp))
+    fns: list[Callable[[], object]] = []
+    shards = [torch.randn(l, s, generator=gen).to(device) for s, l in PROBES]  # rows of [l*G, s]
+    for shard in shards:
+        fns.append(partial(newton_schulz, shard, steps, coefficient_set, compute_dtype=dtype))
     for mode in ("distributed", "duplicated") if comm else ():
         for shard in shards:
-            samples.append(_median_time(
-                partial(newton_schulz_tp, shard, steps, coefficient_set, group=grp,
-                        partition_dim=0, mode=mode, compute_dtype=dtype), reps, dev, grp))
-    big = torch.ones(BANDWIDTH_ELEMS, device=device)
-    for mode in ("distributed", "duplicated") if comm else ():
-        if mode == "duplicated":
-            parts = [torch.empty(BANDWIDTH_ELEMS // size, device=device) for _ in range(size)]
-            fn: Callable[[], object] = partial(dist.all_gather, parts, parts[0].clone(),
-                                               group=grp)
-        else:
-            buf = big.to(dtype)
-            fn = partial(dist.all_reduce, buf, group=grp)
-        samples.append(_median_time(fn, reps, dev, grp))
+            fns.append(partial(newton_schulz_tp, shard, steps, coefficient_set, group=grp,
+                               partition_dim=0, mode=mode, compute_dtype=dtype))
+    if comm:
+        buf = torch.ones(BANDWIDTH_ELEMS, device=device, dtype=dtype)
+        fns.append(partial(dist.all_reduce, buf, group=grp))
+        parts = [torch.empty(BANDWIDTH_ELEMS // size, device=device) for _ in range(size)]
+        fns.append(partial(dist.all_gather, parts, parts[0].clone(), group=grp))
+    samples = _interleaved_medians(fns, reps, dev, grp)
     agreed = torch.tensor(samples, dtype=torch.float64)
     if comm:
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
