@@ -14,8 +14,8 @@ from orchestrator import device as devmod
 from orchestrator.errors import ConfigError
 from recipes.muon import checks, topology
 from recipes.muon.calibrate import fit_line
-from recipes.muon.cost import CostProfile, Link, ModeResolver, choose, mode_costs, \
-    profile_from_registry
+from recipes.muon.cost import CostProfile, Link, ModeResolver, choose, interpolate, \
+    mode_costs, profile_from_registry
 from recipes.muon.newton_schulz import COEFFICIENT_SETS, coefficients, newton_schulz, \
     newton_schulz_tp, quadratic_steps, scale_factor
 from recipes.muon.optimizer import Muon, MuonSettings
@@ -181,6 +181,16 @@ def test_resolver_caches_and_logs_once_per_shape(caplog: pytest.LogCaptureFixtur
     assert len(lines) == 2
     assert lines[0].startswith("tp_mode auto: [8192, 1024] G=4 dim=0 -> distributed")
     assert "duplicated" in lines[0] and "ms" in lines[0]
+
+
+def test_compute_curve_interpolates() -> None:
+    pts = ((10.0, 1.0), (20.0, 3.0), (40.0, 5.0))
+    assert [interpolate(pts, x) for x in (5, 10, 15, 30, 60)] == pytest.approx(
+        [0.5, 1.0, 2.0, 4.0, 7.0])
+    curved = CostProfile("c", "measured", {"fp32": 1.0}, Link(1e9, 0), Link(1e9, 0),
+                         compute_curve=pts)
+    assert mode_costs(4, 4, 2, 1, profile=curved)["duplicated"].compute_s == pytest.approx(
+        interpolate(pts, 4 * 4**3 + 2 * 4**3))
 
 
 def test_fit_line() -> None:

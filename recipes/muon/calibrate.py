@@ -7,8 +7,9 @@ figures), a few small Newton-Schulz probes: local (no group), ``distributed`` an
 MAX over the group, so every rank fits the same numbers and the profile (hence every ``auto``
 choice) is identical on all ranks. Fits, each ``time = x * slope + fixed`` by least squares:
 
-* local probes: seconds per matmul FLOP (x = FLOPs) and a fixed cost per GEMM call (the
-  intercept over the probe's GEMM count): element-wise work and call overhead land there;
+* local probes: the NS compute curve (seconds against matmul FLOPs, piecewise linear through
+  the probes: a loaded host runs short operations near full speed and long ones at its share
+  of a core); a linear fit (FLOP/s plus a per-GEMM cost) is reported alongside;
 * bandwidth: back-to-back all-gathers / all-reduces of a large buffer (bytes dominate);
 * latency: in the distributed / duplicated probes, what neither the compute fit nor the
   bandwidth explains, per collective (the median over the probes).
@@ -29,10 +30,10 @@ import torch
 import torch.distributed as dist
 
 from orchestrator import device as devmod
-from recipes.muon.cost import DTYPE_BYTES, CostProfile, Link, mode_costs
+from recipes.muon.cost import DTYPE_BYTES, CostProfile, Link, interpolate, mode_costs
 from recipes.muon.newton_schulz import NS_DTYPES, newton_schulz, newton_schulz_tp, quadratic_steps
 
-PROBES = ((32, 64), (64, 256), (128, 512))  # (s, l): local iterate [s, l]
+PROBES = ((32, 64), (64, 256), (128, 512), (128, 2048))  # (s, l): local iterate [s, l]
 BANDWIDTH_ELEMS = 1 << 20  # 4 MiB fp32: bytes dominate the time
 
 
@@ -117,9 +118,13 @@ def calibrate(
              ["duplicated"] for s, l in PROBES]
     s_per_flop, fixed = fit_line([c.flops for c in local], t[:n])
     gemm_overhead = fixed / local[0].gemms
+    curve, slowest = [], 0.0
+    for c, tm in sorted(zip(local, t[:n]), key=lambda ct: ct[0].flops):
+        slowest = max(slowest, tm)  # more work never takes less time
+        curve.append((c.flops, slowest))
 
     def compute_s(flops: float, gemms: int) -> float:
-        return flops * s_per_flop + gemms * gemm_overhead
+        return interpolate(tuple(curve), flops)
 
     links: dict[str, Link] = {}
     for i, mode in enumerate(("distributed", "duplicated") if comm else ()):
@@ -145,12 +150,15 @@ def calibrate(
         gemm_overhead_s=gemm_overhead,
         all_gather=gather,
         all_reduce=reduce,
+        compute_curve=tuple(curve),
     )
 
 
 def describe(p: CostProfile) -> str:
     rates = ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in p.matmul_flops_per_s.items())
     out = f"{p.name} ({p.figure_kind}): NS matmul {rates} + {p.gemm_overhead_s * 1e6:.1f} us/GEMM"
+    if p.compute_curve:
+        out += f" (linear fit; the model uses the {len(p.compute_curve)}-probe compute curve)"
     for name, link in (("all_gather", p.all_gather), ("all_reduce", p.all_reduce)):
         if link is not None and link.bandwidth_bytes_per_s != float("inf"):
             out += (f"; {name} {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s + "

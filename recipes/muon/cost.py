@@ -52,12 +52,38 @@ class CostProfile:
     # measured on the very group the optimizer runs on: used whatever the domain flag says
     all_gather: Optional[Link] = None
     all_reduce: Optional[Link] = None
+    # measured NS compute time against its matmul FLOPs, (flops, seconds) by rising flops:
+    # when present it replaces the single rate (a loaded or oversubscribed host runs short
+    # operations near full speed and long ones at its share of a core)
+    compute_curve: tuple[tuple[float, float], ...] = ()
+
+    def compute_s(self, flops: float, gemms: int, dtype: str) -> float:
+        if self.compute_curve:
+            return interpolate(self.compute_curve, flops)
+        rate = self.matmul_flops_per_s.get(dtype)
+        if not rate:
+            raise ValueError(f"cost profile {self.name!r} has no matmul rate for {dtype}")
+        return flops / rate + gemms * self.gemm_overhead_s
 
     def link(self, collective: str, crosses_domain: bool) -> Link:
         measured = self.all_gather if collective == "all_gather" else self.all_reduce
         if measured is not None:
             return measured
         return self.inter if crosses_domain else self.intra
+
+
+def interpolate(points: tuple[tuple[float, float], ...], x: float) -> float:
+    """Piecewise-linear through ``points`` (rising x), through the origin below the first
+    point, continuing the last segment's slope beyond the last (pure)."""
+    x0, t0 = points[0]
+    if x <= x0:
+        return t0 * x / x0
+    for (xa, ta), (xb, tb) in zip(points, points[1:]):
+        if x <= xb:
+            return ta + (tb - ta) * (x - xa) / (xb - xa)
+    xa, ta = points[-2] if len(points) > 1 else (0.0, 0.0)
+    xb, tb = points[-1]
+    return tb + (tb - ta) / (xb - xa) * (x - xb)
 
 
 @dataclass(frozen=True)
@@ -138,13 +164,10 @@ def mode_costs(
         if profile is None:
             out[mode] = ModeCost(flops, gemms, nbytes, colls)
             continue
-        rate = profile.matmul_flops_per_s.get(ns_dtype)
-        if not rate:
-            raise ValueError(f"cost profile {profile.name!r} has no matmul rate for {ns_dtype}")
         link = profile.link("all_gather" if mode == "duplicated" else "all_reduce", crosses_domain)
         out[mode] = ModeCost(
             flops, gemms, nbytes, colls,
-            compute_s=flops / rate + gemms * profile.gemm_overhead_s,
+            compute_s=profile.compute_s(flops, gemms, ns_dtype),
             bandwidth_s=nbytes / link.bandwidth_bytes_per_s,
             latency_s=colls * link.latency_s,
         )
