@@ -167,6 +167,17 @@ def test_registry_adapter() -> None:
             {**entry, "peak_tflops": {"fp32": 67}}))
 
 
+def test_registry_profile_from_the_real_registry() -> None:
+    from orchestrator.errors import BackendUnavailable
+    from recipes.muon.recipe import registry_profile
+
+    # the H100 entry states no collective latency: refused with the fix, not guessed
+    with pytest.raises(BackendUnavailable, match="collective_latency_us is missing.*h100.yaml"):
+        registry_profile("NVIDIA H100 80GB HBM3", "cuda")
+    with pytest.raises(BackendUnavailable, match="no registry entry"):
+        registry_profile("Imaginary GPU 9000", "cuda")
+
+
 def test_resolver_caches_and_logs_once_per_shape(caplog: pytest.LogCaptureFixture) -> None:
     r0 = ModeResolver(steps=5, quad_steps=5, ns_dtype="fp32", crosses_domain=False,
                       profile=FAST, rank=0)

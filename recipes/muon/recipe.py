@@ -55,17 +55,21 @@ def default_group(world_size: int) -> Optional[dist.ProcessGroup]:
     return dist.group.WORLD if world_size > 1 else None
 
 
-def registry_profile(device_name: str) -> CostProfile:
-    try:
-        from orchestrator import hardware  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise BackendUnavailable("tp.cost_profile=registry: no hardware registry in this "
-                                 "build; use tp.cost_profile=measured") from exc
-    entry = hardware.lookup(device_name)
+def registry_profile(device_name: str, device_kind: str) -> CostProfile:
+    """The cost profile of this device's hardware-registry entry (datasheet figures); a device
+    without an entry, or an entry lacking a figure the model needs, is refused, never guessed."""
+    from orchestrator import hardware
+
+    entry = hardware.lookup(device_name, device_kind)
     if entry is None:
         raise BackendUnavailable("tp.cost_profile=registry: no registry entry matches this "
                                  "device; use tp.cost_profile=measured or none")
-    return profile_from_registry(entry if isinstance(entry, dict) else vars(entry))
+    try:
+        return profile_from_registry(entry.to_dict())
+    except ValueError as exc:
+        raise BackendUnavailable(f"tp.cost_profile=registry: {exc}; add it to "
+                                 f"conf/hardware/{entry.name}.yaml or use "
+                                 "tp.cost_profile=measured") from exc
 
 
 class MuonTPTrainer:
@@ -114,7 +118,7 @@ class MuonTPTrainer:
             profile = calibrate(self.group, ns_dtype=o.ns_dtype, steps=o.ns_steps,
                                 coefficient_set=o.coefficients, device=str(self.device), dev=dev)
         elif tp.cost_profile == "registry":
-            profile = registry_profile(dev.name)
+            profile = registry_profile(dev.name, dev.kind)
         self.tp_info.update(crosses_domain=crosses, domain_basis=basis,
                             profile=describe(profile) if profile else "none (conservative rule)")
         if self.rank == 0:
