@@ -13,8 +13,8 @@ from orchestrator.cli import group_options
 from orchestrator.config import (
     Config,
     GPTWorkloadConfig,
-    SyntheticWorkloadConfig,
     MuonTPWorkloadConfig,
+    SyntheticWorkloadConfig,
     from_dict,
     to_dict,
     workload_from_dict,
