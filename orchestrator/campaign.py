@@ -36,6 +36,7 @@ from orchestrator.results import atomic_write_json, atomic_write_text, load_tria
 from orchestrator.sweep import Arm, apply_overrides, expand_arms
 from orchestrator.trial import TrialSpec
 from orchestrator.utilization import add_utilization_columns, campaign_utilization, utilization_section
+from recipes import report_sections
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +324,8 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
                         *lever_sections(cfg, trials_df, steps_df, analysis),
                         ("Sensitivity", sensitivity_lines(analysis, cfg.protocol,
                                                           cfg.sweep.variable)),
-                        provenance_section],
+                        provenance_section,
+                        *report_sections(cfg.workload.kind, records)],
     )
     atomic_write_text(run_dir / "decisions.md", md)
     _render_summary(run_dir)

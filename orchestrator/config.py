@@ -187,6 +187,57 @@ class CustomWorkloadConfig(WorkloadConfig):
     params: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class MuonTPModelConfig:
+    """A tensor-parallel transformer: its matrices are Muon's tall, wide and square shapes."""
+
+    vocab_size: int = 128
+    n_layer: int = 1
+    n_head: int = 4  # d_model must divide by it
+    d_model: int = 64
+    d_ff: int = 256
+    n_experts: int = 0  # >0 adds expert FC1/FC2 pairs behind a dense soft router
+    d_expert: int = 128
+    sharding: str = "megatron"  # megatron (QKV/FC1 on dim 0, proj/FC2 on dim 1) | dim0 (all)
+
+
+@dataclass
+class MuonOptimizerConfig:
+    name: str = "muon"
+    lr: float = 0.02
+    momentum: float = 0.95
+    nesterov: bool = True
+    weight_decay: float = 0.0  # decoupled
+    ns_steps: int = 5
+    coefficients: str = "quintic"  # simple | quintic | cubic
+    eps: float = 1e-7  # Frobenius normalisation floor
+    ns_dtype: str = "fp32"  # fp32 | bf16 (state stays fp32)
+    scale_mode: str = "spectral"  # shape_scaling | spectral | unit_rms_norm
+    extra_scale_factor: float = 0.2
+    adamw_lr: float = 3e-3  # embeddings, norms, head
+    adamw_beta1: float = 0.9
+    adamw_beta2: float = 0.95
+    adamw_weight_decay: float = 0.0
+
+
+@dataclass
+class TPConfig:
+    mode: str = "duplicated"  # duplicated | distributed | auto (opt-in)
+    cost_profile: str = "measured"  # auto only: measured (calibrated on the group) | registry | none
+    crosses_domain: Optional[bool] = None  # None = from topology; true/false overrides it
+    syrk: bool = False  # cost model only: price the Gram and A*A as SYRK (half the FLOPs)
+
+
+@dataclass
+class MuonTPWorkloadConfig(WorkloadConfig):
+    kind: str = "muon_tp"
+    recipe: str = "muon_tp"
+    model: MuonTPModelConfig = field(default_factory=MuonTPModelConfig)
+    optimizer: MuonOptimizerConfig = field(default_factory=MuonOptimizerConfig)
+    tp: TPConfig = field(default_factory=TPConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+
 # --------------------------------------------------------------------------- protocol
 
 
@@ -395,6 +446,7 @@ WORKLOAD_SCHEMAS: dict[str, type[WorkloadConfig]] = {
     "command": CommandWorkloadConfig,
     "custom": CustomWorkloadConfig,
     "synthetic": SyntheticWorkloadConfig,
+    "muon_tp": MuonTPWorkloadConfig,
 }
 
 
@@ -482,6 +534,10 @@ def validate_workload(w: WorkloadConfig) -> None:
     from orchestrator.levers import validate_levers
 
     validate_levers(w)
+    if isinstance(w, MuonTPWorkloadConfig):
+        from recipes.muon.checks import validate_muon_tp
+
+        validate_muon_tp(w)
 
 
 def validate(cfg: Config) -> None:

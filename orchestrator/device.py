@@ -339,3 +339,34 @@ def set_current(dev: DeviceInfo) -> None:
     """Make ``dev`` the current device of this process (one rank, one device)."""
     if dev.kind != "cpu" and dev.index is not None:
         _backend(dev.kind).set_device(dev.index)
+
+
+def fabric_identity(kind: str, index: int | None) -> str | None:
+    """The device's fast-link domain as an opaque string, or None when it cannot be told.
+
+    CUDA: NVML GPU fabric info through ``pynvml`` (cluster UUID + clique id, only when the
+    fabric registration is complete and the UUID is non-zero, as on NVL72 racks). MUSA: no
+    public fabric/clique query is known, so None. Callers fall back to the host."""
+    if kind != "cuda":
+        return None
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        uuid = getattr(_torch().cuda.get_device_properties(index or 0), "uuid", None)
+        if uuid is not None:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        else:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index or 0)
+        info = pynvml.nvmlDeviceGetGpuFabricInfo(handle)
+    except Exception as exc:  # no fabric (HGX, PCIe), old driver, no NVML: not an error
+        log.debug("no NVML fabric info: %s", exc)
+        return None
+    cluster = bytes(getattr(info, "clusterUuid", b"") or b"")
+    state = getattr(info, "state", None)
+    completed = getattr(pynvml, "NVML_GPU_FABRIC_STATE_COMPLETED", 3)
+    if state != completed or not any(cluster):
+        return None
+    return f"nvml:{cluster.hex()}:{getattr(info, 'cliqueId', 0)}"

@@ -241,6 +241,8 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     from orchestrator.flops import trial_flops  # after the timed steps: an extra counted step
 
     utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
+    # recipe-specific data for the report (never timings): e.g. muon_tp's auto choices
+    extra = trainer.extra_record() if hasattr(trainer, "extra_record") else {}
     if not writer:  # every rank ran the counted step above (it may hold collectives)
         return trial_record(**base, status="ok")
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]
@@ -275,6 +277,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         / sum(measured),
         **compile_stats.trial_fields(cs_start, cs_warm, cs_end),
         **dist_fields,
+        **extra,
     )
 
 

@@ -16,6 +16,7 @@ REGISTRY: dict[str, str] = {
     "gpt": "recipes.gpt.recipe:build",
     "command": "recipes.command.recipe:build",
     "synthetic": "recipes.synthetic.recipe:build",
+    "muon_tp": "recipes.muon.recipe:build",
 }
 
 
@@ -43,3 +44,17 @@ def check_import_path(target: str) -> str | None:
         names = sorted(n for n in dir(mod) if not n.startswith("_") and callable(getattr(mod, n)))
         return f"{module!r} has no callable {attr!r}; callables there: {', '.join(names[:10])}"
     return None
+
+
+# workload kind -> "module:function(records) -> [(title, markdown lines)]": decisions.md sections
+REPORTS: dict[str, str] = {
+    "muon_tp": "recipes.muon.report:sections",
+}
+
+
+def report_sections(kind: str, records: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    target = REPORTS.get(kind)
+    if target is None:
+        return []
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)(records)  # type: ignore[no-any-return]

@@ -13,6 +13,7 @@ from orchestrator.cli import group_options
 from orchestrator.config import (
     Config,
     GPTWorkloadConfig,
+    MuonTPWorkloadConfig,
     SyntheticWorkloadConfig,
     from_dict,
     to_dict,
@@ -23,36 +24,35 @@ from orchestrator.errors import ConfigError
 
 def test_every_conf_file_composes(compose: Any) -> None:
     groups = ["workload", "protocol", "invariants", "launcher", "hardware"]
-    # sweeps that vary a command workload's params, the calibrate sweep (synthetic workloads);
-    # every other sweep targets the GPT workloads
-    command_sweeps = {"example_delay"}
-    synthetic_sweeps = {"calibrate"}
+    # sweeps name paths of one workload family: command sweeps vary a command workload's
+    # params, calibrate the synthetic workloads, tp_mode the muon_tp workloads; every other
+    # sweep targets the GPT workloads
+    families = ("command", "synthetic", "muon_tp")
+    sweep_family = {"example_delay": "command", "calibrate": "synthetic", "tp_mode": "muon_tp"}
 
     def family(workload: str) -> str:
-        return ("command" if workload.startswith("command")
-                else "synthetic" if workload.startswith("synthetic") else "gpt")
+        return next((f for f in families if workload.startswith(f)), "gpt")
 
-    def sweep_family(sweep: str) -> str:
-        return ("command" if sweep in command_sweeps
-                else "synthetic" if sweep in synthetic_sweeps else "gpt")
-
-    first = {"command": "example_delay", "synthetic": "calibrate", "gpt": "fa2"}
+    first = {"command": "example_delay", "synthetic": "calibrate", "muon_tp": "tp_mode",
+             "gpt": "fa2"}
     for group in groups:
         for option in group_options(group):
             sweep = first[family(option)] if group == "workload" else "fa2"
             cfg = compose([f"{group}={option}", f"+sweep={sweep}"])
             assert isinstance(cfg, Config)
     for sweep, workload in itertools.product(group_options("sweep"), group_options("workload")):
-        if sweep_family(sweep) != family(workload):
+        if sweep_family.get(sweep, "gpt") != family(workload):
             continue
         env_sweep = sweep in ("omp_threads", "alloc_conf", "alloc_conf_musa")
         cfg = compose([f"workload={workload}", f"+sweep={sweep}"]
                       + (["launcher=local"] if env_sweep else []))
         assert cfg.sweep is not None and cfg.sweep.name == sweep
-        if family(workload) == "synthetic":
-            assert isinstance(cfg.workload, SyntheticWorkloadConfig)
+        kind = family(workload)
+        if kind == "command":
+            assert not isinstance(cfg.workload, GPTWorkloadConfig)
         else:
-            assert isinstance(cfg.workload, GPTWorkloadConfig) != (sweep in command_sweeps)
+            schema = {"synthetic": SyntheticWorkloadConfig, "muon_tp": MuonTPWorkloadConfig}
+            assert isinstance(cfg.workload, schema.get(kind, GPTWorkloadConfig))
 
 
 def test_default_config_runs_on_cpu_defaults(compose: Any) -> None:

@@ -1,0 +1,273 @@
+"""Muon on one process: Newton-Schulz, scaling, the optimizer step, the cost model on
+hand-computed cases, the registry adapter, calibration fits, topology and config errors."""
+
+from __future__ import annotations
+
+import logging
+import types
+from typing import Any
+
+import pytest
+import torch
+
+from orchestrator import device as devmod
+from orchestrator.errors import ConfigError
+from recipes.muon import checks, topology
+from recipes.muon.calibrate import fit_line
+from recipes.muon.cost import CostProfile, Link, ModeResolver, choose, interpolate, \
+    mode_costs, profile_from_registry
+from recipes.muon.newton_schulz import COEFFICIENT_SETS, coefficients, newton_schulz, \
+    newton_schulz_tp, quadratic_steps, scale_factor
+from recipes.muon.optimizer import Muon, MuonSettings
+
+# --------------------------------------------------------------------------- Newton-Schulz
+
+
+def test_coefficient_schedules() -> None:
+    assert coefficients("simple", 3) == [(3.4445, -4.7750, 2.0315)] * 3
+    q = coefficients("quintic", 7)
+    assert len(q) == 7 and q[5] == q[0] and q[4] == (2.8366, -3.0525, 1.2012)
+    assert quadratic_steps("cubic", 5) == 0 and quadratic_steps("quintic", 5) == 5
+    assert set(COEFFICIENT_SETS) == set(checks.COEFFICIENT_SETS)
+    with pytest.raises(ValueError, match="unknown coefficient set"):
+        coefficients("septic", 5)
+
+
+def test_newton_schulz_orthogonalises_and_transposes() -> None:
+    x = torch.randn(48, 16, generator=torch.Generator().manual_seed(0))
+    u, _, vh = torch.linalg.svd(x, full_matrices=False)
+    polar = u @ vh
+    # the quintic schedule is deliberately inexact: singular values land near 1, not on it
+    assert (newton_schulz(x, 5, "quintic") - polar).abs().max() < 0.1
+    # the cubic iteration converges to the polar factor
+    assert (newton_schulz(x, 40, "cubic") - polar).abs().max() < 1e-4
+    # Gram on the smaller dim either way round: NS(x^T) = NS(x)^T
+    torch.testing.assert_close(newton_schulz(x.T.contiguous(), 5), newton_schulz(x, 5).T)
+    # bf16 compute, fp32 result
+    low = newton_schulz(x, 5, compute_dtype=torch.bfloat16)
+    assert low.dtype == torch.float32 and (low - newton_schulz(x, 5)).abs().max() < 0.05
+    assert newton_schulz(torch.zeros(4, 3), 5).abs().max() == 0  # eps guards the zero matrix
+    with pytest.raises(TypeError, match="fp32"):
+        newton_schulz(x.double(), 5)
+
+
+def test_unsharded_tp_call_is_bit_identical() -> None:
+    x = torch.randn(20, 12)
+    for mode in ("duplicated", "distributed"):
+        assert torch.equal(newton_schulz_tp(x, 5, partition_dim=None, mode=mode),
+                           newton_schulz(x, 5))
+
+
+@pytest.mark.parametrize("m,n", [(512, 512), (512, 256), (256, 512), (97, 37), (37, 97)])
+def test_scale_factors(m: int, n: int) -> None:
+    assert scale_factor(m, n, "shape_scaling") == max(1, m / n) ** 0.5
+    assert scale_factor(m, n, "spectral", 0.2) == max(m, n) ** 0.5 * 0.2
+    assert scale_factor(m, n, "unit_rms_norm") == (m / n) ** 0.5
+
+
+def test_muon_step_by_hand() -> None:
+    g = torch.Generator().manual_seed(1)
+    p = torch.nn.Parameter(torch.randn(8, 4, generator=g))
+    p0 = p.detach().clone()
+    p.grad = torch.randn(8, 4, generator=g)
+    s = MuonSettings(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1, ns_steps=5,
+                     scale_mode="shape_scaling", extra_scale_factor=0.5)
+    Muon([p], s).step()
+    buf = 0.1 * p.grad  # EMA from zero: lerp(0, g, 1 - 0.9)
+    update = p.grad.lerp(buf, 0.9)
+    want = p0 * (1 - 0.1 * 0.1) - 0.1 * newton_schulz(update, 5) * 2**0.5 * 0.5
+    torch.testing.assert_close(p.detach(), want)
+
+
+# --------------------------------------------------------------------------- cost model
+
+FAST = CostProfile("test", "datasheet", {"fp32": 1e12, "bf16": 1e15},
+                   intra=Link(100e9, 10e-6), inter=Link(10e9, 10e-6))
+
+
+def test_tall_weight_hand_computed() -> None:
+    # [8192, 1024] rows split 4 ways, 5 quintic steps, fp32
+    c = mode_costs(8192, 1024, 4, 5, profile=FAST)
+    s, l = 1024, 8192
+    assert c["duplicated"].flops == 5 * 4 * s * s * l + 5 * 2 * s**3  # 182.5 GFLOP
+    assert c["distributed"].flops == 5 * 4 * s * s * (l / 4) + 5 * 2 * s**3  # 53.7 GFLOP
+    assert c["duplicated"].bytes == 8192 * 1024 * 4 * 0.75
+    assert c["distributed"].bytes == 5 * 2 * 1024**2 * 4 * 0.75 + 2 * 4 * 0.75
+    assert (c["duplicated"].collectives, c["distributed"].collectives) == (1, 6)
+    assert c["duplicated"].total_s == pytest.approx(182.536e9 / 1e12 + 25.165824e6 / 100e9 + 10e-6,
+                                                    rel=1e-4)
+    assert choose(8192, 1024, 4, 5, profile=FAST).mode == "distributed"
+    # column split of the transposed (wide) weight is the same problem
+    assert choose(1024, 8192, 4, 5, partition_dim=1, profile=FAST).mode == "distributed"
+
+
+def test_wide_weight_split_on_rows_stays_duplicated() -> None:
+    # rows of [1024, 8192] split: the distributed Gram is 8192 x 8192 on every rank
+    c = mode_costs(1024, 8192, 4, 5, profile=FAST)
+    assert c["distributed"].flops == 5 * 4 * 8192**2 * 256 + 5 * 2 * 8192**3
+    assert choose(1024, 8192, 4, 5, profile=FAST).mode == "duplicated"
+
+
+def test_tiny_weight_is_decided_by_latency() -> None:
+    # [64, 64] over 2 ranks: distributed needs fewer FLOPs, but 6 collectives cost 60 us
+    assert choose(64, 64, 2, 5, profile=FAST).mode == "duplicated"
+    no_latency = CostProfile("test0", "datasheet", {"fp32": 1e12}, Link(100e9, 0.0),
+                             Link(10e9, 0.0))
+    assert choose(64, 64, 2, 5, profile=no_latency).mode == "distributed"
+
+
+def test_square_and_cross_domain() -> None:
+    kw: dict[str, Any] = dict(ns_dtype="bf16", profile=CostProfile(
+        "nvl", "datasheet", {"bf16": 1e15}, intra=Link(900e9, 5e-6), inter=Link(50e9, 5e-6)))
+    # [4096, 2048] over 8: inside the fast domain the saved FLOPs win ...
+    assert choose(4096, 2048, 8, 5, crosses_domain=False, **kw).mode == "distributed"
+    # ... across it, 5 Gram all-reduces (73 MB) cost more than one gather (29 MB)
+    assert choose(4096, 2048, 8, 5, crosses_domain=True, **kw).mode == "duplicated"
+    # a square matrix moves 10x the bytes distributed; on a slow link that decides
+    assert choose(2048, 2048, 8, 5, crosses_domain=True, **kw).mode == "duplicated"
+
+
+def test_each_mode_prices_its_own_element_size() -> None:
+    c32 = mode_costs(4096, 1024, 4, 5, ns_dtype="fp32")
+    c16 = mode_costs(4096, 1024, 4, 5, ns_dtype="bf16")
+    assert c16["duplicated"].bytes == c32["duplicated"].bytes  # gathers fp32 momentum
+    assert c16["distributed"].bytes == pytest.approx(c32["distributed"].bytes / 2, rel=1e-6)
+
+
+def test_syrk_and_cubic_flops() -> None:
+    base = mode_costs(2048, 512, 2, 5)["duplicated"].flops
+    syrk = mode_costs(2048, 512, 2, 5, syrk=True)["duplicated"].flops
+    cubic = mode_costs(2048, 512, 2, 5, quad_steps=0)["duplicated"].flops
+    assert base - syrk == 5 * 512**2 * 2048 + 5 * 512**3
+    assert base - cubic == 5 * 2 * 512**3
+
+
+def test_conservative_rule_without_profile() -> None:
+    # aspect 8: distributed saves FLOPs but moves more bytes -> duplicated
+    assert choose(8192, 1024, 4, 5).mode == "duplicated"
+    # aspect 16: fewer FLOPs and fewer bytes -> distributed, unless the group crosses a domain
+    assert choose(16384, 1024, 4, 5).mode == "distributed"
+    assert choose(16384, 1024, 4, 5, crosses_domain=True).mode == "duplicated"
+    assert choose(16384, 1024, 4, 5).basis.startswith("no profile")
+    assert choose(16384, 1024, 1, 5).mode == "duplicated"  # one rank: nothing to choose
+
+
+def test_registry_adapter() -> None:
+    entry = {"name": "H100-SXM", "vendor": "nvidia", "peak_tflops": {"fp32": 67, "bf16": 989,
+             "fp8": None}, "intra_domain_bandwidth_gbps": 450, "inter_domain_bandwidth_gbps": 50,
+             "collective_latency_us": 10, "figure_kind": "datasheet"}
+    p = profile_from_registry(entry)
+    assert p.matmul_flops_per_s == {"fp32": 67e12, "bf16": 989e12}
+    assert p.intra == Link(450e9, 10e-6) and p.inter == Link(50e9, 10e-6)
+    assert p.link("all_gather", crosses_domain=True) == p.inter
+    with pytest.raises(ValueError, match="collective_latency_us is missing"):
+        profile_from_registry({**entry, "collective_latency_us": None})
+    with pytest.raises(ValueError, match="no matmul rate for bf16"):
+        mode_costs(64, 64, 2, 5, ns_dtype="bf16", profile=profile_from_registry(
+            {**entry, "peak_tflops": {"fp32": 67}}))
+
+
+def test_registry_profile_from_the_real_registry() -> None:
+    from orchestrator.errors import BackendUnavailable
+    from recipes.muon.recipe import registry_profile
+
+    # the H100 entry states no collective latency: refused with the fix, not guessed
+    with pytest.raises(BackendUnavailable, match="collective_latency_us is missing.*h100.yaml"):
+        registry_profile("NVIDIA H100 80GB HBM3", "cuda")
+    with pytest.raises(BackendUnavailable, match="no registry entry"):
+        registry_profile("Imaginary GPU 9000", "cuda")
+
+
+def test_resolver_caches_and_logs_once_per_shape(caplog: pytest.LogCaptureFixture) -> None:
+    r0 = ModeResolver(steps=5, quad_steps=5, ns_dtype="fp32", crosses_domain=False,
+                      profile=FAST, rank=0)
+    r1 = ModeResolver(steps=5, quad_steps=5, ns_dtype="fp32", crosses_domain=False,
+                      profile=FAST, rank=1)
+    with caplog.at_level(logging.INFO, logger="recipes.muon.cost"):
+        a = r0.resolve(8192, 1024, 4, 0)
+        assert r0.resolve(8192, 1024, 4, 0) is a
+        r0.resolve(1024, 8192, 4, 0)
+        r1.resolve(8192, 1024, 4, 0)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert lines[0].startswith("tp_mode auto: [8192, 1024] G=4 dim=0 -> distributed")
+    assert "duplicated" in lines[0] and "ms" in lines[0]
+
+
+def test_compute_curve_interpolates() -> None:
+    pts = ((10.0, 1.0), (20.0, 3.0), (40.0, 5.0))
+    assert [interpolate(pts, x) for x in (5, 10, 15, 30, 60)] == pytest.approx(
+        [0.5, 1.0, 2.0, 4.0, 7.0])
+    curved = CostProfile("c", "measured", {"fp32": 1.0}, Link(1e9, 0), Link(1e9, 0),
+                         compute_curve=pts)
+    assert mode_costs(4, 4, 2, 1, profile=curved)["duplicated"].compute_s == pytest.approx(
+        interpolate(pts, 4 * 4**3 + 2 * 4**3))
+
+
+def test_fit_line() -> None:
+    assert fit_line([1, 2, 3], [3, 5, 7]) == pytest.approx((2.0, 1.0))
+    assert fit_line([1, 2], [1, 3]) == pytest.approx((1.4, 0.0))  # intercept clamped at 0
+    assert fit_line([1, 2], [3, 1]) == pytest.approx((0.5, 0.0))  # noise: largest point's mean
+
+
+# --------------------------------------------------------------------------- topology
+
+
+def test_domains_from_identities() -> None:
+    assert topology.crosses(["nvml:ab:1", "nvml:ab:1"]) is False
+    assert topology.crosses(["nvml:ab:1", "nvml:ab:2"]) is True
+    ident = topology.host_identity("node-secret-17")
+    assert ident.startswith("host:") and "secret" not in ident
+    assert topology.host_identity("node-secret-17") == ident
+
+
+def _fake_nvml(state: int, cluster: bytes, clique: int) -> types.SimpleNamespace:
+    info = types.SimpleNamespace(clusterUuid=cluster, cliqueId=clique, state=state)
+    return types.SimpleNamespace(
+        nvmlInit=lambda: None, NVML_GPU_FABRIC_STATE_COMPLETED=3,
+        nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetGpuFabricInfo=lambda h: info)
+
+
+def test_fabric_identity_through_the_device_seam(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        get_device_properties=lambda i: types.SimpleNamespace(uuid="1234")))
+    monkeypatch.setattr(devmod, "_torch", lambda: fake_torch)
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", _fake_nvml(3, b"\x01" * 16, 7))
+    assert devmod.fabric_identity("cuda", 0) == "nvml:" + "01" * 16 + ":7"
+    assert topology.local_identity("cuda", 0).startswith("nvml:")
+    # registration not complete, or no cluster: no fabric, fall back to the host
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", _fake_nvml(1, b"\x01" * 16, 7))
+    assert devmod.fabric_identity("cuda", 0) is None
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", _fake_nvml(3, b"\x00" * 16, 0))
+    assert topology.local_identity("cuda", 0).startswith("host:")
+    assert devmod.fabric_identity("musa", 0) is None  # no MUSA fabric query is known
+
+
+def test_single_rank_never_crosses() -> None:
+    assert topology.group_crosses_domain(None, "x") == (False, "single rank")
+    assert topology.group_crosses_domain(None, "x", override=True) == (True, "config override")
+
+
+# --------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize("override,key", [
+    ("workload.tp.mode=fastest", "workload.tp.mode"),
+    ("workload.tp.cost_profile=guess", "workload.tp.cost_profile"),
+    ("workload.optimizer.coefficients=septic", "workload.optimizer.coefficients"),
+    ("workload.world_size=3", "workload.model.d_model"),
+    ("workload.model.sharding=diagonal", "workload.model.sharding"),
+    ("workload.precision=bf16", "workload.precision"),
+])
+def test_config_errors_name_the_key(compose: Any, override: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{key}: "):
+        compose(["workload=muon_tp_test", "+sweep=tp_mode", override])
+
+
+def test_sweep_may_not_touch_the_optimizer_math(compose: Any) -> None:
+    with pytest.raises(ConfigError, match="frozen by invariants"):
+        compose(["workload=muon_tp_test", "+sweep=tp_mode",
+                 "sweep.variable=workload.optimizer.ns_steps", "sweep.baseline=5",
+                 "sweep.values=[3]"])
