@@ -33,9 +33,6 @@ def test_tp_mode_sweep_single_rank_end_to_end(compose: Any, run_dir: Path, one_t
     assert "## Muon tp_mode" in md and "| auto | auto | 1 |" in md
 
 
-@pytest.mark.skip(reason="launcher part: main 8f95b37's trial._measure uses undefined rank/record/"
-                  "tdir (merge artefact), so every timed trial fails with NameError; unskip "
-                  "once that is fixed")
 def test_tp_mode_sweep_two_ranks_end_to_end(compose: Any, run_dir: Path) -> None:
     cfg = compose(["workload=muon_tp_test", "protocol=quick", "launcher=local",
                    "+sweep=tp_mode"])
