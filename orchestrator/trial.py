@@ -151,11 +151,6 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     dev = devmod.resolve(spec.device, index=local_rank if world > 1 else None)
     devmod.set_current(dev)
     ctx = distmod.setup(dev.kind)  # before the recipe: it just uses the default process group
-    # after the timed steps, so neither the timing nor start-to-first-step pays for it
-    if rank == 0:
-        from orchestrator.environment import record_facts
-
-        record_facts(record, spec.device, tdir, full=spec.env_report)
     trainer = builder(workload, bucket, dev.torch_device)
     devmod.reset_peak_memory(dev)
     batches = trainer.batches()
@@ -248,11 +243,6 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
     if not writer:  # every rank ran the counted step above (it may hold collectives)
         return trial_record(**base, status="ok")
-    # after the timed steps, so neither the timing nor start-to-first-step pays for it
-    if rank == 0:
-        from orchestrator.environment import record_facts
-
-        record_facts(record, spec.device, tdir, full=spec.env_report)
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]
     torch_mod = sys.modules.get("torch")  # recorded only when the recipe really used torch
     return trial_record(
