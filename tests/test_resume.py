@@ -55,7 +55,7 @@ def test_kill_campaign_midway_then_resume(run_dir: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "orchestrator", *ARGS, f"resume='{run_dir}'"],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "resuming" in out.stderr
+    assert "planned trials already complete" in out.stderr
     after = _records(run_dir)
     plan = json.loads((run_dir / "plan.json").read_text())
     planned = [t["trial_id"] for t in plan["trials"]]
@@ -86,9 +86,14 @@ def test_resume_refuses_a_run_dir_planned_differently(tmp_path: Path) -> None:
            "trials": [{"trial_id": "r000-s32-a0"}]}
     (tmp_path / "plan.json").write_text(json.dumps(doc))
     check_same_plan(tmp_path, doc)  # same plan: fine
-    other = {**doc, "trials": [{"trial_id": "r000-s32-a0"}, {"trial_id": "r001-s32-a0"}]}
+    longer = {**doc, "trials": [{"trial_id": "r000-s32-a0"}, {"trial_id": "r001-s32-a0"}]}
+    check_same_plan(tmp_path, longer)  # adaptive rounds extend a plan: allowed
+    other = {**doc, "arms": [{"arm_id": "a0"}, {"arm_id": "a1"}]}
     with pytest.raises(ConfigError, match=r"^resume: .*planned for a different sweep"):
         check_same_plan(tmp_path, other)
+    reordered = {**doc, "trials": [{"trial_id": "r000-s32-a1"}]}
+    with pytest.raises(ConfigError, match=r"^resume: "):
+        check_same_plan(tmp_path, reordered)
 
 
 def test_resume_with_other_overrides_exits_2(run_dir: Path, compose: Any) -> None:
