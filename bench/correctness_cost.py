@@ -34,7 +34,7 @@ def main(argv: list[str]) -> None:
         p = doc["probes"][name]
         print(f"  probe {name:<10} {p['status']:<8} {secs:6.1f} s")
     for g in doc["arms"].values():
-        print(f"  gate {g['label']:<12} {g['status']}")
+        print(f"  gate {g['label']:<12} {g['status']:<5} {g['reasons'][:2]}")
     print(f"gate total {doc['gate_seconds']:.1f} s for {len(arms) - 1} variants; "
           f"{doc['seconds_per_variant']:.1f} s per variant (fresh process, start-up included)")
 

@@ -21,8 +21,9 @@ from orchestrator.correctness.runner import data_order_declared, load_gates, run
 from orchestrator.errors import ConfigError
 from orchestrator.sweep import Arm
 
-TOL = ToleranceConfig(rel_l2=0.2, atol=0.0, rtol=0.1, trajectory_rtol=1e-3)
-FP32 = ToleranceConfig(rel_l2=1e-5, atol=1e-9, rtol=1e-4, trajectory_rtol=1e-5)
+TOL = ToleranceConfig(rel_l2=0.2, atol=0.0, rtol=0.1, trajectory_rtol=1e-3, update_rel_l2=0.2)
+FP32 = ToleranceConfig(rel_l2=1e-5, atol=1e-9, rtol=1e-4, trajectory_rtol=1e-5,
+                       update_rel_l2=1e-3)
 
 
 def test_characterize_by_hand() -> None:
@@ -34,10 +35,10 @@ def test_characterize_by_hand() -> None:
     assert d.cosine == pytest.approx(34 / math.sqrt(30 * 39))
     assert d.share_beyond == 0.25  # only |4 - 5| = 1 > 0.1 * 5
     assert d.passed  # 0.5 <= 0.2 * rms(b) = 0.2 * sqrt(39 / 4) = 0.62
-    strict = characterize("x", a, b, ToleranceConfig(0.1, 0.0, 0.1, 1e-3))
+    strict = characterize("x", a, b, ToleranceConfig(0.1, 0.0, 0.1, 1e-3, 0.1))
     assert not strict.passed and "rel_l2 1.60e-01 > 1.0e-01" in strict.why
     # a measured noise floor above the tolerance becomes the threshold
-    floored = characterize("x", a, b, ToleranceConfig(0.1, 0.0, 0.1, 1e-3), floor_rel_l2=0.2)
+    floored = characterize("x", a, b, ToleranceConfig(0.1, 0.0, 0.1, 1e-3, 0.1), floor_rel_l2=0.2)
     assert floored.passed and floored.threshold_rel_l2 == 0.2
 
 
@@ -189,7 +190,19 @@ def test_tolerance_for_an_unknown_precision_is_refused(compose: Any) -> None:
     from orchestrator.config import validate
 
     cfg = compose(["workload=gpt_test", "+sweep=fa2"])
-    cfg.invariants.tolerances["fp8"] = ToleranceConfig(1.0, 0.0, 0.0, 0.0)
+    cfg.invariants.tolerances["fp8"] = ToleranceConfig(1.0, 0.0, 0.0, 0.0, 1.0)
     with pytest.raises(ConfigError, match=r"invariants\.tolerances\.fp8: 'fp8' is not a valid "
                        r"choice; choose one of: fp32, tf32, bf16, fp16"):
         validate(cfg)
+
+
+def test_the_optimizer_update_is_judged_on_its_own_scale() -> None:
+    probes = {"a0": _rec(), "a0-repeat": _rec(), "a1": _rec()}
+    var = _tensors()
+    var["update"] = {"w": torch.tensor([-1e-3, 1e-3]) * (1 + 5e-4)}  # within update_rel_l2 1e-3
+    tens = {"a0": _tensors(), "a0-repeat": _tensors(), "a1": var}
+    _, (g,) = _gate(probes, tens)
+    assert g.status == "pass"
+    var["update"] = {"w": torch.tensor([-1e-3, 1e-3]) * 1.1}  # a 10 % larger learning rate
+    _, (g,) = _gate(probes, tens)
+    assert g.reasons == ["s update/w: rel_l2 1.00e-01 > 1.0e-03 (max_abs 1.00e-04)"]

@@ -53,8 +53,8 @@ def test_honest_attention_backends_pass(compose: Any, run_dir: Path, precision: 
 def test_broken_variants_are_rejected_each_for_its_reason(compose: Any, run_dir: Path) -> None:
     cfg = compose(_recipe_sweep(
         [f"{BROKEN}:build_scaled", f"{BROKEN}:build_nan", f"{BROKEN}:build_dropout",
-         f"{BROKEN}:build_shuffled"],
-        ["scaled", "nan", "dropout", "shuffled"]))
+         f"{BROKEN}:build_shuffled", f"{BROKEN}:build_lr"],
+        ["scaled", "nan", "dropout", "shuffled", "lr"]))
     result = run_campaign(cfg, run_dir)
     doc = json.loads((run_dir / "correctness.json").read_text())
     gates = {g["label"]: g for g in doc["arms"].values()}
@@ -69,9 +69,14 @@ def test_broken_variants_are_rejected_each_for_its_reason(compose: Any, run_dir:
     assert "batch ids [1, 0, 3, 2] vs [0, 1, 2, 3]" in first["shuffled"]
     # the loader change leaves the model's math alone: same batch, same tensors
     assert all(t["passed"] for t in gates["shuffled"]["buckets"]["s32"]["tensors"])
+    # an optimizer change leaves outputs and gradients alone; the update shows it
+    lr = gates["lr"]["buckets"]["s32"]["tensors"]
+    assert all(t["passed"] for t in lr if not t["name"].startswith("update/"))
+    assert first["lr"].startswith("s32 update/") and "> 1.0e-03" in first["lr"]
     verdicts = {v.label: v for v in result.verdicts}
     assert {k: v.verdict for k, v in verdicts.items()} == {
-        "scaled": "reject", "nan": "reject", "dropout": "reject", "shuffled": "reject"}
+        "scaled": "reject", "nan": "reject", "dropout": "reject", "shuffled": "reject",
+        "lr": "reject"}
     assert any("correctness gate failed: s32 outputs: rel_l2" in r
                for r in verdicts["scaled"].reasons)
     md = (run_dir / "decisions.md").read_text()

@@ -26,6 +26,7 @@ class Tolerance(Protocol):
     atol: float
     rtol: float
     trajectory_rtol: float
+    update_rel_l2: float
 
 
 @dataclass

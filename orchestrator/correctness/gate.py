@@ -92,7 +92,7 @@ def noise_floor(
     tol: Tolerance,
 ) -> dict[str, Any]:
     """Baseline vs its own repeat: how far apart two runs of the same code land on this device."""
-    zero = _Zero(0.0, tol.atol, tol.rtol, tol.trajectory_rtol)
+    zero = _Zero(0.0, tol.atol, tol.rtol, tol.trajectory_rtol, 0.0)
     masks = _masks(base, tol)
     rep = dict(_tensor_items(repeat))
     tensors = {}
@@ -111,12 +111,17 @@ def noise_floor(
 
 @dataclass
 class _Zero:
-    """The tolerance with rel_l2 = 0: used to measure, not to judge."""
+    """A tolerance built here: rel_l2 = 0 to measure the floor, or the update's scale."""
 
     rel_l2: float
     atol: float
     rtol: float
     trajectory_rtol: float
+    update_rel_l2: float
+
+
+def _for_update(tol: Tolerance) -> Tolerance:
+    return _Zero(tol.update_rel_l2, tol.atol, tol.rtol, tol.trajectory_rtol, tol.update_rel_l2)
 
 
 def _finite(x: float) -> float | str:
@@ -236,7 +241,8 @@ def judge_bucket(
                 bad.append((6e6, f"{bucket} {name}: missing in the variant"))
                 continue
             fl = floor["tensors"].get(name, 0.0)
-            diffs.append(characterize(name, var[name], b, tol, fl, masks.get(name)))
+            judge = _for_update(tol) if name.startswith("update/") else tol
+            diffs.append(characterize(name, var[name], b, judge, fl, masks.get(name)))
     nonfinite = [d for d in diffs if d.nonfinite_variant]
     for d in nonfinite:
         bad.append((1e10, f"{bucket} {d.name}: {d.why}"))
