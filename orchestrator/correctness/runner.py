@@ -52,6 +52,25 @@ def data_order_declared(cfg: Config) -> bool:
     return any(p == k or p.startswith(k + ".") for p in paths for k in keys)
 
 
+def external_reason(cfg: Config, arms: Sequence[Arm]) -> str | None:
+    """Why no arm can be probed in-process (an external command), else None."""
+    from recipes import get_builder
+    from recipes.base import is_external
+
+    workload = to_dict(cfg.workload)
+    for arm in arms:
+        recipe = apply_overrides(workload, arm.overrides).get("recipe", "")
+        try:
+            builder = get_builder(recipe)
+        except Exception:  # noqa: BLE001 (an unknown recipe fails its own probe, as data)
+            continue
+        if is_external(builder):
+            return (f"arm {arm.label!r} runs an external command (recipe {recipe!r}): there is "
+                    "no model in this process to probe; its logged loss is compared with the "
+                    "baseline's instead (workload.loss_rtol)")
+    return None
+
+
 def probe_specs(
     cfg: Config, run_dir: Path, arms: Sequence[Arm], buckets: Sequence[dict[str, Any]]
 ) -> list[ProbeSpec]:
@@ -182,6 +201,13 @@ def run_gate(
         doc = {"schema_version": SCHEMA_VERSION, "mode": "off", "arms": {}}
         atomic_write_json(path, doc)
         return doc
+    external = external_reason(cfg, arms)
+    if external:
+        doc = {"schema_version": SCHEMA_VERSION, "mode": "not_applicable", "reason": external,
+               "arms": {}}
+        atomic_write_json(path, doc)
+        log.info("correctness gate: not applicable: %s", external)
+        return doc
     specs = probe_specs(cfg, run_dir, arms, buckets)
     fp = _fingerprint(specs, cfg)
     if path.exists():
@@ -271,7 +297,7 @@ def load_gates(run_dir: Path, arms: Sequence[Arm], mode: str) -> dict[str, list[
         why = "correctness.json is missing (the gate did not run; resume the campaign)"
         return {a.arm_id: [Gate("correctness", "error", why)] for a in arms[1:]}
     doc = read_json(path)
-    if doc.get("mode") == "off":
+    if doc.get("mode") in ("off", "not_applicable"):
         return {}
     out = {}
     for a in arms[1:]:
@@ -325,6 +351,8 @@ def section(run_dir: Path) -> list[tuple[str, list[str]]]:
                 ],
             )
         ]
+    if doc.get("mode") == "not_applicable":
+        return [("Correctness", [f"Not applicable: {doc.get('reason')}."])]
     tol = doc.get("tolerance") or {}
     floor = doc.get("noise_floor", {})
     fl = ", ".join(f"{b} {_fmt(f.get('max_tensor_rel_l2'))}" for b, f in floor.items()) or "—"
