@@ -110,6 +110,9 @@ def _run_in_process(spec: ProbeSpec) -> dict[str, Any]:
     try:
         return run_probe(spec)
     finally:
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is not None:  # compiled code cached by a probe must not serve later trials
+            dynamo.reset()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
