@@ -149,6 +149,9 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     adaptive_log: list[dict[str, Any]] = []
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
     launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
+    from orchestrator.correctness.runner import run_gate  # once per campaign, not per round
+
+    run_gate(cfg, run_dir, arms, buckets, in_process=cfg.launcher.name == "inline")
     rounds_done = p.repeats
     while True:
         _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
@@ -283,8 +286,13 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
     control = with_control(cfg, arms)[1] if cfg.protocol.aa_arm else None
     analysis = analyze(trials_df, steps_df, arms, [b["name"] for b in buckets], weights,
                        cfg.protocol, control=control)
-    verdicts = decide(analysis, cfg.protocol.min_effect,
-                      loss_trajectory_gates(cfg, trials_df, steps_df, arms))
+    from orchestrator.correctness.runner import load_gates
+    from orchestrator.correctness.runner import section as correctness_section
+
+    gates = load_gates(run_dir, arms, cfg.protocol.correctness.mode)
+    for arm_id, extra in loss_trajectory_gates(cfg, trials_df, steps_df, arms).items():
+        gates[arm_id] = gates.get(arm_id, []) + extra
+    verdicts = decide(analysis, cfg.protocol.min_effect, gates)
     records = trials_df.to_dict("records") if not trials_df.empty else []
     peaks, util = campaign_utilization(records, analysis)
     write_csv(run_dir / "results.csv", add_utilization_columns(comparison_rows(analysis), peaks, util))
@@ -324,6 +332,7 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
                         *lever_sections(cfg, trials_df, steps_df, analysis),
                         ("Sensitivity", sensitivity_lines(analysis, cfg.protocol,
                                                           cfg.sweep.variable)),
+                        *correctness_section(run_dir),
                         provenance_section,
                         *report_sections(cfg.workload.kind, records)],
     )

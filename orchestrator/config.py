@@ -25,6 +25,8 @@ SCHEMA_VERSION = 1
 MISSING: Any = "???"
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+TOLERANCE_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # tf32: fp32 with tf32 matmuls
+CORRECTNESS_MODES = ("once", "off")
 ATTENTION_BACKENDS = ("eager", "sdpa", "tiled", "flash_attn")
 SDPA_KERNELS = ("auto", "math", "flash", "efficient", "cudnn")
 DEVICES = ("auto", "cpu", "cuda", "musa")
@@ -242,6 +244,16 @@ class MuonTPWorkloadConfig(WorkloadConfig):
 
 
 @dataclass
+class CorrectnessProtocolConfig:
+    """The correctness gate: one probe process per arm (plus a baseline repeat for the noise
+    floor), run once per campaign before the timed rounds."""
+
+    mode: str = "once"  # once | off
+    steps: int = 4  # training steps of the loss trajectory (>= 2: the round trip splits them)
+    timeout_s: float = 600.0  # per probe process
+
+
+@dataclass
 class ProtocolConfig:
     # warm-up: `fixed` excludes warmup_steps; `auto` excludes at least warmup_steps, then until
     # the median of the last warmup_window steps is within warmup_tolerance of the window before
@@ -273,9 +285,41 @@ class ProtocolConfig:
     seed: int = 0  # of the bootstrap
     # time-to-train projections (one-off warm-up/compile cost + N x steady step time) in reports
     projection_steps: list[int] = field(default_factory=lambda: [100, 1000, 10000])
+    # numerics and checkpoint gate (orchestrator/correctness): once per campaign, or off
+    correctness: CorrectnessProtocolConfig = field(default_factory=CorrectnessProtocolConfig)
 
 
 # --------------------------------------------------------------------------- invariants
+
+
+@dataclass
+class ToleranceConfig:
+    """How far a variant's tensors may lie from the baseline's at one precision.
+
+    A tensor passes when ``rms(variant - baseline) <= atol + rel_l2 * rms(baseline)``, i.e. its
+    normwise relative error is within ``rel_l2`` (with ``atol`` as an absolute floor for tensors
+    that are mathematically zero). ``rtol`` is elementwise and only characterises: the share of
+    elements with ``|a - b| > atol + rtol * |b|`` is reported, not gated.
+    """
+
+    rel_l2: float = MISSING
+    atol: float = MISSING
+    rtol: float = MISSING
+    trajectory_rtol: float = MISSING  # largest relative loss difference over the probe steps
+    # rel_l2 for the optimizer's update of one step (Adam passes the relative error of small
+    # gradients straight through, elementwise, so its update is judged on a looser scale)
+    update_rel_l2: float = MISSING
+    rationale: str = ""
+
+
+def default_tolerances() -> dict[str, ToleranceConfig]:
+    """The defaults conf/invariants/default.yaml restates, with their rationale there."""
+    return {
+        "fp32": ToleranceConfig(1e-5, 1e-9, 1e-4, 1e-5, 1e-3),
+        "tf32": ToleranceConfig(5e-3, 1e-7, 2e-2, 1e-3, 5e-2),
+        "bf16": ToleranceConfig(3e-2, 1e-6, 1e-1, 2e-3, 2e-1),
+        "fp16": ToleranceConfig(5e-3, 1e-7, 2e-2, 1e-3, 5e-2),
+    }
 
 
 @dataclass
@@ -286,6 +330,11 @@ class InvariantsConfig:
     frozen: list[str] = field(default_factory=list)
     # why each prefix is frozen (shown in the error when a sweep touches one)
     reasons: dict[str, str] = field(default_factory=dict)
+    # correctness gate: numerical tolerance per precision (fp32, tf32, bf16, fp16)
+    tolerances: dict[str, ToleranceConfig] = field(default_factory=default_tolerances)
+    # a sweep whose variable lies under one of these prefixes declares the data order as its
+    # variable: the gate then reports the batch sequence instead of requiring it to match
+    data_order_keys: list[str] = field(default_factory=lambda: ["workload.data"])
 
 
 # --------------------------------------------------------------------------- sweep
@@ -540,6 +589,26 @@ def validate_workload(w: WorkloadConfig) -> None:
         validate_muon_tp(w)
 
 
+def validate_correctness(cfg: Config) -> None:
+    c = cfg.protocol.correctness
+    _choice("protocol.correctness.mode", c.mode, CORRECTNESS_MODES)
+    if c.steps < 2:
+        raise ConfigError("protocol.correctness.steps", f"must be >= 2 (the checkpoint round "
+                          f"trip resumes half-way), got {c.steps}")
+    _positive("protocol.correctness.timeout_s", c.timeout_s)
+    tols = cfg.invariants.tolerances
+    for name, tol in tols.items():
+        _choice(f"invariants.tolerances.{name}", name, TOLERANCE_PRECISIONS)
+        for f in ("rel_l2", "atol", "rtol", "trajectory_rtol", "update_rel_l2"):
+            _positive(f"invariants.tolerances.{name}.{f}", getattr(tol, f), allow_zero=True)
+    if c.mode != "off" and cfg.workload.precision not in tols:
+        raise ConfigError(
+            "invariants.tolerances",
+            f"has no entry for workload.precision={cfg.workload.precision}; add "
+            f"invariants.tolerances.{cfg.workload.precision} or set protocol.correctness.mode=off",
+        )
+
+
 def validate(cfg: Config) -> None:
     """Semantic checks a type cannot express. Raises ConfigError on the first problem."""
     w = cfg.workload
@@ -576,6 +645,7 @@ def validate(cfg: Config) -> None:
     from orchestrator.launch.checks import validate_launcher
 
     validate_launcher(cfg)
+    validate_correctness(cfg)
     if cfg.sweep is not None:
         from orchestrator.sweep import check_sweep
 

@@ -62,6 +62,21 @@ class Trainer(Protocol):
         """Analytic model FLOPs of one training step (recompute excluded), or None."""
         ...
 
+    # Hooks the correctness gate (orchestrator/correctness) needs besides the above. A trainer
+    # without them cannot be probed: the gate reports `error` for its arm (verdict `invalid`).
+    #
+    # model: the torch.nn.Module being trained (possibly a torch.compile wrapper)
+    # optimizer: its torch.optim.Optimizer
+    #
+    # def forward_outputs(self, batch) -> Tensor:
+    #     The model's outputs for a batch under the precision policy (no loss, no backward).
+    # def forward_loss(self, batch) -> Tensor:
+    #     The scalar training loss for a batch (no backward, no optimizer step).
+    # def state_dict(self) -> dict[str, Tensor]:
+    #     Model weights as a checkpoint stores them. Save the underlying module, never a
+    #     torch.compile wrapper (whose keys gain an ``_orig_mod.`` prefix).
+    # def load_state_dict(self, state) -> None:
+    #     Strict load of what state_dict() returns.
 
 @dataclass
 class Invocation:

@@ -40,6 +40,13 @@ def test_inline_sweep_end_to_end(compose: Any, run_dir: Path) -> None:
     assert {v.verdict for v in result.verdicts} <= {"retain", "reject", "inconclusive"}
     md = (run_dir / "decisions.md").read_text()
     assert "# Decision: fa2_tiling" in md and "## Bucket `s32`" in md and "64x64" in md
+    # the correctness gate ran once for the campaign (not per round) and the tiles agree
+    gate = json.loads((run_dir / "correctness.json").read_text())
+    assert {g["status"] for g in gate["arms"].values()} == {"pass"}
+    assert sorted(gate["probe_seconds"]) == ["a0", "a0-repeat", "a1", "a2", "a3"]
+    assert "## Correctness" in md
+    assert all(any(r.startswith("correctness gate passed") for r in v.reasons)
+               for v in result.verdicts if v.verdict != "reject")
     lines = (run_dir / "decisions.jsonl").read_text().splitlines()
     assert [json.loads(x)["label"] for x in lines] == ["64x64", "128x64", "128x128"]
 
@@ -83,6 +90,11 @@ def test_crashing_trial_is_recorded_and_campaign_goes_on(compose: Any, run_dir: 
     assert "SIGSEGV" in recs[("segfaults", 1)]["error"]
     verdicts = {v.label: v.verdict for v in result.verdicts}
     assert verdicts == {"raises": "reject", "segfaults": "reject"}
+    gate = json.loads((run_dir / "correctness.json").read_text())["arms"]
+    assert gate["a1"]["reasons"] == ["the variant's probe failed: RuntimeError: planted failure "
+                                     "in train_step"]
+    assert gate["a2"]["reasons"][0].startswith("the variant's probe crashed: process died from "
+                                               "signal SIGSEGV")
     md = (run_dir / "decisions.md").read_text()
     assert "## Failed trials" in md and "SIGSEGV" in md
 

@@ -124,6 +124,20 @@ class GPTTrainer:
         """Forward and loss, through torch.compile when workload.model.compile.mode is set."""
         return self._loss_fn(batch.inputs, batch.targets)  # type: ignore[no-any-return]
 
+    def forward_outputs(self, batch: Batch) -> torch.Tensor:
+        """The model's outputs (logits) for a batch, under the precision policy (eager: the
+        compiled function, when workload.model.compile is on, covers forward and loss)."""
+        with self.autocast():
+            return self.model(batch.inputs)  # type: ignore[no-any-return]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model weights of the underlying module: a torch.compile wrapper's ``_orig_mod.``
+        prefix never reaches a checkpoint, so compiled and eager arms stay interchangeable."""
+        return unwrap(self.model).state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        unwrap(self.model).load_state_dict(state, strict=True)
+
     def train_step(self, batch: Batch) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
         if self.mark_dynamic:
@@ -179,6 +193,12 @@ class GPTTrainer:
         rerun = sum(mod.weight.numel() for blk in self.model.blocks for mod in blk.modules()
                     if isinstance(mod, torch.nn.Linear) and mod is not blk.out)
         return float(2 * rerun * self.tokens_per_step + self._attention_forward_flops())
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module under a torch.compile wrapper (``OptimizedModule._orig_mod``), else itself."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(inner, torch.nn.Module) else model
 
 
 def build(workload: GPTWorkloadConfig, bucket: BucketConfig, device: str) -> GPTTrainer:

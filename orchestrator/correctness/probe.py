@@ -1,0 +1,390 @@
+"""The correctness probe: one arm, every bucket, in its own process.
+
+Run as ``python -m orchestrator.correctness.probe SPEC.json``. From the same seed, the same
+initial weights (``init.pt``, written by the baseline's probe and loaded by every arm) and the
+same batch (the baseline's first batch per bucket), it records:
+
+- forward outputs (twice, to expose a stochastic forward), the loss, per-parameter gradients of
+  one backward, and the optimizer's update of one ``train_step`` from the initial weights;
+- the loss over ``steps`` training steps on the arm's own batch stream, with a hash of every
+  batch (data order);
+- checkpoint facts: the state_dict signature, whether the baseline's weights load, a save/load
+  round trip at step ``steps // 2`` replayed in a fresh trainer, and (baseline repeat only) whether
+  each variant's final checkpoint loads into the baseline and gives the same loss.
+
+Tensors go to ``<probe_dir>/<bucket>.pt`` so the analysis can be redone; facts to
+``probe.json``, written atomically. A failure of the workload becomes the record's status.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator import device as devmod
+from orchestrator.config import SCHEMA_VERSION
+from orchestrator.errors import BackendUnavailable
+from orchestrator.results import atomic_write_json
+
+REQUIRED_HOOKS = (
+    "model",
+    "optimizer",
+    "batches",
+    "forward_outputs",
+    "forward_loss",
+    "train_step",
+    "state_dict",
+    "load_state_dict",
+)
+
+
+@dataclass
+class ProbeSpec:
+    name: str  # a0, a1, ..., a0-repeat
+    arm_id: str
+    arm_label: str
+    role: str  # baseline | variant | baseline_repeat
+    probe_dir: str
+    workload: dict[str, Any]
+    buckets: list[dict[str, Any]]
+    init_checkpoint: str  # written by the baseline, loaded by every arm
+    batch_dir: str  # the baseline's probe batch per bucket
+    device: str = "auto"
+    steps: int = 4
+    cross_load: dict[str, str] = field(default_factory=dict)  # arm_id -> its final checkpoint
+    env: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, indent=2)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> ProbeSpec:
+        with open(path, encoding="utf-8") as fh:
+            return cls(**json.load(fh))
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _load(path: str | Path, device: Any) -> Any:
+    import torch
+
+    return torch.load(path, map_location=device, weights_only=True)
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def batch_tensors(batch: Any) -> dict[str, Any]:
+    """The tensors of a batch by field name (dataclass, mapping, tuple or one tensor)."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return {"": batch}
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        items = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    elif isinstance(batch, dict):
+        items = dict(batch)
+    elif isinstance(batch, (tuple, list)):
+        items = {str(i): v for i, v in enumerate(batch)}
+    else:
+        raise TypeError(f"cannot take tensors out of a batch of type {type(batch).__name__}")
+    return {k: v for k, v in items.items() if isinstance(v, torch.Tensor)}
+
+
+def with_tensors(batch: Any, tensors: dict[str, Any]) -> Any:
+    """``batch`` with its tensor fields replaced (same structure, same device as ``batch``)."""
+    own = batch_tensors(batch)
+    moved = {k: tensors[k].to(own[k].device) for k in own}
+    if "" in moved:
+        return moved[""]
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return dataclasses.replace(batch, **moved)
+    if isinstance(batch, dict):
+        return {**batch, **moved}
+    seq = list(batch)
+    for k, v in moved.items():
+        seq[int(k)] = v
+    return type(batch)(seq)
+
+
+def batch_hash(batch: Any) -> str:
+    """A short content hash of a batch: equal hashes = the same samples in the same order."""
+    import torch
+
+    h = hashlib.sha256()
+    for k, t in sorted(batch_tensors(batch).items()):
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{k}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- the probe
+
+
+def _unwrap(model: Any) -> Any:
+    import torch
+
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(inner, torch.nn.Module) else model
+
+
+def signature(state: dict[str, Any]) -> dict[str, list[Any]]:
+    return {
+        k: [list(v.shape), str(v.dtype).removeprefix("torch.")]
+        for k, v in state.items()
+        if hasattr(v, "shape")
+    }
+
+
+def matmul_precision() -> str:
+    """'fp32' unless float32 matmuls are allowed a lower internal precision (TF32 and friends)."""
+    import torch
+
+    allow = bool(
+        getattr(getattr(torch.backends, "cuda", None), "matmul", None)
+        and torch.backends.cuda.matmul.allow_tf32
+    )
+    return "tf32" if allow or torch.get_float32_matmul_precision() != "highest" else "fp32"
+
+
+def _steps(trainer: Any, stream: Iterator[Any], first: int, last: int, seed: int) -> list[float]:
+    """Train steps ``first..last-1``; the RNG is reseeded per step so dropout masks match."""
+    import torch
+
+    losses = []
+    for i in range(first, last):
+        batch = next(stream)
+        torch.manual_seed(seed + 1 + i)
+        losses.append(float(trainer.train_step(batch).float().item()))
+    return losses
+
+
+def probe_bucket(
+    spec: ProbeSpec,
+    build: Any,
+    workload: Any,
+    bucket: Any,
+    dev: Any,
+    first: bool,
+    record: dict[str, Any],
+) -> dict[str, Any]:
+    import torch
+
+    seed = int(getattr(workload, "seed", 0))
+    out_dir = Path(spec.probe_dir)
+    trainer = build(workload, bucket, dev.torch_device)
+    missing = [h for h in REQUIRED_HOOKS if not hasattr(trainer, h)]
+    if missing:
+        raise TypeError(f"the recipe's trainer lacks the hooks {missing} (see recipes/base.py)")
+    init_path = Path(spec.init_checkpoint)
+    if spec.role == "baseline" and first:
+        atomic_torch_save(trainer.state_dict(), init_path)
+    own_batch = next(trainer.batches())
+    batch_path = Path(spec.batch_dir) / f"{bucket.name}.pt"
+    if spec.role == "baseline":
+        atomic_torch_save(
+            {k: t.detach().cpu() for k, t in batch_tensors(own_batch).items()}, batch_path
+        )
+    batch = with_tensors(own_batch, _load(batch_path, "cpu"))
+    res: dict[str, Any] = {"bucket": bucket.name}
+    init = _load(init_path, dev.torch_device)
+    if first:
+        record["checkpoint"]["signature"] = signature(trainer.state_dict())
+    try:
+        trainer.load_state_dict(init)
+        res["from_baseline_weights"] = True
+    except Exception as exc:  # incompatible checkpoint: a finding, not a crash
+        res["from_baseline_weights"] = False
+        if first:
+            record["checkpoint"]["load_baseline_error"] = _one_line(exc)
+    params = dict(_unwrap(trainer.model).named_parameters())
+    fresh_opt = copy.deepcopy(trainer.optimizer.state_dict())
+    p0 = {n: p.detach().clone() for n, p in params.items()}
+
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = trainer.forward_outputs(batch).detach().float()
+        out2 = trainer.forward_outputs(batch).detach().float()
+    res["forward_repeat_rel_l2"] = _rel(out2, out)
+    torch.manual_seed(seed)
+    trainer.optimizer.zero_grad(set_to_none=True)
+    loss = trainer.forward_loss(batch)
+    loss.backward()
+    grads = {
+        n: (p.grad.detach().float().cpu().clone() if p.grad is not None else torch.zeros(p.shape))
+        for n, p in params.items()
+    }
+    res["params_without_grad"] = [n for n, p in params.items() if p.grad is None]
+    torch.manual_seed(seed)
+    trainer.train_step(batch)
+    update = {n: (params[n].detach().float() - p0[n].float()).cpu() for n in params}
+
+    # trajectory from the same initial weights and a fresh optimizer
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(p0[n])
+    trainer.optimizer.load_state_dict(fresh_opt)
+    k = spec.steps // 2
+    stream = trainer.batches()
+    hashes, ids = [], []
+
+    def seen(it: Iterator[Any]) -> Iterator[Any]:
+        for b in it:
+            hashes.append(batch_hash(b))
+            ids.append(getattr(b, "index", None))
+            yield b
+
+    tracked = seen(stream)
+    losses = _steps(trainer, tracked, 0, k, seed)
+    resume_path = out_dir / f"{bucket.name}.resume.pt"
+    atomic_torch_save(
+        {"model": trainer.state_dict(), "optimizer": trainer.optimizer.state_dict()}, resume_path
+    )
+    losses += _steps(trainer, tracked, k, spec.steps, seed)
+    res.update(batch_hashes=hashes, batch_ids=ids, losses=losses)
+
+    # round trip: a fresh trainer resumes from the step-k checkpoint and replays the rest
+    fresh = build(workload, bucket, dev.torch_device)
+    state = _load(resume_path, dev.torch_device)
+    fresh.load_state_dict(state["model"])
+    fresh.optimizer.load_state_dict(state["optimizer"])
+    replay = fresh.batches()
+    for _ in range(k):
+        next(replay)
+    res["round_trip"] = {"resume_step": k, "losses": _steps(fresh, replay, k, spec.steps, seed)}
+    del fresh, state
+    resume_path.unlink(missing_ok=True)
+
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        res["final_eval_loss"] = float(trainer.forward_loss(batch).float().item())
+    if first:
+        final = out_dir / "final.pt"
+        atomic_torch_save(trainer.state_dict(), final)
+        record["checkpoint"]["final"] = str(final)
+        record["cross_loads"] = {
+            a: _cross_load(trainer, p, batch, seed, dev) for a, p in spec.cross_load.items()
+        }
+    atomic_torch_save(
+        {
+            "outputs": out.cpu(),
+            "loss": loss.detach().float().cpu().reshape(1),
+            "grads": grads,
+            "update": update,
+            "trajectory": torch.tensor(losses),
+        },
+        out_dir / f"{bucket.name}.pt",
+    )
+    res["tensors"] = f"{bucket.name}.pt"
+    return res
+
+
+def _cross_load(trainer: Any, path: str, batch: Any, seed: int, dev: Any) -> dict[str, Any]:
+    """Load a variant's final weights into this (baseline) trainer; its loss on the probe batch."""
+    import torch
+
+    try:
+        trainer.load_state_dict(_load(path, dev.torch_device))
+    except Exception as exc:
+        return {"ok": False, "error": _one_line(exc)}
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        return {"ok": True, "eval_loss": float(trainer.forward_loss(batch).float().item())}
+
+
+def _rel(a: Any, b: Any) -> float:
+    nb = float(b.double().norm())
+    d = float((a.double() - b.double()).norm())
+    return d / nb if nb > 0 else (0.0 if d == 0 else float("inf"))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
+
+
+def run_probe(spec: ProbeSpec) -> dict[str, Any]:
+    """Run the probe and write probe.json. Never raises for a failure of the workload."""
+    t0 = time.perf_counter()
+    Path(spec.probe_dir).mkdir(parents=True, exist_ok=True)
+    record: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "name": spec.name,
+        "arm_id": spec.arm_id,
+        "arm_label": spec.arm_label,
+        "role": spec.role,
+        "pid": os.getpid(),
+        "checkpoint": {},
+        "buckets": {},
+    }
+    try:
+        import torch
+
+        from orchestrator.config import BucketConfig, from_dict, workload_from_dict
+        from recipes import get_builder
+
+        workload = workload_from_dict(spec.workload)
+        dev = devmod.resolve(spec.device)
+        build = get_builder(workload.recipe)
+        record.update(
+            device={"kind": dev.kind, "name": dev.name},
+            torch_version=torch.__version__,
+            python_version=platform.python_version(),
+            precision=workload.precision,
+        )
+        for i, b in enumerate(spec.buckets):
+            bucket = from_dict(BucketConfig, b)
+            record["buckets"][bucket.name] = probe_bucket(
+                spec, build, workload, bucket, dev, i == 0, record
+            )
+        record["matmul_precision"] = matmul_precision()
+        record["status"] = "ok"
+    except BackendUnavailable as exc:
+        record.update(status="unavailable", error=str(exc))
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        record.update(
+            status="oom" if devmod.is_oom(exc) else "failed",
+            error=_one_line(exc),
+            traceback=traceback.format_exc(limit=8),
+        )
+    record["probe_seconds"] = time.perf_counter() - t0
+    atomic_write_json(Path(spec.probe_dir) / "probe.json", record)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m orchestrator.correctness.probe SPEC.json", file=sys.stderr)
+        return 2
+    record = run_probe(ProbeSpec.from_file(argv[0]))
+    if record["status"] != "ok":
+        print(f"probe {record['name']}: {record['status']}: {record.get('error')}", file=sys.stderr)
+        if record.get("traceback"):
+            print(record["traceback"], file=sys.stderr)
+    return 0 if record["status"] in ("ok", "unavailable") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

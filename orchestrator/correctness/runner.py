@@ -1,0 +1,406 @@
+"""Running the gate once per campaign and reading it back (the I/O shell).
+
+Order: the baseline's probe (writes ``init.pt`` and the probe batches), each variant's probe,
+then the baseline again: its repeat gives the noise floor and tries every variant's final
+checkpoint. Each probe is a fresh ``python -m orchestrator.correctness.probe`` process (in
+process with ``launcher=inline``, for debugging). A probe that crashes, hangs or is killed is
+recorded with a status; the gate then says so, and the campaign goes on.
+
+Artifacts, under the run directory::
+
+    correctness.json                       the gate per variant, tolerance, noise floor, cost
+    correctness/init.pt                    initial weights every arm starts from
+    correctness/batches/<bucket>.pt        the probe batch every arm sees
+    correctness/<probe>/probe.json         facts recorded by one probe (a0, a1, ..., a0-repeat)
+    correctness/<probe>/<bucket>.pt        its tensors: outputs, loss, grads, update, trajectory
+    correctness/<probe>/final.pt           its weights after the trajectory
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import SCHEMA_VERSION, Config, to_dict
+from orchestrator.correctness.gate import ArmGate, evaluate
+from orchestrator.correctness.probe import ProbeSpec, run_probe
+from orchestrator.decide import Gate
+from orchestrator.results import atomic_write_json, read_json
+from orchestrator.sweep import Arm, apply_overrides
+
+log = logging.getLogger(__name__)
+
+FILE = "correctness.json"
+DIR = "correctness"
+
+
+def data_order_declared(cfg: Config) -> bool:
+    """Whether the sweep's variable (any knob field) lies under invariants.data_order_keys."""
+    sweep = cfg.sweep
+    if sweep is None:
+        return False
+    paths = list(sweep.knob.values()) if sweep.knob else [sweep.variable]
+    keys = cfg.invariants.data_order_keys
+    return any(p == k or p.startswith(k + ".") for p in paths for k in keys)
+
+
+def external_reason(cfg: Config, arms: Sequence[Arm]) -> str | None:
+    """Why no arm can be probed in-process (an external command), else None."""
+    from recipes import get_builder
+    from recipes.base import is_external
+
+    workload = to_dict(cfg.workload)
+    for arm in arms:
+        recipe = apply_overrides(workload, arm.overrides).get("recipe", "")
+        try:
+            builder = get_builder(recipe)
+        except Exception:  # noqa: BLE001 (an unknown recipe fails its own probe, as data)
+            continue
+        if is_external(builder):
+            return (f"arm {arm.label!r} runs an external command (recipe {recipe!r}): there is "
+                    "no model in this process to probe; its logged loss is compared with the "
+                    "baseline's instead (workload.loss_rtol)")
+    return None
+
+
+def probe_specs(
+    cfg: Config, run_dir: Path, arms: Sequence[Arm], buckets: Sequence[dict[str, Any]]
+) -> list[ProbeSpec]:
+    root = run_dir / DIR
+    workload = to_dict(cfg.workload)
+    steps = cfg.protocol.correctness.steps
+
+    def spec(arm: Arm, name: str, role: str, cross: dict[str, str] | None = None) -> ProbeSpec:
+        return ProbeSpec(
+            name=name,
+            arm_id=arm.arm_id,
+            arm_label=arm.label,
+            role=role,
+            probe_dir=str(root / name),
+            workload=apply_overrides(workload, arm.overrides),
+            buckets=list(buckets),
+            init_checkpoint=str(root / "init.pt"),
+            batch_dir=str(root / "batches"),
+            device=cfg.device,
+            steps=steps,
+            cross_load=cross or {},
+            env=dict(arm.env),
+        )
+
+    base = arms[0]
+    finals = {a.arm_id: str(root / a.arm_id / "final.pt") for a in arms[1:]}
+    return (
+        [spec(base, base.arm_id, "baseline")]
+        + [spec(a, a.arm_id, "variant") for a in arms[1:]]
+        + [spec(base, f"{base.arm_id}-repeat", "baseline_repeat", finals)]
+    )
+
+
+def _run_in_process(spec: ProbeSpec) -> dict[str, Any]:
+    saved = {k: os.environ.get(k) for k in spec.env}
+    os.environ.update(spec.env)
+    try:
+        return run_probe(spec)
+    finally:
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is not None:  # compiled code cached by a probe must not serve later trials
+            dynamo.reset()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run_subprocess(spec: ProbeSpec, timeout_s: float, python: str | None) -> dict[str, Any]:
+    from orchestrator.launch.base import stderr_tail
+    from orchestrator.launch.local import _kill_group, package_root
+
+    pdir = Path(spec.probe_dir)
+    pdir.mkdir(parents=True, exist_ok=True)
+    (pdir / "probe.json").unlink(missing_ok=True)
+    spec_path = pdir / "spec.json"
+    spec_path.write_text(spec.to_json(), encoding="utf-8")
+    env = dict(os.environ)
+    env.update(spec.env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), env.get("PYTHONPATH")) if p)
+    cmd = [python or sys.executable, "-m", "orchestrator.correctness.probe", str(spec_path)]
+    t0 = time.perf_counter()
+    with open(pdir / "stdout.log", "wb") as out, open(pdir / "stderr.log", "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
+        try:
+            rc: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            rc = None
+        except BaseException:
+            _kill_group(proc)
+            raise
+    wall = time.perf_counter() - t0
+    path = pdir / "probe.json"
+    if rc is not None and rc >= 0 and path.exists():
+        rec: dict[str, Any] = read_json(path)
+    else:
+        if rc is None:
+            status, error = "timeout", f"exceeded protocol.correctness.timeout_s={timeout_s:g}"
+        elif rc < 0:
+            status, error = "crashed", f"process died from signal {signal.Signals(-rc).name}"
+        else:
+            status, error = "crashed", f"process exited with code {rc} without writing probe.json"
+        rec = {
+            "schema_version": SCHEMA_VERSION,
+            "name": spec.name,
+            "arm_id": spec.arm_id,
+            "arm_label": spec.arm_label,
+            "role": spec.role,
+            "status": status,
+            "error": error,
+            "stderr_tail": stderr_tail(pdir / "stderr.log"),
+        }
+        atomic_write_json(path, rec)
+    rec["process_seconds"] = wall  # start-up included: what the gate costs per arm
+    return rec
+
+
+def _loader(run_dir: Path) -> Any:
+    import torch
+
+    def load(name: str, bucket: str) -> dict[str, Any] | None:
+        path = run_dir / DIR / name / f"{bucket}.pt"
+        if not path.exists():
+            return None
+        return torch.load(path, map_location="cpu", weights_only=True)  # type: ignore[no-any-return]
+
+    return load
+
+
+def _fingerprint(specs: Sequence[ProbeSpec], cfg: Config) -> str:
+    return json.dumps(
+        [[s.name, s.workload, s.buckets, s.env, s.steps] for s in specs]
+        + [to_dict(cfg.invariants.tolerances), cfg.device],
+        sort_keys=True,
+    )
+
+
+def run_gate(
+    cfg: Config,
+    run_dir: Path,
+    arms: Sequence[Arm],
+    buckets: Sequence[dict[str, Any]],
+    in_process: bool = False,
+) -> dict[str, Any]:
+    """Probe every arm once, judge, write correctness.json; reuse it on resume."""
+    c = cfg.protocol.correctness
+    path = run_dir / FILE
+    if c.mode == "off":
+        doc = {"schema_version": SCHEMA_VERSION, "mode": "off", "arms": {}}
+        atomic_write_json(path, doc)
+        return doc
+    external = external_reason(cfg, arms)
+    if external:
+        doc = {"schema_version": SCHEMA_VERSION, "mode": "not_applicable", "reason": external,
+               "arms": {}}
+        atomic_write_json(path, doc)
+        log.info("correctness gate: not applicable: %s", external)
+        return doc
+    specs = probe_specs(cfg, run_dir, arms, buckets)
+    fp = _fingerprint(specs, cfg)
+    if path.exists():
+        try:
+            old = read_json(path)
+            if old.get("fingerprint") == fp and old.get("mode") == c.mode:
+                log.info("correctness gate: reusing %s", path)
+                return old  # type: ignore[no-any-return]
+        except (OSError, json.JSONDecodeError):
+            pass
+    t0 = time.perf_counter()
+    probes: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        log.info("correctness probe %s (%s, %s)", spec.name, spec.arm_label, spec.role)
+        if in_process:
+            t = time.perf_counter()
+            rec = _run_in_process(spec)
+            rec["process_seconds"] = time.perf_counter() - t
+        else:
+            rec = _run_subprocess(spec, c.timeout_s, cfg.launcher.python)
+        probes[spec.name] = rec
+        if rec.get("status") != "ok":
+            log.warning(
+                "correctness probe %s: %s: %s", spec.name, rec.get("status"), rec.get("error")
+            )
+    try:
+        summary, gates = evaluate(
+            arms,
+            probes,
+            _loader(run_dir),
+            cfg.invariants.tolerances,
+            cfg.workload.precision,
+            data_order_declared(cfg),
+        )
+    except Exception as exc:  # a bug in judging must not lose the campaign: the gate errors
+        log.exception("correctness gate evaluation failed")
+        summary = {"evaluation_error": f"{type(exc).__name__}: {exc}"}
+        gates = [
+            ArmGate(a.arm_id, a.label, "error", [f"evaluation failed: {exc}"]) for a in arms[1:]
+        ]
+    gate_s = time.perf_counter() - t0
+    secs = {n: p.get("process_seconds") for n, p in probes.items()}
+    var_secs = [float(v) for a in arms[1:] if (v := secs.get(a.arm_id)) is not None]
+    key = summary.get("tolerance_key", cfg.workload.precision)
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "mode": c.mode,
+        "fingerprint": fp,
+        "precision": cfg.workload.precision,
+        "tolerance_key": key,
+        "tolerance": to_dict(cfg.invariants.tolerances.get(key)),
+        "steps": c.steps,
+        "in_process": in_process,
+        "data_order_declared": data_order_declared(cfg),
+        "gate_seconds": gate_s,
+        "probe_seconds": secs,  # wall time of each probe process, start-up included
+        "seconds_per_variant": sum(var_secs) / len(var_secs) if var_secs else None,
+        "probes": {
+            n: {
+                k: p.get(k)
+                for k in ("status", "error", "device", "torch_version", "matmul_precision", "pid")
+            }
+            for n, p in probes.items()
+        },
+        **{k: v for k, v in summary.items() if k != "tolerance_key"},
+        "arms": {g.arm_id: g.to_dict() for g in gates},
+    }
+    atomic_write_json(path, doc)
+    log.info(
+        "correctness gate: %s in %.1f s (%s)",
+        ", ".join(f"{g.label} {g.status}" for g in gates),
+        gate_s,
+        f"{doc['seconds_per_variant']:.1f} s per variant" if var_secs else "no variant",
+    )
+    return doc
+
+
+# --------------------------------------------------------------------------- reading it back
+
+
+def load_gates(run_dir: Path, arms: Sequence[Arm], mode: str) -> dict[str, list[Gate]]:
+    """Gates for :func:`orchestrator.decide.decide`; a missing file with the gate on = error."""
+    if mode == "off":
+        return {}
+    path = run_dir / FILE
+    if not path.exists():
+        why = "correctness.json is missing (the gate did not run; resume the campaign)"
+        return {a.arm_id: [Gate("correctness", "error", why)] for a in arms[1:]}
+    doc = read_json(path)
+    if doc.get("mode") in ("off", "not_applicable"):
+        return {}
+    out = {}
+    for a in arms[1:]:
+        g = doc.get("arms", {}).get(a.arm_id)
+        if g is None:
+            out[a.arm_id] = [Gate("correctness", "error", "no gate record for this arm")]
+            continue
+        out[a.arm_id] = [Gate("correctness", g["status"], _detail(g))]
+    return out
+
+
+def _detail(g: dict[str, Any]) -> str:
+    if g["reasons"]:
+        more = len(g["reasons"]) - 3
+        return "; ".join(g["reasons"][:3]) + (f" (+{more} more)" if more > 0 else "")
+    worst = [
+        (b, f["worst_tensor"]) for b, f in g.get("buckets", {}).items() if f.get("worst_tensor")
+    ]
+    if not worst:
+        return ""
+    b, w = max(
+        worst,
+        key=lambda x: (
+            x[1]["rel_l2"] / max(x[1]["threshold"], 1e-300)
+            if isinstance(x[1]["rel_l2"], float)
+            else 0.0
+        ),
+    )
+    return f"worst tensor {b} {w['name']} rel_l2 {_fmt(w['rel_l2'])} (limit {w['threshold']:.0e})"
+
+
+def _fmt(x: Any, spec: str = ".1e") -> str:
+    return "—" if x is None else (format(x, spec) if isinstance(x, (int, float)) else str(x))
+
+
+def section(run_dir: Path) -> list[tuple[str, list[str]]]:
+    """The decisions.md section (for ``render_decisions(extra_sections=...)``)."""
+    path = run_dir / FILE
+    if not path.exists():
+        return [("Correctness", ["Not run: correctness.json is missing."])]
+    doc = read_json(path)
+    if doc.get("mode") == "off":
+        return [
+            (
+                "Correctness",
+                [
+                    (
+                        "Off (`protocol.correctness.mode=off`): variants were not "
+                        "checked for numerics or checkpoint compatibility."
+                    )
+                ],
+            )
+        ]
+    if doc.get("mode") == "not_applicable":
+        return [("Correctness", [f"Not applicable: {doc.get('reason')}."])]
+    tol = doc.get("tolerance") or {}
+    floor = doc.get("noise_floor", {})
+    fl = ", ".join(f"{b} {_fmt(f.get('max_tensor_rel_l2'))}" for b, f in floor.items()) or "—"
+    lines = [
+        (
+            f"One probe per arm "
+            f"{'in-process (launcher=inline)' if doc.get('in_process') else 'in a fresh process'}, "
+            f"once per campaign: same initial weights and batch, "
+            f"{doc.get('steps')} training steps. Tolerance `{doc.get('tolerance_key')}`: rel_l2 "
+            f"{_fmt(tol.get('rel_l2'))} per tensor (outputs, loss, gradients, optimizer update), "
+            f"loss trajectory {_fmt(tol.get('trajectory_rtol'))} relative; judged against "
+            "max(tolerance, noise floor). Noise floor (baseline run twice, largest tensor "
+            f"rel_l2): {fl}. Gate cost: {_fmt(doc.get('gate_seconds'), '.1f')} s in all, "
+            f"{_fmt(doc.get('seconds_per_variant'), '.1f')} s per variant (process start included)."
+        ),
+        "",
+        (
+            "| variant | gate | worst tensor (rel_l2 / limit) | loss trajectory (max rel) "
+            "| checkpoint | same batches | details |"
+        ),
+        "|---|---|---|---|---|---|---|",
+    ]
+    for g in doc.get("arms", {}).values():
+        worst, traj, data = [], [], []
+        for b, f in g.get("buckets", {}).items():
+            w = f.get("worst_tensor")
+            if w:
+                worst.append(
+                    f"{b} `{w['name']}` {_fmt(w['rel_l2'])} / {_fmt(w['threshold'], '.0e')}"
+                )
+            if "trajectory" in f:
+                traj.append(f"{b} {_fmt(f['trajectory']['max_rel'])}")
+            data.append(f"{b} {'yes' if f['data']['same_batches'] else 'no'}")
+        ck = g.get("checkpoint") or {}
+        ck_s = "—" if not ck else ("compatible" if ck.get("passed") else "**incompatible**")
+        det = "<br>".join(g["reasons"][:4]) if g["reasons"] else ""
+        lines.append(
+            f"| {g['label']} | **{g['status']}** | {'<br>'.join(worst) or '—'} "
+            f"| {', '.join(traj) or '—'} | {ck_s} | {', '.join(data) or '—'} | {det} |"
+        )
+    lines += [
+        "",
+        (
+            "Per-tensor figures (max abs/rel error, RMS error, cosine, share beyond "
+            "tolerance, NaN/Inf counts): `correctness.json`; raw tensors: `correctness/`."
+        ),
+    ]
+    return [("Correctness", lines)]
