@@ -106,6 +106,8 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
     rank, world, _ = distmod.env_rank()
     if world > 1:
         base["rank"] = rank
+    if spec.kind == "profile":
+        base["layer"] = spec.profile.get("layer")
     try:
         if spec.kind == "profile":
             from orchestrator.profiling.runner import run_profiled

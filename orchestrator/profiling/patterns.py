@@ -21,7 +21,7 @@ PRECEDENCE = (COMMUNICATION, MEMORY, COMPUTE)
 # collectives: NCCL/MCCL/RCCL kernels, gloo, c10d ops and the ProcessGroup ranges
 COMMUNICATION_RE = re.compile(
     r"(^|[^a-z])(nccl|mccl|rccl|gloo)|c10d::|^record_param_comms$|all_?reduce|all_?gather|"
-    r"reduce_?scatter|all_?to_?all|broadcast_|^(send|recv)$",
+    r"reduce_?scatter|all_?to_?all|^(send|recv)$",
     re.IGNORECASE,
 )
 # device copies/sets, and the host-side copy operators that stand in for them on CPU

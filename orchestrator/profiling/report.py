@@ -81,7 +81,8 @@ def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequ
                     records: Sequence[dict[str, Any]],
                     timed_median_s: dict[tuple[str, str], float | None]) -> list[str]:
     """Body of the ``Profiles`` section; empty when nothing was profiled."""
-    prof = {(r.get("bucket"), r.get("arm_id")): r for r in records if r.get("kind") == "profile"}
+    prof = {(r.get("bucket"), r.get("arm_id")): r for r in records
+            if r.get("kind") == "profile" and r.get("layer") == mode}
     if mode == "off" and not prof:
         return []
     out = [f"Layer `{mode}`: one profiled trial per arm and bucket, run after the timed trials "

@@ -9,7 +9,6 @@ LAYERS = ("framework", "system", "compute", "bounded")
 
 def run_profiled(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     layer = spec.profile.get("layer")
-    base = {**base, "layer": layer}
     if layer == "framework":
         from orchestrator.profiling.framework import run_framework
 
