@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import gzip
-import json
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +109,8 @@ def test_trace_diff_and_sanitized_save(tmp_path: Path) -> None:
     base, var = device_trace(gemm_us=40), device_trace(gemm="sm90_gemm_v2", gemm_us=10)
     pb = save_trace(base, tmp_path / "b.json.gz")
     pv = save_trace(var, tmp_path / "v.json.gz")
-    raw = gzip.open(pb, "rt").read()
+    with gzip.open(pb, "rt") as fh:
+        raw = fh.read()
     assert "secret-host" not in raw and "/home/someone" not in raw
     d = diff_traces(pb, pv)
     ops = {r["name"]: r for r in d["ops"]}

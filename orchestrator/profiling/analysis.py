@@ -8,7 +8,8 @@ the host operators stand in for it, and host gaps have no meaning (the device is
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -77,7 +78,7 @@ def phase_breakdown(df: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.D
                & df["name"].str.startswith(phases.PREFIX)]
     clipped = _in_windows(marks, steps)
     per = clipped.groupby("name")["dur"].sum() / n if len(clipped) else pd.Series(dtype=float)
-    rows = [{"phase": phases.short(p), "time_us": float(per.get(p, 0.0))}
+    rows: list[dict[str, Any]] = [{"phase": phases.short(p), "time_us": float(per.get(p, 0.0))}
             for p in [*phases.ALL, *sorted(set(per.index) - set(phases.ALL))]
             if p in per.index or p in phases.ALL[:5]]
     named = sum(r["time_us"] for r in rows)

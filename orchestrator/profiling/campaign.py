@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from orchestrator.config import Config, to_dict
 from orchestrator.launch.base import Launcher
@@ -99,7 +100,7 @@ def profiles_section(cfg: Config, run_dir: Path, arms: Sequence[Any], analysis: 
         return []
     try:
         write_diffs(run_dir, records, arms)
-    except Exception as exc:  # a broken trace must not cost the campaign its decisions
+    except Exception as exc:  # noqa: BLE001  a broken trace must not cost the campaign its decisions
         log.warning("profile diff failed: %s", exc)
     timed = {k: s.step_time_median_s for k, s in analysis.summaries.items()}
     body = profile_section(run_dir, cfg.profile.mode, analysis.buckets, arms, records, timed)

@@ -9,7 +9,8 @@ timed step must not pay. Inside the window it is a real ``record_function`` rang
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 PREFIX = "phase/"
 DATA = PREFIX + "data"  # producing the batch and moving it to the device
@@ -30,7 +31,7 @@ _record: Any = None
 
 def short(name: str) -> str:
     """``phase/forward`` -> ``forward``."""
-    return name[len(PREFIX):] if name.startswith(PREFIX) else name
+    return name.removeprefix(PREFIX)
 
 
 def _bind() -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import quote
 
 from orchestrator.profiling import phases as ph
@@ -85,8 +86,8 @@ def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequ
             if r.get("kind") == "profile" and r.get("layer") == mode}
     if mode == "off" and not prof:
         return []
-    out = [f"Layer `{mode}`: one profiled trial per arm and bucket, run after the timed trials "
-           "in their own processes; none of it enters the timing statistics above."]
+    out = [(f"Layer `{mode}`: one profiled trial per arm and bucket, run after the timed trials "
+            "in their own processes; none of it enters the timing statistics above.")]
     for bucket in buckets:
         out += ["", f"### Bucket `{bucket}`", ""]
         status = []
@@ -110,9 +111,9 @@ def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequ
             sums.append((a.label, s))
         if not any(s for _, s in sums):
             continue
-        out += ["", "Phase breakdown, ms per profiled step (share of the step); phases are "
-                f"the recipe's `{ph.PREFIX}*` ranges, `{ph.UNATTRIBUTED}` is the rest of the step:",
-                ""]
+        out += ["", ("Phase breakdown, ms per profiled step (share of the step); phases are "
+                     f"the recipe's `{ph.PREFIX}*` ranges, `{ph.UNATTRIBUTED}` is the rest of "
+                     "the step:"), ""]
         out += phase_table(sums, [timed_median_s.get((bucket, a.arm_id)) for a in arms])
         base = sums[0][1]
         for a, (label, s) in zip(arms[1:], sums[1:]):

@@ -22,8 +22,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from orchestrator import device as devmod
 from orchestrator.errors import BackendUnavailable
@@ -118,7 +119,7 @@ def run_tool_layer(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     t0 = time.time()
     with open(tdir / "tool_stdout.log", "wb") as so, open(tdir / "tool_stderr.log", "wb") as se:
         try:
-            rc: int | None = subprocess.run(cmd, stdout=so, stderr=se,
+            rc: int | None = subprocess.run(cmd, stdout=so, stderr=se, check=False,
                                             timeout=float(p["tool_timeout_s"])).returncode
         except subprocess.TimeoutExpired:
             rc = None
