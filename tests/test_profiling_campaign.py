@@ -60,13 +60,18 @@ def test_profiled_trials_leave_timed_statistics_unchanged(
         assert "host_name" not in trace and "traceName" not in trace
         assert any(e.get("name", "").startswith("phase/forward") for e in trace["traceEvents"])
         s = json.loads((fw / f"{r['trial_id']}.summary.json").read_text())
-        names = {p["phase"] for p in s["phases"]}
+        names = set(s["phases"])
         assert {"data", "forward", "backward", "clip", "optimizer", "unattributed"} <= names
+        total = sum(p["time_s"] for p in s["phases"].values())
+        assert total == pytest.approx(s["trace_step_s"], rel=1e-6)
         assert s["phase_check"]["ok"] and s["phase_check"]["tolerance"] == 0.10
         assert s["steps_in_trace"] == 3 and s["top_ops"]
         assert s["flops"]["profiler_flops_per_step"] > 0
         assert 0 < s["flops"]["time_share_with_formula"] < 1
     assert (fw / "diff-s32-a1.csv").is_file()
+    from orchestrator.report.plots import load_phases  # the summary report reads the phases
+
+    assert set(load_phases(run_dir)) == {"sdpa-math", "flash"}
     md = (run_dir / "decisions.md").read_text()
     assert "## Profiles" in md and "| phase | sdpa-math | flash |" in md
     assert "profiler overhead (profiled / timed)" in md and "vs `sdpa-math`" in md

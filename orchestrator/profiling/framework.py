@@ -146,9 +146,13 @@ def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | 
     n = max(len(steps), 1)
     phases = A.phase_breakdown(df, steps)
     ops = A.op_breakdown(df, n)
+    step_us = float(phases.loc[phases["phase"] == "step", "time_us"].iloc[0])
     out: dict[str, Any] = {
         "steps_in_trace": len(steps),
-        "phases": phases.to_dict("records"),
+        # named phases plus `unattributed`: they add up to the step (seconds per profiled step)
+        "phases": {r.phase: {"time_s": r.time_us / 1e6, "share": r.share}
+                   for r in phases.itertuples() if r.phase != "step"},
+        "trace_step_s": step_us / 1e6,
         "phase_check": A.phase_sum_check(phases, PHASE_TOLERANCE),
         "top_ops": ops.head(TOP_OPS).to_dict("records"),
         "temporal": A.temporal_breakdown(df, steps),

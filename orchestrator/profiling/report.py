@@ -37,7 +37,7 @@ def _cell(phase_row: dict[str, Any] | None) -> str:
         return "—"
     share = phase_row.get("share")
     pct = f" ({share * 100:.0f}%)" if isinstance(share, (int, float)) else ""
-    return f"{phase_row['time_us'] / 1e3:.2f}{pct}"
+    return f"{phase_row['time_s'] * 1e3:.2f}{pct}"
 
 
 def phase_table(summaries: Sequence[tuple[str, dict[str, Any] | None]],
@@ -49,11 +49,14 @@ def phase_table(summaries: Sequence[tuple[str, dict[str, Any] | None]],
     rows: dict[str, list[dict[str, Any] | None]] = {}
     order: list[str] = []
     for i, (_, s) in enumerate(summaries):
-        for r in (s or {}).get("phases", []):
-            if r["phase"] not in rows:
-                rows[r["phase"]] = [None] * len(summaries)
-                order.append(r["phase"])
-            rows[r["phase"]][i] = r
+        table = dict((s or {}).get("phases", {}))
+        if s and s.get("trace_step_s"):
+            table["step"] = {"time_s": s["trace_step_s"], "share": 1.0}
+        for name, r in table.items():
+            if name not in rows:
+                rows[name] = [None] * len(summaries)
+                order.append(name)
+            rows[name][i] = r
     for name in order:
         shown = "**step (profiled)**" if name == "step" else name
         out.append(f"| {shown} | " + " | ".join(_cell(c) for c in rows[name]) + " |")
