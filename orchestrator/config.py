@@ -374,7 +374,7 @@ class ProfileConfig:
     active_steps: int = 3  # steps recorded into the trace
     record_shapes: bool = True
     profile_memory: bool = True
-    with_flops: bool = True
+    with_flops: bool = True  # profiler-attributed FLOPs (orchestrator.flops) in an extra window
     with_stack: bool = False  # off by default: stacks make traces large (and carry paths)
     # system: steps run under msys/nsys (after protocol.warmup_steps); bounded on purpose
     system_steps: int = 5
