@@ -177,6 +177,10 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
                              "arms": keep, "reasons": reasons})
         log.info("adaptive: adding rounds %s for %s", rounds, ", ".join(sorted(reasons)))
         rounds_done = rounds[-1] + 1
+    # profiled trials: a separate step after the timed ones, never in timing statistics
+    from orchestrator.profiling.campaign import run_profiled_trials
+
+    run_profiled_trials(cfg, run_dir, arms, launcher, set(completed_trials(run_dir)))
     return finalize(cfg, run_dir, arms, session)
 
 
@@ -318,7 +322,9 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
                          "decided_at": decided_at, **v.to_dict(),
                          "speedups": speedup_table(analysis, v.arm_id)}) for v in verdicts]
     atomic_write_text(run_dir / "decisions.jsonl", "\n".join(lines) + "\n")
-    failures = [r for r in records if r.get("status") not in ("ok", None)]
+    failures = [r for r in records if r.get("status") not in ("ok", None)
+                and r.get("kind", "timed") != "profile"]  # profiled: in their own section
+    from orchestrator.profiling.campaign import profiles_section
     md = render_decisions(
         sweep=cfg.sweep,
         workload_name=cfg.workload.name,
@@ -334,7 +340,8 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
                                                           cfg.sweep.variable)),
                         *correctness_section(run_dir),
                         provenance_section,
-                        *report_sections(cfg.workload.kind, records)],
+                        *report_sections(cfg.workload.kind, records),
+                        *profiles_section(cfg, run_dir, arms, analysis, records)],
     )
     atomic_write_text(run_dir / "decisions.md", md)
     _render_summary(run_dir)

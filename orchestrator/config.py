@@ -35,6 +35,7 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraph
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 DATA_KINDS = ("synthetic", "text")
 ON_MISMATCH = ("refuse", "flag")
+PROFILE_MODES = ("off", "framework", "system", "compute")
 
 
 # --------------------------------------------------------------------------- workload
@@ -456,6 +457,34 @@ class EnvironmentConfig:
     on_mismatch: str = "refuse"
 
 
+# --------------------------------------------------------------------------- profile
+
+
+@dataclass
+class ProfileConfig:
+    """Profiled trials: planned apart from timed trials and never in timing statistics.
+
+    ``mode``: off | framework (torch.profiler) | system (msys/nsys around a short run) | compute
+    (mcu/ncu on a filtered kernel segment). One profiled trial per arm and bucket."""
+
+    mode: str = "off"  # off | framework | system | compute
+    # framework: torch.profiler schedule over steady steps (after protocol.warmup_steps)
+    wait_steps: int = 1  # steps run with the profiler idle
+    warmup_steps: int = 1  # profiler on, events discarded (its own start-up cost)
+    active_steps: int = 3  # steps recorded into the trace
+    record_shapes: bool = True
+    profile_memory: bool = True
+    with_flops: bool = True  # profiler-attributed FLOPs (orchestrator.flops) in an extra window
+    with_stack: bool = False  # off by default: stacks make traces large (and carry paths)
+    # system: steps run under msys/nsys (after protocol.warmup_steps); bounded on purpose
+    system_steps: int = 5
+    # compute: mcu/ncu replay and serialise kernels, so only a filtered segment is allowed
+    kernel_filter: Optional[str] = None  # kernel-name regex; required for mode=compute
+    launch_skip: int = 0  # matching launches skipped before capture
+    launch_count: int = 5  # matching launches captured
+    tool_timeout_s: float = 900.0  # the whole wrapped run, tool start-up included
+
+
 # --------------------------------------------------------------------------- root
 
 
@@ -466,6 +495,7 @@ class Config:
     invariants: InvariantsConfig = field(default_factory=InvariantsConfig)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
     sweep: Optional[SweepConfig] = None
     device: str = "auto"  # auto | cpu | cuda | musa
     run_dir: Optional[str] = None  # default: Hydra's run dir
@@ -512,6 +542,7 @@ def register_configs() -> None:
     cs.store(group="schema/sweep", name="sweep", node=SweepConfig)
     cs.store(group="schema/launcher", name="launcher", node=LauncherConfig)
     cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)
+    cs.store(group="schema/profile", name="profile", node=ProfileConfig)
 
 
 # --------------------------------------------------------------------------- validation
@@ -646,6 +677,7 @@ def validate(cfg: Config) -> None:
 
     validate_launcher(cfg)
     validate_correctness(cfg)
+    validate_profile(cfg.profile)
     if cfg.sweep is not None:
         from orchestrator.sweep import check_sweep
 
@@ -673,6 +705,24 @@ def validate_protocol(p: ProtocolConfig) -> None:
     if p.bootstrap_resamples < 100:
         raise ConfigError("protocol.bootstrap_resamples",
                           f"must be >= 100 for a usable interval, got {p.bootstrap_resamples}")
+
+
+def validate_profile(p: ProfileConfig) -> None:
+    _choice("profile.mode", p.mode, PROFILE_MODES)
+    _positive("profile.wait_steps", p.wait_steps, allow_zero=True)
+    _positive("profile.warmup_steps", p.warmup_steps, allow_zero=True)
+    _positive("profile.active_steps", p.active_steps)
+    _positive("profile.system_steps", p.system_steps)
+    _positive("profile.launch_skip", p.launch_skip, allow_zero=True)
+    _positive("profile.launch_count", p.launch_count)
+    _positive("profile.tool_timeout_s", p.tool_timeout_s)
+    if p.mode == "compute" and not (p.kernel_filter or "").strip():
+        raise ConfigError(
+            "profile.kernel_filter",
+            "required for profile=compute: mcu/ncu replay and serialise every kernel, so an "
+            "unfiltered end-to-end capture measures the tool, not throughput; set e.g. "
+            "profile.kernel_filter=gemm profile.launch_count=5",
+        )
 
 
 # --------------------------------------------------------------------------- dict <-> dataclass

@@ -370,3 +370,25 @@ def fabric_identity(kind: str, index: int | None) -> str | None:
     if state != completed or not any(cluster):
         return None
     return f"nvml:{cluster.hex()}:{getattr(info, 'cliqueId', 0)}"
+
+
+def profiler_activities_for(dev: DeviceInfo) -> list[Any]:
+    """torch.profiler activities for ``dev``: CPU, plus CUDA, or MUSA (torch_musa registers
+    ``ProfilerActivity.MUSA`` as an alias of PrivateUse1; it must be imported first, which
+    :func:`resolve` has done). Raises BackendUnavailable when the device has no activity."""
+    from orchestrator.errors import BackendUnavailable
+
+    activity = _torch().profiler.ProfilerActivity
+    out = [activity.CPU]
+    if dev.kind == "cpu":
+        return out
+    if dev.kind == "musa" and musa_module() is None:
+        raise BackendUnavailable("profiler on musa needs torch_musa, which is not importable here")
+    name = {"cuda": "CUDA", "musa": "MUSA"}.get(dev.kind, dev.kind.upper())
+    extra = getattr(activity, name, None)
+    if extra is None:
+        raise BackendUnavailable(
+            f"torch.profiler has no ProfilerActivity.{name} in this build; device-side events "
+            "cannot be recorded"
+        )
+    return [*out, extra]

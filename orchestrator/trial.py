@@ -46,7 +46,8 @@ class TrialSpec:
     warmup_steps: int = 3
     measured_steps: int = 10
     env: dict[str, str] = field(default_factory=dict)
-    kind: str = "timed"
+    kind: str = "timed"  # timed | profile (a profiled trial: never in timing statistics)
+    profile: dict[str, Any] = field(default_factory=dict)  # layer and settings, kind=profile
     hardware: dict[str, Any] = field(default_factory=dict)  # HardwareConfig as a dict
     timeout_s: float | None = None  # the launcher's limit for this trial (external commands stop sooner)
     warmup_policy: str = "fixed"  # fixed | auto (see orchestrator.steady)
@@ -105,8 +106,15 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
     rank, world, _ = distmod.env_rank()
     if world > 1:
         base["rank"] = rank
+    if spec.kind == "profile":
+        base["layer"] = spec.profile.get("layer")
     try:
-        record = _measure(spec, base, launch_t0)
+        if spec.kind == "profile":
+            from orchestrator.profiling.runner import run_profiled
+
+            record = run_profiled(spec, base)
+        else:
+            record = _measure(spec, base, launch_t0)
     except BackendUnavailable as exc:
         record = trial_record(**base, status="unavailable", error=str(exc))
     except BaseException as exc:  # the workload failed: a status, not a lost row

@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import torch
 
 from orchestrator.config import BucketConfig, GPTWorkloadConfig
+from orchestrator.profiling.phases import BACKWARD, CLIP, DATA, FORWARD, OPTIMIZER, phase
 from recipes.gpt.attention import make_attention
 from recipes.gpt.model import GPT, lm_loss
 
@@ -107,12 +108,15 @@ class GPTTrainer:
         b, w = self.bucket, self.workload
         index = 0
         while True:
-            batch = synthetic_batch(w.data.seed, index, b.micro_batch, b.seq_len, w.model.vocab_size)
-            yield Batch(
-                batch.index,
-                batch.inputs.to(self.device, non_blocking=True),
-                batch.targets.to(self.device, non_blocking=True),
-            )
+            with phase(DATA):
+                batch = synthetic_batch(w.data.seed, index, b.micro_batch, b.seq_len,
+                                        w.model.vocab_size)
+                out = Batch(
+                    batch.index,
+                    batch.inputs.to(self.device, non_blocking=True),
+                    batch.targets.to(self.device, non_blocking=True),
+                )
+            yield out
             index += 1
 
     def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -139,24 +143,33 @@ class GPTTrainer:
         unwrap(self.model).load_state_dict(state, strict=True)
 
     def train_step(self, batch: Batch) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
+        # phase ranges cost nothing outside a profiled window (orchestrator.profiling.phases)
+        with phase(OPTIMIZER):
+            self.optimizer.zero_grad(set_to_none=True)
         if self.mark_dynamic:
             torch._dynamo.mark_dynamic(batch.inputs, 1)
             torch._dynamo.mark_dynamic(batch.targets, 1)
-        loss = self.forward_loss(batch)
+        with phase(FORWARD):
+            loss = self.forward_loss(batch)
         clip = self.workload.optimizer.grad_clip
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.optimizer)
-            if clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
+            with phase(BACKWARD):
+                self.scaler.scale(loss).backward()
+            with phase(CLIP):
+                self.scaler.unscale_(self.optimizer)
+                if clip > 0:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            with phase(OPTIMIZER):
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
         else:
-            loss.backward()
+            with phase(BACKWARD):
+                loss.backward()
             if clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
-            self.optimizer.step()
+                with phase(CLIP):
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            with phase(OPTIMIZER):
+                self.optimizer.step()
         return loss.detach()
 
     useful_flops_definition = (

@@ -1,0 +1,107 @@
+"""Profiled trials in a campaign: planned after the timed trials, one per arm and bucket.
+
+They run through the campaign's launcher (a fresh process each with the local launcher), are
+recorded in ``trials/<trial_id>/trial.json`` with ``kind == "profile"`` and their own status,
+and are skipped on resume once final. Analysis filters ``kind == "timed"``, so they never reach
+timing statistics; their per-step times go to ``profile_steps.csv``, not ``steps.csv``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import Config, to_dict
+from orchestrator.launch.base import Launcher
+from orchestrator.plan import PlannedTrial, _slug
+from orchestrator.trial import TrialSpec
+
+log = logging.getLogger(__name__)
+
+# a tool run gets its own limit plus this margin for the trial process around it
+_TOOL_MARGIN_S = 120.0
+
+
+def profile_trial_id(layer: str, bucket: str, arm_id: str) -> str:
+    return f"prof-{layer}-{_slug(bucket)}-{arm_id}"
+
+
+def profile_specs(cfg: Config, run_dir: Path, arms: Sequence[Any]) -> list[TrialSpec]:
+    """The profiled trials of this campaign (none when ``profile.mode == off``)."""
+    layer = cfg.profile.mode
+    if layer == "off":
+        return []
+    from orchestrator.campaign import make_specs, selected_buckets
+
+    planned = []
+    pos = 100_000  # after every timed trial in plan order
+    for b in selected_buckets(cfg):
+        for a in arms:
+            planned.append(PlannedTrial(profile_trial_id(layer, b["name"], a.arm_id), pos, -1,
+                                        b["name"], a.arm_id))
+            pos += 1
+    settings = {**to_dict(cfg.profile), "layer": layer,
+                "out_dir": str(run_dir / "profiles" / layer)}
+    return [dataclasses.replace(s, kind="profile", profile=dict(settings))
+            for s in make_specs(cfg, run_dir, list(arms), planned)]
+
+
+def run_profiled_trials(cfg: Config, run_dir: Path, arms: Sequence[Any], launcher: Launcher,
+                        done: set[str]) -> list[dict[str, Any]]:
+    """Run the profiled trials not already final in ``done``; returns their records."""
+    specs = [s for s in profile_specs(cfg, run_dir, arms) if s.trial_id not in done]
+    if not specs:
+        return []
+    timeout = cfg.protocol.trial_timeout_s
+    if cfg.profile.mode in ("system", "compute"):
+        timeout = max(timeout, cfg.profile.tool_timeout_s + _TOOL_MARGIN_S)
+    records: list[dict[str, Any]] = []
+
+    def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
+        records.append(record)
+        what = record.get("error") or ", ".join(record.get("artifacts") or [])
+        log.info("[profile %d/%d] %s %s (%s): %s %s", len(records), len(specs),
+                 spec.bucket["name"], spec.arm_label, cfg.profile.mode, record["status"], what)
+
+    log.info("profiling: %d %s trial(s), never part of the timing statistics", len(specs),
+             cfg.profile.mode)
+    launcher.run(specs, on_done, timeout)
+    return records
+
+
+def write_diffs(run_dir: Path, records: Sequence[dict[str, Any]], arms: Sequence[Any]) -> None:
+    """``profiles/framework/diff-<bucket>-<arm>.csv``: each variant's operators vs baseline."""
+    from orchestrator.profiling.diff import diff_traces
+    from orchestrator.results import write_csv
+
+    fw = run_dir / "profiles" / "framework"
+    ok = {(r["bucket"], r["arm_id"]): r for r in records
+          if r.get("kind") == "profile" and r.get("layer") == "framework" and r["status"] == "ok"}
+    base = arms[0].arm_id
+    for (bucket, arm_id), r in ok.items():
+        b = ok.get((bucket, base))
+        if arm_id == base or b is None:
+            continue
+        from orchestrator.profiling.framework import trace_name
+
+        d = diff_traces(fw / trace_name(b["trial_id"]), fw / trace_name(r["trial_id"]))
+        write_csv(fw / f"diff-{_slug(bucket)}-{arm_id}.csv", d["ops"])
+
+
+def profiles_section(cfg: Config, run_dir: Path, arms: Sequence[Any], analysis: Any,
+                     records: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """decisions.md's ``Profiles`` section (an ``extra_sections`` entry), or nothing."""
+    from orchestrator.profiling.report import profile_section
+
+    if not any(r.get("kind") == "profile" for r in records) and cfg.profile.mode == "off":
+        return []
+    try:
+        write_diffs(run_dir, records, arms)
+    except Exception as exc:  # noqa: BLE001  a broken trace must not cost the campaign its decisions
+        log.warning("profile diff failed: %s", exc)
+    timed = {k: s.step_time_median_s for k, s in analysis.summaries.items()}
+    body = profile_section(run_dir, cfg.profile.mode, analysis.buckets, arms, records, timed)
+    return [("Profiles", body)] if body else []

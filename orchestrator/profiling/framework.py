@@ -1,0 +1,160 @@
+"""The framework layer: a profiled trial under torch.profiler, and its summary.
+
+Runs in the trial's own process (``python -m orchestrator.trial SPEC.json`` with
+``kind == "profile"``), like a timed trial: the same recipe, bucket and warm-up, then a
+``torch.profiler.schedule`` of wait, warm-up and active steps. The gzipped Chrome trace and a
+JSON summary go to ``profiles/framework/`` of the run directory. Step times taken here are
+profiled times: they are written to ``profile_steps.csv``, never to ``steps.csv``, and never
+enter timing statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator import device as devmod
+from orchestrator.config import SCHEMA_VERSION
+from orchestrator.results import atomic_write_json, trial_record, write_csv
+
+log = logging.getLogger(__name__)
+
+# the named phases must cover at least 1 - this share of the profiled step
+PHASE_TOLERANCE = 0.10
+TOP_OPS = 15
+def trace_name(trial_id: str) -> str:
+    return f"{trial_id}.pt.trace.json.gz"
+
+
+def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
+    """Run the profiled trial; returns its record (the caller writes trial.json)."""
+    import torch
+
+    from orchestrator.config import BucketConfig, from_dict, workload_from_dict
+    from recipes import get_builder
+
+    p = spec.profile
+    out_dir = Path(p["out_dir"])
+    workload = workload_from_dict(spec.workload)
+    bucket = from_dict(BucketConfig, spec.bucket)
+    dev = devmod.resolve(spec.device)  # imports torch_musa first when present
+    activities = devmod.profiler_activities_for(dev)
+    from torch.profiler import profile, schedule
+
+    trainer = get_builder(workload.recipe)(workload, bucket, dev.torch_device)
+    batches = trainer.batches()
+    sync, clock = devmod.synchronize, time.perf_counter
+    for _ in range(spec.warmup_steps):  # the protocol's warm-up, outside the profiler
+        trainer.train_step(next(batches))
+    sync(dev)
+    wait, warm, active = int(p["wait_steps"]), int(p["warmup_steps"]), int(p["active_steps"])
+    captured: dict[str, Any] = {}
+    tmp = out_dir / f".{spec.trial_id}.raw.json"
+
+    def ready(prof: Any) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(tmp))
+
+    rows: list[dict[str, Any]] = []
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
+        on_trace_ready=ready,
+        record_shapes=bool(p["record_shapes"]),
+        profile_memory=bool(p["profile_memory"]),
+        with_stack=bool(p["with_stack"]),
+    ) as prof:
+        for i in range(wait + warm + active):
+            state = "wait" if i < wait else "warmup" if i < wait + warm else "active"
+            t0 = clock()
+            loss = trainer.train_step(next(batches))
+            sync(dev)
+            rows.append({"step": i, "profiler": state, "step_time_s": clock() - t0})
+            prof.step()
+    losses_ok = bool(torch.isfinite(loss).all())
+    if p["with_flops"]:  # the FLOPs issue's counter, in its own untimed window after the trace
+        from orchestrator.flops import profile_trainer_flops
+
+        captured["flops"] = profile_trainer_flops(trainer, dev, steps=active, warmup=0).to_dict()
+    from orchestrator.profiling.trace import load_trace, save_trace
+
+    trace = load_trace(tmp)
+    trace_path = save_trace(trace, out_dir / trace_name(spec.trial_id))
+    os.unlink(tmp)
+    write_csv(Path(spec.trial_dir) / "profile_steps.csv", rows)
+    analytic = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
+    summary = summarize(trace, active, captured.get("flops"), analytic)
+    profiled = [r["step_time_s"] for r in rows if r["profiler"] == "active"]
+    summary.update(
+        schema_version=SCHEMA_VERSION, trial_id=spec.trial_id, arm_id=spec.arm_id,
+        arm_label=spec.arm_label, bucket=spec.bucket["name"], layer="framework",
+        device={"kind": dev.kind, "name": dev.name},
+        schedule={"protocol_warmup_steps": spec.warmup_steps, "wait": wait, "warmup": warm,
+                  "active": active},
+        trace=trace_path.name, profiled_step_median_s=statistics.median(profiled),
+    )
+    summary_path = out_dir / f"{spec.trial_id}.summary.json"
+    atomic_write_json(summary_path, summary)
+    return trial_record(
+        **base, status="ok",
+        device={"kind": dev.kind, "name": dev.name, "count": dev.count},
+        torch_version=torch.__version__,
+        profiled_step_median_s=summary["profiled_step_median_s"],
+        phases_ok=summary["phase_check"]["ok"], finite_loss=losses_ok,
+        artifacts=[str(Path("profiles", "framework", trace_path.name)),
+                   str(Path("profiles", "framework", summary_path.name))],
+    )
+
+
+def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | None,
+              analytic_flops_per_step: float | None) -> dict[str, Any]:
+    """The summary of one framework trace (pure apart from pandas)."""
+    from orchestrator.profiling import analysis as A
+    from orchestrator.profiling.trace import events_frame
+
+    df = events_frame(trace)
+    steps = A.step_windows(df)
+    n = max(len(steps), 1)
+    phases = A.phase_breakdown(df, steps)
+    ops = A.op_breakdown(df, n)
+    step_us = float(phases.loc[phases["phase"] == "step", "time_us"].iloc[0])
+    out: dict[str, Any] = {
+        "steps_in_trace": len(steps),
+        # named phases plus `unattributed`: they add up to the step (seconds per profiled step)
+        "phases": {r.phase: {"time_s": r.time_us / 1e6, "share": r.share}
+                   for r in phases.itertuples() if r.phase != "step"},
+        "trace_step_s": step_us / 1e6,
+        "phase_check": A.phase_sum_check(phases, PHASE_TOLERANCE),
+        "top_ops": ops.head(TOP_OPS).to_dict("records"),
+        "temporal": A.temporal_breakdown(df, steps),
+        "host_gaps": A.host_gaps(df, steps),
+        "synchronisations": A.synchronisations(df).to_dict("records"),
+        "memory_by_phase": A.memory_by_phase(df).to_dict("records"),
+    }
+    f: dict[str, Any] = {"analytic_flops_per_step": analytic_flops_per_step}
+    if flops is not None:  # orchestrator.flops.ProfiledFlops as a dict
+        per_step = flops["flops_per_step"]
+        f.update(
+            definition=flops["definition"],
+            profiler_flops_per_step=per_step,
+            ratio_to_analytic=(per_step / analytic_flops_per_step
+                               if analytic_flops_per_step else None),
+            time_share_with_formula=flops["coverage_time"],
+            coverage_time_basis=flops["time_basis"],
+            ops_with_formula=sorted(flops["by_op"]),
+            steps=flops["steps"],
+        )
+    out["flops"] = f
+    return json.loads(json.dumps(out, default=_jsonable))
+
+
+def _jsonable(x: Any) -> Any:
+    try:
+        return x.item()  # numpy scalars
+    except AttributeError:
+        return str(x)

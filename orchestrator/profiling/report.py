@@ -1,0 +1,132 @@
+"""The profiling section of decisions.md (pure formatting over the run directory's files)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from orchestrator.profiling import phases as ph
+
+TOP_CHANGES = 5
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    except (OSError, ValueError):
+        return None
+
+
+def _list(x: Any) -> list[Any]:
+    return list(x) if isinstance(x, (list, tuple)) else []
+
+
+def _text(x: Any) -> str:
+    return x if isinstance(x, str) else ""
+
+
+def _link(text: str, rel: str) -> str:
+    return f"[{text}]({quote(rel)})"
+
+
+def _cell(phase_row: dict[str, Any] | None) -> str:
+    if not phase_row:
+        return "—"
+    share = phase_row.get("share")
+    pct = f" ({share * 100:.0f}%)" if isinstance(share, (int, float)) else ""
+    return f"{phase_row['time_s'] * 1e3:.2f}{pct}"
+
+
+def phase_table(summaries: Sequence[tuple[str, dict[str, Any] | None]],
+                timed_s: Sequence[float | None]) -> list[str]:
+    """Phase breakdown of each arm side by side (ms per profiled step and share of it), then
+    the timed median and the profiler's overhead against it."""
+    labels = [label for label, _ in summaries]
+    out = ["| phase | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+    rows: dict[str, list[dict[str, Any] | None]] = {}
+    order: list[str] = []
+    for i, (_, s) in enumerate(summaries):
+        table = dict((s or {}).get("phases", {}))
+        if s and s.get("trace_step_s"):
+            table["step"] = {"time_s": s["trace_step_s"], "share": 1.0}
+        for name, r in table.items():
+            if name not in rows:
+                rows[name] = [None] * len(summaries)
+                order.append(name)
+            rows[name][i] = r
+    for name in order:
+        shown = "**step (profiled)**" if name == "step" else name
+        out.append(f"| {shown} | " + " | ".join(_cell(c) for c in rows[name]) + " |")
+    timed = ["—" if t is None else f"{t * 1e3:.2f}" for t in timed_s]
+    out.append("| timed median step | " + " | ".join(timed) + " |")
+    over = []
+    for (_, s), t in zip(summaries, timed_s):
+        prof = (s or {}).get("profiled_step_median_s")
+        over.append(f"{prof / t:.2f}x" if prof and t else "—")
+    out.append("| profiler overhead (profiled / timed) | " + " | ".join(over) + " |")
+    return out
+
+
+def _changes(run_dir: Path, base: dict[str, Any], var: dict[str, Any]) -> str:
+    from orchestrator.profiling.diff import diff_traces
+
+    d = diff_traces(run_dir / "profiles" / "framework" / base["trace"],
+                    run_dir / "profiles" / "framework" / var["trace"], top=TOP_CHANGES)
+    parts = [f"`{r['name']}` {r['delta_us'] / 1e3:+.2f} ms"
+             + (f" ({r['change']})" if r["change"] != "changed" else "")
+             for r in d["ops"]]
+    return "; ".join(parts) or "no operator changed"
+
+
+def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequence[Any],
+                    records: Sequence[dict[str, Any]],
+                    timed_median_s: dict[tuple[str, str], float | None]) -> list[str]:
+    """Body of the ``Profiles`` section; empty when nothing was profiled."""
+    prof = {(r.get("bucket"), r.get("arm_id")): r for r in records
+            if r.get("kind") == "profile" and r.get("layer") == mode}
+    if mode == "off" and not prof:
+        return []
+    out = [(f"Layer `{mode}`: one profiled trial per arm and bucket, run after the timed trials "
+            "in their own processes; none of it enters the timing statistics above.")]
+    for bucket in buckets:
+        out += ["", f"### Bucket `{bucket}`", ""]
+        status = []
+        for a in arms:
+            r = prof.get((bucket, a.arm_id))
+            if r is None:
+                status.append(f"- {a.label}: not run")
+                continue
+            links = " · ".join(_link(Path(x).name, x) for x in _list(r.get("artifacts")))
+            err = f": {_text(r.get('error'))}" if _text(r.get("error")) else ""
+            status.append(f"- {a.label}: **{r['status']}**{err}" + (f" — {links}" if links else ""))
+        out += status
+        if mode != "framework":
+            continue
+        sums = []
+        for a in arms:
+            r = prof.get((bucket, a.arm_id))
+            s = None
+            if r and r.get("status") == "ok":
+                s = _load(run_dir / "profiles" / "framework" / f"{r['trial_id']}.summary.json")
+            sums.append((a.label, s))
+        if not any(s for _, s in sums):
+            continue
+        out += ["", ("Phase breakdown, ms per profiled step (share of the step); phases are "
+                     f"the recipe's `{ph.PREFIX}*` ranges, `{ph.UNATTRIBUTED}` is the rest of "
+                     "the step:"), ""]
+        out += phase_table(sums, [timed_median_s.get((bucket, a.arm_id)) for a in arms])
+        base = sums[0][1]
+        for a, (label, s) in zip(arms[1:], sums[1:]):
+            if base and s:
+                out.append("")
+                out.append(f"- operator self time, `{label}` vs `{sums[0][0]}` per step: "
+                           + _changes(run_dir, base, s))
+        for label, s in sums:
+            if s and not s.get("phase_check", {}).get("ok", True):
+                c = s["phase_check"]
+                out.append(f"- {label}: named phases cover {c['covered']:.1%} of the step, "
+                           f"outside the {c['tolerance']:.0%} tolerance")
+    return out
