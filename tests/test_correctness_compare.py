@@ -142,6 +142,9 @@ def test_checkpoint_problems_and_blocked_gates() -> None:
     probes["a1"] = {"status": "unavailable", "error": "needs CUDA"}
     _, (g,) = _gate(probes, tens)
     assert (g.status, g.reasons) == ("error", ["unavailable here: needs CUDA"])
+    probes["a1"] = {"status": "unsupported", "error": "the recipe's trainer lacks the hooks"}
+    _, (g,) = _gate(probes, tens)
+    assert g.status == "error" and g.reasons[0].startswith("the variant cannot be probed")
     probes["a0-repeat"] = {"status": "crashed", "error": "signal SIGKILL"}
     _, (g,) = _gate(probes, tens)
     assert g.status == "error" and "noise floor" in g.reasons[0]

@@ -356,6 +356,9 @@ def evaluate(
         if blocked:
             g.status, g.reasons = "error", [blocked]
             continue
+        if status == "unsupported":
+            g.status, g.reasons = "error", [f"the variant cannot be probed: {var.get('error')}"]
+            continue
         if status == "unavailable":
             g.status, g.reasons = "error", [f"unavailable here: {var.get('error')}"]
             continue

@@ -49,6 +49,10 @@ REQUIRED_HOOKS = (
 )
 
 
+class Unsupported(Exception):
+    """The recipe offers no model to probe (no hooks): recorded as status ``unsupported``."""
+
+
 @dataclass
 class ProbeSpec:
     name: str  # a0, a1, ..., a0-repeat
@@ -194,7 +198,7 @@ def probe_bucket(
     trainer = build(workload, bucket, dev.torch_device)
     missing = [h for h in REQUIRED_HOOKS if not hasattr(trainer, h)]
     if missing:
-        raise TypeError(f"the recipe's trainer lacks the hooks {missing} (see recipes/base.py)")
+        raise Unsupported(f"the recipe's trainer lacks the hooks {missing} (see recipes/base.py)")
     init_path = Path(spec.init_checkpoint)
     if spec.role == "baseline" and first:
         atomic_torch_save(trainer.state_dict(), init_path)
@@ -360,6 +364,8 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
         record["status"] = "ok"
     except BackendUnavailable as exc:
         record.update(status="unavailable", error=str(exc))
+    except Unsupported as exc:
+        record.update(status="unsupported", error=str(exc))
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -383,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"probe {record['name']}: {record['status']}: {record.get('error')}", file=sys.stderr)
         if record.get("traceback"):
             print(record["traceback"], file=sys.stderr)
-    return 0 if record["status"] in ("ok", "unavailable") else 1
+    return 0 if record["status"] in ("ok", "unavailable", "unsupported") else 1
 
 
 if __name__ == "__main__":

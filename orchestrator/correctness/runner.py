@@ -216,7 +216,7 @@ def run_gate(
     if path.exists():
         try:
             old = read_json(path)
-            if old.get("fingerprint") == fp and old.get("mode") == c.mode:
+            if old.get("fingerprint") == fp and old.get("mode") in (c.mode, "not_applicable"):
                 log.info("correctness gate: reusing %s", path)
                 return old  # type: ignore[no-any-return]
         except (OSError, json.JSONDecodeError):
@@ -236,6 +236,13 @@ def run_gate(
             log.warning(
                 "correctness probe %s: %s: %s", spec.name, rec.get("status"), rec.get("error")
             )
+    base = probes.get(arms[0].arm_id, {})
+    if base.get("status") == "unsupported":  # e.g. a numpy workload: no torch model to compare
+        doc = {"schema_version": SCHEMA_VERSION, "mode": "not_applicable", "fingerprint": fp,
+               "reason": f"the baseline cannot be probed: {base.get('error')}", "arms": {}}
+        atomic_write_json(path, doc)
+        log.info("correctness gate: not applicable: %s", doc["reason"])
+        return doc
     try:
         summary, gates = evaluate(
             arms,
