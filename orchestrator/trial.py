@@ -155,9 +155,14 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
 
     from orchestrator import compile_stats
 
+    # a host-only recipe (the synthetic load) needs no torch device and never imports torch
+    host_only = bool(getattr(builder, "host_only", False))
     _, world, local_rank = distmod.env_rank()
-    dev = devmod.resolve(spec.device, index=local_rank if world > 1 else None)
-    devmod.set_current(dev)
+    if host_only:
+        dev = devmod.host_cpu(spec.device)
+    else:
+        dev = devmod.resolve(spec.device, index=local_rank if world > 1 else None)
+        devmod.set_current(dev)
     ctx = distmod.setup(dev.kind)  # before the recipe: it just uses the default process group
     trainer = builder(workload, bucket, dev.torch_device)
     devmod.reset_peak_memory(dev)
@@ -248,7 +253,19 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     flops = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
     from orchestrator.flops import trial_flops  # after the timed steps: an extra counted step
 
-    utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
+    if host_only:  # numpy work: torch's FLOP counter and peak table do not apply, torch stays out
+        utilization: dict[str, Any] = {
+            "flops": {"useful_per_step": flops,
+                      "useful_definition": getattr(trainer, "useful_flops_definition", None),
+                      "executed_per_step": None,
+                      "executed_note": "not counted: host-only recipe (no torch)"},
+            "matmul_dtype": None, "matmul_dtype_why": "host-only recipe (no torch)",
+            "peaks": [], "utilization": []}
+    else:
+        utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
+    close = getattr(batches, "close", None)
+    if close is not None:  # after the FLOP count's extra step; stops DataLoader workers now
+        close()
     # recipe-specific data for the report (never timings): e.g. muon_tp's auto choices
     extra = trainer.extra_record() if hasattr(trainer, "extra_record") else {}
     if not writer:  # every rank ran the counted step above (it may hold collectives)
