@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -88,6 +89,16 @@ def main(argv: list[str] | None = None) -> int:
     if not root.exists():
         print(f"error: path: {root} does not exist; pass a run directory or outputs/", file=sys.stderr)
         return 2
+    # many small, long-lived objects: the cyclic GC's full passes would grow with the tree
+    # (quadratic overall); nothing here builds reference cycles worth collecting
+    gc.disable()
+    try:
+        return _run(args, root)
+    finally:
+        gc.enable()
+
+
+def _run(args: argparse.Namespace, root: Path) -> int:
     campaigns, skipped = load_campaigns(root)
     for s in skipped:
         log.warning("%s", s)
