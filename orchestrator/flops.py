@@ -22,7 +22,7 @@ import logging
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,8 @@ class ExecutedFlops:
     by_op: dict[str, int]
     coverage_time: float  # share of op time spent in ops with a FLOP formula
     coverage_ops: float  # share of compute ops (views and metadata left out) with a formula
-    uncovered_top: list[tuple[str, float]]  # the ops without a formula, by share of op time
+    uncovered_top: list[tuple[str, float]]  # the five slowest ops without a formula, by share of op time
+    uncovered_ops: list[str] = field(default_factory=list)  # every compute op without a formula
     definition: str = DEFINITIONS[EXECUTED]
 
     def to_dict(self) -> dict[str, Any]:
@@ -173,8 +174,9 @@ def count_executed_flops(step: Callable[[], Any], sync: Callable[[], None] | Non
     uncovered = sorted(((str(op), t / total_time) for op, t in op_time.items() if op not in covered),
                        key=lambda x: -x[1])[:5]
     by_op = {str(k): int(v) for k, v in counter.get_flop_counts().get("Global", {}).items()}
+    uncovered_ops = sorted(str(op) for op in compute_ops if op not in covered)
     return ExecutedFlops(int(counter.get_total_flops()), by_op, covered_time / total_time,
-                         n_covered / n_compute, uncovered)
+                         n_covered / n_compute, uncovered, uncovered_ops)
 
 
 # --------------------------------------------------------------------------- profiler FLOPs

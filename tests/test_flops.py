@@ -80,7 +80,9 @@ def test_analytic_useful_matches_dispatch_count_without_recompute(backend: str) 
         assert abs(ex.flops - useful) <= AGREEMENT * useful, (bucket, ex.flops, useful)
         assert 0 < ex.coverage_time < 1 and 0 < ex.coverage_ops < 1
         assert set(ex.by_op) >= {"aten.mm", "aten.addmm", "aten.bmm"}
-        assert any("layer_norm" in op for op, _ in ex.uncovered_top)  # honest: no formula
+        assert any("layer_norm" in op for op in ex.uncovered_ops)  # honest: no formula
+        assert not any("layer_norm" in op for op in ex.by_op)
+        assert ex.uncovered_top and not any(op in ex.by_op for op, _ in ex.uncovered_top)
 
 
 def test_flash_sdpa_backward_recomputes_the_scores() -> None:
