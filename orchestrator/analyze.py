@@ -65,6 +65,9 @@ class Analysis:
     bucket_weights: dict[str, float] = field(default_factory=dict)
     control: Arm | None = None  # the A/A arm, when the protocol runs one
     noise: dict[str, Comparison] = field(default_factory=dict)  # bucket or "mixture" -> A/A
+    # speedups, intervals and the noise floor use host-speed-normalised step times
+    # (orchestrator.reference); trial medians in summaries stay raw
+    speed_normalised: bool = False
 
 
 def _timed(trials: pd.DataFrame) -> pd.DataFrame:
@@ -79,6 +82,15 @@ def step_times_by_trial(steps: pd.DataFrame) -> dict[str, list[float]]:
         return {}
     sel = steps[steps["phase"] == "measured"]
     return {str(k): [float(x) for x in g["step_time_s"]] for k, g in sel.groupby("trial_id")}
+
+
+def reference_times_by_trial(steps: pd.DataFrame) -> dict[str, list[float]]:
+    """trial_id -> the host-speed reference time before each measured step (trials that
+    recorded one)."""
+    if steps.empty or "reference_s" not in steps:
+        return {}
+    sel = steps[(steps["phase"] == "measured") & steps["reference_s"].notna()]
+    return {str(k): [float(x) for x in g["reference_s"]] for k, g in sel.groupby("trial_id")}
 
 
 def summarize_arm(
@@ -173,6 +185,12 @@ def analyze(
     trials = _timed(trials)
     out = Analysis(list(buckets), list(arms), bucket_weights=dict(bucket_weights), control=control)
     by_trial = step_times_by_trial(steps)
+    refs = reference_times_by_trial(steps) if protocol.speed_reference != "off" else {}
+    if refs:
+        from orchestrator.reference import normalise
+
+        by_trial = normalise(by_trial, refs)
+        out.speed_normalised = True
     base = arms[0]
     everyone = list(arms) + ([control] if control else [])
     for bucket in buckets:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import provenance
+from orchestrator import provenance, stats
 from orchestrator.analyze import Analysis, analyze, comparison_rows
 from orchestrator.config import Config, SCHEMA_VERSION, to_dict
 from orchestrator.decide import Verdict, decide
@@ -87,6 +87,7 @@ def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[Planne
                 warmup_window=cfg.protocol.warmup_window,
                 warmup_tolerance=cfg.protocol.warmup_tolerance,
                 clock=cfg.protocol.clock,
+                speed_reference=cfg.protocol.speed_reference,
             )
         )
     return specs
@@ -163,7 +164,8 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
         analysis, verdicts = _analyze_decide(cfg, run_dir, arms)
         reasons = {
             pr.arm_id: r for pr in _progress(analysis, verdicts, p.min_effect)
-            if (r := more_rounds_reason(pr, rounds_done, max_rounds, p.adaptive_gain_below))
+            if (r := more_rounds_reason(pr, rounds_done, max_rounds, p.adaptive_gain_below,
+                                        stats.rounds_for_median_interval(p.confidence)))
         }
         if not reasons:
             break

@@ -270,6 +270,11 @@ class ProtocolConfig:
     # CPU time (time.process_time), host-CPU work only: leaves out time lost to other processes
     # on a shared machine, so it is for calibrating the statistics, not for claiming speedups
     clock: str = "wall"  # wall | cpu
+    # host-speed reference (orchestrator.reference): a fixed host workload timed before every
+    # step, outside the timed window; speedups, intervals and the noise floor of host-bound
+    # trials then use step times in units of the host's speed of the moment. auto = on for
+    # trials on the CPU device, off on GPUs (their step time does not follow the host's speed)
+    speed_reference: str = "auto"  # auto | host | off
     repeats: int = 3  # initial rounds; each round runs every arm once, in a fresh process
     # adaptive rounds: while a variant is undecided (or decided on a gain under
     # adaptive_gain_below) add adaptive_step_rounds rounds, up to max_rounds in all
@@ -692,6 +697,7 @@ def validate_protocol(p: ProtocolConfig) -> None:
 
     _choice("protocol.warmup_policy", p.warmup_policy, WARMUP_POLICIES)
     _choice("protocol.clock", p.clock, ("wall", "cpu"))
+    _choice("protocol.speed_reference", p.speed_reference, ("auto", "host", "off"))
     _positive("protocol.warmup_window", p.warmup_window)
     _positive("protocol.warmup_tolerance", p.warmup_tolerance)
     if p.warmup_max_steps < p.warmup_steps:

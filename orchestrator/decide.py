@@ -86,6 +86,10 @@ def _judge(c: Comparison, min_effect: float, alpha: float) -> tuple[str, str, in
     rank = c.rank
     rank_ok = rank is None or rank.p_value < alpha
     rank_txt = f"; rank test p={rank.p_value:.2g}" if rank else ""
+    need = stats.rounds_for_median_interval(e.confidence)
+    if e.rounds < need:  # decisive here is provisional: the interval cannot reach its confidence
+        rank_txt += (f"; provisional: {e.rounds} rounds, an interval of a median needs {need} "
+                     f"for {e.confidence:.0%}")
     if e.high < 1 and rank_ok:
         return "bad", f"{name}: slower, speedup {_fmt(e)} lies below 1{rank_txt}", None
     if e.low > t and rank_ok:

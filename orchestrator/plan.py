@@ -105,14 +105,17 @@ class ArmProgress:
     rounds_to_resolve: int | None = None  # total rounds estimated to resolve it, if known
 
 
-def more_rounds_reason(p: ArmProgress, rounds_done: int, max_rounds: int, gain_below: float) -> str:
+def more_rounds_reason(p: ArmProgress, rounds_done: int, max_rounds: int, gain_below: float,
+                       min_decisive_rounds: int = 0) -> str:
     """Why this variant needs more rounds ("" = it does not).
 
     - a failure- or gate-based verdict, or the round cap reached: no;
     - inconclusive with an interval straddling the retain threshold or 1: yes, unless no
       decisive verdict is in reach (the effect lies between 1 and the threshold with the
       interval below the threshold, or the rounds estimated to resolve it exceed twice the cap);
-    - retain or reject on an observed effect under ``gain_below``: yes, to confirm it.
+    - retain or reject on an observed effect under ``gain_below``, or after fewer than
+      ``min_decisive_rounds`` rounds (too few for the interval to reach its confidence, see
+      :func:`orchestrator.stats.rounds_for_median_interval`): yes, to confirm it.
     """
     if rounds_done >= max_rounds or not p.timing_based or p.verdict == "invalid":
         return ""
@@ -120,6 +123,9 @@ def more_rounds_reason(p: ArmProgress, rounds_done: int, max_rounds: int, gain_b
         small = [s for s, _, _, _ in p.intervals if abs(s - 1) < gain_below]
         if small:
             return f"{p.verdict} on a gain under {gain_below:.0%} ({min(small):.3f}x): confirming"
+        if rounds_done < min_decisive_rounds:
+            return (f"{p.verdict} after {rounds_done} rounds, fewer than the {min_decisive_rounds} "
+                    "an interval of a median needs at this confidence: confirming")
         return ""
     straddle = [(s, lo, hi, t) for s, lo, hi, t in p.intervals if lo <= t and hi >= 1]
     if not straddle:

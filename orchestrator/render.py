@@ -172,6 +172,11 @@ def render_decisions(
         "in any bucket (rank test agreeing), a trial failed or a gate failed, **invalid** when "
         "the comparison cannot be made, else **inconclusive** with the rounds estimated to "
         "resolve it",
+        *([("- host-speed reference: speedups, intervals and the noise floor use step times "
+            "each divided by the time of a fixed host workload run just before the step, "
+            "outside the timed window (protocol.speed_reference: a host's speed changes between "
+            "and within trials); medians in the tables are raw")]
+          if getattr(analysis, "speed_normalised", False) else []),
         "",
         "## Verdicts",
         "",

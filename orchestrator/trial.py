@@ -55,6 +55,7 @@ class TrialSpec:
     warmup_window: int = 3
     warmup_tolerance: float = 0.05
     clock: str = "wall"  # wall | cpu (process CPU time; host-CPU recipes only)
+    speed_reference: str = "off"  # auto | host | off (orchestrator.reference)
     env_report: bool = False  # also write the full environment.json (the campaign's first trial)
 
     def warmup(self) -> WarmupPolicy:
@@ -183,6 +184,10 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         if dev.kind != "cpu":
             raise BackendUnavailable(f"protocol.clock=cpu times host CPU work only, not {dev.kind}")
         clock = time.process_time
+    from orchestrator import reference as refmod
+
+    ref_on, ref_why = refmod.resolve(spec.speed_reference, dev.kind, world)
+    ref = refmod.host_reference(clock) if ref_on else None
     cs_start = cs_warm = compile_stats.snapshot()
     warm_snapped = False
     sync(dev)
@@ -195,6 +200,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
             )
         if warm_done and not warm_snapped:  # compile counters at the end of the warm-up
             cs_warm, warm_snapped = compile_stats.snapshot(), True
+        ref_s = ref() if ref is not None else None  # host speed now, outside the timed window
         t0 = clock()
         if first_step_at is None:
             first_step_at = time.time()
@@ -224,6 +230,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
                 "samples": trainer.samples_per_step,
                 "batch_index": getattr(batch, "index", i),
                 "tags": ";".join(tags),
+                **({"reference_s": ref_s} if ref is not None else {}),
             }
         )
         i += 1
@@ -282,6 +289,10 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         step_time_median_s=median,
         step_time_mad_s=_mad(measured),
         clock=spec.clock,
+        speed_reference=ref_on,
+        speed_reference_why=ref_why,
+        reference_median_s=(statistics.median(r["reference_s"] for r in rows if r["phase"] == "measured")
+                            if ref_on else None),
         warmup_policy=policy.policy,
         warmup_steps_used=len(warm_times),
         warmup_settled=settled,

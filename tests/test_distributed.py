@@ -83,3 +83,42 @@ def test_two_rank_trial_through_torchrun(run_dir: Path) -> None:
     assert json.loads((tdir / "trial.json").read_text())["rank"] == 0
     oom = got["oom1"]
     assert oom["status"] == "oom" and "rank 1" in oom["error"], oom
+
+
+def test_two_rank_profiled_trial_keeps_one_trace_per_rank(compose: Any, run_dir: Path) -> None:
+    """A framework-profiled trial of a 2-rank DDP workload: every rank's trace is kept, rank 0
+    compares the ranks, and the profiled step is the slowest rank's."""
+    import dataclasses
+    import gzip
+
+    from orchestrator.config import to_dict
+
+    cfg = compose([*TINY, "+sweep=fa2", "profile=framework"])
+    out = run_dir / "profiles" / "framework"
+    spec = dataclasses.replace(
+        make_spec(run_dir, 0, recipe="tests.helpers.ddp:build", world_size=2, label="ddp"),
+        trial_id="prof-framework-s32-a0", kind="profile",
+        trial_dir=str(run_dir / "trials" / "prof-framework-s32-a0"),
+        profile={**to_dict(cfg.profile), "layer": "framework", "out_dir": str(out)})
+    got: dict[str, dict] = {}
+    LocalLauncher(device="cpu").run([spec], lambda s, r: got.update({s.trial_id: r}), 600)
+    rec = got[spec.trial_id]
+    assert rec["status"] == "ok", rec.get("error")
+    traces = sorted(p.name for p in out.glob("*.pt.trace.json.gz"))
+    assert traces == ["prof-framework-s32-a0.pt.trace.json.gz",
+                      "prof-framework-s32-a0.rank1.pt.trace.json.gz"]
+    assert set(traces) <= {Path(a).name for a in rec["artifacts"]}
+    for name in traces:  # real, distinct per-rank traces with the recipe's phase marks
+        with gzip.open(out / name, "rt") as fh:
+            ev = json.load(fh)["traceEvents"]
+        assert any(e.get("name", "").startswith("phase/backward") for e in ev)
+    s = json.loads((out / "prof-framework-s32-a0.summary.json").read_text())
+    assert s["world_size"] == 2 and [r["rank"] for r in s["per_rank"]] == [0, 1]
+    assert min(r["skew_vs_fastest"] for r in s["per_rank"]) == 1.0
+    assert all(r["step_us"] > 0 for r in s["per_rank"])
+    steps = pd.read_csv(Path(spec.trial_dir) / "profile_steps.csv")
+    assert set(steps["rank"]) == {0, 1}
+    active = steps[steps["profiler"] == "active"].groupby("step")["step_time_s"].max()
+    assert s["profiled_step_median_s"] == pytest.approx(float(active.median()))
+    tdir = Path(spec.trial_dir)
+    assert sorted(p.name for p in tdir.glob("trial*.json")) == ["trial.json"]  # rank 0 writes

@@ -72,3 +72,17 @@ def test_control_arm_copies_the_baseline() -> None:
     aa = control_arm(base)
     assert aa.arm_id == AA_ARM_ID and not aa.is_baseline
     assert aa.overrides == base.overrides and aa.env == base.env and "A/A" in aa.label
+
+
+def test_decisive_verdicts_before_the_median_interval_rounds_are_confirmed() -> None:
+    from orchestrator.plan import ArmProgress, more_rounds_reason
+
+    def why(verdict: str, done: int, need: int) -> str:
+        iv = (0.80, 0.70, 0.90, 1.02)  # a large, decisive slowdown
+        return more_rounds_reason(ArmProgress("a1", verdict, True, (iv,)), done, 9, 0.03, need)
+
+    assert "after 3 rounds, fewer than the 6" in why("reject", 3, 6)
+    assert "confirming" in why("retain", 5, 6)
+    assert not why("reject", 6, 6)  # enough rounds: decided
+    assert not why("reject", 3, 0)  # no minimum asked (the fixed protocols)
+    assert not why("reject", 9, 12)  # the cap wins

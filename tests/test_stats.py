@@ -160,3 +160,22 @@ def test_each_warning_fires_with_advice() -> None:
     far = [[1.0] * 5, [1.0] * 5, [1.01] * 5, [1.4] * 5, [0.99] * 5]
     ws = stats.stability_warnings(far, ["r0", "r1", "r2", "r3", "r4"])
     assert any(w.startswith("r3 is +40%") and "rerun" in w for w in ws)
+
+
+def test_rounds_for_median_interval_by_hand() -> None:
+    # 1 - 2**(1-n) >= confidence: n=5 gives 0.9375 < 0.95, n=6 gives 0.96875
+    assert stats.rounds_for_median_interval(0.95) == 6
+    assert stats.rounds_for_median_interval(0.9375) == 5  # exactly reached at 5
+    assert stats.rounds_for_median_interval(0.99) == 8  # 1 - 2**-7 = 0.992
+    assert stats.rounds_for_median_interval(0.5) == 2
+    with pytest.raises(ValueError, match="confidence"):
+        stats.rounds_for_median_interval(1.0)
+
+
+def test_three_round_bootstrap_interval_is_the_range_of_the_rounds() -> None:
+    # why decisive verdicts need more rounds: with 3 rounds of steady trials the percentile
+    # interval of the median spans (almost exactly) the smallest to the largest round
+    base = [[1.00] * 5, [1.00] * 5, [1.00] * 5]
+    var = [[0.95] * 5, [0.99] * 5, [0.90] * 5]
+    e = stats.bootstrap_speedup([base], [var], resamples=4000)
+    assert e.low == pytest.approx(1 / 0.99) and e.high == pytest.approx(1 / 0.90)

@@ -64,7 +64,7 @@ def test_adaptive_rounds_extend_the_plan_and_resume(
     from orchestrator import campaign
 
     # force "undecided" so the loop's planning is exercised deterministically
-    monkeypatch.setattr(campaign, "more_rounds_reason", lambda p, done, cap, g: (
+    monkeypatch.setattr(campaign, "more_rounds_reason", lambda p, done, cap, g, n=0: (
         "test" if done < cap and p.arm_id == "a1" else ""))
     cfg = compose([*FAST, "launcher=inline", "sweep.values=[0.5,1.0]",
                    "sweep.labels=[a,b]", "protocol.repeats=2", "protocol.max_rounds=5",

@@ -27,8 +27,10 @@ log = logging.getLogger(__name__)
 # the named phases must cover at least 1 - this share of the profiled step
 PHASE_TOLERANCE = 0.10
 TOP_OPS = 15
-def trace_name(trial_id: str) -> str:
-    return f"{trial_id}.pt.trace.json.gz"
+def trace_name(trial_id: str, rank: int = 0) -> str:
+    """Rank 0's trace (or a single-process trial's) keeps the plain name; rank r > 0 of a
+    distributed trial gets ``.rank<r>`` so every rank's trace is kept."""
+    return f"{trial_id}.pt.trace.json.gz" if rank == 0 else f"{trial_id}.rank{rank}.pt.trace.json.gz"
 
 
 def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
@@ -38,11 +40,18 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     from orchestrator.config import BucketConfig, from_dict, workload_from_dict
     from recipes import get_builder
 
+    from orchestrator import distributed as distmod
+
     p = spec.profile
     out_dir = Path(p["out_dir"])
     workload = workload_from_dict(spec.workload)
     bucket = from_dict(BucketConfig, spec.bucket)
-    dev = devmod.resolve(spec.device)  # imports torch_musa first when present
+    rank, world, local_rank = distmod.env_rank()
+    # imports torch_musa first when present; one device per rank like a timed trial
+    dev = devmod.resolve(spec.device, index=local_rank if world > 1 else None)
+    if world > 1:
+        devmod.set_current(dev)
+    ctx = distmod.setup(dev.kind)  # before the recipe, as in a timed trial
     activities = devmod.profiler_activities_for(dev)
     from torch.profiler import profile, schedule
 
@@ -54,7 +63,7 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     sync(dev)
     wait, warm, active = int(p["wait_steps"]), int(p["warmup_steps"]), int(p["active_steps"])
     captured: dict[str, Any] = {}
-    tmp = out_dir / f".{spec.trial_id}.raw.json"
+    tmp = out_dir / f".{spec.trial_id}.rank{rank}.raw.json"
 
     def ready(prof: Any) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -84,12 +93,31 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     from orchestrator.profiling.trace import load_trace, save_trace
 
     trace = load_trace(tmp)
-    trace_path = save_trace(trace, out_dir / trace_name(spec.trial_id))
+    trace_path = save_trace(trace, out_dir / trace_name(spec.trial_id, rank))
     os.unlink(tmp)
+    if ctx is not None:  # every rank's trace is on disk before rank 0 compares them
+        import torch.distributed as dist
+
+        gathered: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(gathered, rows)
+        if rank != 0:  # only rank 0 writes the trial's summary and record
+            return trial_record(**base, status="ok",
+                                artifacts=[str(Path("profiles", "framework", trace_path.name))])
+        rows = [{**r, "rank": k} for k, rr in enumerate(gathered) for r in rr]
     write_csv(Path(spec.trial_dir) / "profile_steps.csv", rows)
     analytic = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
     summary = summarize(trace, active, captured.get("flops"), analytic)
-    profiled = [r["step_time_s"] for r in rows if r["profiler"] == "active"]
+    # the slowest rank's time per step, as timed trials define a distributed step
+    per_step: dict[int, float] = {}
+    for r in rows:
+        if r["profiler"] == "active":
+            per_step[r["step"]] = max(per_step.get(r["step"], 0.0), r["step_time_s"])
+    profiled = list(per_step.values())
+    rank_traces = [trace_path]
+    if ctx is not None:
+        rank_traces = [out_dir / trace_name(spec.trial_id, k) for k in range(ctx.world_size)]
+        summary["per_rank"] = per_rank_summary(rank_traces)
+        summary["world_size"] = ctx.world_size
     summary.update(
         schema_version=SCHEMA_VERSION, trial_id=spec.trial_id, arm_id=spec.arm_id,
         arm_label=spec.arm_label, bucket=spec.bucket["name"], layer="framework",
@@ -106,9 +134,20 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
         torch_version=torch.__version__,
         profiled_step_median_s=summary["profiled_step_median_s"],
         phases_ok=summary["phase_check"]["ok"], finite_loss=losses_ok,
-        artifacts=[str(Path("profiles", "framework", trace_path.name)),
+        artifacts=[*(str(Path("profiles", "framework", t.name)) for t in rank_traces),
                    str(Path("profiles", "framework", summary_path.name))],
     )
+
+
+def per_rank_summary(traces: list[Path]) -> list[dict[str, Any]]:
+    """One row per rank from its own trace: the temporal breakdown and the rank's profiled
+    step relative to the fastest rank (skew)."""
+    from orchestrator.profiling import analysis as A
+    from orchestrator.profiling.trace import events_frame, load_trace
+
+    frames = {k: events_frame(load_trace(t)) for k, t in enumerate(traces)}
+    table = A.per_rank(frames)
+    return json.loads(json.dumps(table.to_dict("records"), default=_jsonable))
 
 
 def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | None,
