@@ -79,6 +79,7 @@ def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[Planne
                 device=cfg.device,
                 warmup_steps=cfg.protocol.warmup_steps,
                 measured_steps=cfg.protocol.measured_steps,
+                measured_min_s=cfg.protocol.measured_min_s,
                 env=dict(arm.env),
                 hardware=to_dict(cfg.hardware),
                 timeout_s=cfg.protocol.trial_timeout_s,

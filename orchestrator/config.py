@@ -265,7 +265,11 @@ class ProtocolConfig:
     warmup_max_steps: int = 30
     warmup_window: int = 3
     warmup_tolerance: float = 0.05  # relative
-    measured_steps: int = 10  # timed steps per trial
+    measured_steps: int = 10  # timed steps per trial (at least)
+    # ... and at least this much measured step time (seconds; 0 = off): short steps are timed
+    # in larger numbers, so a trial's median does not rest on a fraction of a second of a
+    # machine whose speed changes (capped at 2000 steps; not for distributed trials)
+    measured_min_s: float = 0.0
     # wall = time.perf_counter with a device sync (what training time is); cpu = the process's
     # CPU time (time.process_time), host-CPU work only: leaves out time lost to other processes
     # on a shared machine, so it is for calibrating the statistics, not for claiming speedups
@@ -658,6 +662,7 @@ def validate(cfg: Config) -> None:
     _positive("protocol.measured_steps", p.measured_steps)
     if p.measured_steps < 3:
         raise ConfigError("protocol.measured_steps", "must be >= 3 to give a median with a spread")
+    _positive("protocol.measured_min_s", p.measured_min_s, allow_zero=True)
     _positive("protocol.repeats", p.repeats)
     validate_protocol(p)
     if not 0.5 <= p.confidence < 1:

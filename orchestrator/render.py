@@ -222,7 +222,9 @@ def protocol_line(p: Any) -> str:
     aa = ", an A/A control arm (baseline twice per round)" if getattr(p, "aa_arm", False) else ""
     clock = (" timed by process CPU time (protocol.clock=cpu: time lost to other processes is "
              "left out; not a wall-clock speedup)" if getattr(p, "clock", "wall") == "cpu" else "")
-    return f"{warm} + {p.measured_steps} measured steps per trial{clock}, {rounds}{aa}"
+    window = (f"{p.measured_steps} measured steps (and at least {p.measured_min_s:g} s of them)"
+              if getattr(p, "measured_min_s", 0) > 0 else f"{p.measured_steps} measured steps")
+    return f"{warm} + {window} per trial{clock}, {rounds}{aa}"
 
 
 def terminal_summary(sweep_name: str, verdicts: Sequence[Verdict], run_dir: str) -> str:

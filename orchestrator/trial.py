@@ -27,6 +27,9 @@ from orchestrator.errors import BackendUnavailable
 from orchestrator.results import atomic_write_json, trial_record, write_csv
 from orchestrator.steady import WarmupPolicy, warmup_complete
 
+# the most measured steps protocol.measured_min_s may ask for
+MAX_MEASURED_STEPS = 2000
+
 # set by the launcher just before it starts the process: start-to-first-step is measured from it
 LAUNCH_T0_VAR = "ORCHESTRATOR_LAUNCH_T0"
 
@@ -45,6 +48,7 @@ class TrialSpec:
     device: str = "auto"
     warmup_steps: int = 3
     measured_steps: int = 10
+    measured_min_s: float = 0.0  # keep measuring past measured_steps until this much step time
     env: dict[str, str] = field(default_factory=dict)
     kind: str = "timed"  # timed | profile (a profiled trial: never in timing statistics)
     profile: dict[str, Any] = field(default_factory=dict)  # layer and settings, kind=profile
@@ -171,7 +175,11 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     policy = spec.warmup()
     step_tags = getattr(trainer, "step_tags", None)
     # a bound on tagged (excluded) steps, so a recipe that tags every step cannot loop forever
-    max_steps = policy.max_steps + 3 * spec.measured_steps + 10
+    # time-based floor on the measured window (protocol.measured_min_s): short steps get more
+    # of them, up to a cap; not for distributed trials, whose ranks must run the same steps
+    min_s = spec.measured_min_s if world <= 1 else 0.0
+    cap = max(spec.measured_steps, MAX_MEASURED_STEPS) if min_s > 0 else spec.measured_steps
+    max_steps = policy.max_steps + 3 * spec.measured_steps + cap + 10
     rows: list[dict[str, Any]] = []
     losses = []
     warm_times: list[float] = []
@@ -192,7 +200,8 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     warm_snapped = False
     sync(dev)
     i = 0
-    while measured_n < spec.measured_steps:
+    measured_s = 0.0
+    while measured_n < spec.measured_steps or (measured_s < min_s and measured_n < cap):
         if i >= max_steps:
             raise RuntimeError(
                 f"{i} steps run but only {measured_n} of {spec.measured_steps} measured: the "
@@ -220,6 +229,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         else:
             phase = "measured"
             measured_n += 1
+            measured_s += t2 - t0
         rows.append(
             {
                 "step": i,
@@ -289,6 +299,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         step_time_median_s=median,
         step_time_mad_s=_mad(measured),
         clock=spec.clock,
+        measured_steps_run=sum(1 for r in rows if r["phase"] == "measured"),
         speed_reference=ref_on,
         speed_reference_why=ref_why,
         reference_median_s=(statistics.median(r["reference_s"] for r in rows if r["phase"] == "measured")

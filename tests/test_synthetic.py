@@ -137,3 +137,27 @@ def test_cpu_clock_times_process_cpu(tmp_path: Path) -> None:
                      measured_steps=3, clock="cpu")
     rec = run_trial(spec)
     assert rec["status"] == "ok" and rec["clock"] == "cpu" and rec["step_time_median_s"] > 0
+
+
+def test_measured_min_s_times_short_steps_in_larger_numbers(tmp_path: Path) -> None:
+    import csv
+
+    from orchestrator.trial import TrialSpec, run_trial
+
+    workload = {"name": "s", "kind": "synthetic", "recipe": "synthetic", "units_per_token": 0.5,
+                "buckets": [{"name": "b", "seq_len": 8, "micro_batch": 2}]}
+
+    def run(min_s: float) -> tuple[dict, list[float]]:
+        spec = TrialSpec(f"t{min_s}", str(tmp_path / f"t{min_s}"),
+                         {"name": "b", "seq_len": 8, "micro_batch": 2}, "a0", "base", True, 0, 0,
+                         workload, device="cpu", warmup_steps=1, measured_steps=3,
+                         measured_min_s=min_s)
+        rec = run_trial(spec)
+        rows = list(csv.DictReader(open(Path(spec.trial_dir) / "steps.csv")))
+        return rec, [float(r["step_time_s"]) for r in rows if r["phase"] == "measured"]
+
+    rec, times = run(0.0)
+    assert rec["measured_steps_run"] == len(times) == 3
+    rec, times = run(0.05)
+    assert rec["status"] == "ok" and rec["measured_steps_run"] == len(times) > 3
+    assert sum(times) >= 0.05 and sum(times[:-1]) < 0.05  # stops as soon as the window is full
