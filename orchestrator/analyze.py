@@ -52,7 +52,7 @@ class Comparison:
     paired_rounds: int
     note: str = ""
     rank: stats.RankTest | None = None  # Mann-Whitney U over the paired rounds' steps
-    # largest effect the A/A control shows in this bucket (0.012 = 1.2 %); None without A/A
+    # the effect the A/A control shows in this bucket, |A/A speedup - 1| (0.012 = 1.2 %); None without A/A
     noise_floor: float | None = None
 
 

@@ -1,8 +1,8 @@
 """Verdicts (pure). One function, thresholds from the protocol config, every verdict with reasons.
 
 Rule (speedup = baseline time / variant time, interval from the paired bootstrap; per bucket
-the threshold is T = 1 + max(min_effect, noise floor), the noise floor being the largest effect
-the A/A control shows in that bucket):
+the threshold is T = 1 + max(min_effect, noise floor), the noise floor being the effect the A/A
+control shows in that bucket, |A/A speedup - 1|):
 - ``invalid``: the comparison cannot be made: the baseline has no measurement in a bucket, the
   variant's backend is unavailable here, or a gate could not be evaluated;
 - ``reject``: the variant failed (crash, OOM, timeout) in any trial, a gate failed, or its

@@ -103,9 +103,10 @@ def test_mann_whitney_identical_samples_p_one() -> None:
 def test_robust_cv_and_noise_floor_by_hand() -> None:
     # median 10, |x - 10| = 1,0,1 -> MAD 1 -> 1.4826 / 10
     assert stats.robust_cv([9, 10, 11]) == pytest.approx(0.14826)
-    e = stats.SpeedupEstimate(1.0, 0.97, 1.01, 0.95, 5)
-    assert stats.noise_floor(e) == pytest.approx(0.03)
-    assert stats.noise_floor(stats.SpeedupEstimate(1.0, 1.0, 1.0, 0.95, 5)) == 0
+    # the A/A effect itself, on either side of 1; its interval's width does not enter
+    assert stats.noise_floor(stats.SpeedupEstimate(1.02, 0.97, 1.07, 0.95, 5)) == pytest.approx(0.02)
+    assert stats.noise_floor(stats.SpeedupEstimate(0.96, 0.90, 1.01, 0.95, 5)) == pytest.approx(0.04)
+    assert stats.noise_floor(stats.SpeedupEstimate(1.0, 0.8, 1.2, 0.95, 5)) == 0
     assert stats.noise_floor(None) is None
 
 
