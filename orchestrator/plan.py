@@ -112,7 +112,7 @@ def more_rounds_reason(p: ArmProgress, rounds_done: int, max_rounds: int, gain_b
     - a failure- or gate-based verdict, or the round cap reached: no;
     - inconclusive with an interval straddling the retain threshold or 1: yes, unless no
       decisive verdict is in reach (the effect lies between 1 and the threshold with the
-      interval below the threshold, or the rounds estimated to resolve it exceed twice the cap);
+      interval below the threshold, or the rounds estimated to resolve it exceed the cap);
     - retain or reject on an observed effect under ``gain_below``, or after fewer than
       ``min_decisive_rounds`` rounds (too few for the interval to reach its confidence, see
       :func:`orchestrator.stats.rounds_for_median_interval`): yes, to confirm it.
@@ -133,7 +133,7 @@ def more_rounds_reason(p: ArmProgress, rounds_done: int, max_rounds: int, gain_b
     reachable = [(s, lo, hi, t) for s, lo, hi, t in straddle if hi > t or s < 1]
     if not reachable:
         return ""
-    if p.rounds_to_resolve is not None and p.rounds_to_resolve > 2 * max_rounds:
+    if p.rounds_to_resolve is not None and p.rounds_to_resolve > max_rounds:
         return ""
     _, lo, hi, t = reachable[0]
     what = f"the retain threshold {t:.3f}" if lo <= t <= hi else "1"
