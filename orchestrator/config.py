@@ -277,7 +277,9 @@ class ProtocolConfig:
     # host-speed reference (orchestrator.reference): a fixed host workload timed before every
     # step, outside the timed window; speedups, intervals and the noise floor of host-bound
     # trials then use step times in units of the host's speed of the moment. auto = on for
-    # trials on the CPU device, off on GPUs (their step time does not follow the host's speed)
+    # single-threaded steps on the CPU device; off on GPUs (their step time does not follow the
+    # host's speed) and for CPU thread pools (their spinning threads bias the reference by arm);
+    # host = on for any CPU trial
     speed_reference: str = "auto"  # auto | host | off
     repeats: int = 3  # initial rounds; each round runs every arm once, in a fresh process
     # adaptive rounds: while a variant is undecided (or decided on a gain under

@@ -11,8 +11,13 @@ slowdown, so each step time divided by the reference time just before it is far 
 across spells (``bench/speed_reference.py`` measures raw and normalised spread side by side).
 
 It is for host-bound trials only (the CPU device): a GPU's step time does not scale with the
-host's speed, so ``protocol.speed_reference=auto`` turns it on for trials on the CPU device and
-off otherwise. The raw step times are always kept (``step_time_s``); the reference time of each
+host's speed. And only for single-threaded steps by default: a torch step on a CPU thread pool
+leaves its worker threads spinning for a moment after the step, right when the reference runs,
+and how much depends on the arm (measured on the tiled-attention GPT: the reference after a
+32x32-tile step ran ~1.3x slower than after a 64x64-tile step in the same rounds, which pulled
+a 1.39x raw speedup down to 1.05x). So ``protocol.speed_reference=auto`` turns it on for CPU
+trials whose step is single-threaded (the synthetic calibration load, a torch trainer with one
+thread) and off otherwise; ``host`` forces it on for any CPU trial. The raw step times are always kept (``step_time_s``); the reference time of each
 step is ``reference_s`` in steps.csv, and analysis divides each step time by the reference
 time just before it (times the campaign's median reference, so figures stay in seconds at the
 campaign's typical speed). Medians shown in reports stay raw; speedups, intervals and the
@@ -31,8 +36,9 @@ SIZE = 96
 REPS = 16
 
 
-def resolve(mode: str, device_kind: str, world_size: int = 1) -> tuple[bool, str]:
-    """(on, why) for a trial on ``device_kind``."""
+def resolve(mode: str, device_kind: str, world_size: int = 1, pool_threads: int = 1
+            ) -> tuple[bool, str]:
+    """(on, why) for a trial on ``device_kind`` whose step runs ``pool_threads`` threads."""
     if mode == "off":
         return False, "protocol.speed_reference=off"
     if world_size > 1:
@@ -42,6 +48,11 @@ def resolve(mode: str, device_kind: str, world_size: int = 1) -> tuple[bool, str
             return False, (f"protocol.speed_reference=host ignored: the trial runs on {device_kind}, "
                            "whose step time does not follow the host's speed")
         return False, f"auto: off on {device_kind} (host speed does not set a device's step time)"
+    if mode == "auto" and pool_threads > 1:
+        return False, (f"auto: off for a step that runs a {pool_threads}-thread pool: its threads "
+                       "spin on the other cores right after a step, while the reference runs, "
+                       "so the reference would depend on the arm (protocol.speed_reference=host "
+                       "forces it on)")
     return True, f"{mode}: host-bound trial on the CPU device"
 
 

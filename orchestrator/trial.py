@@ -194,7 +194,9 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         clock = time.process_time
     from orchestrator import reference as refmod
 
-    ref_on, ref_why = refmod.resolve(spec.speed_reference, dev.kind, world)
+    torch_mod = None if host_only else sys.modules.get("torch")
+    pool = torch_mod.get_num_threads() if torch_mod is not None else 1
+    ref_on, ref_why = refmod.resolve(spec.speed_reference, dev.kind, world, pool)
     ref = refmod.host_reference(clock) if ref_on else None
     cs_start = cs_warm = compile_stats.snapshot()
     warm_snapped = False

@@ -19,6 +19,10 @@ def test_resolve_by_device_and_world_size() -> None:
     assert not reference.resolve("off", "cpu")[0]
     on, why = reference.resolve("auto", "cpu", world_size=2)
     assert not on and "distributed" in why
+    # a multi-threaded step leaves spinning threads behind: auto stays off, host forces it
+    on, why = reference.resolve("auto", "cpu", pool_threads=2)
+    assert not on and "2-thread pool" in why and "speed_reference=host" in why
+    assert reference.resolve("host", "cpu", pool_threads=2)[0] is True
 
 
 def test_normalise_divides_each_step_by_its_reference() -> None:
