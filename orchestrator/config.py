@@ -704,7 +704,9 @@ def validate_protocol(p: ProtocolConfig) -> None:
 
     _choice("protocol.warmup_policy", p.warmup_policy, WARMUP_POLICIES)
     _choice("protocol.clock", p.clock, ("wall", "cpu"))
-    _choice("protocol.speed_reference", p.speed_reference, ("auto", "host", "off"))
+    from orchestrator.reference import MODES as SPEED_REFERENCE_MODES
+
+    _choice("protocol.speed_reference", p.speed_reference, SPEED_REFERENCE_MODES)
     _positive("protocol.warmup_window", p.warmup_window)
     _positive("protocol.warmup_tolerance", p.warmup_tolerance)
     if p.warmup_max_steps < p.warmup_steps:

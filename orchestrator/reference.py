@@ -17,8 +17,10 @@ and how much depends on the arm (measured on the tiled-attention GPT: the refere
 32x32-tile step ran ~1.3x slower than after a 64x64-tile step in the same rounds, which pulled
 a 1.39x raw speedup down to 1.05x). So ``protocol.speed_reference=auto`` turns it on for CPU
 trials whose step is single-threaded (the synthetic calibration load, a torch trainer with one
-thread) and off otherwise; ``host`` forces it on for any CPU trial. The raw step times are always kept (``step_time_s``); the reference time of each
-step is ``reference_s`` in steps.csv, and analysis divides each step time by the reference
+thread) and off otherwise; ``host`` forces it on for any CPU trial.
+
+The raw step times are always kept (``step_time_s``); the reference time of each step is
+``reference_s`` in steps.csv, and analysis divides each step time by the reference
 time just before it (times the campaign's median reference, so figures stay in seconds at the
 campaign's typical speed). Medians shown in reports stay raw; speedups, intervals and the
 noise floor use the normalised times, and decisions.md says so.
