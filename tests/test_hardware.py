@@ -13,6 +13,8 @@ from orchestrator import device as devmod
 from orchestrator import hardware as hw
 from orchestrator.errors import ConfigError
 
+FIGURES = ("memory_bandwidth_gbps", "intra_domain_bandwidth_gbps", "inter_domain_bandwidth_gbps",
+           "collective_latency_us", "domain_size")
 REQUIRED = {"cpu", "a100", "h100", "h200", "b200", "gb200", "s4000", "s5000"}
 
 
@@ -24,7 +26,15 @@ def test_registry_has_every_required_sku_with_sources() -> None:
         assert set(e.peak_tflops) == set(hw.DTYPES)
         assert e.kind_of("peak_tflops") in hw.FIGURE_KINDS
         assert "peak_tflops" in e.sources, key
+        # every figure that is given (not null) names where it comes from and its kind
+        given = [f for f in FIGURES if getattr(e, f) is not None]
+        if any(v is not None for v in e.peak_tflops.values()):
+            given.append("peak_tflops")
+        for f in given:
+            assert isinstance(e.sources.get(f), str) and e.sources[f].strip(), f"{key}.sources.{f}"
+            assert e.kind_of(f) in hw.FIGURE_KINDS, f"{key}.figure_kind for {f}"
     assert reg["cpu"].calibrate and reg["cpu"].kind_of("peak_tflops") == "measured"
+    assert reg["cpu"].kind_of("domain_size") == "datasheet"  # a definition, not a measurement
     assert reg["s5000"].peak("bf16") is None  # no public datasheet figure: null, not guessed
     assert reg["h100"].peak("bf16") == 989.5 and reg["h100"].kind_of("peak_tflops") == "datasheet"
     assert reg["gb200"].domain_size == 72 and reg["h200"].intra_domain_bandwidth_gbps == 450

@@ -95,6 +95,7 @@ def profiles_section(cfg: Config, run_dir: Path, arms: Sequence[Any], analysis: 
                      records: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     """decisions.md's ``Profiles`` section (an ``extra_sections`` entry), or nothing."""
     from orchestrator.profiling.report import profile_section
+    from orchestrator.utilization import summarize_peaks
 
     if not any(r.get("kind") == "profile" for r in records) and cfg.profile.mode == "off":
         return []
@@ -103,5 +104,7 @@ def profiles_section(cfg: Config, run_dir: Path, arms: Sequence[Any], analysis: 
     except Exception as exc:  # noqa: BLE001  a broken trace must not cost the campaign its decisions
         log.warning("profile diff failed: %s", exc)
     timed = {k: s.step_time_median_s for k, s in analysis.summaries.items()}
-    body = profile_section(run_dir, cfg.profile.mode, analysis.buckets, arms, records, timed)
+    peaks = summarize_peaks([r for r in records if r.get("kind", "timed") == "timed"])
+    body = profile_section(run_dir, cfg.profile.mode, analysis.buckets, arms, records, timed,
+                           peaks)
     return [("Profiles", body)] if body else []

@@ -106,7 +106,8 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
         rows = [{**r, "rank": k} for k, rr in enumerate(gathered) for r in rr]
     write_csv(Path(spec.trial_dir) / "profile_steps.csv", rows)
     analytic = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
-    summary = summarize(trace, active, captured.get("flops"), analytic)
+    summary = summarize(trace, active, captured.get("flops"), analytic,
+                        getattr(trainer, "useful_flops_definition", None))
     # the slowest rank's time per step, as timed trials define a distributed step
     per_step: dict[int, float] = {}
     for r in rows:
@@ -133,6 +134,10 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
         device={"kind": dev.kind, "name": dev.name, "count": dev.count},
         torch_version=torch.__version__,
         profiled_step_median_s=summary["profiled_step_median_s"],
+        # labelled by kind: never an MFU numerator (the Profiles section divides it by the
+        # timed median step and the Utilization section's peak)
+        profiler_attributed_flops_per_step=(summary["flops"]["profiler_attributed"] or {}).get(
+            "per_step"),
         phases_ok=summary["phase_check"]["ok"], finite_loss=losses_ok,
         artifacts=[*(str(Path("profiles", "framework", t.name)) for t in rank_traces),
                    str(Path("profiles", "framework", summary_path.name))],
@@ -151,7 +156,8 @@ def per_rank_summary(traces: list[Path]) -> list[dict[str, Any]]:
 
 
 def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | None,
-              analytic_flops_per_step: float | None) -> dict[str, Any]:
+              analytic_flops_per_step: float | None,
+              useful_definition: str | None = None) -> dict[str, Any]:
     """The summary of one framework trace (pure apart from pandas)."""
     from orchestrator.profiling import analysis as A
     from orchestrator.profiling.trace import events_frame
@@ -175,21 +181,40 @@ def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | 
         "synchronisations": A.synchronisations(df).to_dict("records"),
         "memory_by_phase": A.memory_by_phase(df).to_dict("records"),
     }
-    f: dict[str, Any] = {"analytic_flops_per_step": analytic_flops_per_step}
+    out["flops"] = flops_summary(flops, analytic_flops_per_step, useful_definition)
+    return json.loads(json.dumps(out, default=_jsonable))
+
+
+def flops_summary(flops: dict[str, Any] | None, analytic_flops_per_step: float | None,
+                  useful_definition: str | None = None) -> dict[str, Any]:
+    """The profiled trial's FLOPs, each labelled by its kind (orchestrator.flops): the
+    recipe's ``useful`` (analytic) count and the ``profiler-attributed`` count with its
+    coverage. Keyed by kind, so no figure is ever read without its definition."""
+    from orchestrator.flops import DEFINITIONS, PROFILER, USEFUL
+
+    out: dict[str, Any] = {
+        "useful": {"kind": USEFUL, "per_step": analytic_flops_per_step,
+                   "definition": useful_definition or DEFINITIONS[USEFUL]},
+        "profiler_attributed": None,
+    }
     if flops is not None:  # orchestrator.flops.ProfiledFlops as a dict
         per_step = flops["flops_per_step"]
-        f.update(
-            definition=flops["definition"],
-            profiler_flops_per_step=per_step,
-            ratio_to_analytic=(per_step / analytic_flops_per_step
-                               if analytic_flops_per_step else None),
-            time_share_with_formula=flops["coverage_time"],
-            coverage_time_basis=flops["time_basis"],
-            ops_with_formula=sorted(flops["by_op"]),
-            steps=flops["steps"],
-        )
-    out["flops"] = f
-    return json.loads(json.dumps(out, default=_jsonable))
+        out["profiler_attributed"] = {
+            "kind": PROFILER,
+            "per_step": per_step,
+            "definition": flops["definition"],
+            "utilization_name": "profiler-attributed utilization",  # never an MFU
+            "ratio_to_useful": (per_step / analytic_flops_per_step
+                                if analytic_flops_per_step else None),
+            # coverage: the share of aten op self time in ops the profiler has a formula for
+            "coverage_time": flops["coverage_time"],
+            "coverage_time_basis": flops["time_basis"],
+            "ops_with_formula": sorted(flops["by_op"]),
+            "steps": flops["steps"],
+        }
+    else:
+        out["profiler_attributed_note"] = "not counted (profile.with_flops=false)"
+    return out
 
 
 def _jsonable(x: Any) -> Any:

@@ -81,10 +81,61 @@ def _changes(run_dir: Path, base: dict[str, Any], var: dict[str, Any]) -> str:
     return "; ".join(parts) or "no operator changed"
 
 
+def _g(x: Any) -> str:
+    return f"{x / 1e9:.4g} GFLOP" if isinstance(x, (int, float)) else "—"
+
+
+def flops_lines(sums: Sequence[tuple[str, dict[str, Any] | None]],
+                timed_s: Sequence[float | None], peaks: Sequence[Any]) -> list[str]:
+    """Each arm's FLOPs per step by kind, and its **profiler-attributed utilization** (never
+    called MFU): profiler FLOPs from the profiled run over the timed median step of the
+    non-profiled trials, against each peak of the Utilization section."""
+    from orchestrator.flops import utilization
+
+    out: list[str] = []
+    for (label, s), t in zip(sums, timed_s):
+        f = (s or {}).get("flops") or {}
+        useful = (f.get("useful") or {}).get("per_step")
+        pa = f.get("profiler_attributed")
+        if not isinstance(pa, dict):
+            if s:
+                out.append(f"- `{label}`: useful (analytic) {_g(useful)}/step; profiler-attributed "
+                           f"FLOPs {f.get('profiler_attributed_note', 'not counted')}")
+            continue
+        per = pa.get("per_step")
+        ratio = pa.get("ratio_to_useful")
+        cov = pa.get("coverage_time")
+        line = (f"- `{label}`: useful (analytic) {_g(useful)}/step; **profiler-attributed** "
+                f"{_g(per)}/step" + (f" ({ratio:.3g}x useful)" if ratio else "")
+                + (f", ops with a profiler FLOP formula: {cov:.0%} of {pa.get('coverage_time_basis')}"
+                   " op time" if isinstance(cov, (int, float)) else ""))
+        utils = []
+        for pk in peaks:
+            if pk.peak_tflops is None or not per or not t:
+                continue
+            u = utilization(float(per), float(t), float(pk.peak_tflops))
+            utils.append(f"{u * 100:.3g}% vs `{pk.label}` ({pk.kind} peak, "
+                         f"{pk.peak_tflops:.4g} TFLOP/s {pk.dtype})")
+        if utils:
+            line += "; profiler-attributed utilization (not MFU): " + ", ".join(utils)
+        elif not t:
+            line += "; no timed median step to divide by"
+        out.append(line)
+    if out:
+        out[:0] = [("FLOPs per device-step by kind. The profiler-attributed count comes from the "
+                    "profiled run, the step time from the timed median of the non-profiled "
+                    "trials, the peaks from the Utilization section; it is **not an MFU**: "
+                    "the profiler's formulas differ from the useful count (they add "
+                    "elementwise add/mul and miss kernels without a formula)."), ""]
+    return out
+
+
 def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequence[Any],
                     records: Sequence[dict[str, Any]],
-                    timed_median_s: dict[tuple[str, str], float | None]) -> list[str]:
-    """Body of the ``Profiles`` section; empty when nothing was profiled."""
+                    timed_median_s: dict[tuple[str, str], float | None],
+                    peaks: Sequence[Any] = ()) -> list[str]:
+    """Body of the ``Profiles`` section; empty when nothing was profiled. ``peaks`` are the
+    Utilization section's (:class:`orchestrator.utilization.PeakSummary`)."""
     prof = {(r.get("bucket"), r.get("arm_id")): r for r in records
             if r.get("kind") == "profile" and r.get("layer") == mode}
     if mode == "off" and not prof:
@@ -117,7 +168,11 @@ def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequ
         out += ["", ("Phase breakdown, ms per profiled step (share of the step); phases are "
                      f"the recipe's `{ph.PREFIX}*` ranges, `{ph.UNATTRIBUTED}` is the rest of "
                      "the step:"), ""]
-        out += phase_table(sums, [timed_median_s.get((bucket, a.arm_id)) for a in arms])
+        timed = [timed_median_s.get((bucket, a.arm_id)) for a in arms]
+        out += phase_table(sums, timed)
+        fl = flops_lines(sums, timed, peaks)
+        if fl:
+            out += ["", *fl]
         base = sums[0][1]
         for a, (label, s) in zip(arms[1:], sums[1:]):
             if base and s:
