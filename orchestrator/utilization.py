@@ -144,7 +144,8 @@ def utilization_section(records: Sequence[dict[str, Any]], peaks: Sequence[PeakS
     ]
     for p in peaks:
         if p.peak_tflops is None:
-            lines.append(f"- peak `{p.label}`: **none** — {p.note}")
+            lines.append(f"- peak `{p.label}` ({p.kind} entry `{p.hardware}`, {p.dtype}): **none** — "
+                         f"{p.note}; source: {p.source}")
             continue
         what = ("relative to a **measured** peak" if p.kind == "measured"
                 else "relative to a **datasheet** peak")
@@ -153,9 +154,11 @@ def utilization_section(records: Sequence[dict[str, Any]], peaks: Sequence[PeakS
         lines.append(f"- peak `{p.label}` ({what}): {p.peak_tflops:.4g} TFLOP/s {p.dtype}, "
                      f"{p.hardware}; source: {p.source}{spread}" + (f"; note: {p.note}" if p.note else ""))
     labels = [p.label for p in peaks]
+    # every column names its FLOP kind (MFU: useful, HFU: executed) and its peak's kind
     head = "| bucket | arm | useful GFLOP/step | executed GFLOP/step | " + " | ".join(
-        f"MFU vs {lb} | HFU vs {lb}" for lb in labels) + " |"
-    lines += ["", head, "|" + "---|---|" + "---:|---:|" + "---:|---:|" * len(labels)]
+        f"MFU vs {p.label} ({p.kind}) | HFU vs {p.label} ({p.kind})" for p in peaks) + " |"
+    lines += ["", ("MFU = useful FLOPs, HFU = executed FLOPs (definitions above), each against "
+                   "the peak named in its column (kind in brackets, source above)."), "", head, "|" + "---|---|" + "---:|---:|" + "---:|---:|" * len(labels)]
     for r in rows:
         cells = " | ".join(f"{_pct(r.mfu.get(lb))} | {_pct(r.hfu.get(lb))}" for lb in labels)
         lines.append(f"| {r.bucket} | {r.label} | {_gflop(r.useful_flops_per_step)} | "

@@ -163,5 +163,9 @@ def test_campaign_utilization_hand_numbers() -> None:
     # variant twice as fast: twice the MFU
     assert r[("mixture", "a1")].mfu["measured"] == pytest.approx(2 * 4 / 1.5 / 11)
     md = "\n".join(utilization_section(records, peaks, rows))
-    assert "relative to a **measured** peak" in md and "peak `auto`: **none**" in md
+    assert "relative to a **measured** peak" in md
+    # a missing peak still says its kind, entry and source beside the reason
+    assert "peak `auto` (datasheet entry `y`, bf16): **none** — device 'y' is not in the " \
+           "registry; source: registry" in md
+    assert "| MFU vs measured (measured) | HFU vs measured (measured) | MFU vs auto (datasheet) |" in md
     assert "| mixture | var |" in md

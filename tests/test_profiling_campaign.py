@@ -23,7 +23,8 @@ from orchestrator.trial import TrialSpec, run_trial
 from tests.conftest import TINY
 
 TWO_ARMS = [*TINY, "+sweep=fa2", "sweep.buckets=[s32]",
-            "sweep.values=[{backend:sdpa,sdpa_kernel:flash}]", "sweep.labels=[flash]"]
+            "sweep.values=[{backend:sdpa,sdpa_kernel:flash}]", "sweep.labels=[flash]",
+            "hardware=measured", "hardware.calibration_size=256", "hardware.calibration_min_s=0.05"]
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
@@ -37,7 +38,19 @@ def test_profiled_trials_leave_timed_statistics_unchanged(
     results_off = (run_dir / "results.csv").read_text()
     baseline_off = json.loads((run_dir / "baseline.json").read_text())
     verdicts_off = (run_dir / "decisions.jsonl").read_text().splitlines()
-    assert "## Profiles" not in (run_dir / "decisions.md").read_text()
+    md = (run_dir / "decisions.md").read_text()
+    assert "## Profiles" not in md
+    # hardware=measured: MFU only against the peak calibrated on the spot, labelled so
+    util = json.loads((run_dir / "utilization.json").read_text())
+    assert [(p["label"], p["kind"]) for p in util["peaks"]] == [("measured", "measured")]
+    assert util["peaks"][0]["peak_tflops"] > 0
+    assert "relative to a **measured** peak" in md and "datasheet" not in md.split(
+        "## Utilization")[1].split("\n## ")[0]
+    import pandas as pd
+
+    res = pd.read_csv(run_dir / "results.csv")
+    assert set(res["peak_kind_measured"]) == {"measured"} and res["mfu_vs_measured"].gt(0).all()
+    measured_peak = util["peaks"][0]["peak_tflops"]
 
     # same run dir with profiling on: timed trials are complete (resume), profiled ones run
     run_campaign(compose([*TWO_ARMS, "profile=framework"]), run_dir)
@@ -50,6 +63,7 @@ def test_profiled_trials_leave_timed_statistics_unchanged(
     prof = [r for r in _records(run_dir) if r["kind"] == "profile"]
     assert {r["arm_label"] for r in prof} == {"sdpa-math", "flash"}
     fw = run_dir / "profiles" / "framework"
+    pa_by_label: dict[str, float] = {}
     for r in prof:
         assert r["status"] == "ok" and r["layer"] == "framework" and r["phases_ok"]
         tdir = run_dir / "trials" / r["trial_id"]
@@ -66,8 +80,15 @@ def test_profiled_trials_leave_timed_statistics_unchanged(
         assert total == pytest.approx(s["trace_step_s"], rel=1e-6)
         assert s["phase_check"]["ok"] and s["phase_check"]["tolerance"] == 0.10
         assert s["steps_in_trace"] == 3 and s["top_ops"]
-        assert s["flops"]["profiler_flops_per_step"] > 0
-        assert 0 < s["flops"]["time_share_with_formula"] < 1
+        # each FLOP figure labelled by its kind, the profiler's with its coverage
+        useful, pa = s["flops"]["useful"], s["flops"]["profiler_attributed"]
+        assert useful["kind"] == "useful" and useful["per_step"] > 0
+        assert pa["kind"] == "profiler-attributed" and pa["per_step"] > 0
+        assert pa["utilization_name"] == "profiler-attributed utilization"
+        assert 0 < pa["coverage_time"] < 1 and pa["coverage_time_basis"] == "cpu"
+        assert pa["ratio_to_useful"] == pytest.approx(pa["per_step"] / useful["per_step"])
+        assert r["profiler_attributed_flops_per_step"] == pa["per_step"]
+        pa_by_label[r["arm_label"]] = pa["per_step"]
     assert (fw / "diff-s32-a1.csv").is_file()
     from orchestrator.report.plots import load_phases  # the summary report reads the phases
 
@@ -75,6 +96,16 @@ def test_profiled_trials_leave_timed_statistics_unchanged(
     md = (run_dir / "decisions.md").read_text()
     assert "## Profiles" in md and "| phase | sdpa-math | flash |" in md
     assert "profiler overhead (profiled / timed)" in md and "vs `sdpa-math`" in md
+    # profiler FLOPs over the timed median step, against the Utilization section's peak; the
+    # figure is named "profiler-attributed utilization", never MFU
+    profiles = md.split("## Profiles")[1]
+    timed = {row["arm_label"]: row["step_time_median_s"] for _, row in res.iterrows()}
+    for label, per_step in pa_by_label.items():
+        line = next(x for x in profiles.splitlines() if x.startswith(f"- `{label}`: useful"))
+        assert "**profiler-attributed**" in line and "MFU" in line  # "(not MFU)"
+        u = per_step / (timed[label] * measured_peak * 1e12)
+        assert f"profiler-attributed utilization (not MFU): {u * 100:.3g}% vs `measured` " \
+               "(measured peak" in line, (line, u)
 
     # the system layer on a machine without msys/nsys: recorded, not fatal
     cfg = compose([*TWO_ARMS, "profile=system"])

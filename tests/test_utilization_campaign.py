@@ -44,6 +44,8 @@ def test_campaign_reports_mfu_against_measured_and_named_peaks(compose: Any, run
     assert "## Utilization (MFU / HFU)" in md
     assert "relative to a **measured** peak" in md and "relative to a **datasheet** peak" in md
     assert "named explicitly" in md  # the H100 figure is not this CPU's
-    assert "| MFU vs h100 | HFU vs h100 | MFU vs measured | HFU vs measured |" in md
+    assert ("| MFU vs h100 (datasheet) | HFU vs h100 (datasheet) | MFU vs measured (measured) "
+            "| HFU vs measured (measured) |") in md
+    assert "source: NVIDIA H100 Tensor Core GPU datasheet" in md
     util = json.loads((run_dir / "utilization.json").read_text())
     assert {p["label"] for p in util["peaks"]} == {"measured", "h100"}
