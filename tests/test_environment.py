@@ -169,12 +169,55 @@ def test_env_report_cli_with_a_fake_musa_install(tmp_path: Path) -> None:
     assert "q" * 30 not in out.read_text()
 
 
-def test_env_report_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.tools.env_report",
-                           "--extra-pattern", "([a-z", "-o", str(tmp_path / "x.json")],
+@pytest.mark.parametrize("argv,match", [
+    (["--extra-pattern", "([a-z"], "error: --extra-pattern[0]: '([a-z' is not a valid"),
+    (["--device", "foo"], "error: env_report: argument --device: invalid choice: 'foo'"),
+    (["--no-such-flag"], "error: env_report: unrecognized arguments: --no-such-flag"),
+    (["-o", "{dir}"], "is a directory; give a file name such as"),
+])
+def test_env_report_cli_bad_input_is_one_line_exit_2(tmp_path: Path, argv: list[str],
+                                                     match: str) -> None:
+    argv = [a.replace("{dir}", str(tmp_path)) for a in argv]
+    if "-o" not in argv:
+        argv += ["-o", str(tmp_path / "x.json")]
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.tools.env_report", *argv],
                           capture_output=True, text=True, timeout=120, check=False,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 2
-    assert proc.stderr.startswith("error: --extra-pattern[0]:")
-    assert len(proc.stderr.strip().splitlines()) == 1
+    assert proc.stderr.startswith("error: ") and match in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""
     assert not (tmp_path / "x.json").exists()
+
+
+def test_env_report_standalone_json_on_stdout_in_the_tools_style() -> None:
+    """The real module CLI on this machine, no fake: it finishes, --json prints the complete
+    report on stdout, sanitized (no home path or user name)."""
+    home = os.path.expanduser("~")
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.tools.env_report", "--json",
+                           "--device", "cpu"],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["gathered_in"] == "env_report" and r["errors"] == {}
+    assert r["selected_device"]["kind"] == "cpu" and r["torch"]["version"] == torch.__version__
+    if len(home) > 1:
+        assert home not in proc.stdout
+
+
+def test_a_failing_general_probe_is_recorded_and_the_report_completes(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken() -> dict[str, Any]:
+        raise PermissionError("/proc/cpuinfo: permission denied")
+
+    monkeypatch.setattr(envmod, "cpu_facts", broken)
+    monkeypatch.setattr(envmod, "container_facts", lambda: 1 / 0)
+    r = envmod.gather("cpu")
+    assert r["errors"] == {"cpu": "PermissionError: /proc/cpuinfo: permission denied",
+                           "container": "ZeroDivisionError: division by zero"}
+    assert r["cpu"] is None and r["container"] is None
+    # everything after the failing probes was still gathered
+    assert r["torch"]["version"] == torch.__version__ and r["attention"]["sdpa"]["math"]
+    assert r["fingerprint"]["device_kind"] == "cpu" and r["env_switches"] is not None
+    json.dumps(r)
