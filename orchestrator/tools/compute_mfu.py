@@ -8,7 +8,8 @@ included) FLOPs, and an explicitly labelled "profiler-attributed utilization" fo
 profiler attributed. ``--buckets FILE.json`` aggregates a mixture of shape buckets as total
 FLOPs over total time; the file is a list of objects (or ``{"buckets": [...]}``) with
 ``flops_per_device_step_tflop``, ``step_seconds`` and either ``step_weight`` or ``samples``
-(then ``global_batch`` is needed, per bucket or via ``--global-batch``).
+(then ``global_batch`` is needed, per bucket or via ``--global-batch``), the same one for
+every bucket of a file: step shares and sample counts are not comparable.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def load_buckets(path: str, global_batch: float | None) -> list[BucketWork]:
     if not isinstance(data, list) or not data:
         raise ToolError("--buckets", "expected a non-empty list of buckets (or {\"buckets\": [...]})")
     out = []
+    first_mode: tuple[str, int] | None = None
     for i, b in enumerate(data):
         key = f"--buckets[{i}]"
         if not isinstance(b, dict):
@@ -68,6 +70,17 @@ def load_buckets(path: str, global_batch: float | None) -> list[BucketWork]:
         gb = b.get("global_batch", global_batch)
         if (weight is None) == (samples is None):
             raise ToolError(key, "give exactly one of step_weight, or samples (with global_batch)")
+        mode = "step_weight" if weight is not None else "samples"
+        if first_mode is None:
+            first_mode = (mode, i)
+        elif mode != first_mode[0]:
+            # a step weight is a share of steps, samples / global batch a count of steps:
+            # their ratio means nothing, so the mixture's weights would be arbitrary
+            named = f"bucket {b['name']!r} " if "name" in b else ""
+            raise ToolError(key, f"{named}gives {mode} but --buckets[{first_mode[1]}] gives "
+                            f"{first_mode[0]}; step shares and sample counts cannot be mixed: "
+                            "give every bucket step_weight, or every bucket samples "
+                            "(with global_batch)")
         try:
             steps = bucket_steps(weight=None if weight is None else float(weight),
                                  samples=None if samples is None else float(samples),
