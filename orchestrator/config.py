@@ -459,6 +459,11 @@ class SanitizeConfig:
     # regular expressions for further private names (projects, registries); replaced by
     # <redacted-N>
     extra_patterns: list[str] = field(default_factory=list)
+    # binary vendor profiler reports (.nsys-rep, .msys-rep, .ncu-rep, .mcu-rep) cannot be
+    # rewritten and may hold host names and command lines: false (default) moves them out of
+    # the run directory into the private store (~/.cache/orchestrator/private/<run id>/) when
+    # the campaign ends; true keeps them (private use only: such a run dir must not be shared)
+    keep_vendor_reports: bool = False
 
 
 @dataclass

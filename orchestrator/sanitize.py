@@ -20,21 +20,35 @@ placeholder within a run directory, so two artifacts can still be compared):
 - ``<redacted-N>``   matches of the configured extra patterns.
 
 Numbered placeholders continue after the highest number already present in the run directory,
-so a resumed campaign never gives one placeholder two meanings. The text transform is pure
-given its inputs; :func:`sanitize_run_dir` is the thin file-walking shell (atomic rewrites).
+so a resumed campaign never gives one placeholder two meanings; and a resumed campaign gives a
+value the placeholder it had before: the private value -> placeholder map (salted SHA-256 of the
+values, never the values) is kept outside the shared run directory, under the user's cache
+(``$ORCHESTRATOR_PRIVATE_DIR``, else ``$XDG_CACHE_HOME/orchestrator/private``, else
+``~/.cache/orchestrator/private``), keyed by the run id in ``run_id.txt``.
+
+Binary vendor profiler reports (``.nsys-rep``, ``.msys-rep``, ``.ncu-rep``, ``.mcu-rep``, their
+``.sqlite`` exports) can hold host names and command lines and cannot be rewritten: unless
+``sanitize.keep_vendor_reports`` is true they are moved out of the run directory into that
+private store when the run directory is sealed. Gzipped files are decompressed, sanitized and
+recompressed. The text transform is pure given its inputs; :func:`sanitize_run_dir` is the thin
+file-walking shell (atomic rewrites).
 """
 
 from __future__ import annotations
 
 import getpass
 import gzip
+import hashlib
 import ipaddress
 import json
 import logging
 import os
 import re
+import secrets as _secrets
+import shutil
 import socket
 import tempfile
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,8 +114,13 @@ GENERIC_NAMES = frozenset(
 HOST_VARS = ("HOSTNAME", "HOST", "SLURMD_NODENAME", "SLURM_SUBMIT_HOST", "SLURM_NODELIST",
              "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "MASTER_ADDR", "PBS_O_HOST")
 USER_VARS = ("USER", "LOGNAME", "USERNAME", "SUDO_USER", "SLURM_JOB_USER")
+# vendor profiler reports: binary, may hold host names and command lines, cannot be rewritten
+VENDOR_REPORT_SUFFIXES = (".msys-rep", ".mcu-rep", ".nsys-rep", ".ncu-rep", ".qdrep", ".sqlite")
 BINARY_SUFFIXES = (".png", ".jpg", ".jpeg", ".pdf", ".pt", ".pth", ".npz", ".npy", ".pkl",
-                   ".safetensors", ".msys-rep", ".mcu-rep", ".nsys-rep", ".ncu-rep", ".sqlite")
+                   ".safetensors", *VENDOR_REPORT_SUFFIXES)
+RUN_ID_FILE = "run_id.txt"
+PRIVATE_DIR_VAR = "ORCHESTRATOR_PRIVATE_DIR"
+PLACEHOLDER_MAP = "placeholders.json"
 
 
 @dataclass(frozen=True)
@@ -190,8 +209,14 @@ class Sanitizer:
     identity: Identity = field(default_factory=Identity)
     keep_hostnames: bool = False
     extra_patterns: tuple[str, ...] = ()
+    keep_vendor_reports: bool = False
     _maps: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
     _next: dict[str, int] = field(default_factory=dict, repr=False)
+    # the private store of a run directory (bind_run_dir): salted value hash -> placeholder
+    _store: Path | None = field(default=None, repr=False)
+    _salt: str = field(default="", repr=False)
+    _known: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
+    _dirty: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         self._extra = [re.compile(p) for p in self.extra_patterns]
@@ -217,6 +242,7 @@ class Sanitizer:
             identity=Identity.detect(environ),
             keep_hostnames=bool(getattr(cfg, "keep_hostnames", False)),
             extra_patterns=tuple(getattr(cfg, "extra_patterns", None) or ()),
+            keep_vendor_reports=bool(getattr(cfg, "keep_vendor_reports", False)),
         )
 
     # ------------------------------------------------------------------ placeholders
@@ -224,10 +250,60 @@ class Sanitizer:
     def _placeholder(self, kind: str, value: str) -> str:
         table = self._maps.setdefault(kind, {})
         if value not in table:
-            n = self._next.get(kind, 0) + 1
-            self._next[kind] = n
-            table[value] = f"<{kind}-{n}>"
+            key = self._hash(value)
+            known = self._known.setdefault(kind, {})
+            if key in known:  # seen by an earlier session on this run directory
+                table[value] = known[key]
+            else:
+                n = self._next.get(kind, 0) + 1
+                self._next[kind] = n
+                table[value] = known[key] = f"<{kind}-{n}>"
+                self._dirty = self._store is not None
         return table[value]
+
+    def _hash(self, value: str) -> str:
+        return hashlib.sha256((self._salt + "\0" + value).encode("utf-8", "surrogateescape")).hexdigest()
+
+    def bind_run_dir(self, run_dir: str | os.PathLike[str]) -> Path | None:
+        """Reuse (and from now on keep) the placeholders earlier sessions gave values in this
+        run directory. The map lives in the private store, outside the run directory; it holds
+        salted hashes of the values, not the values. Returns the map's path (None when no
+        private store can be used: numbering then still continues after the run directory's)."""
+        store = private_dir(run_dir)
+        if store is None:
+            return None
+        path = store / PLACEHOLDER_MAP
+        try:
+            data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        except (OSError, ValueError) as exc:
+            log.warning("placeholder map %s unreadable (%s): numbering continues instead", path, exc)
+            data = {}
+        if self._store != path:  # first binding: the store's salt and map replace ours
+            self._salt = str(data.get("salt") or _secrets.token_hex(16))
+            before, self._known = self._maps, {}
+            for kind, table in (data.get("maps") or {}).items():
+                self._known[kind] = {str(k): str(v) for k, v in table.items()}
+            for kind, seen in before.items():  # values met before binding keep theirs
+                for value, ph in seen.items():
+                    self._known.setdefault(kind, {}).setdefault(self._hash(value), ph)
+            self._dirty = True
+        else:
+            for kind, table in (data.get("maps") or {}).items():
+                self._known.setdefault(kind, {}).update(table)
+        for kind, n in (data.get("next") or {}).items():
+            self._next[kind] = max(self._next.get(kind, 0), int(n))
+        self._store = path
+        return path
+
+    def flush(self) -> None:
+        """Write the placeholder map to the private store when it gained entries."""
+        if self._store is None or not self._dirty:
+            return
+        self._store.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        body = json.dumps({"salt": self._salt, "maps": self._known, "next": self._next},
+                          sort_keys=True)
+        _atomic_write_bytes(self._store, body.encode("utf-8"), mode=0o600)
+        self._dirty = False
 
     def reserve(self, text: str) -> None:
         """Continue numbering after placeholders already present (a resumed run directory)."""
@@ -307,6 +383,7 @@ class Sanitizer:
         body = gzip.decompress(raw) if gz else raw
         text = body.decode("utf-8", errors="surrogateescape")
         new = self._file_text(name[:-3] if gz else name, text)
+        self.flush()
         if new == text:
             return False
         out = new.encode("utf-8", errors="surrogateescape")
@@ -329,9 +406,11 @@ class Sanitizer:
         return self.text(text)
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def _atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if mode is not None:
+            os.chmod(tmp, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -350,8 +429,75 @@ def _text_files(root: Path) -> list[Path]:
                   and not p.name.endswith(".tmp"))
 
 
+def private_root() -> Path:
+    """Where private, never-shared data of run directories lives (outside every run dir)."""
+    env = os.environ.get(PRIVATE_DIR_VAR)
+    if env:
+        return Path(env).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "orchestrator" / "private"
+
+
+def run_id(run_dir: str | os.PathLike[str]) -> str:
+    """The run directory's random id (``run_id.txt``; created on first use): it keys the
+    private store, identifies nothing, and moves with the run directory."""
+    path = Path(run_dir) / RUN_ID_FILE
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+        if re.fullmatch(r"[0-9a-f]{32}", text):
+            return text
+    except OSError:
+        pass
+    rid = uuid.uuid4().hex
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write_bytes(path, (rid + "\n").encode())
+    return rid
+
+
+def private_dir(run_dir: str | os.PathLike[str]) -> Path | None:
+    """This run directory's private store, or None when it would sit inside the run
+    directory (a misconfigured ``ORCHESTRATOR_PRIVATE_DIR``)."""
+    root = private_root()
+    run = Path(run_dir).resolve()
+    try:
+        root.resolve().relative_to(run)
+    except ValueError:
+        return root / run_id(run_dir)
+    log.warning("%s=%s is inside the run directory: no private store used", PRIVATE_DIR_VAR, root)
+    return None
+
+
+def remove_vendor_reports(run_dir: str | os.PathLike[str]) -> list[tuple[Path, Path]]:
+    """Move the binary vendor profiler reports out of ``run_dir`` into its private store
+    (same relative paths); returns (old, new) pairs. Reports that cannot be moved are deleted:
+    an unsanitizable file never stays in a shared run directory by default."""
+    root = Path(run_dir)
+    moved = []
+    reports = [p for p in _text_files(root) if p.name.lower().endswith(VENDOR_REPORT_SUFFIXES)]
+    store = private_dir(root) if reports else None
+    for p in reports:
+        rel = p.relative_to(root)
+        try:
+            if store is None:
+                raise OSError("no private store")
+            dest = store / "vendor_reports" / rel
+            dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            shutil.move(str(p), str(dest))
+            moved.append((p, dest))
+        except OSError as exc:
+            log.warning("vendor report %s not movable (%s): deleted from the run directory",
+                        rel, exc)
+            p.unlink(missing_ok=True)
+    return moved
+
+
 def reserve_run_dir(run_dir: str | os.PathLike[str], sanitizer: Sanitizer) -> None:
-    """Make ``sanitizer`` number past the placeholders already in ``run_dir`` (on resume)."""
+    """Make ``sanitizer`` give values the placeholders they had in earlier sessions on
+    ``run_dir`` (the private map) and number past every placeholder already in it (resume)."""
+    try:
+        sanitizer.bind_run_dir(run_dir)
+    except OSError as exc:
+        log.warning("private placeholder map unavailable (%s): numbering continues instead", exc)
     for p in _text_files(Path(run_dir)):
         if not p.name.lower().endswith(BINARY_SUFFIXES + (".gz",)):
             try:
@@ -365,6 +511,10 @@ def sanitize_run_dir(run_dir: str | os.PathLike[str], sanitizer: Sanitizer) -> l
     written right now by someone else are not expected: this runs when the campaign is done."""
     root = Path(run_dir)
     reserve_run_dir(root, sanitizer)
+    if not sanitizer.keep_vendor_reports:
+        for old, new in remove_vendor_reports(root):
+            log.info("vendor report %s moved out of the run directory to the private store "
+                     "(sanitize.keep_vendor_reports=false)", old.relative_to(root))
     changed = []
     for p in _text_files(root):
         try:
@@ -372,4 +522,5 @@ def sanitize_run_dir(run_dir: str | os.PathLike[str], sanitizer: Sanitizer) -> l
                 changed.append(p)
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
             log.warning("could not sanitize %s: %s", p.relative_to(root), exc)
+    sanitizer.flush()
     return changed

@@ -6,6 +6,16 @@ from typing import Any
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The sanitizer's private store (placeholder maps, vendor reports moved out of run
+    directories) goes under the test session's temporary directory, not the user's cache;
+    trial and campaign subprocesses inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ORCHESTRATOR_PRIVATE_DIR", str(tmp_path_factory.mktemp("private store")))
+        yield
+
+
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     # odd characters on purpose: spaces, unicode and shell metacharacters must not break paths

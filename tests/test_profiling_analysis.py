@@ -186,3 +186,41 @@ def test_real_profiler_trace_phases_and_diff(tmp_path: Path) -> None:
     d = diff_frames(small, big)
     assert {r["phase"] for r in d["phases"]} >= {"forward", "backward", "step"}
     assert isinstance(pd.DataFrame(d["ops"]), pd.DataFrame) and len(d["ops"]) > 0
+
+
+def test_profiles_section_names_flop_kinds_and_hides_moved_vendor_reports(tmp_path: Path) -> None:
+    """Pure formatting: profiler-attributed FLOPs over the timed step against the section's
+    peak, never called MFU; vendor reports get no dead link unless they are kept."""
+    from types import SimpleNamespace
+
+    from orchestrator.profiling.framework import flops_summary
+    from orchestrator.profiling.report import flops_lines, profile_section
+    from orchestrator.utilization import PeakSummary
+
+    prof = {"flops_per_step": 3e9, "steps": 2, "by_op": {"aten::mm": 3}, "coverage_time": 0.5,
+            "time_basis": "cpu", "definition": "d"}
+    s = {"flops": flops_summary(prof, 2e9)}
+    assert s["flops"]["useful"] == {"kind": "useful", "per_step": 2e9,
+                                    "definition": s["flops"]["useful"]["definition"]}
+    assert s["flops"]["profiler_attributed"]["ratio_to_useful"] == 1.5
+    peak = PeakSummary("measured", "measured", "fp32", "cpu", 0.1, "calibration", None)
+    # 3 GFLOP / (0.5 s x 0.1 TFLOP/s) = 6 %
+    lines = flops_lines([("base", s)], [0.5], [peak])
+    assert "not an MFU" in lines[0]
+    assert lines[-1] == ("- `base`: useful (analytic) 2 GFLOP/step; **profiler-attributed** 3 "
+                         "GFLOP/step (1.5x useful), ops with a profiler FLOP formula: 50% of cpu "
+                         "op time; profiler-attributed utilization (not MFU): 6% vs `measured` "
+                         "(measured peak, 0.1 TFLOP/s fp32)")
+    none = flops_lines([("base", {"flops": flops_summary(None, 2e9)})], [0.5], [peak])
+    assert none[-1:] == [("- `base`: useful (analytic) 2 GFLOP/step; profiler-attributed FLOPs "
+                          "not counted (profile.with_flops=false)")]
+
+    arm = SimpleNamespace(arm_id="a0", label="base")
+    rec = {"kind": "profile", "layer": "system", "bucket": "s32", "arm_id": "a0", "status": "ok",
+           "trial_id": "p", "artifacts": ["profiles/system/p.nsys-rep"]}
+    moved = "\n".join(profile_section(tmp_path, "system", ["s32"], [arm], [rec], {}))
+    assert "`p.nsys-rep` (moved to the private store)" in moved and "](" not in moved
+    assert "cannot be sanitized" in moved
+    kept = "\n".join(profile_section(tmp_path, "system", ["s32"], [arm], [rec], {},
+                                     keep_vendor_reports=True))
+    assert "[p.nsys-rep](profiles/system/p.nsys-rep)" in kept and "unsanitized" in kept

@@ -117,6 +117,8 @@ def test_profiled_trials_leave_timed_statistics_unchanged(
     assert (run_dir / "results.csv").read_text() == results_off
     md = (run_dir / "decisions.md").read_text()
     assert "Layer `system`" in md and "**unavailable**" in md
+    # vendor reports cannot be sanitized: the default moves them out, and says so
+    assert "cannot be sanitized" in md and "sanitize.keep_vendor_reports=true" in md
     assert "## Failed trials" not in md
 
 

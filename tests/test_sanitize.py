@@ -10,13 +10,21 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.sanitize import Identity, Sanitizer, is_secret_name, sanitize_run_dir
+from orchestrator.sanitize import (
+    Identity,
+    Sanitizer,
+    is_secret_name,
+    private_dir,
+    reserve_run_dir,
+    sanitize_run_dir,
+)
 from tests.helpers.leaky import LEAK_HOST, LEAK_IP
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +108,75 @@ def test_run_dir_files_rewritten_atomically_and_numbering_continues(tmp_path: Pa
     assert not list(tmp_path.rglob("*.tmp"))
 
 
+def test_a_resume_reuses_the_placeholders_kept_outside_the_run_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sanitizer sessions on one run directory (a campaign and its resume): a value gets
+    the same placeholder in both; the private map is outside the run directory and holds no
+    value in clear."""
+    store = tmp_path / "private"
+    monkeypatch.setenv("ORCHESTRATOR_PRIVATE_DIR", str(store))
+    run = tmp_path / "run"
+    (run / "trials").mkdir(parents=True)
+    first = _san()
+    reserve_run_dir(run, first)
+    (run / "trials" / "a.log").write_text(f"dial {LEAK_IP} then 10.0.0.9 on {LEAK_HOST}\n")
+    assert first.file(run / "trials" / "a.log")
+    assert (run / "trials" / "a.log").read_text() == "dial <ip-1> then <ip-2> on <host-1>\n"
+
+    second = _san()  # a new process: nothing in memory
+    reserve_run_dir(run, second)
+    (run / "trials" / "b.log").write_text(f"{LEAK_HOST}: 10.0.0.9, 192.168.7.7, {LEAK_IP}\n")
+    second.file(run / "trials" / "b.log")
+    assert (run / "trials" / "b.log").read_text() == "<host-1>: <ip-2>, <ip-3>, <ip-1>\n"
+
+    pmap = private_dir(run)
+    assert pmap is not None and pmap.parent == store and run not in pmap.parents
+    assert {p.name for p in run.rglob("*") if p.is_file()} == {"a.log", "b.log", "run_id.txt"}
+    text = (pmap / "placeholders.json").read_text()
+    assert LEAK_IP not in text and LEAK_HOST not in text and "<ip-3>" in text
+    assert oct((pmap / "placeholders.json").stat().st_mode & 0o777) == "0o600"
+    # without the private map, numbering still never reuses a placeholder for a new value
+    (pmap / "placeholders.json").unlink()
+    third = _san()
+    reserve_run_dir(run, third)
+    assert third.text("10.0.0.9") == "<ip-4>"
+    # a private store configured inside the run directory is refused
+    monkeypatch.setenv("ORCHESTRATOR_PRIVATE_DIR", str(run / "store"))
+    assert private_dir(run) is None
+
+
+def test_vendor_reports_leave_the_run_dir_unless_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compose: Any
+) -> None:
+    """Binary vendor profiler reports cannot be rewritten: by default they are moved into the
+    private store; ``sanitize.keep_vendor_reports=true`` keeps them (private use)."""
+    monkeypatch.setenv("ORCHESTRATOR_PRIVATE_DIR", str(tmp_path / "private"))
+    secret = f"nsys profile on {HOST} by {USER} in {HOME}".encode()
+    for keep in (False, True):
+        run = tmp_path / f"run-{keep}"
+        (run / "profiles" / "system").mkdir(parents=True)
+        for suffix in (".nsys-rep", ".msys-rep", ".ncu-rep", ".mcu-rep"):
+            (run / "profiles" / "system" / f"prof{suffix}").write_bytes(b"\0BIN" + secret)
+        (run / "trace.json.gz").write_bytes(gzip.compress(f'{{"h": "{HOST}"}}'.encode()))
+        cfg = compose(["workload=gpt_test", "+sweep=fa2",
+                       f"sanitize.keep_vendor_reports={str(keep).lower()}"])
+        san = Sanitizer.from_config(cfg.sanitize, environ={"HOSTNAME": HOST, "USER": USER,
+                                                           "HOME": HOME})
+        assert san.keep_vendor_reports is keep
+        sanitize_run_dir(run, san)
+        left = sorted(p.name for p in (run / "profiles" / "system").iterdir())
+        moved = private_dir(run) / "vendor_reports" / "profiles" / "system"  # type: ignore[operator]
+        if keep:
+            assert len(left) == 4 and not moved.exists()
+        else:
+            assert left == []
+            assert sorted(p.name for p in moved.iterdir()) == [
+                "prof.mcu-rep", "prof.msys-rep", "prof.ncu-rep", "prof.nsys-rep"]
+            assert (moved / "prof.nsys-rep").read_bytes() == b"\0BIN" + secret
+        assert HOST not in gzip.decompress((run / "trace.json.gz").read_bytes()).decode()
+
+
 def test_bad_extra_pattern_names_the_key(compose: Any) -> None:
     with pytest.raises(ConfigError, match=r"sanitize\.extra_patterns\[0\]: '\(' is not a valid"):
         compose(["workload=gpt_test", "+sweep=fa2", "sanitize.extra_patterns=['(']"])
@@ -122,7 +199,7 @@ def test_planted_secrets_reach_no_file_of_a_real_campaign(tmp_path: Path) -> Non
         "sweep.knob=null", "sweep.variable=workload.recipe", "sweep.baseline=gpt",
         "sweep.values=[tests.helpers.leaky:build_raise]", "sweep.labels=[leaky]",
         "sweep.fixed={}", "sweep.baseline_label=null", f"sweep.hypothesis='{hypothesis}'",
-        "sanitize.extra_patterns=['acme-[a-z]+']", f"run_dir='{run_dir}'",
+        "sanitize.extra_patterns=['acme-[a-z]+']", "profile=framework", f"run_dir='{run_dir}'",
         f"hydra.run.dir='{tmp_path / 'hydra'}'",
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
@@ -135,10 +212,25 @@ def test_planted_secrets_reach_no_file_of_a_real_campaign(tmp_path: Path) -> Non
         assert expected in names, sorted(names)
     planted = [TOKEN, GH_TOKEN, PASSWORD, USER, HOME, HOST, LEAK_HOST, LEAK_IP,
                "acme-internalproj", "k" * 24]
+    # every file is scanned in the form its content has: gzipped ones decompressed (the
+    # profiled trial's traces), text as text, images as bytes; no other kind may appear
+    scanned: dict[str, int] = {}
     for p in files:
-        text = p.read_bytes().decode("utf-8", errors="replace")
+        raw = p.read_bytes()
+        suffix = p.suffix.lower()
+        if suffix == ".gz":
+            raw = gzip.decompress(raw)
+            suffix = Path(p.stem).suffix.lower() + ".gz"
+        elif suffix == ".pt":  # torch.save archives (correctness probes): stored, not
+            with zipfile.ZipFile(p) as zf:  # deflated, so the byte scan sees their strings
+                assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_STORED}
+        scanned[suffix] = scanned.get(suffix, 0) + 1
+        text = raw.decode("utf-8", errors="replace")
         for value in planted:
             assert value not in text, f"{value!r} leaked into {p.relative_to(run_dir)}"
+    assert set(scanned) <= {".json", ".jsonl", ".csv", ".txt", ".md", ".log", ".diff", ".html",
+                            ".png", ".pt", ".json.gz"}, scanned
+    assert scanned.get(".json.gz", 0) >= 1  # a profiled trace really was decompressed
     # the values did flow through: their placeholders are where they would have been
     stderr = (run_dir / "trials/r000-s32-a1/stderr.log").read_text()
     assert "<host-" in stderr and "<ip-" in stderr and "<home>/datasets" in stderr

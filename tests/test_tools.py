@@ -128,13 +128,15 @@ def test_compute_mfu_mixed_buckets(tmp_path: Path, capsys: Any) -> None:
     ('[{"flops_per_device_step_tflop": -1, "step_seconds": 1, "step_weight": 1}]', [],
      "flops_per_device_step_tflop: must be a positive number"),
     # a step share and a sample count in one file: their ratio is meaningless, refused
-    ('[{"flops_per_device_step_tflop": 1, "step_seconds": 1, "step_weight": 0.5},'
-     ' {"flops_per_device_step_tflop": 2, "step_seconds": 1, "samples": 300}]', ["--global-batch", "100"],
-     "error: --buckets[1]: gives samples but --buckets[0] gives step_weight; step shares and "
-     "sample counts cannot be mixed: give every bucket step_weight, or every bucket samples"),
-    ('{"buckets": [{"flops_per_device_step_tflop": 1, "step_seconds": 1, "samples": 10, '
-     '"global_batch": 5}, {"name": "x", "flops_per_device_step_tflop": 1, "step_seconds": 1, '
-     '"step_weight": 1}]}', [], "error: --buckets[1]: bucket 'x' gives step_weight but --buckets[0] gives samples"),
+    (('[{"flops_per_device_step_tflop": 1, "step_seconds": 1, "step_weight": 0.5},'
+      ' {"flops_per_device_step_tflop": 2, "step_seconds": 1, "samples": 300}]'),
+     ["--global-batch", "100"],
+     ("error: --buckets[1]: gives samples but --buckets[0] gives step_weight; step shares and "
+      "sample counts cannot be mixed: give every bucket step_weight, or every bucket samples")),
+    (('{"buckets": [{"flops_per_device_step_tflop": 1, "step_seconds": 1, "samples": 10, '
+      '"global_batch": 5}, {"name": "x", "flops_per_device_step_tflop": 1, "step_seconds": 1, '
+      '"step_weight": 1}]}'), [],
+     "error: --buckets[1]: bucket 'x' gives step_weight but --buckets[0] gives samples"),
 ])
 def test_compute_mfu_bad_buckets_exit_2(tmp_path: Path, capsys: Any, content: str,
                                         extra: list[str], match: str) -> None:

@@ -106,5 +106,5 @@ def profiles_section(cfg: Config, run_dir: Path, arms: Sequence[Any], analysis: 
     timed = {k: s.step_time_median_s for k, s in analysis.summaries.items()}
     peaks = summarize_peaks([r for r in records if r.get("kind", "timed") == "timed"])
     body = profile_section(run_dir, cfg.profile.mode, analysis.buckets, arms, records, timed,
-                           peaks)
+                           peaks, keep_vendor_reports=cfg.sanitize.keep_vendor_reports)
     return [("Profiles", body)] if body else []

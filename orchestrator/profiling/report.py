@@ -133,15 +133,35 @@ def flops_lines(sums: Sequence[tuple[str, dict[str, Any] | None]],
 def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequence[Any],
                     records: Sequence[dict[str, Any]],
                     timed_median_s: dict[tuple[str, str], float | None],
-                    peaks: Sequence[Any] = ()) -> list[str]:
+                    peaks: Sequence[Any] = (), keep_vendor_reports: bool = False) -> list[str]:
     """Body of the ``Profiles`` section; empty when nothing was profiled. ``peaks`` are the
-    Utilization section's (:class:`orchestrator.utilization.PeakSummary`)."""
+    Utilization section's (:class:`orchestrator.utilization.PeakSummary`). Vendor reports
+    are named without a link unless ``keep_vendor_reports``: the run directory's seal moves
+    them to the private store (orchestrator.sanitize)."""
+    from orchestrator.sanitize import VENDOR_REPORT_SUFFIXES
+
+    def artifact(x: str) -> str:
+        if not keep_vendor_reports and x.lower().endswith(VENDOR_REPORT_SUFFIXES):
+            return f"`{Path(x).name}` (moved to the private store)"
+        return _link(Path(x).name, x)
+
     prof = {(r.get("bucket"), r.get("arm_id")): r for r in records
             if r.get("kind") == "profile" and r.get("layer") == mode}
     if mode == "off" and not prof:
         return []
     out = [(f"Layer `{mode}`: one profiled trial per arm and bucket, run after the timed trials "
             "in their own processes; none of it enters the timing statistics above.")]
+    if mode in ("system", "compute"):
+        out.append("")
+        out.append(
+            "**Vendor reports are kept here unsanitized** (sanitize.keep_vendor_reports=true): "
+            "they are binary and may hold host names, user names and command lines; do not share "
+            "this run directory." if keep_vendor_reports else
+            "Vendor reports (`.nsys-rep`, `.msys-rep`, `.ncu-rep`, `.mcu-rep`) are binary and "
+            "cannot be sanitized (they may hold host names and command lines): they are moved "
+            "out of this run directory into the private store (`~/.cache/orchestrator/private/"
+            "<run id>/vendor_reports/`, or `$ORCHESTRATOR_PRIVATE_DIR`) when the campaign ends; "
+            "set `sanitize.keep_vendor_reports=true` to keep them here, for private use only.")
     for bucket in buckets:
         out += ["", f"### Bucket `{bucket}`", ""]
         status = []
@@ -150,7 +170,7 @@ def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequ
             if r is None:
                 status.append(f"- {a.label}: not run")
                 continue
-            links = " · ".join(_link(Path(x).name, x) for x in _list(r.get("artifacts")))
+            links = " · ".join(artifact(x) for x in _list(r.get("artifacts")))
             err = f": {_text(r.get('error'))}" if _text(r.get("error")) else ""
             status.append(f"- {a.label}: **{r['status']}**{err}" + (f" — {links}" if links else ""))
         out += status

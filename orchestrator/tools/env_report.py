@@ -51,8 +51,8 @@ def summary_lines(report: dict[str, Any], elapsed_s: float) -> list[str]:
     lines = [
         f"device: {sel.get('kind', 'none')}: {sel.get('name', sel.get('error'))}"
         + (f" (x{sel['count']})" if sel.get("count") else ""),
-        f"torch {torch.get('version')} (cuda {torch.get('cuda')}, musa {torch.get('musa')}); "
-        f"python {(report.get('python') or {}).get('version')}",
+        (f"torch {torch.get('version')} (cuda {torch.get('cuda')}, musa {torch.get('musa')}); "
+         f"python {(report.get('python') or {}).get('version')}"),
         f"cpu: {cpu.get('model')} ({cpu.get('logical_cores')} logical cores)",
         "distributed backends: " + (", ".join(k for k, v in dist.items() if v is True) or "none"),
         f"{len(errors)} probe error(s)" + (": " + ", ".join(sorted(errors)) if errors else ""),
