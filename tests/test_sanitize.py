@@ -199,7 +199,9 @@ def test_planted_secrets_reach_no_file_of_a_real_campaign(tmp_path: Path) -> Non
         "sweep.knob=null", "sweep.variable=workload.recipe", "sweep.baseline=gpt",
         "sweep.values=[tests.helpers.leaky:build_raise]", "sweep.labels=[leaky]",
         "sweep.fixed={}", "sweep.baseline_label=null", f"sweep.hypothesis='{hypothesis}'",
-        "sanitize.extra_patterns=['acme-[a-z]+']", "profile=framework", f"run_dir='{run_dir}'",
+        "sanitize.extra_patterns=['acme-[a-z]+']", f"run_dir='{run_dir}'",
+        # a profiled trial per arm: gzipped traces in the run directory, scanned decompressed
+        "profile=framework", "profile.wait_steps=0", "profile.active_steps=1",
         f"hydra.run.dir='{tmp_path / 'hydra'}'",
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
