@@ -262,7 +262,8 @@ class Sanitizer:
         return table[value]
 
     def _hash(self, value: str) -> str:
-        return hashlib.sha256((self._salt + "\0" + value).encode("utf-8", "surrogateescape")).hexdigest()
+        salted = (self._salt + "\0" + value).encode("utf-8", "surrogateescape")
+        return hashlib.sha256(salted).hexdigest()
 
     def bind_run_dir(self, run_dir: str | os.PathLike[str]) -> Path | None:
         """Reuse (and from now on keep) the placeholders earlier sessions gave values in this
@@ -276,7 +277,8 @@ class Sanitizer:
         try:
             data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
         except (OSError, ValueError) as exc:
-            log.warning("placeholder map %s unreadable (%s): numbering continues instead", path, exc)
+            log.warning("placeholder map %s unreadable (%s): numbering continues instead",
+                        path, exc)
             data = {}
         if self._store != path:  # first binding: the store's salt and map replace ours
             self._salt = str(data.get("salt") or _secrets.token_hex(16))

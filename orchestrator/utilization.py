@@ -144,8 +144,8 @@ def utilization_section(records: Sequence[dict[str, Any]], peaks: Sequence[PeakS
     ]
     for p in peaks:
         if p.peak_tflops is None:
-            lines.append(f"- peak `{p.label}` ({p.kind} entry `{p.hardware}`, {p.dtype}): **none** — "
-                         f"{p.note}; source: {p.source}")
+            lines.append(f"- peak `{p.label}` ({p.kind} entry `{p.hardware}`, {p.dtype}): "
+                         f"**none** — {p.note}; source: {p.source}")
             continue
         what = ("relative to a **measured** peak" if p.kind == "measured"
                 else "relative to a **datasheet** peak")

@@ -166,7 +166,9 @@ def test_vendor_reports_leave_the_run_dir_unless_kept(
         assert san.keep_vendor_reports is keep
         sanitize_run_dir(run, san)
         left = sorted(p.name for p in (run / "profiles" / "system").iterdir())
-        moved = private_dir(run) / "vendor_reports" / "profiles" / "system"  # type: ignore[operator]
+        store = private_dir(run)
+        assert store is not None and run not in store.parents
+        moved = store / "vendor_reports" / "profiles" / "system"
         if keep:
             assert len(left) == 4 and not moved.exists()
         else:

@@ -107,8 +107,9 @@ def flops_lines(sums: Sequence[tuple[str, dict[str, Any] | None]],
         cov = pa.get("coverage_time")
         line = (f"- `{label}`: useful (analytic) {_g(useful)}/step; **profiler-attributed** "
                 f"{_g(per)}/step" + (f" ({ratio:.3g}x useful)" if ratio else "")
-                + (f", ops with a profiler FLOP formula: {cov:.0%} of {pa.get('coverage_time_basis')}"
-                   " op time" if isinstance(cov, (int, float)) else ""))
+                + (f", ops with a profiler FLOP formula: {cov:.0%} of "
+                   f"{pa.get('coverage_time_basis')} op time" if isinstance(cov, (int, float))
+                   else ""))
         utils = []
         for pk in peaks:
             if pk.peak_tflops is None or not per or not t:
