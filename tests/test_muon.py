@@ -167,13 +167,40 @@ def test_registry_adapter() -> None:
             {**entry, "peak_tflops": {"fp32": 67}}))
 
 
-def test_registry_profile_from_the_real_registry() -> None:
+def test_registry_profile_from_the_real_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An H100 seen through the device seam: the registry gives the datasheet peaks and NVLink
+    bandwidth, the group measurement the collective latency (no datasheet states one); on a
+    small tall weight that latency term flips the choice from distributed to duplicated."""
     from orchestrator.errors import BackendUnavailable
     from recipes.muon.recipe import registry_profile
 
-    # the H100 entry states no collective latency: refused with the fix, not guessed
+    fake_cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 8,
+                                      get_device_name=lambda i: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(devmod, "_torch", lambda: types.SimpleNamespace(cuda=fake_cuda))
+    monkeypatch.setattr(devmod, "musa_module", lambda: None)
+    dev = devmod.resolve("cuda", 0)
+    assert dev.name == "NVIDIA H100 80GB HBM3"
+
+    # the H100 entry states no collective latency: without a measurement refused, not guessed
     with pytest.raises(BackendUnavailable, match="collective_latency_us is missing.*h100.yaml"):
-        registry_profile("NVIDIA H100 80GB HBM3", "cuda")
+        registry_profile(dev.name, dev.kind)
+    calls: list[int] = []
+
+    def measured(latency_s: float) -> Any:
+        return lambda: calls.append(1) or latency_s
+
+    p = registry_profile(dev.name, dev.kind, measured(20e-6))
+    assert calls == [1] and p.figure_kind == "hybrid"
+    assert p.matmul_flops_per_s["fp32"] == 67e12 and p.intra == Link(450e9, 20e-6)
+    assert "h100" in p.name and "20.0 us: measured" in p.name
+    # [4096, 128] rows split over 2 ranks: distributed halves ~22 us of fp32 NS compute but
+    # needs 6 collectives to duplicated's one
+    args = dict(quad_steps=5, ns_dtype="fp32", crosses_domain=False, partition_dim=0)
+    with_latency = choose(4096, 128, 2, 5, profile=p, **args)
+    assert with_latency.mode == "duplicated", with_latency.line()
+    no_latency = choose(4096, 128, 2, 5, profile=registry_profile(dev.name, dev.kind,
+                                                                   measured(0.0)), **args)
+    assert no_latency.mode == "distributed", no_latency.line()
     with pytest.raises(BackendUnavailable, match="no registry entry"):
         registry_profile("Imaginary GPU 9000", "cuda")
 

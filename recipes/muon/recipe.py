@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from orchestrator import device as devmod
 from orchestrator.config import BucketConfig, MuonTPWorkloadConfig
 from orchestrator.errors import BackendUnavailable
-from recipes.muon.calibrate import calibrate, describe
+from recipes.muon.calibrate import calibrate, describe, measure_latency
 from recipes.muon.cost import CostProfile, ModeResolver, profile_from_registry
 from recipes.muon.model import ShardedLinear, TPTransformer
 from recipes.muon.newton_schulz import quadratic_steps
@@ -55,17 +55,25 @@ def default_group(world_size: int) -> Optional[dist.ProcessGroup]:
     return dist.group.WORLD if world_size > 1 else None
 
 
-def registry_profile(device_name: str, device_kind: str) -> CostProfile:
-    """The cost profile of this device's hardware-registry entry (datasheet figures); a device
-    without an entry, or an entry lacking a figure the model needs, is refused, never guessed."""
+def registry_profile(device_name: str, device_kind: str,
+                     measure_latency: Optional[Callable[[], float]] = None) -> CostProfile:
+    """The cost profile of this device's hardware-registry entry: datasheet peaks and link
+    bandwidths. No datasheet states a per-collective latency, so an entry whose
+    ``collective_latency_us`` is null takes it from ``measure_latency()`` (a short measurement
+    on the group; the profile is then labelled ``hybrid``). A device without an entry, or an
+    entry lacking another figure the model needs, is refused, never guessed."""
     from orchestrator import hardware
 
     entry = hardware.lookup(device_name, device_kind)
     if entry is None:
         raise BackendUnavailable("tp.cost_profile=registry: no registry entry matches this "
                                  "device; use tp.cost_profile=measured or none")
+    latency = None
+    if entry.collective_latency_us is None and measure_latency is not None:
+        latency = measure_latency()
     try:
-        return profile_from_registry(entry.to_dict())
+        return profile_from_registry(entry.to_dict(), latency_s=latency,
+                                     latency_source="one-element all-reduce on the group")
     except ValueError as exc:
         raise BackendUnavailable(f"tp.cost_profile=registry: {exc}; add it to "
                                  f"conf/hardware/{entry.name}.yaml or use "
@@ -143,7 +151,9 @@ class MuonTPTrainer:
             profile = calibrate(self.group, ns_dtype=o.ns_dtype, steps=o.ns_steps,
                                 coefficient_set=o.coefficients, device=str(self.device), dev=dev)
         elif tp.cost_profile == "registry":
-            profile = registry_profile(dev.name, dev.kind)
+            group = self.group
+            profile = registry_profile(dev.name, dev.kind, lambda: measure_latency(
+                group, device=str(self.device), dev=dev))
         self.tp_info.update(crosses_domain=crosses, domain_basis=basis,
                             profile=describe(profile) if profile else "none (conservative rule)")
         if self.rank == 0:
