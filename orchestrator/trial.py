@@ -339,6 +339,13 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.launch.local import die_with_parent
 
         die_with_parent()
+    import logging
+
+    # warnings from anything, and the recipes' one-off INFO facts (e.g. muon_tp's "tp_mode
+    # auto:" choice per shape, rank 0) reach the trial's stderr.log
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("recipes").setLevel(logging.INFO)
     spec = TrialSpec.from_file(argv[0])
     t0 = os.environ.get(LAUNCH_T0_VAR)
     record = run_trial(spec, float(t0) if t0 else None)

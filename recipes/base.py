@@ -77,6 +77,13 @@ class Trainer(Protocol):
     #     torch.compile wrapper (whose keys gain an ``_orig_mod.`` prefix).
     # def load_state_dict(self, state) -> None:
     #     Strict load of what state_dict() returns.
+    #
+    # Distributed recipes (workload.world_size = G > 1; the probe runs on G ranks): state_dict
+    # returns the full (gathered) weights on every rank and load_state_dict keeps this rank's
+    # shard of them; optionally
+    # def full_tensor(self, name, shard) -> Tensor:
+    #     Parameter ``name``'s whole tensor from this rank's shard of it (a weight, gradient or
+    #     update), a collective every rank calls; the probe compares whole gradients and updates.
 
 @dataclass
 class Invocation:

@@ -167,13 +167,40 @@ def test_registry_adapter() -> None:
             {**entry, "peak_tflops": {"fp32": 67}}))
 
 
-def test_registry_profile_from_the_real_registry() -> None:
+def test_registry_profile_from_the_real_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An H100 seen through the device seam: the registry gives the datasheet peaks and NVLink
+    bandwidth, the group measurement the collective latency (no datasheet states one); on a
+    small tall weight that latency term flips the choice from distributed to duplicated."""
     from orchestrator.errors import BackendUnavailable
     from recipes.muon.recipe import registry_profile
 
-    # the H100 entry states no collective latency: refused with the fix, not guessed
+    fake_cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 8,
+                                      get_device_name=lambda i: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(devmod, "_torch", lambda: types.SimpleNamespace(cuda=fake_cuda))
+    monkeypatch.setattr(devmod, "musa_module", lambda: None)
+    dev = devmod.resolve("cuda", 0)
+    assert dev.name == "NVIDIA H100 80GB HBM3"
+
+    # the H100 entry states no collective latency: without a measurement refused, not guessed
     with pytest.raises(BackendUnavailable, match="collective_latency_us is missing.*h100.yaml"):
-        registry_profile("NVIDIA H100 80GB HBM3", "cuda")
+        registry_profile(dev.name, dev.kind)
+    calls: list[int] = []
+
+    def measured(latency_s: float) -> Any:
+        return lambda: calls.append(1) or latency_s
+
+    p = registry_profile(dev.name, dev.kind, measured(20e-6))
+    assert calls == [1] and p.figure_kind == "hybrid"
+    assert p.matmul_flops_per_s["fp32"] == 67e12 and p.intra == Link(450e9, 20e-6)
+    assert "h100" in p.name and "20.0 us: measured" in p.name
+    # [4096, 128] rows split over 2 ranks: distributed halves ~22 us of fp32 NS compute but
+    # needs 6 collectives to duplicated's one
+    args = dict(quad_steps=5, ns_dtype="fp32", crosses_domain=False, partition_dim=0)
+    with_latency = choose(4096, 128, 2, 5, profile=p, **args)
+    assert with_latency.mode == "duplicated", with_latency.line()
+    no_latency = choose(4096, 128, 2, 5, profile=registry_profile(dev.name, dev.kind,
+                                                                   measured(0.0)), **args)
+    assert no_latency.mode == "distributed", no_latency.line()
     with pytest.raises(BackendUnavailable, match="no registry entry"):
         registry_profile("Imaginary GPU 9000", "cuda")
 
@@ -271,3 +298,41 @@ def test_sweep_may_not_touch_the_optimizer_math(compose: Any) -> None:
         compose(["workload=muon_tp_test", "+sweep=tp_mode",
                  "sweep.variable=workload.optimizer.ns_steps", "sweep.baseline=5",
                  "sweep.values=[3]"])
+
+
+def test_useful_flops_hand_count(compose: Any) -> None:
+    """One rank: 6 x matmul weights x tokens + 12 x n_layer x seq x d_model x tokens, counted by
+    hand for muon_tp_test with two experts (norms and embeddings do no matmul work)."""
+    from recipes.muon.recipe import build
+
+    cfg = compose(["workload=muon_tp_test", "workload.world_size=1",
+                   "workload.model.n_experts=2", "workload.model.d_expert=16", "+sweep=tp_mode"])
+    trainer = build(cfg.workload, cfg.workload.buckets[0], "cpu")
+    d, ff, vocab, tokens, seq = 32, 128, 64, 2 * 32, 32
+    weights = 3 * d * d + d * d + ff * d + d * ff  # qkv, proj, fc1, fc2
+    weights += 2 * (16 * d + d * 16) + 2 * d + vocab * d  # experts, router, head
+    assert weights == 16448
+    want = 6 * weights * tokens + 12 * 1 * seq * d * tokens
+    assert trainer.useful_flops_per_step() == want == 7_102_464
+    assert "/ G" in trainer.useful_flops_definition and "masking not" in trainer.useful_flops_definition
+
+
+def test_report_flags_auto_trials_that_chose_differently() -> None:
+    from recipes.muon.report import sections
+
+    def rec(modes: tuple[str, str]) -> dict[str, Any]:
+        choices = [{"m": 96, "n": 32, "g": 2, "partition_dim": 0, "mode": modes[0],
+                    "basis": "cost model", "predicted_s": {}},
+                   {"m": 32, "n": 128, "g": 2, "partition_dim": 1, "mode": modes[1],
+                    "basis": "cost model", "predicted_s": {}}]
+        return {"status": "ok", "arm_label": "auto", "step_time_median_s": 0.01,
+                "muon_tp": {"mode": "auto", "group_size": 2, "choices": choices}}
+
+    same = "\n".join(sections([rec(("distributed", "duplicated"))] * 2)[0][1])
+    assert "all 2 trials chose the same mode" in same and "chose differently" not in same
+    mixed = "\n".join(sections([rec(("distributed", "duplicated")),
+                                rec(("duplicated", "duplicated")),
+                                rec(("distributed", "duplicated"))])[0][1])
+    assert "trials chose differently" in mixed
+    assert "- [96, 32] dim 0: distributed in 2, duplicated in 1" in mixed
+    assert "[32, 128]" not in mixed.split("chose differently")[1]

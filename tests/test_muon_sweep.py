@@ -34,11 +34,73 @@ def test_tp_mode_sweep_single_rank_end_to_end(compose: Any, run_dir: Path, one_t
 
 
 def test_tp_mode_sweep_two_ranks_end_to_end(compose: Any, run_dir: Path) -> None:
+    # the sweep file's gate: 24 probe steps, update within 1e-4 (fp32); 8 steps keep it cheap
+    # one timed round keeps the cost down (the gate's four 2-rank probes are the added cost)
     cfg = compose(["workload=muon_tp_test", "protocol=quick", "launcher=local",
-                   "+sweep=tp_mode"])
-    run_campaign(cfg, run_dir)
+                   "+sweep=tp_mode", "protocol.correctness.steps=8", "protocol.repeats=1",
+                   "protocol.max_rounds=1"])
+    assert cfg.invariants.tolerances["fp32"].update_rel_l2 == 1e-4
+    result = run_campaign(cfg, run_dir)
     recs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
     assert recs and all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
     assert {r["muon_tp"]["group_size"] for r in recs} == {2}
     md = (run_dir / "decisions.md").read_text()
     assert "## Muon tp_mode" in md and "predicted distributed (ms)" in md
+
+    # the correctness gate ran across two ranks and passed both modes
+    gate = json.loads((run_dir / "correctness.json").read_text())
+    assert {p["status"] for p in gate["probes"].values()} == {"ok"}, gate["probes"]
+    probe = json.loads((run_dir / "correctness" / "a0" / "probe.json").read_text())
+    assert probe["world_size"] == 2
+    assert {g["label"]: g["status"] for g in gate["arms"].values()} == {
+        "distributed": "pass", "auto": "pass"}, [g["reasons"] for g in gate["arms"].values()]
+    assert all(v.verdict != "invalid" for v in result.verdicts), result.verdicts
+    for g in gate["arms"].values():
+        facts = g["buckets"]["s32"]
+        assert len(facts["trajectory"]["variant"]) == 8 and facts["trajectory"]["passed"]
+        updates = [t for t in facts["tensors"] if t["name"].startswith("update/blocks.0.")]
+        # the full (gathered) update of every sharded matrix, compared within 1e-4
+        assert {t["name"] for t in updates} >= {f"update/blocks.0.{w}.weight"
+                                                 for w in ("qkv", "proj", "fc1", "fc2")}
+        assert all(t["rel_l2"] <= 1e-4 for t in updates), updates
+    # useful FLOPs are per device (the model's work / G), so MFU cannot exceed HFU, whose
+    # executed FLOPs are rank 0's own dispatch count (replicated work and Newton-Schulz included)
+    for r in recs:
+        for u in r["utilization"]:
+            if u["mfu"] is not None and u["hfu"] is not None:
+                assert u["mfu"] <= u["hfu"] * 1.001, (r["arm_label"], u)
+        assert r["flops"]["useful_definition"].startswith("per device")
+    # rank 0 of the auto trial logged one line per distinct shape to the trial's stderr.log
+    (auto,) = [r for r in recs if r["muon_tp"]["mode"] == "auto"]
+    log = (run_dir / "trials" / auto["trial_id"] / "stderr.log").read_text()
+    for c in auto["muon_tp"]["choices"]:
+        assert f"tp_mode auto: [{c['m']}, {c['n']}] G=2 dim={c['partition_dim']} -> {c['mode']}" \
+            in log, log[-2000:]
+    assert log.count("tp_mode auto: G=2") == 1  # the profile line, rank 0 only
+    assert "all 1 trials chose the same mode" in md
+
+    import torch
+
+    grads = torch.load(run_dir / "correctness" / "a0" / "s32.pt", weights_only=True)["grads"]
+    assert tuple(grads["blocks.0.fc1.weight"].shape) == (128, 32)  # d_ff x d_model, not a shard
+
+
+def test_tp_mode_gate_rejects_a_planted_distributed_error(compose: Any, run_dir: Path) -> None:
+    """distributed scaled by 1 + 5e-4 (tests/helpers/muon_planted.py): the gate, with the
+    sweep's 1e-4 update tolerance, must reject it and name the sharded weights' updates."""
+    from orchestrator.campaign import selected_buckets
+    from orchestrator.correctness.runner import run_gate
+    from orchestrator.sweep import expand_arms
+
+    cfg = compose(["workload=muon_tp_test", "protocol=quick", "launcher=local",
+                   "+sweep=tp_mode", "sweep.values=[distributed]",
+                   "workload.recipe=tests.helpers.muon_planted:build",
+                   "protocol.correctness.steps=4"])
+    doc = run_gate(cfg, run_dir, expand_arms(cfg), selected_buckets(cfg))
+    assert {p["status"] for p in doc["probes"].values()} == {"ok"}, doc["probes"]
+    (g,) = doc["arms"].values()
+    assert g["status"] == "fail", g
+    named = [r for r in g["reasons"] if "update/blocks.0." in r]
+    assert any("update/blocks.0.qkv.weight" in r for r in named), g["reasons"]
+    # forward and gradients are untouched by the planted optimizer error
+    assert not any(" grad/" in r or " outputs" in r for r in g["reasons"]), g["reasons"]

@@ -14,6 +14,15 @@ same batch (the baseline's first batch per bucket), it records:
 
 Tensors go to ``<probe_dir>/<bucket>.pt`` so the analysis can be redone; facts to
 ``probe.json``, written atomically. A failure of the workload becomes the record's status.
+
+A distributed workload (``workload.world_size`` = G > 1) is probed by G ranks, started by the
+runner through ``torch.distributed.run`` (gloo on CPU): every rank runs the same steps; the
+trainer's ``state_dict`` returns the full (gathered) weights and its ``load_state_dict`` keeps
+each rank's shard of them, and its optional ``full_tensor(name, shard)`` gathers a sharded
+parameter's gradient and update, so ``init.pt``, the checkpoints and the recorded tensors are
+the whole model's, comparable across modes and group sizes. Rank 0 writes every shared file
+(``init.pt``, the probe batch, the tensors, ``final.pt``, ``probe.json``); the resume
+checkpoint, which holds this rank's optimizer state, is per rank.
 """
 
 from __future__ import annotations
@@ -170,6 +179,28 @@ def matmul_precision() -> str:
     return "tf32" if allow or torch.get_float32_matmul_precision() != "highest" else "fp32"
 
 
+def _is_writer() -> bool:
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def _barrier() -> None:
+    """Wait until rank 0 has written what the other ranks read next (no-op on one rank)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _rank_suffix() -> str:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return f".rank{dist.get_rank()}"
+    return ""
+
+
 def _steps(trainer: Any, stream: Iterator[Any], first: int, last: int, seed: int) -> list[float]:
     """Train steps ``first..last-1``; the RNG is reseeded per step so dropout masks match."""
     import torch
@@ -199,15 +230,21 @@ def probe_bucket(
     missing = [h for h in REQUIRED_HOOKS if not hasattr(trainer, h)]
     if missing:
         raise Unsupported(f"the recipe's trainer lacks the hooks {missing} (see recipes/base.py)")
+    writer = _is_writer()
+    # a sharded parameter's gradient / update as the whole tensor (a collective when sharded)
+    full = getattr(trainer, "full_tensor", lambda name, t: t)
     init_path = Path(spec.init_checkpoint)
     if spec.role == "baseline" and first:
-        atomic_torch_save(trainer.state_dict(), init_path)
+        init_state = trainer.state_dict()
+        if writer:
+            atomic_torch_save(init_state, init_path)
     own_batch = next(trainer.batches())
     batch_path = Path(spec.batch_dir) / f"{bucket.name}.pt"
-    if spec.role == "baseline":
+    if spec.role == "baseline" and writer:
         atomic_torch_save(
             {k: t.detach().cpu() for k, t in batch_tensors(own_batch).items()}, batch_path
         )
+    _barrier()
     batch = with_tensors(own_batch, _load(batch_path, "cpu"))
     res: dict[str, Any] = {"bucket": bucket.name}
     init = _load(init_path, dev.torch_device)
@@ -234,13 +271,14 @@ def probe_bucket(
     loss = trainer.forward_loss(batch)
     loss.backward()
     grads = {
-        n: (p.grad.detach().float().cpu().clone() if p.grad is not None else torch.zeros(p.shape))
+        n: full(n, p.grad.detach().float() if p.grad is not None else torch.zeros_like(p))
+        .cpu().clone()
         for n, p in params.items()
     }
     res["params_without_grad"] = [n for n, p in params.items() if p.grad is None]
     torch.manual_seed(seed)
     trainer.train_step(batch)
-    update = {n: (params[n].detach().float() - p0[n].float()).cpu() for n in params}
+    update = {n: full(n, params[n].detach().float() - p0[n].float()).cpu() for n in params}
 
     # trajectory from the same initial weights and a fresh optimizer
     with torch.no_grad():
@@ -259,7 +297,7 @@ def probe_bucket(
 
     tracked = seen(stream)
     losses = _steps(trainer, tracked, 0, k, seed)
-    resume_path = out_dir / f"{bucket.name}.resume.pt"
+    resume_path = out_dir / f"{bucket.name}.resume{_rank_suffix()}.pt"  # this rank's optimizer
     atomic_torch_save(
         {"model": trainer.state_dict(), "optimizer": trainer.optimizer.state_dict()}, resume_path
     )
@@ -283,11 +321,16 @@ def probe_bucket(
         res["final_eval_loss"] = float(trainer.forward_loss(batch).float().item())
     if first:
         final = out_dir / "final.pt"
-        atomic_torch_save(trainer.state_dict(), final)
+        final_state = trainer.state_dict()
+        if writer:
+            atomic_torch_save(final_state, final)
         record["checkpoint"]["final"] = str(final)
         record["cross_loads"] = {
             a: _cross_load(trainer, p, batch, seed, dev) for a, p in spec.cross_load.items()
         }
+    if not writer:
+        _barrier()
+        return res
     atomic_torch_save(
         {
             "outputs": out.cpu(),
@@ -299,6 +342,7 @@ def probe_bucket(
         out_dir / f"{bucket.name}.pt",
     )
     res["tensors"] = f"{bucket.name}.pt"
+    _barrier()
     return res
 
 
@@ -340,14 +384,22 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
         "checkpoint": {},
         "buckets": {},
     }
+    ctx = None
     try:
         import torch
 
+        from orchestrator import distributed as distmod
         from orchestrator.config import BucketConfig, from_dict, workload_from_dict
         from recipes import get_builder
 
         workload = workload_from_dict(spec.workload)
-        dev = devmod.resolve(spec.device)
+        _, world, local_rank = distmod.env_rank()
+        dev = devmod.resolve(spec.device, index=local_rank if world > 1 else None)
+        if world > 1:
+            devmod.set_current(dev)
+        ctx = distmod.setup(dev.kind)  # None on one rank
+        if ctx is not None:
+            record["world_size"] = ctx.world_size
         build = get_builder(workload.recipe)
         record.update(
             device={"kind": dev.kind, "name": dev.name},
@@ -375,7 +427,12 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
             traceback=traceback.format_exc(limit=8),
         )
     record["probe_seconds"] = time.perf_counter() - t0
-    atomic_write_json(Path(spec.probe_dir) / "probe.json", record)
+    if ctx is None or ctx.is_writer:
+        atomic_write_json(Path(spec.probe_dir) / "probe.json", record)
+    if ctx is not None and record["status"] == "ok":
+        from orchestrator import distributed as distmod
+
+        distmod.shutdown()
     return record
 
 
@@ -384,7 +441,16 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m orchestrator.correctness.probe SPEC.json", file=sys.stderr)
         return 2
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
+        from orchestrator.launch.local import die_with_parent
+
+        die_with_parent()
     record = run_probe(ProbeSpec.from_file(argv[0]))
+    if record.get("world_size", 1) > 1 and record["status"] != "ok":
+        # a rank that stopped early leaves the others in a collective: a non-zero exit makes
+        # torch.distributed.run take them down (rank 0 has written probe.json already)
+        print(f"probe {record['name']}: {record['status']}: {record.get('error')}", file=sys.stderr)
+        return 1
     if record["status"] != "ok":
         print(f"probe {record['name']}: {record['status']}: {record.get('error')}", file=sys.stderr)
         if record.get("traceback"):

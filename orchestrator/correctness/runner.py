@@ -3,7 +3,8 @@
 Order: the baseline's probe (writes ``init.pt`` and the probe batches), each variant's probe,
 then the baseline again: its repeat gives the noise floor and tries every variant's final
 checkpoint. Each probe is a fresh ``python -m orchestrator.correctness.probe`` process (in
-process with ``launcher=inline``, for debugging). A probe that crashes, hangs or is killed is
+process with ``launcher=inline``, for debugging); a distributed workload's probe
+(``workload.world_size`` = G > 1) is G processes started by ``torch.distributed.run``. A probe that crashes, hangs or is killed is
 recorded with a status; the gate then says so, and the campaign goes on.
 
 Artifacts, under the run directory::
@@ -132,7 +133,12 @@ def _run_subprocess(spec: ProbeSpec, timeout_s: float, python: str | None) -> di
     env = dict(os.environ)
     env.update(spec.env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), env.get("PYTHONPATH")) if p)
-    cmd = [python or sys.executable, "-m", "orchestrator.correctness.probe", str(spec_path)]
+    py = python or sys.executable
+    cmd = [py, "-m", "orchestrator.correctness.probe", str(spec_path)]
+    world = max(1, int(spec.workload.get("world_size", 1) or 1))
+    if world > 1:  # a distributed workload is probed by its G ranks (rank 0 writes the record)
+        cmd = [py, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
+               *cmd[1:]]
     t0 = time.perf_counter()
     with open(pdir / "stdout.log", "wb") as out, open(pdir / "stderr.log", "wb") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)

@@ -154,6 +154,19 @@ def calibrate(
     )
 
 
+def measure_latency(group: dist.ProcessGroup, *, device: str = "cpu",
+                    dev: Optional[devmod.DeviceInfo] = None, reps: int = 15) -> float:
+    """Per-collective latency on ``group`` (seconds): the median time of a one-element
+    all-reduce (bytes negligible), each after a barrier, reduced with MAX over the group so
+    every rank uses the same figure. Back-to-back small collectives see the link's latency,
+    not the skew a real iteration adds, so this is a lower bound of what the optimizer meets."""
+    buf = torch.zeros(1, device=device)
+    (t,) = _interleaved_medians([partial(dist.all_reduce, buf, group=group)], reps, dev, group)
+    agreed = torch.tensor([t], dtype=torch.float64, device=device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
+    return float(agreed.item())
+
+
 def describe(p: CostProfile) -> str:
     rates = ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in p.matmul_flops_per_s.items())
     out = f"{p.name} ({p.figure_kind}): NS matmul {rates} + {p.gemm_overhead_s * 1e6:.1f} us/GEMM"

@@ -41,7 +41,8 @@ class Link:
 @dataclass(frozen=True)
 class CostProfile:
     """What the model needs to know about a machine. ``figure_kind`` says where the numbers
-    come from: ``datasheet`` (the hardware registry) or ``measured`` (calibrated on the group)."""
+    come from: ``datasheet`` (the hardware registry), ``measured`` (calibrated on the group) or
+    ``hybrid`` (registry peaks and bandwidths, per-collective latency measured on the group)."""
 
     name: str
     figure_kind: str
@@ -212,23 +213,41 @@ def _field(entry: Mapping[str, Any], key: str) -> float:
     return float(value)
 
 
-def profile_from_registry(entry: Mapping[str, Any]) -> CostProfile:
+def profile_from_registry(entry: Mapping[str, Any], latency_s: Optional[float] = None,
+                          latency_source: str = "") -> CostProfile:
     """A CostProfile from a hardware-registry entry (a plain dict with the registry's field
     names). Bandwidths are GB/s (1e9 bytes/s) per GPU and direction; latency in microseconds;
-    peaks in dense TFLOP/s. A missing field is an error, never a default."""
+    peaks in dense TFLOP/s. A missing field is an error, never a default.
+
+    ``latency_s``: a per-collective latency measured on the group (no datasheet states one),
+    used when the entry's ``collective_latency_us`` is null. The profile is then ``hybrid``:
+    datasheet peaks and link bandwidths, measured latency (``latency_source`` says how)."""
     peaks = entry.get("peak_tflops") or {}
     rates = {k: float(v) * 1e12 for k, v in peaks.items() if k in DTYPE_BYTES and v is not None}
     if not rates:
         raise ValueError(f"hardware entry {entry.get('name', '?')!r}: peak_tflops has no fp32 or "
                          "bf16 figure")
-    latency_s = _field(entry, "collective_latency_us") / 1e6
+    kind = str(entry.get("figure_kind") or "datasheet")
+    name = str(entry.get("name", "?"))
+    if entry.get("collective_latency_us") is None and latency_s is not None:
+        lat = float(latency_s)
+        kind = "hybrid"
+        name = (f"{name} (peaks and bandwidths: registry, {kind_of_figures(entry)}; collective "
+                f"latency {lat * 1e6:.1f} us: measured{', ' + latency_source if latency_source else ''})")
+    else:
+        lat = _field(entry, "collective_latency_us") / 1e6
     return CostProfile(
-        name=str(entry.get("name", "?")),
-        figure_kind=str(entry.get("figure_kind") or "datasheet"),
+        name=name,
+        figure_kind=kind,
         matmul_flops_per_s=rates,
-        intra=Link(_field(entry, "intra_domain_bandwidth_gbps") * 1e9, latency_s),
-        inter=Link(_field(entry, "inter_domain_bandwidth_gbps") * 1e9, latency_s),
+        intra=Link(_field(entry, "intra_domain_bandwidth_gbps") * 1e9, lat),
+        inter=Link(_field(entry, "inter_domain_bandwidth_gbps") * 1e9, lat),
     )
+
+
+def kind_of_figures(entry: Mapping[str, Any]) -> str:
+    kind = entry.get("figure_kind") or "datasheet"
+    return str(kind.get("default", "datasheet")) if isinstance(kind, Mapping) else str(kind)
 
 
 # --------------------------------------------------------------------------- resolver

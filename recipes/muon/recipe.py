@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -19,11 +19,11 @@ import torch.nn.functional as F
 from orchestrator import device as devmod
 from orchestrator.config import BucketConfig, MuonTPWorkloadConfig
 from orchestrator.errors import BackendUnavailable
-from recipes.muon.calibrate import calibrate, describe
+from recipes.muon.calibrate import calibrate, describe, measure_latency
 from recipes.muon.cost import CostProfile, ModeResolver, profile_from_registry
-from recipes.muon.model import TPTransformer
+from recipes.muon.model import ShardedLinear, TPTransformer
 from recipes.muon.newton_schulz import quadratic_steps
-from recipes.muon.optimizer import Muon, MuonSettings
+from recipes.muon.optimizer import Muon, MuonSettings, partition_dim_of
 from recipes.muon.topology import group_crosses_domain, local_identity
 
 log = logging.getLogger(__name__)
@@ -55,21 +55,53 @@ def default_group(world_size: int) -> Optional[dist.ProcessGroup]:
     return dist.group.WORLD if world_size > 1 else None
 
 
-def registry_profile(device_name: str, device_kind: str) -> CostProfile:
-    """The cost profile of this device's hardware-registry entry (datasheet figures); a device
-    without an entry, or an entry lacking a figure the model needs, is refused, never guessed."""
+def registry_profile(device_name: str, device_kind: str,
+                     measure_latency: Optional[Callable[[], float]] = None) -> CostProfile:
+    """The cost profile of this device's hardware-registry entry: datasheet peaks and link
+    bandwidths. No datasheet states a per-collective latency, so an entry whose
+    ``collective_latency_us`` is null takes it from ``measure_latency()`` (a short measurement
+    on the group; the profile is then labelled ``hybrid``). A device without an entry, or an
+    entry lacking another figure the model needs, is refused, never guessed."""
     from orchestrator import hardware
 
     entry = hardware.lookup(device_name, device_kind)
     if entry is None:
         raise BackendUnavailable("tp.cost_profile=registry: no registry entry matches this "
                                  "device; use tp.cost_profile=measured or none")
+    latency = None
+    if entry.collective_latency_us is None and measure_latency is not None:
+        latency = measure_latency()
     try:
-        return profile_from_registry(entry.to_dict())
+        return profile_from_registry(entry.to_dict(), latency_s=latency,
+                                     latency_source="one-element all-reduce on the group")
     except ValueError as exc:
         raise BackendUnavailable(f"tp.cost_profile=registry: {exc}; add it to "
                                  f"conf/hardware/{entry.name}.yaml or use "
                                  "tp.cost_profile=measured") from exc
+
+
+class _Optimizers:
+    """Muon and AdamW as the one ``optimizer`` the correctness probe expects (zero_grad,
+    state_dict, load_state_dict). The state is this rank's: Muon's momentum of a sharded weight
+    is the shard's."""
+
+    def __init__(self, muon: Muon, adamw: torch.optim.Optimizer) -> None:
+        self.muon, self.adamw = muon, adamw
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.muon.zero_grad(set_to_none=set_to_none)
+        self.adamw.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        self.muon.step()
+        self.adamw.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.muon.load_state_dict(state["muon"])
+        self.adamw.load_state_dict(state["adamw"])
 
 
 class MuonTPTrainer:
@@ -102,6 +134,7 @@ class MuonTPTrainer:
         self.adamw = torch.optim.AdamW(self.model.other_params(), lr=o.adamw_lr,
                                        betas=(o.adamw_beta1, o.adamw_beta2),
                                        weight_decay=o.adamw_weight_decay)
+        self.optimizer = _Optimizers(self.muon, self.adamw)
         self.tokens_per_step = bucket.micro_batch * bucket.seq_len
         self.samples_per_step = bucket.micro_batch
 
@@ -118,7 +151,9 @@ class MuonTPTrainer:
             profile = calibrate(self.group, ns_dtype=o.ns_dtype, steps=o.ns_steps,
                                 coefficient_set=o.coefficients, device=str(self.device), dev=dev)
         elif tp.cost_profile == "registry":
-            profile = registry_profile(dev.name, dev.kind)
+            group = self.group
+            profile = registry_profile(dev.name, dev.kind, lambda: measure_latency(
+                group, device=str(self.device), dev=dev))
         self.tp_info.update(crosses_domain=crosses, domain_basis=basis,
                             profile=describe(profile) if profile else "none (conservative rule)")
         if self.rank == 0:
@@ -141,26 +176,87 @@ class MuonTPTrainer:
         return F.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten())
 
     def train_step(self, batch: Batch) -> torch.Tensor:
-        self.muon.zero_grad(set_to_none=True)
-        self.adamw.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss(batch)
         loss.backward()
-        self.muon.step()
-        self.adamw.step()
+        self.optimizer.step()
         return loss.detach()
 
-    def useful_flops_per_step(self) -> float:
-        """6 x global non-embedding parameters x tokens + causal attention (PaLM convention);
-        Newton-Schulz FLOPs are optimizer work and not counted."""
-        m = self.workload.model
+    # ---- correctness-probe hooks (recipes/base.py). With G > 1 ranks, state_dict and
+    # full_tensor are collectives: every rank calls them, in the same order.
+
+    def forward_outputs(self, batch: Batch) -> torch.Tensor:
+        return self.model(batch.inputs)  # type: ignore[no-any-return]
+
+    def forward_loss(self, batch: Batch) -> torch.Tensor:
+        return self.loss(batch)
+
+    def _partition_dims(self) -> dict[str, int]:
+        return {n: pd for n, p in self.model.named_parameters()
+                if (pd := partition_dim_of(p)) is not None}
+
+    def full_tensor(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        """The whole tensor of parameter ``name`` (its shard on this rank: a weight, gradient
+        or update) gathered over the group along its partition dim; replicated ones as they are."""
+        pd = self._partition_dims().get(name)
+        if pd is None or self.group is None:
+            return t
+        parts = [torch.empty_like(t) for _ in range(self.group_size)]
+        dist.all_gather(parts, t.contiguous(), group=self.group)
+        return torch.cat(parts, dim=pd)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The full (gathered) weights, identical on every rank and for every group size."""
+        return {n: self.full_tensor(n, t.detach()).clone()
+                for n, t in self.model.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Strict load of full weights; each rank keeps its shard of the sharded ones."""
+        dims = self._partition_dims()
+        own = self.model.state_dict()
+        missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+        if missing or unexpected:
+            raise KeyError(f"state_dict keys differ: missing {missing}, unexpected {unexpected}")
+        local = {}
+        for n, t in state.items():
+            pd = dims.get(n)
+            if pd is not None and self.group is not None:
+                if t.shape[pd] != own[n].shape[pd] * self.group_size:
+                    raise ValueError(f"{n}: full shape {tuple(t.shape)} does not split into "
+                                     f"{self.group_size} shards of {tuple(own[n].shape)}")
+                t = t.chunk(self.group_size, dim=pd)[self.rank]
+            local[n] = t
+        self.model.load_state_dict(local, strict=True)
+
+    useful_flops_definition = (
+        "per device: (6 x N x tokens + 12 x n_layer x seq_len x d_model x tokens) / G per step, "
+        "G the tensor-parallel group size, so that MFU = this / (step time x one device's peak) "
+        "is the whole model's work over the group's peak. N counts the global weights of the "
+        "matrix multiplies (every sharded linear at its full [out, in] size, expert weights "
+        "included since the soft router runs every expert, the router and the LM head; "
+        "embeddings, biases and norm gains do no matmul work and are left out), 2 FLOPs per "
+        "multiply-add, forward + backward = 3 x forward; the attention term counts the full "
+        "seq x seq score square for QK^T and PV (as the GPT recipe: causal masking not "
+        "discounted). Work every rank repeats (attention, norms, the head: replicated here) is "
+        "counted once for the model, and Newton-Schulz is optimizer work, not counted"
+    )
+
+    def _matmul_params(self) -> int:
+        """Global weights of the matrix multiplies (a sharded weight at G x its shard)."""
         n = 0
-        for name, p in self.model.named_parameters():
-            if name.startswith(("tok.", "pos.")):
-                continue
-            n += p.numel() * (self.group_size if getattr(p, "tp_partition_dim", None) is not None
-                              else 1)
-        per_token = 6 * n + 6 * m.n_layer * self.bucket.seq_len * m.d_model
-        return float(per_token * self.tokens_per_step)
+        for mod in self.model.modules():
+            if isinstance(mod, ShardedLinear):
+                n += mod.weight.numel() * (self.group_size if mod.group is not None else 1)
+            elif isinstance(mod, torch.nn.Linear):
+                n += mod.weight.numel()
+        return n
+
+    def useful_flops_per_step(self) -> float:
+        """This device's share of the model's training FLOPs (see useful_flops_definition)."""
+        m, b = self.workload.model, self.bucket
+        attention_fwd = 2 * 2 * m.n_layer * b.micro_batch * b.seq_len**2 * m.d_model
+        total = 6 * self._matmul_params() * self.tokens_per_step + 3 * attention_fwd
+        return float(total) / self.group_size
 
     def extra_record(self) -> dict[str, Any]:
         """What auto chose per distinct shape, with the predicted per-mode costs (data for

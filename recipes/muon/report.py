@@ -47,4 +47,30 @@ def sections(records: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
         lines += ["", "| arm | global shape | partition dim | chosen | predicted duplicated (ms) "
                   "| predicted distributed (ms) | basis |", "|---|---|---:|---|---:|---:|---|",
                   *choice_lines]
+    for label, recs in by_arm.items():
+        if recs[0]["muon_tp"].get("mode") == "auto":
+            lines += consistency_lines(label, recs)
     return [("Muon tp_mode", lines)]
+
+
+def consistency_lines(label: str, recs: list[dict[str, Any]]) -> list[str]:
+    """Whether every trial of an ``auto`` arm chose the same mode per shape (each trial fits
+    its own measured profile, so on a noisy machine they may not): the per-shape counts when
+    they differ, since the arm's step time then mixes different mode assignments."""
+    seen: dict[tuple[Any, Any, Any], dict[str, int]] = {}
+    for r in recs:
+        for c in r["muon_tp"].get("choices", []):
+            key = (c["m"], c["n"], c["partition_dim"])
+            seen.setdefault(key, {})
+            seen[key][c["mode"]] = seen[key].get(c["mode"], 0) + 1
+    differing = {k: v for k, v in seen.items() if len(v) > 1}
+    if not seen:
+        return []
+    if not differing:
+        return ["", f"`{label}`: all {len(recs)} trials chose the same mode for every shape."]
+    out = ["", f"**`{label}`: trials chose differently** (the arm's step time mixes mode "
+           f"assignments; {len(recs)} trials):"]
+    for (m, n, pd), counts in sorted(differing.items(), key=lambda kv: str(kv[0])):
+        split = ", ".join(f"{mode} in {k}" for mode, k in sorted(counts.items()))
+        out.append(f"- [{m}, {n}] dim {pd}: {split}")
+    return out
