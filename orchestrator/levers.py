@@ -263,8 +263,17 @@ def compile_section(cfg: Config, trials: pd.DataFrame, analysis: Any) -> list[st
                 f"| {sp} | {' | '.join(cells)} | {be} |"
             )
             if rec_m:
-                notes.append(f"- `{arm.label}` recompiled during measured steps in `{bucket}`: "
-                             "its step times include compile time")
+                notes.append(f"- `{arm.label}` recompiled after its warm-up in `{bucket}` (a "
+                             "shape or guard the warm-up never saw): those steps are tagged "
+                             "`compile` and left out of the step times; their cost is in the "
+                             "one-off")
+            visited = next((v for v in rows.get("compile_buckets_visited", pd.Series(dtype=object))
+                            if isinstance(v, list) and v), None)
+            if visited:
+                notes.append(f"- `{arm.label}` in `{bucket}` also ran one step on "
+                             f"{', '.join(f'`{b}`' for b in visited)} in its first (excluded) "
+                             "step (workload.model.compile.visit_buckets): its recompiles and "
+                             "compile time include those shapes")
             reasons = sorted({r for v in rows.get("graph_break_reasons", pd.Series(dtype=object))
                               if isinstance(v, list) for r in v})
             for r in reasons[:3]:

@@ -197,3 +197,48 @@ def test_env_switch_reaches_the_trial_process(compose: Any, run_dir: Path) -> No
                                         for p in run_dir.glob("trials/*/trial.json"))}
     assert recs["2"]["env"] == {"OMP_NUM_THREADS": "2"} and recs["2"]["torch_threads"] == 2
     assert recs["1"]["env"] == {"OMP_NUM_THREADS": "1"} and recs["1"]["torch_threads"] == 1
+    # environment.json is read in one trial; every arm's switch is recorded beside it
+    report = json.loads((run_dir / "environment.json").read_text())
+    assert report["env_switches_by_arm"] == {"2": {"OMP_NUM_THREADS": "2"},
+                                             "1": {"OMP_NUM_THREADS": "1"}}
+    assert report["source_arm"] in ("1", "2") and "env_switches_by_arm" in report["env_switches_note"]
+    md = (run_dir / "decisions.md").read_text()
+    assert "environment switches per arm (`env_switches_by_arm` in environment.json): " \
+           "`2`: OMP_NUM_THREADS=2; `1`: OMP_NUM_THREADS=1" in md
+
+
+def test_command_workload_cwd_env_log_file_pattern_and_skip(compose: Any, run_dir: Path) -> None:
+    """The example trainer run from its trial directory (workload.cwd), a templated
+    workload.env value and the swept env.OMP_NUM_THREADS reaching it, step lines read from
+    workload.log.file in a format only the custom pattern reads, and skip_steps."""
+    from orchestrator.config import validate
+    from orchestrator.logparse import LogParseError, parse_steps
+
+    script = Path(__file__).resolve().parents[1] / "recipes" / "examples" / "train_example.py"
+    cfg = compose([*CMD, "+sweep=omp_threads", "protocol.repeats=1", "protocol.warmup_steps=1",
+                   "protocol.measured_steps=4", "workload.log.skip_steps=2",
+                   "workload.cwd='{trial_dir}'", "workload.log.file=steps.log",
+                   "+workload.env.EXAMPLE_RUN_NAME='{bucket}-seed{seed}'"])
+    cfg.workload.params["script"] = str(script)
+    cfg.workload.command = ("{python} {script} --steps {steps} --seq-len {seq_len} --batch-size "
+                            "{micro_batch} --threads 0 --log-format custom --log-file steps.log")
+    cfg.workload.log.pattern = r"\[it (?P<step>\d+)\] (?P<step_time_ms>[\d.]+) ms/it loss=(?P<loss>\S+)"
+    validate(cfg)
+    run_campaign(cfg, run_dir)
+    recs = _recs(run_dir)
+    assert {r["status"] for r in recs.values()} == {"ok"}, {k: r.get("error") for k, r in recs.items()}
+    for label, threads in (("2", 2), ("1", 1)):
+        rec = recs[f"{label}/r0"]
+        tdir = run_dir / "trials" / rec["trial_id"]
+        assert rec["env"] == {"OMP_NUM_THREADS": label}
+        assert rec["command_env"] == {"EXAMPLE_RUN_NAME": "s32-seed0"}
+        out = (tdir / "command.log").read_text()
+        assert f"on {threads} thread(s), run s32-seed0" in out and "[it " not in out
+        log_lines = (tdir / "steps.log").read_text().splitlines()  # written in the cwd
+        with pytest.raises(LogParseError, match="no step lines matched"):
+            parse_steps(log_lines)  # only the custom pattern reads this format
+        steps = pd.read_csv(tdir / "steps.csv")
+        assert list(steps["step"]) == list(range(5))
+        assert list(steps["phase"]) == ["warmup"] * 2 + ["measured"] * 3
+        assert steps["loss"].notna().all() and rec["measured_steps"] == 3
+        assert rec["tokens_source"] == "bucket shape" and rec["tokens_per_step"] == 32 * 4

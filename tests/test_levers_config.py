@@ -76,6 +76,8 @@ def test_protocol_and_launcher_checks_for_levers(compose: Any) -> None:
 def test_lever_sweeps_compose(compose: Any) -> None:
     cfg = compose(["workload=gpt_test", "+sweep=dataloader"])
     assert isinstance(cfg.workload, GPTWorkloadConfig)
-    assert cfg.sweep.fixed == {"workload.data.kind": "text"}
+    # short epochs, so non-persistent workers restart inside the measured steps
+    assert cfg.sweep.fixed == {"workload.data.kind": "text", "workload.loader.epoch_batches": 4}
     cfg = compose(["workload=gpt_test", "+sweep=compile_shapes"])
     assert cfg.sweep.values[1] == {"dynamic": None, "mark_dynamic": True}
+    assert cfg.sweep.fixed["workload.model.compile.visit_buckets"] is True
