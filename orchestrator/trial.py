@@ -215,7 +215,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     ref_on, ref_why = refmod.resolve(spec.speed_reference, dev.kind, world, pool)
     ref = refmod.host_reference(clock) if ref_on else None
     cs_start = cs_warm = compile_stats.snapshot()
-    compiled_before = compile_stats.activity()
+    compiled_before = compile_stats.activity() if world <= 1 else ()
     warm_snapped = False
     sync(dev)
     i = 0
@@ -241,8 +241,10 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         t2 = clock()
         losses.append(loss)
         tags = list(step_tags()) if step_tags else []
-        compiled_now = compile_stats.activity()
-        if compiled_now != compiled_before:  # this step compiled or recompiled: not steady
+        # this step compiled or recompiled: not steady. Single-process trials only: ranks must
+        # run the same steps, and one rank's tag could make it run one step more than another
+        compiled_now = compile_stats.activity() if world <= 1 else ()
+        if compiled_now != compiled_before:
             compiled_before = compiled_now
             if "compile" not in tags:
                 tags.append("compile")

@@ -172,8 +172,8 @@ def test_nan_loss_in_a_variant_is_rejected_naming_the_step(compose: Any, run_dir
     """The example trainer's loss turns NaN at step 3 in the variant: a reject naming the step,
     whatever its speed."""
     cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1",
-                   "workload.command='{python} recipes/examples/train_example.py --steps {steps} "
-                   "--seq-len {seq_len} --batch-size {micro_batch} --nan-at-step {nan_at_step}'",
+                   ("workload.command='{python} recipes/examples/train_example.py --steps {steps} "
+                    "--seq-len {seq_len} --batch-size {micro_batch} --nan-at-step {nan_at_step}'"),
                    "+workload.params.nan_at_step=-1", "sweep.variable=workload.params.nan_at_step",
                    "sweep.baseline=-1", "sweep.values=[3]", "sweep.labels=[nan-at-3]",
                    "sweep.baseline_label=finite"])

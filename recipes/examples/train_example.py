@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"training {sum(p.numel() for p in model.parameters())} parameters for {a.steps} steps "
           f"on {torch.get_num_threads()} thread(s), run {os.environ.get('EXAMPLE_RUN_NAME', '-')}",
           flush=True)
-    out = open(a.log_file, "w", encoding="utf-8") if a.log_file else sys.stdout
+    # closed after the last step; kept open across the loop like a trainer's log handle
+    out = open(a.log_file, "w", encoding="utf-8") if a.log_file else sys.stdout  # noqa: SIM115
 
     def emit(text: str) -> None:
         print(text, file=out, flush=True)
