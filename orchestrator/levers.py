@@ -135,6 +135,12 @@ def check_lever_sweep(cfg: Config) -> None:
         raise ConfigError("protocol.warmup_steps",
                           "must be >= 1 when an arm uses torch.compile: the first step compiles, "
                           "and compile time must stay out of the measured steps")
+    visiting = [w for w in workloads
+                if isinstance(w, GPTWorkloadConfig) and w.model.compile.visit_buckets]
+    if visiting and all(w.model.compile.mode == "off" for w in visiting):
+        raise ConfigError("workload.model.compile.visit_buckets",
+                          "counts the recompiles of other bucket shapes, which needs torch.compile "
+                          "in some arm; set workload.model.compile.mode (e.g. default) or drop it")
     env_swept = any(a.env != arms[0].env for a in arms)
     if env_swept and cfg.launcher.name == "inline" and not isinstance(cfg.workload, CommandWorkloadConfig):
         raise ConfigError("launcher.name",
