@@ -394,12 +394,17 @@ def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame
                 if not lv:
                     silent.append(where)
                     continue
+                base_finite = all(math.isfinite(x) for x in lb.values())
                 for step in sorted(lv):
                     v, b = lv[step], lb.get(step)
-                    if not math.isfinite(v) and (b is None or math.isfinite(b)):
-                        shown = "nan" if math.isnan(v) else f"{v:g}"
-                        nonfinite.append(f"loss {shown} at {where} step {step} where the "
-                                         "baseline's is " + ("finite" if b is None else f"{b:.6g}"))
+                    if math.isfinite(v):
+                        continue
+                    shown = f"loss {'nan' if math.isnan(v) else f'{v:g}'} at {where} step {step}"
+                    if b is not None and math.isfinite(b):
+                        nonfinite.append(f"{shown} where the baseline's is {b:.6g}")
+                    elif b is None and base_finite:
+                        nonfinite.append(f"{shown} (the baseline logs no loss at that step, and "
+                                         "only finite ones elsewhere)")
                 for step in sorted(set(lb) & set(lv)):
                     b, v = lb[step], lv[step]
                     if not (math.isfinite(b) and math.isfinite(v)):
