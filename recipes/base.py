@@ -105,7 +105,9 @@ class ExternalTrainer(Protocol):
 
     def parse(self, lines: list[str]) -> list[Any]:
         """Step records (orchestrator.logparse.StepRecord) from the log, in order. Raises
-        orchestrator.logparse.LogParseError (no step lines) or ValueError (malformed)."""
+        orchestrator.logparse.MalformedStepLine (a step line that cannot be read: status
+        ``malformed_log``), LogParseError (no step lines: ``no_step_lines``) or another
+        ValueError (``malformed_log``)."""
         ...
 
     def skip_steps(self, warmup_steps: int) -> int:
