@@ -4,8 +4,9 @@ tokenized and packed on the fly by a DataLoader), optionally under torch.compile
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
