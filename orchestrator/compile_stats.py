@@ -56,6 +56,21 @@ def snapshot() -> CompileSnapshot:
     )
 
 
+def activity() -> tuple[float, ...]:
+    """A cheap fingerprint of compile work so far (frames traced, AOTAutograd graphs, compile
+    wall time): when it moves across a step, that step compiled or recompiled, and the trial
+    tags it ``compile`` (excluded from the steady state). Empty when dynamo was never imported."""
+    if "torch._dynamo" not in sys.modules:
+        return ()
+    from torch._dynamo import utils as dyn
+
+    counters: Any = dyn.counters
+    spent = dyn.calculate_time_spent() if hasattr(dyn, "calculate_time_spent") else {}
+    return (float(counters.get("frames", {}).get("total", 0)),
+            float(counters.get("aot_autograd", {}).get("total", 0)),
+            float(spent.get("total_wall_time", 0.0)))
+
+
 def trial_fields(start: CompileSnapshot, after_warmup: CompileSnapshot,
                  end: CompileSnapshot) -> dict[str, Any]:
     """Fields for trial.json: totals over the trial, and what leaked into the measured steps."""

@@ -72,6 +72,9 @@ class CompileConfig:
     fullgraph: bool = False  # a graph break becomes an error (the trial fails) instead of a split
     dynamic: Optional[bool] = None  # None = torch's automatic dynamic shapes; True/False forces it
     mark_dynamic: bool = False  # mark the sequence dimension of every batch dynamic
+    # in the first (excluded) step, also run forward + backward once on every other bucket
+    # shape of the workload, so the shape policy's recompiles are counted and paid for up front
+    visit_buckets: bool = False
 
 
 @dataclass

@@ -8,7 +8,8 @@ trial. Whatever goes wrong becomes a status with a reason, never a crash:
 - ``timeout``: the time limit passed (the command's process group is killed);
 - ``failed`` with ``failure_kind``: ``cannot_start`` (no such program or directory),
   ``exit_code`` (non-zero exit), ``no_step_lines`` (nothing in the log matched),
-  ``malformed_log`` (a step line that cannot be read, steps going backwards, a time <= 0), or
+  ``malformed_log`` (a step line that cannot be read: a field that is not a number, a time
+  without a unit; the error names the line and the field; steps going backwards, a time <= 0), or
   ``too_few_steps`` (fewer than 3 steps after the warm-up).
 """
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.logparse import LogParseError, StepRecord
+from orchestrator.logparse import LogParseError, MalformedStepLine, StepRecord
 from orchestrator.results import trial_record, write_csv
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,8 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
     try:
         records = trainer.parse(lines)
         checked = check_steps(records, trainer.skip_steps(spec.warmup_steps))
+    except MalformedStepLine as exc:
+        return failed("malformed_log", f"log: {exc}")
     except LogParseError as exc:
         return failed("no_step_lines", f"log: {exc}")
     except LogProblem as exc:

@@ -135,6 +135,12 @@ def check_lever_sweep(cfg: Config) -> None:
         raise ConfigError("protocol.warmup_steps",
                           "must be >= 1 when an arm uses torch.compile: the first step compiles, "
                           "and compile time must stay out of the measured steps")
+    visiting = [w for w in workloads
+                if isinstance(w, GPTWorkloadConfig) and w.model.compile.visit_buckets]
+    if visiting and all(w.model.compile.mode == "off" for w in visiting):
+        raise ConfigError("workload.model.compile.visit_buckets",
+                          "counts the recompiles of other bucket shapes, which needs torch.compile "
+                          "in some arm; set workload.model.compile.mode (e.g. default) or drop it")
     env_swept = any(a.env != arms[0].env for a in arms)
     if env_swept and cfg.launcher.name == "inline" and not isinstance(cfg.workload, CommandWorkloadConfig):
         raise ConfigError("launcher.name",
@@ -263,8 +269,17 @@ def compile_section(cfg: Config, trials: pd.DataFrame, analysis: Any) -> list[st
                 f"| {sp} | {' | '.join(cells)} | {be} |"
             )
             if rec_m:
-                notes.append(f"- `{arm.label}` recompiled during measured steps in `{bucket}`: "
-                             "its step times include compile time")
+                notes.append(f"- `{arm.label}` recompiled after its warm-up in `{bucket}` (a "
+                             "shape or guard the warm-up never saw): those steps are tagged "
+                             "`compile` and left out of the step times; their cost is in the "
+                             "one-off")
+            visited = next((v for v in rows.get("compile_buckets_visited", pd.Series(dtype=object))
+                            if isinstance(v, list) and v), None)
+            if visited:
+                notes.append(f"- `{arm.label}` in `{bucket}` also ran one step on "
+                             f"{', '.join(f'`{b}`' for b in visited)} in its first (excluded) "
+                             "step (workload.model.compile.visit_buckets): its recompiles and "
+                             "compile time include those shapes")
             reasons = sorted({r for v in rows.get("graph_break_reasons", pd.Series(dtype=object))
                               if isinstance(v, list) for r in v})
             for r in reasons[:3]:
@@ -320,38 +335,96 @@ def lever_sections(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame,
 # --------------------------------------------------------------------------- external loss gate
 
 
+def _logged_losses(trial: Any, loss: Any) -> dict[int, float]:
+    """step -> logged loss of one trial, non-finite ones included. steps.csv cannot tell a
+    logged ``nan`` from a step without a loss, so the trial's ``nonfinite_loss_steps`` does."""
+    out: dict[int, float] = {}
+    try:
+        rows = loss.loc[trial["trial_id"]]
+    except KeyError:
+        rows = None
+    if rows is not None:
+        out = {int(s): float(v) for s, v in rows.items()}
+    nonfinite = trial.get("nonfinite_loss_steps")
+    if isinstance(nonfinite, list):
+        for s in map(int, nonfinite):
+            if s not in out or math.isfinite(out[s]):
+                out[s] = math.nan
+    return out
+
+
 def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame,
                           arms: Sequence[Any]) -> dict[str, list[Any]]:
     """Correctness for external commands: per round and bucket, each variant's logged loss at
-    every step both logs share must lie within ``workload.loss_rtol`` of the baseline's."""
+    every step both logs share must lie within ``workload.loss_rtol`` of the baseline's.
+
+    Fails when the variant logs a non-finite loss (nan/inf) at a step where the baseline's is
+    finite (naming the first such step); cannot be evaluated (``error``) when the baseline logs
+    losses and the variant logs none; no gate when neither logs a loss."""
     from orchestrator.decide import Gate
 
     w = cfg.workload
     if not isinstance(w, CommandWorkloadConfig):
         return {}
     ok = _ok(trials)
-    if ok.empty or steps.empty or "loss" not in steps:
+    if ok.empty:
         return {}
-    loss = steps.dropna(subset=["loss"]).set_index(["trial_id", "step"])["loss"]
+    if not steps.empty and "loss" in steps:
+        loss = steps.dropna(subset=["loss"]).set_index(["trial_id", "step"])["loss"]
+    else:
+        import pandas as pd
+
+        loss = pd.Series(dtype=float, index=pd.MultiIndex.from_tuples([], names=["trial_id", "step"]))
+    logged = {r["trial_id"]: _logged_losses(r, loss) for _, r in ok.iterrows()}
     base = arms[0]
     out: dict[str, list[Any]] = {}
     for arm in arms[1:]:
         worst, worst_at, compared = 0.0, "", 0
+        nonfinite: list[str] = []
+        silent: list[str] = []
         for _, brow in ok[ok["arm_id"] == base.arm_id].iterrows():
             vrows = ok[(ok["arm_id"] == arm.arm_id) & (ok["bucket"] == brow["bucket"])
                        & (ok["round"] == brow["round"])]
+            lb = logged[brow["trial_id"]]
+            where = f"{brow['bucket']} round {brow['round']}"
             for _, vrow in vrows.iterrows():
-                try:
-                    lb, lv = loss.loc[brow["trial_id"]], loss.loc[vrow["trial_id"]]
-                except KeyError:
+                lv = logged[vrow["trial_id"]]
+                if not lb:
                     continue
-                common = lb.index.intersection(lv.index)
-                for step in common:
-                    b, v = float(lb.loc[step]), float(lv.loc[step])
-                    rel = abs(v - b) / max(abs(b), 1e-12) if math.isfinite(v) else math.inf
+                if not lv:
+                    silent.append(where)
+                    continue
+                base_finite = all(math.isfinite(x) for x in lb.values())
+                for step in sorted(lv):
+                    v, b = lv[step], lb.get(step)
+                    if math.isfinite(v):
+                        continue
+                    shown = f"loss {'nan' if math.isnan(v) else f'{v:g}'} at {where} step {step}"
+                    if b is not None and math.isfinite(b):
+                        nonfinite.append(f"{shown} where the baseline's is {b:.6g}")
+                    elif b is None and base_finite:
+                        nonfinite.append(f"{shown} (the baseline logs no loss at that step, and "
+                                         "only finite ones elsewhere)")
+                for step in sorted(set(lb) & set(lv)):
+                    b, v = lb[step], lv[step]
+                    if not (math.isfinite(b) and math.isfinite(v)):
+                        continue
+                    rel = abs(v - b) / max(abs(b), 1e-12)
                     compared += 1
                     if rel > worst:
-                        worst, worst_at = rel, f"{brow['bucket']} round {brow['round']} step {step}"
+                        worst, worst_at = rel, f"{where} step {step}"
+        if nonfinite:
+            more = f" (and {len(nonfinite) - 1} more non-finite step(s))" if len(nonfinite) > 1 else ""
+            out[arm.arm_id] = [Gate("loss trajectory", "fail",
+                                    f"non-finite {nonfinite[0]}{more}")]
+            continue
+        if silent:
+            out[arm.arm_id] = [Gate("loss trajectory", "error",
+                                    f"the baseline logs losses but the variant logs none "
+                                    f"({', '.join(sorted(set(silent))[:3])}); make the variant "
+                                    "print its loss, or set a workload.log.pattern with a "
+                                    "(?P<loss>...) group")]
+            continue
         if compared == 0:
             continue  # no logged losses to compare: no gate rather than a guess
         detail = f"largest relative loss difference {worst:.2e} over {compared} logged steps"
@@ -361,4 +434,3 @@ def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame
         else:
             out[arm.arm_id] = [Gate("loss trajectory", "pass", f"{detail} <= {w.loss_rtol:g}")]
     return out
-

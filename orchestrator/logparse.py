@@ -11,16 +11,26 @@ A custom regex with named groups (``step``, one of ``step_time_s`` / ``step_time
 ``time``, and optionally ``loss``, ``tokens``, ``samples``) replaces them. Times come out in
 seconds; a bare ``time`` is taken in ms when followed by ``ms``, in seconds when followed by
 ``s``, and is otherwise refused rather than guessed.
+
+A loss may be logged as ``nan`` / ``inf`` (it parses as a non-finite float, so the correctness
+gate can see it). Lines that look like step lines but cannot be read raise
+:class:`MalformedStepLine` naming the line number and the field, instead of being dropped or
+crashing: a field whose value is not a number (``"step_time_ms": "n/a"``, ``null``), or a step
+time without a unit (``step=2 time=30``: print ``time=30ms`` / ``step_time_ms=30``, or pass a
+pattern with a ``(?P<unit>ms|s)`` group).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+# a number or a non-finite float as Python prints it (nan, inf, -inf; any case)
+_VAL = rf"(?:{_NUM}|[-+]?(?i:nan|inf(?:inity)?))"
 
 # step number, then (anywhere later on the line) a time with its unit
 _FREE = re.compile(
@@ -28,10 +38,16 @@ _FREE = re.compile(
     rf"(?=.*?\b(?:step[_ ]?time|time|dt)\b\s*[:=]?\s*(?P<time>{_NUM})\s*(?P<unit>ms|s)\b)",
     re.IGNORECASE,
 )
-_LOSS = re.compile(rf"\bloss\b\s*[:=]?\s*(?P<loss>{_NUM})", re.IGNORECASE)
+_LOSS = re.compile(rf"\bloss\b\s*[:=]?\s*(?P<loss>{_VAL})(?!\w)", re.IGNORECASE)
+# a step line whose time has no unit ("step 2 time 30"): refused, not dropped
+_FREE_NO_UNIT = re.compile(
+    rf"\b(?:step|iter(?:ation)?)\b\s*[:=#]?\s*\d+\b"
+    rf".*?\b(?P<key>step[_ ]?time|time|dt)\b\s*[:=]?\s*{_NUM}(?=\s*(?:[,|;]|$))",
+    re.IGNORECASE,
+)
 _TOKENS = re.compile(r"\btokens?\b\s*[:=]?\s*(?P<tokens>\d+)\b", re.IGNORECASE)
 _SAMPLES = re.compile(r"\bsamples?\b\s*[:=]?\s*(?P<samples>\d+)\b", re.IGNORECASE)
-_KV = re.compile(rf"(?P<key>[A-Za-z_][A-Za-z0-9_/.]*)\s*=\s*(?P<val>{_NUM})(?P<unit>ms|s)?\b")
+_KV = re.compile(rf"(?P<key>[A-Za-z_][A-Za-z0-9_/.]*)\s*=\s*(?P<val>{_VAL})(?P<unit>ms|s)?\b")
 
 _TIME_KEYS_S = ("step_time_s", "time_s", "step_time", "dt_s", "elapsed_s")
 _TIME_KEYS_MS = ("step_time_ms", "time_ms", "dt_ms", "elapsed_ms", "iter_time_ms")
@@ -39,6 +55,22 @@ _TIME_KEYS_MS = ("step_time_ms", "time_ms", "dt_ms", "elapsed_ms", "iter_time_ms
 
 class LogParseError(ValueError):
     """Nothing usable in the log, or a custom pattern that cannot yield step times."""
+
+
+class MalformedStepLine(LogParseError):
+    """A step line whose field cannot be read; names the line (1-based) and the field."""
+
+    def __init__(self, message: str, line_no: int | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.line_no = line_no
+        self.field = field
+
+
+class _BadField(Exception):
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(why)
+        self.field = field
+        self.why = why
 
 
 @dataclass(frozen=True)
@@ -53,31 +85,62 @@ class StepRecord:
         return dict(self.__dict__)
 
 
+def _shown(value: Any) -> str:
+    return "null" if value is None else repr(value)
+
+
+def _float(field: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise _BadField(field, f"{_shown(value)} is not a number")
+    try:
+        return float(value)
+    except ValueError:
+        raise _BadField(field, f"{value!r} is not a number") from None
+
+
+def _int(field: str, value: Any) -> int:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise _BadField(field, f"{_shown(value)} is not an integer")
+    try:
+        return int(value)
+    except ValueError:
+        raise _BadField(field, f"{value!r} is not an integer") from None
+
+
+def _opt(field: str, value: Any, conv: Any) -> Any:
+    return None if value is None else conv(field, value)
+
+
 def _from_mapping(d: dict[str, Any]) -> StepRecord | None:
-    step = d.get("step", d.get("iter", d.get("iteration")))
+    step_key = next((k for k in ("step", "iter", "iteration") if k in d), None)
     t = None
     for k in _TIME_KEYS_S:
         if k in d:
-            t = float(d[k])
+            t = _float(k, d[k])
             break
     else:
         for k in _TIME_KEYS_MS:
             if k in d:
-                t = float(d[k]) / 1e3
+                t = _float(k, d[k]) / 1e3
                 break
-    if step is None or t is None:
+        else:
+            for k in ("time", "dt"):
+                if step_key is not None and k in d:
+                    raise _BadField(k, f"{d[k]!r} has no unit")
+    if step_key is None or t is None:
         return None
-    loss = d.get("loss")
-    tokens = d.get("tokens", d.get("tokens_per_step"))
-    samples = d.get("samples", d.get("samples_per_step"))
+    tokens_key = "tokens" if "tokens" in d else "tokens_per_step"
+    samples_key = "samples" if "samples" in d else "samples_per_step"
     return StepRecord(
-        int(step), t, None if loss is None else float(loss),
-        None if tokens is None else int(tokens), None if samples is None else int(samples),
+        _int(step_key, d[step_key]), t, _opt("loss", d.get("loss"), _float),
+        _opt(tokens_key, d.get(tokens_key), _int), _opt(samples_key, d.get(samples_key), _int),
     )
 
 
 def _time_s(value: str, unit: str | None, key: str) -> float | None:
-    v = float(value)
+    v = _float(key, value)
     if unit == "ms" or key.endswith("_ms"):
         return v / 1e3
     if unit == "s" or key.endswith("_s"):
@@ -86,6 +149,8 @@ def _time_s(value: str, unit: str | None, key: str) -> float | None:
 
 
 def parse_line(line: str, pattern: re.Pattern[str] | None = None) -> StepRecord | None:
+    """One line's step record, or None when the line is not a step line. Raises _BadField for
+    a step line that cannot be read (parse_steps adds the line number)."""
     line = line.strip()
     if not line:
         return None
@@ -102,18 +167,27 @@ def parse_line(line: str, pattern: re.Pattern[str] | None = None) -> StepRecord 
     kv = {m["key"]: (m["val"], m["unit"]) for m in _KV.finditer(line)}
     if "step" in kv or "iter" in kv:
         d: dict[str, Any] = {}
+        unitless: dict[str, str] = {}
         for key, (val, unit) in kv.items():
             if key in _TIME_KEYS_S + _TIME_KEYS_MS or key in ("time", "dt"):
                 t = _time_s(val, unit, key)
                 if t is not None:
                     d["step_time_s"] = t
+                else:
+                    unitless[key] = val
             else:
                 d[key] = val
+        if "step_time_s" not in d and unitless:
+            key, val = next(iter(unitless.items()))
+            raise _BadField(key, f"{val!r} has no unit")
         rec = _from_mapping(d)
         if rec is not None:
             return rec
     m = _FREE.search(line)
     if m is None:
+        bare = _FREE_NO_UNIT.search(line)
+        if bare is not None:
+            raise _BadField(bare["key"], "the step time has no unit")
         return None
     t = float(m["time"]) / (1e3 if m["unit"].lower() == "ms" else 1.0)
     loss = _LOSS.search(line)
@@ -131,22 +205,22 @@ def _from_groups(g: dict[str, str | None]) -> StepRecord | None:
     if g.get("step") is None:
         return None
     if g.get("step_time_s") is not None:
-        t = float(g["step_time_s"])  # type: ignore[arg-type]
+        t = _float("step_time_s", g["step_time_s"])
     elif g.get("step_time_ms") is not None:
-        t = float(g["step_time_ms"]) / 1e3  # type: ignore[arg-type]
+        t = _float("step_time_ms", g["step_time_ms"]) / 1e3
     elif g.get("time") is not None:
         unit = (g.get("unit") or "").lower()
         if unit not in ("ms", "s"):
-            return None
-        t = float(g["time"]) / (1e3 if unit == "ms" else 1.0)  # type: ignore[arg-type]
+            raise _BadField("unit", f"{g.get('unit')!r} is not ms or s")
+        t = _float("time", g["time"]) / (1e3 if unit == "ms" else 1.0)
     else:
         return None
     return StepRecord(
-        int(g["step"]),  # type: ignore[arg-type]
+        _int("step", g["step"]),
         t,
-        float(g["loss"]) if g.get("loss") else None,
-        int(g["tokens"]) if g.get("tokens") else None,
-        int(g["samples"]) if g.get("samples") else None,
+        _float("loss", g["loss"]) if g.get("loss") else None,
+        _int("tokens", g["tokens"]) if g.get("tokens") else None,
+        _int("samples", g["samples"]) if g.get("samples") else None,
     )
 
 
@@ -170,9 +244,26 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
 
 
 def parse_steps(lines: Iterable[str], pattern: str | None = None) -> list[StepRecord]:
-    """Every step record in the log, in order. Raises LogParseError when none is found."""
+    """Every step record in the log, in order. Raises MalformedStepLine at the first step line
+    that cannot be read, and LogParseError when no step line is found."""
     rx = compile_pattern(pattern) if pattern else None
-    out = [r for r in (parse_line(line, rx) for line in lines) if r is not None]
+    out: list[StepRecord] = []
+    for no, line in enumerate(lines, 1):
+        try:
+            rec = parse_line(line, rx)
+        except _BadField as exc:
+            if exc.why.endswith("has no unit"):
+                fix = ("log the unit (time=30ms, step_time_ms=30) or pass a pattern "
+                       "(--pattern / workload.log.pattern) that names it: (?P<step_time_ms>...), "
+                       "(?P<step_time_s>...) or (?P<time>...) with (?P<unit>ms|s)")
+            elif exc.field == "unit":
+                fix = "make the pattern's (?P<unit>...) group match only ms or s"
+            else:
+                fix = "fix the trainer's log line, or pass a pattern that skips it"
+            raise MalformedStepLine(f"line {no}: field {exc.field!r}: {exc.why}; {fix}",
+                                    no, exc.field) from None
+        if rec is not None:
+            out.append(rec)
     if not out:
         how = "the given --pattern" if pattern else "any built-in step format"
         raise LogParseError(

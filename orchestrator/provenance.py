@@ -233,11 +233,36 @@ def check_resume_environment(cfg: Any, run_dir: Path, records: Sequence[dict[str
     )
 
 
-def write_environment(run_dir: Path, records: Sequence[dict[str, Any]], device: str) -> str:
+def env_switches_by_arm(arms: Sequence[Any], records: Sequence[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """arm label -> the env.* switches it sets, from the sweep's arms (and, for arms only the
+    trials know, such as the A/A control, from their records)."""
+    out = {a.label: dict(a.env) for a in arms}
+    for rec in sorted(records, key=lambda r: r.get("position", 0)):
+        label = rec.get("arm_label")
+        if label is not None and label not in out and isinstance(rec.get("env"), dict):
+            out[str(label)] = {str(k): str(v) for k, v in rec["env"].items()}
+    return out
+
+
+def write_environment(run_dir: Path, records: Sequence[dict[str, Any]], device: str,
+                      arm_env: dict[str, dict[str, str]] | None = None) -> str:
     """run_dir/environment.json: the report of the earliest trial that wrote one (gathered in a
     trial process); when none did, one gathered here and labelled so. Returns where it came
-    from."""
+    from. The report is gathered once, in one arm's trial; ``arm_env`` (every arm's env.*
+    switches) is added as ``env_switches_by_arm`` so an environment-switch sweep shows each
+    arm's value, not only the reporting arm's."""
     from orchestrator.results import atomic_write_json, read_json
+
+    def extra(report: dict[str, Any], arm: Any) -> dict[str, Any]:
+        if arm_env is not None:
+            report["env_switches_by_arm"] = arm_env
+            if arm is not None:
+                report["source_arm"] = arm
+            if any(arm_env.values()):
+                report["env_switches_note"] = (
+                    "the environment above was read in one arm's trial process (source_arm); "
+                    "each arm's trials ran with their own switches, listed in env_switches_by_arm")
+        return report
 
     for rec in sorted(records, key=lambda r: r.get("position", 0)):
         src = run_dir / "trials" / str(rec.get("trial_id")) / "environment.json"
@@ -247,14 +272,20 @@ def write_environment(run_dir: Path, records: Sequence[dict[str, Any]], device: 
             except (OSError, ValueError):
                 continue
             report["source_trial"] = rec["trial_id"]
-            atomic_write_json(run_dir / "environment.json", report)
+            atomic_write_json(run_dir / "environment.json", extra(report, rec.get("arm_label")))
             return f"trial {rec['trial_id']}"
     if (run_dir / "environment.json").is_file():
+        if arm_env is not None:
+            try:
+                report = read_json(run_dir / "environment.json")
+                atomic_write_json(run_dir / "environment.json", extra(report, report.get("source_arm")))
+            except (OSError, ValueError):
+                pass
         return "an earlier invocation"
     from orchestrator.environment import gather
 
     report = gather(device, gathered_in="orchestrator process (no trial process reported one)")
-    atomic_write_json(run_dir / "environment.json", report)
+    atomic_write_json(run_dir / "environment.json", extra(report, None))
     return "the orchestrator process"
 
 
@@ -266,9 +297,18 @@ def environment_section(
     the decisions.md section that says where everything came from."""
     from orchestrator.environment import compare
 
-    source = write_environment(run_dir, records, cfg.device)
+    arm_env = None
+    if getattr(cfg, "sweep", None) is not None:
+        from orchestrator.sweep import expand_arms
+
+        arm_env = env_switches_by_arm(expand_arms(cfg), records)
+    source = write_environment(run_dir, records, cfg.device, arm_env)
     diff = compare([(str(r["trial_id"]), _fp(r)) for r in records if _fp(r)])
     body = [f"- environment report: `environment.json` (gathered in {source})"]
+    if arm_env and any(arm_env.values()):
+        body.append("- environment switches per arm (`env_switches_by_arm` in environment.json): "
+                    + "; ".join(f"`{label}`: " + (", ".join(f"{k}={v}" for k, v in env.items())
+                                                   or "none") for label, env in arm_env.items()))
     if git is not None:
         state = "dirty, see `source.diff`" if git.dirty else "clean" if git.dirty is False \
             else "unknown"

@@ -80,6 +80,16 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
 
 
+def _compile_hint(exc: BaseException, error: str) -> str:
+    """torch.compile(fullgraph=True) raises dynamo's Unsupported at a graph break: add its
+    explanation line and the fix to the one-line error."""
+    if type(exc).__name__ != "Unsupported" or not type(exc).__module__.startswith("torch._dynamo"):
+        return error
+    why = next((ln.strip() for ln in str(exc).splitlines() if ln.strip().startswith("Explanation:")), "")
+    return (f"{error} ({why + '; ' if why else ''}fullgraph=True makes a graph break an error: "
+            "remove the break, or compile with fullgraph off)")
+
+
 def _mad(values: list[float]) -> float:
     med = statistics.median(values)
     return statistics.median(abs(v - med) for v in values)
@@ -128,7 +138,8 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
         base["failed_at"] = time.time()  # distributed: the earliest failing rank is the cause
         status = "oom" if devmod.is_oom(exc) else "failed"
         tb = traceback.format_exc(limit=8)
-        record = trial_record(**base, status=status, error=one_line(exc), traceback=tb)
+        record = trial_record(**base, status=status, error=_compile_hint(exc, one_line(exc)),
+                              traceback=tb)
     finally:
         if world > 1:
             distmod.shutdown()
@@ -169,11 +180,16 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         dev = devmod.resolve(spec.device, index=local_rank if world > 1 else None)
         devmod.set_current(dev)
     ctx = distmod.setup(dev.kind)  # before the recipe: it just uses the default process group
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:  # inline trials share a process: compile cold, as a fresh one does
+        dynamo.reset()
     trainer = builder(workload, bucket, dev.torch_device)
     devmod.reset_peak_memory(dev)
     batches = trainer.batches()
     policy = spec.warmup()
     step_tags = getattr(trainer, "step_tags", None)
+    # e.g. workload.model.compile.visit_buckets: the other buckets' shapes, run in step 0
+    visit_shapes = getattr(trainer, "visit_shapes", None)
     # a bound on tagged (excluded) steps, so a recipe that tags every step cannot loop forever
     # time-based floor on the measured window (protocol.measured_min_s): short steps get more
     # of them, up to a cap; not for distributed trials, whose ranks must run the same steps
@@ -199,6 +215,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     ref_on, ref_why = refmod.resolve(spec.speed_reference, dev.kind, world, pool)
     ref = refmod.host_reference(clock) if ref_on else None
     cs_start = cs_warm = compile_stats.snapshot()
+    compiled_before = compile_stats.activity() if world <= 1 else ()
     warm_snapped = False
     sync(dev)
     i = 0
@@ -218,10 +235,19 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         batch = next(batches)
         t1 = clock()
         loss = trainer.train_step(batch)
+        if i == 0 and visit_shapes is not None:
+            visit_shapes()
         sync(dev)
         t2 = clock()
         losses.append(loss)
         tags = list(step_tags()) if step_tags else []
+        # this step compiled or recompiled: not steady. Single-process trials only: ranks must
+        # run the same steps, and one rank's tag could make it run one step more than another
+        compiled_now = compile_stats.activity() if world <= 1 else ()
+        if compiled_now != compiled_before:
+            compiled_before = compiled_now
+            if "compile" not in tags:
+                tags.append("compile")
         if tags:
             phase = "excluded"
         elif not warm_done:
@@ -265,7 +291,9 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     peak, peak_source = devmod.peak_memory_bytes(dev)
     measured = [r["step_time_s"] for r in rows if r["phase"] == "measured"]
     median = statistics.median(measured)
-    warmup = [r["step_time_s"] for r in rows if r["phase"] == "warmup"]
+    # one-off cost: warm-up steps and the steps that compiled (excluded from the steady state)
+    warmup = [r["step_time_s"] for r in rows if r["phase"] == "warmup"
+              or (r["phase"] == "excluded" and "compile" in r["tags"].split(";"))]
     writer = ctx is None or ctx.is_writer  # other ranks' times live in rank 0's steps.csv
     if writer:
         write_csv(Path(spec.trial_dir) / "steps.csv", rows)
@@ -310,6 +338,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         warmup_steps_used=len(warm_times),
         warmup_settled=settled,
         excluded_steps=sum(1 for r in rows if r["phase"] == "excluded"),
+        compile_steps=sum(1 for r in rows if "compile" in r["tags"].split(";")),
         tokens_per_step=trainer.tokens_per_step,
         tokens_per_s=trainer.tokens_per_step / median,
         peak_mem_bytes=peak,

@@ -63,7 +63,10 @@ class Trainer(Protocol):
         ...
 
     # Hooks the correctness gate (orchestrator/correctness) needs besides the above. A trainer
-    # without them cannot be probed: the gate reports `error` for its arm (verdict `invalid`).
+    # without them cannot be probed: when the baseline's lacks them the gate is "not applicable"
+    # for the campaign (correctness.json mode not_applicable, no gate in the verdicts, timing
+    # decides); only when the baseline has them and a variant's trainer (a swept recipe) does
+    # not is that variant's gate `error` (verdict `invalid`).
     #
     # model: the torch.nn.Module being trained (possibly a torch.compile wrapper)
     # optimizer: its torch.optim.Optimizer
@@ -109,7 +112,9 @@ class ExternalTrainer(Protocol):
 
     def parse(self, lines: list[str]) -> list[Any]:
         """Step records (orchestrator.logparse.StepRecord) from the log, in order. Raises
-        orchestrator.logparse.LogParseError (no step lines) or ValueError (malformed)."""
+        orchestrator.logparse.MalformedStepLine (a step line that cannot be read: status
+        ``malformed_log``), LogParseError (no step lines: ``no_step_lines``) or another
+        ValueError (``malformed_log``)."""
         ...
 
     def skip_steps(self, warmup_steps: int) -> int:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from orchestrator.campaign import run_campaign
@@ -61,14 +62,73 @@ def test_user_recipe_by_import_path_with_compile_and_graph_break(compose: Any, r
 def test_gpt_compile_sweep_records_compile_time(compose: Any, run_dir: Path) -> None:
     cfg = compose([*TINY, "+sweep=compile", "sweep.buckets=[s32]", "sweep.values=[default]",
                    "workload.model.compile.backend=aot_eager", "protocol.repeats=1"])
-    run_campaign(cfg, run_dir)
+    result = run_campaign(cfg, run_dir)
+    (v,) = result.verdicts  # compiling changes no math: the probes agree with eager
+    assert any(r.startswith("correctness gate passed") for r in v.reasons), v.reasons
     recs = {r["arm_label"]: r for r in (json.loads(p.read_text())
                                         for p in run_dir.glob("trials/*/trial.json"))}
     assert recs["default"]["status"] == "ok", recs["default"].get("error")
     assert recs["default"]["compile_time_s"] > 0 and recs["eager"]["compile_time_s"] == 0
-    assert recs["default"]["recompiles_in_measured"] == 0
+    assert recs["default"]["recompiles_in_measured"] == 0 and recs["default"]["compile_steps"] >= 1
+    assert recs["eager"]["compile_steps"] == 0
     assert recs["default"]["graph_breaks"] == 0  # the GPT's step traces as one graph
     md = (run_dir / "decisions.md").read_text()
     section = md.split("## Compile cost and time to train", 1)[1].split("\n## ", 1)[0]
     row = next(ln for ln in section.splitlines() if ln.startswith("| s32 | default |"))
     assert " s |" in row and "x)" in row  # compile time in seconds, projections with ratios
+
+
+def test_bucket_policies_count_recompiles_when_visiting_every_shape(compose: Any, run_dir: Path) -> None:
+    """compile.visit_buckets: each trial runs one step on every bucket shape in its first
+    (excluded) step, so static shapes recompile once per other bucket and dynamic ones do not.
+    Backend eager (dynamo only) keeps it quick; the guards and recompiles are dynamo's."""
+    three = ("workload.buckets=[{name: s32, seq_len: 32, micro_batch: 2}, "
+             "{name: s48, seq_len: 48, micro_batch: 2}, {name: s64, seq_len: 64, micro_batch: 2}]")
+    cfg = compose([*TINY, "+sweep=compile_shapes", "sweep.buckets=[s32]", "protocol.repeats=1",
+                   "workload.model.compile.backend=eager",
+                   "protocol.correctness.mode=off", three])
+    run_campaign(cfg, run_dir)
+    recs = {r["arm_label"]: r for r in (json.loads(p.read_text())
+                                        for p in run_dir.glob("trials/*/trial.json"))}
+    assert {r["status"] for r in recs.values()} == {"ok"}, {k: r.get("error") for k, r in recs.items()}
+    static, dynamic, marked = recs["static"], recs["dynamic"], recs["mark_dynamic"]
+    assert static["compile_buckets_visited"] == ["s48", "s64"]
+    assert static["recompiles"] == 2  # one per other shape: the guards pin each size
+    assert dynamic["recompiles"] < static["recompiles"] and marked["recompiles"] < static["recompiles"]
+    for r in recs.values():
+        assert r["recompiles_in_measured"] == 0 and r["compile_time_in_measured_s"] == 0
+        assert r["compile_steps"] >= 1 and r["warmup_excess_s"] > 0
+        steps = pd.read_csv(run_dir / "trials" / r["trial_id"] / "steps.csv", keep_default_na=False)
+        first = steps.iloc[0]
+        assert first["phase"] == "excluded" and "compile" in first["tags"].split(";")
+        assert set(steps[steps["phase"] == "measured"]["tags"]) == {""}
+    md = (run_dir / "decisions.md").read_text()
+    section = md.split("## Compile cost and time to train", 1)[1].split("\n## ", 1)[0]
+    assert "| s32 | static |" in section and "| 2 (0) |" in section
+    assert "also ran one step on `s48`, `s64`" in section
+
+
+def test_fullgraph_with_a_graph_break_fails_with_the_reason(compose: Any, run_dir: Path) -> None:
+    cfg = compose([*TINY, "+sweep=fa2"])
+    cfg.workload = CustomWorkloadConfig(
+        name="user_mlp", recipe="tests.helpers.user_recipe:build",
+        params={"compile": True, "graph_break": False, "fullgraph": True, "width": 8},
+        buckets=[BucketConfig(name="b4", seq_len=1, micro_batch=4)],
+    )
+    cfg.sweep = SweepConfig(name="fullgraph", hypothesis="a graph break under fullgraph",
+                            variable="workload.params.graph_break", baseline=False, values=[True],
+                            labels=["broken"], baseline_label="whole")
+    cfg.protocol.repeats = 1
+    validate(cfg)
+    result = run_campaign(cfg, run_dir)
+    recs = {r["arm_label"]: r for r in (json.loads(p.read_text())
+                                        for p in run_dir.glob("trials/*/trial.json"))}
+    assert recs["whole"]["status"] == "ok" and recs["whole"]["graph_breaks"] == 0
+    broken = recs["broken"]
+    assert broken["status"] == "failed"
+    assert broken["error"].startswith("Unsupported: Call to `torch._dynamo.graph_break()` (Explanation: "
+                                      "User-inserted graph break"), broken["error"]
+    assert "fullgraph=True makes a graph break an error" in broken["error"]
+    (v,) = result.verdicts
+    assert v.verdict == "reject" and not v.timing_based
+    assert "## Failed trials" in (run_dir / "decisions.md").read_text()

@@ -209,3 +209,35 @@ def test_the_optimizer_update_is_judged_on_its_own_scale() -> None:
     var["update"] = {"w": torch.tensor([-1e-3, 1e-3]) * 1.1}  # a 10 % larger learning rate
     _, (g,) = _gate(probes, tens)
     assert g.reasons == ["s update/w: rel_l2 1.00e-01 > 1.0e-03 (max_abs 1.00e-04)"]
+
+
+def test_data_order_sweep_needs_its_invariants_and_then_passes_the_data_check(
+        compose: Any, run_dir: Path) -> None:
+    """conf/invariants/data_order.yaml: a sweep over workload.data.seed is refused under the
+    default invariants; under invariants=data_order it runs, the gate reports the differing
+    batch sequence and passes, and which data (kind, file) stays frozen."""
+    import json
+
+    from orchestrator.campaign import run_campaign
+
+    seed_sweep = ["+sweep=fa2", "sweep.knob=null", "sweep.variable=workload.data.seed",
+                  "sweep.baseline=1234", "sweep.values=[99]", "sweep.labels=[reshuffled]",
+                  "sweep.fixed={}", "sweep.baseline_label=original"]
+    tiny = ["workload=gpt_test", "protocol=quick", "launcher=inline", "protocol.repeats=1",
+            "sweep.buckets=[s32]"]
+    with pytest.raises(ConfigError, match=r"sweep\.variable: 'workload\.data\.seed' is frozen by "
+                       r"invariants \(workload\.data: data order\).*choose invariants=NAME"):
+        compose([*tiny, *seed_sweep])
+    with pytest.raises(ConfigError, match=r"'workload\.data\.kind' is frozen by invariants "
+                       r"\(workload\.data\.kind: which data \(not its order\)\)"):
+        compose([*tiny, "invariants=data_order", *seed_sweep[:2], "sweep.variable=workload.data.kind",
+                 "sweep.baseline=synthetic", "sweep.values=[text]", *seed_sweep[5:]])
+    cfg = compose([*tiny, "invariants=data_order", *seed_sweep])
+    assert data_order_declared(cfg)
+    result = run_campaign(cfg, run_dir)
+    (v,) = result.verdicts
+    assert any(r.startswith("correctness gate passed") for r in v.reasons), v.reasons
+    doc = json.loads((run_dir / "correctness.json").read_text())
+    assert doc["data_order_declared"] is True
+    data = doc["arms"][v.arm_id]["buckets"]["s32"]["data"]
+    assert data["same_batches"] is False

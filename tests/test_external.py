@@ -80,6 +80,12 @@ HEALTHY = "import time\nfor i in range(8):\n    time.sleep(0.002); print(f'step 
          "exited with code 7"),
         ("import time; print('step 0 time 5ms', flush=True); time.sleep(60)", "timeout",
          "timeout", "workload.time_limit_s=2 s and was killed (1 step line(s) by then)"),
+        ("print('{\"step\": 0, \"step_time_ms\": 5}'); print('{\"step\": 1, \"step_time_ms\": \"n/a\"}')",
+         "failed", "malformed_log", "log: line 2: field 'step_time_ms': 'n/a' is not a number"),
+        ("print('{\"step\": 0, \"step_time_ms\": null}')", "failed", "malformed_log",
+         "log: line 1: field 'step_time_ms': null is not a number"),
+        ("print('starting'); print('step=2 time=30')", "failed", "malformed_log",
+         "log: line 2: field 'time': '30' has no unit; log the unit (time=30ms, step_time_ms=30)"),
     ],
 )
 def test_faulty_commands_become_statuses(compose: Any, run_dir: Path, code: str, status: str,
@@ -133,6 +139,54 @@ def test_loss_trajectory_gate(compose: Any) -> None:
     assert loss_trajectory_gates(cfg, trials, steps.assign(loss=float("nan")), arms) == {}
 
 
+def test_loss_trajectory_gate_non_finite_and_missing_losses(compose: Any) -> None:
+    """steps.csv cannot tell a logged nan from no loss: the trial's nonfinite_loss_steps can."""
+    cfg = compose(["workload=command_example", "+sweep=example_delay"])
+    arms = [Arm("a0", "base", 0, True), Arm("a1", "nan", 1, False), Arm("a2", "silent", 2, False),
+            Arm("a3", "inf", 3, False)]
+    trials = pd.DataFrame([
+        {"trial_id": t, "arm_id": a, "bucket": "s32", "round": 0, "status": "ok",
+         "nonfinite_loss_steps": nf}
+        for t, a, nf in (("t0", "a0", []), ("t1", "a1", [2]), ("t2", "a2", []), ("t3", "a3", [1]))
+    ])
+    nan = float("nan")
+    losses = {"t0": [4.0, 3.5, 3.0], "t1": [4.0, 3.5, nan], "t2": [nan, nan, nan],
+              "t3": [4.0, float("inf"), 3.0]}
+    steps = pd.DataFrame([{"trial_id": t, "step": i, "loss": v}
+                          for t, vals in losses.items() for i, v in enumerate(vals)])
+    gates = loss_trajectory_gates(cfg, trials, steps, arms)
+    assert gates["a1"][0].status == "fail"
+    assert gates["a1"][0].detail == ("non-finite loss nan at s32 round 0 step 2 where the "
+                                     "baseline's is 3")
+    assert gates["a3"][0].status == "fail" and "loss inf at s32 round 0 step 1" in gates["a3"][0].detail
+    assert gates["a2"][0].status == "error"
+    assert "the baseline logs losses but the variant logs none (s32 round 0)" in gates["a2"][0].detail
+    # the baseline diverging too is no failure of the variant at that step
+    both = trials.assign(nonfinite_loss_steps=[[2], [2], [], [1]])
+    gates = loss_trajectory_gates(cfg, both, steps.assign(loss=[4.0, 3.5, nan] + losses["t1"]
+                                                          + losses["t2"] + losses["t3"]), arms)
+    assert gates["a1"][0].status == "pass" and "over 2 logged steps" in gates["a1"][0].detail
+
+
+def test_nan_loss_in_a_variant_is_rejected_naming_the_step(compose: Any, run_dir: Path) -> None:
+    """The example trainer's loss turns NaN at step 3 in the variant: a reject naming the step,
+    whatever its speed."""
+    cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1",
+                   ("workload.command='{python} recipes/examples/train_example.py --steps {steps} "
+                    "--seq-len {seq_len} --batch-size {micro_batch} --nan-at-step {nan_at_step}'"),
+                   "+workload.params.nan_at_step=-1", "sweep.variable=workload.params.nan_at_step",
+                   "sweep.baseline=-1", "sweep.values=[3]", "sweep.labels=[nan-at-3]",
+                   "sweep.baseline_label=finite"])
+    result = run_campaign(cfg, run_dir)
+    recs = _recs(run_dir)
+    assert recs["finite/r0"]["status"] == recs["nan-at-3/r0"]["status"] == "ok"
+    assert recs["nan-at-3/r0"]["nonfinite_loss_steps"] == [3]
+    (v,) = result.verdicts
+    assert v.verdict == "reject" and not v.timing_based
+    assert any("loss trajectory gate failed: non-finite loss nan at s32 round 0 step 3 where the "
+               "baseline's is " in r for r in v.reasons), v.reasons
+
+
 def test_env_switch_reaches_the_trial_process(compose: Any, run_dir: Path) -> None:
     """env.OMP_NUM_THREADS is set in each fresh trial process before torch starts."""
     cfg = compose(["workload=gpt_test", "protocol=quick", "launcher=local", "+sweep=omp_threads",
@@ -143,3 +197,48 @@ def test_env_switch_reaches_the_trial_process(compose: Any, run_dir: Path) -> No
                                         for p in run_dir.glob("trials/*/trial.json"))}
     assert recs["2"]["env"] == {"OMP_NUM_THREADS": "2"} and recs["2"]["torch_threads"] == 2
     assert recs["1"]["env"] == {"OMP_NUM_THREADS": "1"} and recs["1"]["torch_threads"] == 1
+    # environment.json is read in one trial; every arm's switch is recorded beside it
+    report = json.loads((run_dir / "environment.json").read_text())
+    assert report["env_switches_by_arm"] == {"2": {"OMP_NUM_THREADS": "2"},
+                                             "1": {"OMP_NUM_THREADS": "1"}}
+    assert report["source_arm"] in ("1", "2") and "env_switches_by_arm" in report["env_switches_note"]
+    md = (run_dir / "decisions.md").read_text()
+    assert "environment switches per arm (`env_switches_by_arm` in environment.json): " \
+           "`2`: OMP_NUM_THREADS=2; `1`: OMP_NUM_THREADS=1" in md
+
+
+def test_command_workload_cwd_env_log_file_pattern_and_skip(compose: Any, run_dir: Path) -> None:
+    """The example trainer run from its trial directory (workload.cwd), a templated
+    workload.env value and the swept env.OMP_NUM_THREADS reaching it, step lines read from
+    workload.log.file in a format only the custom pattern reads, and skip_steps."""
+    from orchestrator.config import validate
+    from orchestrator.logparse import LogParseError, parse_steps
+
+    script = Path(__file__).resolve().parents[1] / "recipes" / "examples" / "train_example.py"
+    cfg = compose([*CMD, "+sweep=omp_threads", "protocol.repeats=1", "protocol.warmup_steps=1",
+                   "protocol.measured_steps=4", "workload.log.skip_steps=2",
+                   "workload.cwd='{trial_dir}'", "workload.log.file=steps.log",
+                   "+workload.env.EXAMPLE_RUN_NAME='{bucket}-seed{seed}'"])
+    cfg.workload.params["script"] = str(script)
+    cfg.workload.command = ("{python} {script} --steps {steps} --seq-len {seq_len} --batch-size "
+                            "{micro_batch} --threads 0 --log-format custom --log-file steps.log")
+    cfg.workload.log.pattern = r"\[it (?P<step>\d+)\] (?P<step_time_ms>[\d.]+) ms/it loss=(?P<loss>\S+)"
+    validate(cfg)
+    run_campaign(cfg, run_dir)
+    recs = _recs(run_dir)
+    assert {r["status"] for r in recs.values()} == {"ok"}, {k: r.get("error") for k, r in recs.items()}
+    for label, threads in (("2", 2), ("1", 1)):
+        rec = recs[f"{label}/r0"]
+        tdir = run_dir / "trials" / rec["trial_id"]
+        assert rec["env"] == {"OMP_NUM_THREADS": label}
+        assert rec["command_env"] == {"EXAMPLE_RUN_NAME": "s32-seed0"}
+        out = (tdir / "command.log").read_text()
+        assert f"on {threads} thread(s), run s32-seed0" in out and "[it " not in out
+        log_lines = (tdir / "steps.log").read_text().splitlines()  # written in the cwd
+        with pytest.raises(LogParseError, match="no step lines matched"):
+            parse_steps(log_lines)  # only the custom pattern reads this format
+        steps = pd.read_csv(tdir / "steps.csv")
+        assert list(steps["step"]) == list(range(5))
+        assert list(steps["phase"]) == ["warmup"] * 2 + ["measured"] * 3
+        assert steps["loss"].notna().all() and rec["measured_steps"] == 3
+        assert rec["tokens_source"] == "bucket shape" and rec["tokens_per_step"] == 32 * 4

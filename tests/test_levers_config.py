@@ -64,6 +64,9 @@ def test_bad_command_workloads_name_the_key(compose: Any, overrides: list[str], 
 def test_protocol_and_launcher_checks_for_levers(compose: Any) -> None:
     with pytest.raises(ConfigError, match=r"protocol\.warmup_steps: must be >= 1 when an arm uses torch\.compile"):
         compose(["workload=gpt_test", "+sweep=compile", "protocol.warmup_steps=0"])
+    with pytest.raises(ConfigError, match=r"workload\.model\.compile\.visit_buckets: counts the "
+                       r"recompiles .* needs torch\.compile in some arm; set workload\.model\.compile\.mode"):
+        compose(["workload=gpt_test", "+sweep=fa2", "workload.model.compile.visit_buckets=true"])
     with pytest.raises(ConfigError, match=r"launcher\.name: inline runs trials inside this process"):
         compose(["workload=gpt_test", "+sweep=omp_threads", "launcher=inline"])
     # a command workload gets the switch in its child's environment even inline
@@ -76,6 +79,8 @@ def test_protocol_and_launcher_checks_for_levers(compose: Any) -> None:
 def test_lever_sweeps_compose(compose: Any) -> None:
     cfg = compose(["workload=gpt_test", "+sweep=dataloader"])
     assert isinstance(cfg.workload, GPTWorkloadConfig)
-    assert cfg.sweep.fixed == {"workload.data.kind": "text"}
+    # short epochs, so non-persistent workers restart inside the measured steps
+    assert cfg.sweep.fixed == {"workload.data.kind": "text", "workload.loader.epoch_batches": 4}
     cfg = compose(["workload=gpt_test", "+sweep=compile_shapes"])
     assert cfg.sweep.values[1] == {"dynamic": None, "mark_dynamic": True}
+    assert cfg.sweep.fixed["workload.model.compile.visit_buckets"] is True

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.logparse import LogParseError, parse_steps
+from orchestrator.logparse import LogParseError, MalformedStepLine, parse_steps
 
 
 def test_builtin_formats() -> None:
@@ -21,9 +21,60 @@ def test_builtin_formats() -> None:
     assert recs[1].tokens == 8192 and recs[2].tokens == 8192 and recs[3].samples == 16
 
 
-def test_time_without_unit_is_not_guessed() -> None:
-    with pytest.raises(LogParseError, match="no step lines matched"):
-        parse_steps(["step=1 time=12.5", "step 2 time 13"])
+@pytest.mark.parametrize(("lines", "line_no", "field"), [
+    (["step=0 time=12.5ms", "step=1 time=12.5"], 2, "time"),
+    (["warming up", "step 2 time 13"], 2, "time"),
+    (["step 2 | loss 3.1 | dt 13 | tokens 8"], 1, "dt"),
+    (['{"step": 1, "time": 30}'], 1, "time"),
+])
+def test_time_without_unit_is_refused_not_guessed_or_dropped(lines: list[str], line_no: int,
+                                                             field: str) -> None:
+    with pytest.raises(MalformedStepLine, match=rf"^line {line_no}: field '{field}': .*no unit; "
+                       r"log the unit .* or pass a pattern") as e:
+        parse_steps(lines)
+    assert (e.value.line_no, e.value.field) == (line_no, field)
+
+
+def test_a_time_that_is_not_a_step_time_is_left_alone() -> None:
+    recs = parse_steps(["step 3 time 13:02:11 started", "step 3 | time 4.0ms"])
+    assert [(r.step, r.step_time_s) for r in recs] == [(3, 0.004)]
+
+
+def test_non_finite_losses_parse_as_floats() -> None:
+    recs = parse_steps([
+        "step 1 | loss nan | time 3ms",
+        "step=2 loss=inf step_time_ms=3",
+        '{"step": 3, "loss": NaN, "step_time_ms": 3}',
+        "iter 4: loss -inf, time 3.0ms",
+        '{"step": 5, "loss": "nan", "step_time_ms": 3}',
+        "step 6 | loss info | time 3ms",  # not a number: no loss
+    ])
+    assert [str(r.loss) for r in recs] == ["nan", "inf", "nan", "-inf", "nan", "None"]
+
+
+@pytest.mark.parametrize(("line", "field", "why"), [
+    ('{"step": 1, "step_time_ms": "n/a"}', "step_time_ms", "'n/a' is not a number"),
+    ('{"step": 1, "step_time_ms": null}', "step_time_ms", "null is not a number"),
+    ('{"step": 1, "step_time_s": [1]}', "step_time_s", r"\[1\] is not a number"),
+    ('{"step": "x", "step_time_ms": 5}', "step", "'x' is not an integer"),
+    ('{"step": 1.5, "step_time_ms": 5}', "step", "1.5 is not an integer"),
+    ('{"step": 1, "step_time_ms": 5, "loss": "high"}', "loss", "'high' is not a number"),
+    ('{"step": 1, "step_time_ms": 5, "tokens": "many"}', "tokens", "'many' is not an integer"),
+])
+def test_malformed_values_name_the_line_and_field(line: str, field: str, why: str) -> None:
+    with pytest.raises(MalformedStepLine, match=rf"^line 2: field '{field}': {why}; fix the") as e:
+        parse_steps(['{"step": 0, "step_time_ms": 5}', line])
+    assert (e.value.line_no, e.value.field) == (2, field)
+
+
+def test_custom_pattern_values_are_checked() -> None:
+    rx = r"it (?P<step>\S+) t (?P<time>\S+) (?P<unit>\w+)"
+    with pytest.raises(MalformedStepLine, match=r"line 1: field 'unit': 'us' is not ms or s; make "):
+        parse_steps(["it 1 t 5 us"], pattern=rx)
+    with pytest.raises(MalformedStepLine, match=r"line 1: field 'time': 'n/a' is not a number"):
+        parse_steps(["it 1 t n/a ms"], pattern=rx)
+    with pytest.raises(MalformedStepLine, match=r"line 1: field 'step': 'one' is not an integer"):
+        parse_steps(["it one t 5 ms"], pattern=rx)
 
 
 def test_custom_pattern() -> None:

@@ -76,6 +76,12 @@ def test_summarize_custom_pattern_and_key_value(tmp_path: Path, capsys: Any) -> 
     ("iter 1: loss 2, time 5ms\n", ["--skip-first", "3"], "--skip-first: skips all 1"),
     ("iter 1: loss 2, time 5ms\n", ["--pattern", "(?P<step>\\d+"], "invalid regex"),
     ("iter 1: loss 2, time 5ms\n", ["--pattern", "(?P<step>\\d+)"], "needs a time group"),
+    ('{"step": 0, "step_time_ms": 5}\n{"step": 1, "step_time_ms": "n/a"}\n', [],
+     "line 2: field 'step_time_ms': 'n/a' is not a number"),
+    ('{"step": 1, "step_time_ms": null}\n', [], "line 1: field 'step_time_ms': null is not a number"),
+    ("step=1 time=20ms\nstep=2 time=30\n", [], "line 2: field 'time': '30' has no unit; log the unit"),
+    ("it 1 took 5 us\n", ["--pattern", "it (?P<step>\\d+) took (?P<time>\\d+) (?P<unit>\\w+)"],
+     "line 1: field 'unit': 'us' is not ms or s"),
 ])
 def test_summarize_malformed_input_is_one_line_exit_2(tmp_path: Path, capsys: Any, content: str,
                                                       args: list[str], match: str) -> None:
@@ -148,12 +154,15 @@ def test_compute_mfu_bad_buckets_exit_2(tmp_path: Path, capsys: Any, content: st
 
 
 def test_module_clis_exit_2_with_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"step": 1, "step_time_ms": "n/a"}\n')
     for argv, match in (
         (["orchestrator.tools.compute_mfu", "--flops-kind", "useful", "--step-seconds", "0",
           "--flops-per-device-step-tflop", "1", "--peak-tflops-per-device", "1"],
          "error: --step-seconds: must be a positive"),
         (["orchestrator.tools.compute_mfu", "--flops-kind", "model"], "invalid choice"),
         (["orchestrator.tools.summarize_steps", str(tmp_path / "missing.log")], "cannot read"),
+        (["orchestrator.tools.summarize_steps", str(bad)], "line 1: field 'step_time_ms': 'n/a'"),
     ):
         proc = subprocess.run([sys.executable, "-m", *argv], check=False, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, proc.stderr

@@ -6,8 +6,13 @@ stream and prints one line per step in a common log format, e.g.::
     step 12 | loss 3.9876 | time 4.21ms | tokens 256
 
 which ``orchestrator.logparse`` reads (``--log-format json`` and ``kv`` print the other built-in
-formats). ``--delay-ms`` plants a slowdown inside every step; ``--fail-at-step`` exits with an
-error and ``--log-format none`` never prints a step line, for fault tests.
+formats; ``custom`` prints ``[it 12] 4.210 ms/it loss=3.9876``, which only a
+``workload.log.pattern`` reads; ``--log-file`` writes the step lines to a file instead of
+stdout). The first line names the intra-op thread count (``--threads 0`` leaves it to
+``OMP_NUM_THREADS``) and the run name from ``$EXAMPLE_RUN_NAME``, so a test can see what reached
+the process. ``--delay-ms`` plants a slowdown inside every step; ``--fail-at-step`` exits with an
+error, ``--nan-at-step`` makes the loss NaN from that step on (a diverged run that keeps going,
+printing ``loss nan``) and ``--log-format none`` never prints a step line, for fault tests.
 
     python recipes/examples/train_example.py --steps 20 --seq-len 32 --batch-size 4
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -35,8 +41,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="intra-op CPU threads (0 = torch's default)")
     p.add_argument("--delay-ms", type=float, default=0.0, help="planted extra time per step")
-    p.add_argument("--log-format", choices=["text", "json", "kv", "none"], default="text")
+    p.add_argument("--log-format", choices=["text", "json", "kv", "custom", "none"], default="text")
+    p.add_argument("--log-file", default=None, help="write step lines here instead of stdout")
     p.add_argument("--fail-at-step", type=int, default=-1)
+    p.add_argument("--nan-at-step", type=int, default=-1,
+                   help="poison the loss with NaN from this step on (the weights follow)")
     return p.parse_args(argv)
 
 
@@ -59,8 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     ).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    print(f"training {sum(p.numel() for p in model.parameters())} parameters for {a.steps} steps",
+    print(f"training {sum(p.numel() for p in model.parameters())} parameters for {a.steps} steps "
+          f"on {torch.get_num_threads()} thread(s), run {os.environ.get('EXAMPLE_RUN_NAME', '-')}",
           flush=True)
+    # closed after the last step; kept open across the loop like a trainer's log handle
+    out = open(a.log_file, "w", encoding="utf-8") if a.log_file else sys.stdout  # noqa: SIM115
+
+    def emit(text: str) -> None:
+        print(text, file=out, flush=True)
+
     tokens = a.batch_size * a.seq_len
     for step in range(a.steps):
         t0 = time.perf_counter()
@@ -68,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         x, y = x.to(dev), y.to(dev)
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(x).view(-1, a.vocab), y.reshape(-1))
+        if 0 <= a.nan_at_step <= step:
+            loss = loss * float("nan")
         loss.backward()
         opt.step()
         if a.delay_ms:
@@ -79,15 +97,18 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         value = loss.item()
         if a.log_format == "text":
-            print(f"step {step} | loss {value:.4f} | time {ms:.3f}ms | tokens {tokens}", flush=True)
+            emit(f"step {step} | loss {value:.4f} | time {ms:.3f}ms | tokens {tokens}")
         elif a.log_format == "json":
-            print(json.dumps({"step": step, "loss": value, "step_time_ms": ms, "tokens": tokens}),
-                  flush=True)
+            emit(json.dumps({"step": step, "loss": value, "step_time_ms": ms, "tokens": tokens}))
         elif a.log_format == "kv":
-            print(f"step={step} loss={value:.4f} step_time_ms={ms:.3f} tokens={tokens}", flush=True)
+            emit(f"step={step} loss={value:.4f} step_time_ms={ms:.3f} tokens={tokens}")
+        elif a.log_format == "custom":
+            emit(f"[it {step}] {ms:.3f} ms/it loss={value:.4f}")
         else:
-            print(f"finished batch of {tokens} tokens, loss looks fine", flush=True)
+            emit(f"finished batch of {tokens} tokens, loss looks fine")
     print("done", flush=True)
+    if out is not sys.stdout:
+        out.close()
     return 0
 
 

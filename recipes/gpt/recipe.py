@@ -4,8 +4,9 @@ tokenized and packed on the fly by a DataLoader), optionally under torch.compile
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -82,6 +83,12 @@ class GPTTrainer:
                 kwargs["mode"] = c.mode
             self._loss_fn = torch.compile(self._loss, **kwargs)  # compiles on first call
         self.mark_dynamic = c.mode != "off" and c.mark_dynamic
+        # the other buckets' shapes, visited once in the trial's first step (compiled arms only)
+        own = (bucket.micro_batch, bucket.seq_len)
+        self.visits = [b for b in workload.buckets if (b.micro_batch, b.seq_len) != own]
+        self.visits = list({(b.micro_batch, b.seq_len): b for b in self.visits}.values())
+        if c.mode == "off" or not c.visit_buckets:
+            self.visits = []
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.dtype == torch.float32:
@@ -141,6 +148,39 @@ class GPTTrainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         unwrap(self.model).load_state_dict(state, strict=True)
+
+    def visit_shapes(self) -> list[str]:
+        """workload.model.compile.visit_buckets: forward + backward once on every other bucket
+        shape, as mixed-length training would, so a static-shape policy recompiles here (in the
+        trial's first step, excluded and counted) rather than never in a one-bucket trial. No
+        optimizer step, gradients dropped and the RNG restored: the model, its optimizer and the
+        data stream are left as they were."""
+        w = self.workload
+        for b in self.visits:
+            x = synthetic_batch(w.data.seed, 0, b.micro_batch, b.seq_len, w.model.vocab_size)
+            inputs, targets = x.inputs.to(self.device), x.targets.to(self.device)
+            if self.mark_dynamic:
+                torch._dynamo.mark_dynamic(inputs, 1)
+                torch._dynamo.mark_dynamic(targets, 1)
+            on_device = self.device.type != "cpu"
+            with torch.random.fork_rng(devices=[self.device.index or 0] if on_device else [],
+                                       device_type=self.device.type if on_device else "cuda"):
+                self.optimizer.zero_grad(set_to_none=True)
+                self._loss_fn(inputs, targets).backward()
+            self.optimizer.zero_grad(set_to_none=True)
+        return [b.name for b in self.visits]
+
+    def extra_record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.visits:
+            out["compile_buckets_visited"] = [b.name for b in self.visits]
+        if self.workload.data.kind == "text" and self.workload.loader.pin_memory:
+            pinned = self.device.type != "cpu"
+            out["pin_memory_effective"] = pinned
+            if not pinned:
+                out["pin_memory_note"] = ("workload.loader.pin_memory dropped: page-locked host "
+                                          "buffers need an accelerator to copy to")
+        return out
 
     def train_step(self, batch: Batch) -> torch.Tensor:
         # phase ranges cost nothing outside a profiled window (orchestrator.profiling.phases)

@@ -2,7 +2,8 @@
 
 A tiny MLP regression trainer that knows nothing about timing. ``params.compile`` compiles its
 loss with torch.compile (aot_eager: dynamo + AOTAutograd, no C++ codegen, so tests stay quick);
-``params.graph_break`` plants a graph break in the compiled function."""
+``params.graph_break`` plants a graph break in the compiled function; ``params.fullgraph``
+compiles with fullgraph=True (a graph break is then an error)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ class RegressionTrainer:
         self.graph_break = bool(p.get("graph_break", False))
         self.loss_fn = self._loss
         if p.get("compile", False):
-            self.loss_fn = torch.compile(self._loss, backend="aot_eager")
+            self.loss_fn = torch.compile(self._loss, backend="aot_eager",
+                                         fullgraph=bool(p.get("fullgraph", False)))
         self.tokens_per_step = bucket.micro_batch * bucket.seq_len
         self.samples_per_step = bucket.micro_batch
 
