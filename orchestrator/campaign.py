@@ -348,6 +348,8 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
     )
     atomic_write_text(run_dir / "decisions.md", md)
     _render_summary(run_dir)
-    session.seal(run_dir)
+    # logged before the seal: campaign.log gets this line sanitized (the run dir's path names
+    # the home directory and the user)
     log.info("%s", terminal_summary(cfg.sweep.name, verdicts, str(run_dir)))
+    session.seal(run_dir)
     return CampaignResult(run_dir, analysis, verdicts)
