@@ -265,6 +265,18 @@ def speedup_table(analysis: Analysis, arm_id: str) -> dict[str, Any]:
     return out
 
 
+def noise_table(analysis: Analysis) -> dict[str, Any]:
+    """Per bucket (and the mixture): the A/A noise floor and the A/A interval it comes from;
+    empty without an A/A control arm. Written to decisions.jsonl for the reports."""
+    out: dict[str, Any] = {}
+    for scope, c in analysis.noise.items():
+        e = c.estimate
+        out[scope] = {"noise_floor": c.noise_floor, "paired_rounds": c.paired_rounds,
+                      "aa": None if e is None else {"speedup": e.speedup, "low": e.low,
+                                                     "high": e.high, "confidence": e.confidence}}
+    return out
+
+
 def _render_summary(run_dir: Path) -> None:
     """summary.md, summary.html and plots/ for this campaign; a failure here never loses the
     campaign's results (they are already on disk), it is logged."""
@@ -320,10 +332,15 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
         },
     )
     decided_at = time.time()
+    noise = noise_table(analysis)
     lines = [json.dumps({"schema_version": SCHEMA_VERSION, "sweep": cfg.sweep.name,
                          "workload": cfg.workload.name, "variable": cfg.sweep.variable,
                          "decided_at": decided_at, **v.to_dict(),
-                         "speedups": speedup_table(analysis, v.arm_id)}) for v in verdicts]
+                         "speedups": speedup_table(analysis, v.arm_id),
+                         # per bucket and the mixture: {scope: |A/A speedup - 1|}, and the A/A
+                         # intervals; null / {} without an A/A control arm
+                         "noise_floor": {k: n["noise_floor"] for k, n in noise.items()} or None,
+                         "aa_control": noise}) for v in verdicts]
     atomic_write_text(run_dir / "decisions.jsonl", "\n".join(lines) + "\n")
     failures = [r for r in records if r.get("status") not in ("ok", None)
                 and r.get("kind", "timed") != "profile"]  # profiled: in their own section

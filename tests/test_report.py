@@ -176,3 +176,48 @@ def test_exports_csv_parquet_and_mlflow(tmp_path: Path) -> None:
     assert report_main([str(root), "--no-plots", "--mlflow", uri]) == 0
     again = mlflow.search_runs(experiment_names=["throughput-orchestrator"])
     assert len(again) == 3, again[["tags.orchestrator.run_dir", "tags.verdict", "status"]]
+
+
+def test_noise_floor_band_from_a_campaign_with_an_aa_arm(compose: Any, tmp_path: Path,
+                                                          monkeypatch: Any) -> None:
+    """campaign.finalize writes the per-bucket noise floor and the A/A intervals to
+    decisions.jsonl, and the forest plot draws the band from them."""
+    import json
+
+    from orchestrator.campaign import run_campaign
+    from orchestrator.report import plots
+
+    drawn: list[dict[str, Any]] = []
+    real_forest = plots.forest
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        drawn.append(kw)
+        return real_forest(*args, **kw)
+
+    monkeypatch.setattr(plots, "forest", spy)
+    run_dir = tmp_path / "aa"
+    cfg = compose(["workload=synthetic_mix", "+sweep=calibrate", "protocol=quick",
+                   "protocol.aa_arm=true", "workload.units_per_token=0.05",
+                   "launcher=inline", "sweep.values=[1.0]", "sweep.labels=[2x-work]"])
+    assert cfg.protocol.aa_arm
+    run_campaign(cfg, run_dir)
+    (line,) = [json.loads(t) for t in (run_dir / "decisions.jsonl").read_text().splitlines()]
+    buckets = [b["name"] for b in json.loads((run_dir / "plan.json").read_text())["buckets"]]
+    assert set(line["noise_floor"]) == {*buckets, "mixture"} and len(buckets) == 2
+    for scope, floor in line["noise_floor"].items():
+        aa = line["aa_control"][scope]["aa"]
+        assert floor == pytest.approx(abs(aa["speedup"] - 1)) and aa["low"] <= aa["high"]
+    # the summary rendered by the campaign handed the band (and the A/A rows) to the plot
+    (kw,) = drawn
+    assert kw["noise_floor"] == line["noise_floor"]
+    assert set(kw["aa"]) == set(line["noise_floor"])
+    assert "A/A noise floor" in (run_dir / "summary.md").read_text()
+    # and the band is really drawn: the render differs from the same plot without it
+    import matplotlib.image as mpimg
+
+    band, bare = tmp_path / "band.png", tmp_path / "bare.png"
+    wide = {k: 0.2 for k in line["noise_floor"]}  # wide enough to show at any noise level
+    real_forest([line], buckets, band, noise_floor=wide)
+    real_forest([line], buckets, bare)
+    a, b = mpimg.imread(band), mpimg.imread(bare)
+    assert a.shape == b.shape and float(abs(a - b).max()) > 0.1
