@@ -138,6 +138,8 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     p = cfg.protocol
     max_rounds = max(p.max_rounds, p.repeats)  # max_rounds <= repeats: a fixed protocol
     arms = expand_arms(cfg)
+    launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
+    launcher.recover()  # a resume: trials of a killed earlier invocation stop before replanning
     # refuses a resume on a different environment before anything is written
     session = provenance.start(cfg, run_dir, arms, list(completed_trials(run_dir).values()),
                                overrides)
@@ -150,7 +152,6 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     )
     adaptive_log: list[dict[str, Any]] = []
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
-    launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
     from orchestrator.correctness.runner import run_gate  # once per campaign, not per round
 
     run_gate(cfg, run_dir, arms, buckets, in_process=cfg.launcher.name == "inline")
@@ -184,6 +185,7 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     from orchestrator.profiling.campaign import run_profiled_trials
 
     run_profiled_trials(cfg, run_dir, arms, launcher, set(completed_trials(run_dir)))
+    session.sanitizer.add_hostnames(launcher.seen_hostnames)  # before the seal
     return finalize(cfg, run_dir, arms, session)
 
 
@@ -229,6 +231,8 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
     progress = Progress(cfg.sweep.name, len(specs))
 
     def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
+        # a compute node's host name (Slurm) is replaced like this machine's own
+        session.sanitizer.add_hostnames(launcher.seen_hostnames)
         session.sanitize_trial(Path(spec.trial_dir))  # stderr tails sanitized as recorded
         progress.on_done(spec, session.sanitizer.data(record))
 

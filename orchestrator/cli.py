@@ -216,8 +216,9 @@ def end_logging(handler: logging.Handler | None, run_dir: Path, config: Any = No
         from orchestrator.sanitize import Sanitizer, reserve_run_dir
         from orchestrator.sweep import expand_arms
 
-        arm_env = {k: v for a in expand_arms(config) for k, v in a.env.items()}
-        sanitizer = Sanitizer.from_config(config.sanitize, environ={**os.environ, **arm_env})
+        pairs = [(k, v) for a in expand_arms(config) for k, v in a.env.items()]
+        sanitizer = Sanitizer.from_config(config.sanitize, environ={**os.environ, **dict(pairs)})
+        sanitizer.add_secret_env(pairs)
         reserve_run_dir(run_dir, sanitizer)
         sanitizer.file(path)
     except Exception as exc:  # the campaign's own outcome stands

@@ -57,6 +57,13 @@ def test_every_trial_one_record_in_plan_order(name: str, run_dir: Path, monkeypa
         assert all(len(v) == 1 for v in by_round.values())
         assert by_round[0] != by_round[1]
         assert recs[0]["startup_measured_from"] == "slurm submission"
+        # the node's host name came back privately (for the sanitizer); the pickles that
+        # carried it and the specs are gone, and no job is left uncollected
+        import socket
+
+        assert launcher.seen_hostnames == {socket.gethostname()}
+        assert not list(run_dir.rglob("*.pkl"))
+        assert json.loads((run_dir / "slurm" / "jobs.json").read_text()) == {"live": {}}
 
 
 def test_inline_records_a_distributed_spec_as_unavailable(run_dir: Path, monkeypatch: Any) -> None:
