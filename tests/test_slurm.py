@@ -293,3 +293,46 @@ def test_hydra_submitit_multirun_puts_each_campaign_in_a_job(tmp_path: Path,
     assert all(c["state"] == "decided" and c["verdicts"] for c in index["campaigns"])
     assert list(sweep_dir.glob(".submitit/*/*_submission.sh"))  # they really went through Slurm
     assert "eager" in (sweep_dir / "index.md").read_text()
+
+
+@pytest.mark.slurm
+def test_resume_cancels_the_jobs_of_a_killed_orchestrator(run_dir: Path, slurm_env: dict) -> None:
+    """kill -9 of the orchestrator leaves its job running (it would go on writing into the run
+    dir while a resume runs the same trials again); the job ledger lets the resume's
+    ``recover()`` cancel it for real before anything is replanned."""
+    import os
+    import signal
+
+    from orchestrator.launch.slurm import squeue_states
+
+    hang = make_spec(run_dir, 0, recipe="tests.helpers.faulty:build_hang", label="hangs")
+    code = (
+        "import json, sys\n"
+        "from orchestrator.config import SlurmLauncherConfig\n"
+        "from orchestrator.launch.slurm import SlurmLauncher\n"
+        "from orchestrator.trial import TrialSpec\n"
+        "spec = TrialSpec(**json.loads(sys.argv[1]))\n"
+        "cfg = SlurmLauncherConfig(partition='debug', time_limit_min=20, poll_interval_s=0.5)\n"
+        "SlurmLauncher(cfg, folder=sys.argv[2]).run([spec], lambda s, r: None, 600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(hang.__dict__),
+                             str(run_dir / "slurm")], env=slurm_env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        jid = _running_job(run_dir / "slurm")
+        needle = str(Path(hang.trial_dir) / "spec.json")
+        end = time.time() + 300
+        while not pids_running(needle) and time.time() < end:
+            time.sleep(0.2)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)  # the orchestrator dies without cleaning up
+        proc.wait()
+    ledger = json.loads((run_dir / "slurm" / "jobs.json").read_text())
+    assert list(ledger["live"]) == [jid] and ledger["live"][jid]["trials"] == [hang.trial_id]
+    assert (squeue_states() or {}).get(jid) == "RUNNING"  # the orphan job goes on
+    assert pids_running(needle)
+
+    _launcher(run_dir).recover()  # what a resume does first
+    assert squeue_states().get(jid) == "CANCELLED"
+    assert not pids_running(needle)  # its trial process is gone, not just the job record
+    assert json.loads((run_dir / "slurm" / "jobs.json").read_text()) == {"live": {}}
+    assert not list(run_dir.rglob("*.pkl"))
