@@ -3,7 +3,6 @@ headless Chromium, CSV/Parquet and a real local MLflow store."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 from orchestrator.report.cli import main as report_main
 from orchestrator.report.load import load_campaigns
 from orchestrator.report.log import build_log, render_log
+from tests.helpers.require import need_chromium, need_module
 from tests.helpers.rundirs import write_campaign
 
 DAY = 86400.0
@@ -118,14 +118,8 @@ def test_plots_from_a_real_campaign(real_campaign: Path) -> None:
     assert "data:image/png;base64," in html and "<img" in html and "plots/" not in html
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 def test_html_opens_in_headless_chromium(real_campaign: Path, tmp_path: Path) -> None:
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("chromium not installed (scripts/test.sh installs Debian's chromium)")
+    browser = need_chromium()
     assert report_main([str(real_campaign)]) == 0
     html = real_campaign / "summary.html"
     proc = subprocess.run(
@@ -149,10 +143,9 @@ def test_html_opens_in_headless_chromium(real_campaign: Path, tmp_path: Path) ->
 
 
 def test_exports_csv_parquet_and_mlflow(tmp_path: Path) -> None:
-    pytest.importorskip("pyarrow")
-    pytest.importorskip("mlflow")
+    for module in ("pyarrow", "mlflow", "sqlalchemy"):
+        need_module(module)
     root = _tree(tmp_path)
-    pytest.importorskip("sqlalchemy")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert report_main([str(root), "--no-plots", "--parquet", "--mlflow", uri]) == 0
     csv = pd.read_csv(root / "decision_log.csv")
@@ -221,3 +214,17 @@ def test_noise_floor_band_from_a_campaign_with_an_aa_arm(compose: Any, tmp_path:
     real_forest([line], buckets, bare)
     a, b = mpimg.imread(band), mpimg.imread(bare)
     assert a.shape == b.shape and float(abs(a - b).max()) > 0.1
+
+
+def test_missing_optional_dependency_fails_under_ci(monkeypatch: Any) -> None:
+    """Outside CI a missing optional dependency skips its test; under .ci/run it fails."""
+    monkeypatch.delenv("ORCH_REQUIRE_TEST_DEPS", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no_such_module_zq"):
+        need_module("no_such_module_zq")
+    monkeypatch.setenv("ORCH_REQUIRE_TEST_DEPS", "1")
+    with pytest.raises(pytest.fail.Exception, match="ORCH_REQUIRE_TEST_DEPS=1 but"):
+        need_module("no_such_module_zq")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(pytest.fail.Exception, match="chromium is not installed"):
+        need_chromium()
+    assert need_module("json").dumps([]) == "[]"

@@ -27,12 +27,13 @@ from orchestrator.launch.slurm import (
 )
 from tests.conftest import TINY
 from tests.helpers.launching import make_spec, pids_running, require_slurm
+from tests.helpers.require import need_module
 
 # --------------------------------------------------------------------------- no cluster needed
 
 
 def test_parameters_translate_to_sbatch_lines(tmp_path: Path) -> None:
-    pytest.importorskip("submitit")
+    need_module("submitit")
     cfg = SlurmLauncherConfig(
         partition="gpu", time_limit_min=90, gpus_per_node=8, cpus_per_task=6, mem_gb=4.0,
         account="proj", nodelist="node7", additional_parameters={"constraint": "h100"},
@@ -278,7 +279,7 @@ def test_preempted_job_is_requeued_and_finishes(run_dir: Path, slurm_env: dict) 
 @pytest.mark.slurm
 def test_hydra_submitit_multirun_puts_each_campaign_in_a_job(tmp_path: Path,
                                                              slurm_env: dict) -> None:
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    need_module("hydra_plugins.hydra_submitit_launcher")
     sweep_dir = tmp_path / "multirun"
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator", "-m", "hydra/launcher=submitit_slurm",
