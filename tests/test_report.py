@@ -3,6 +3,7 @@ headless Chromium, CSV/Parquet and a real local MLflow store."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -228,3 +229,28 @@ def test_missing_optional_dependency_fails_under_ci(monkeypatch: Any) -> None:
     with pytest.raises(pytest.fail.Exception, match="chromium is not installed"):
         need_chromium()
     assert need_module("json").dumps([]) == "[]"
+
+
+def test_mlflow_tells_apart_campaigns_in_equally_named_folders(tmp_path: Path) -> None:
+    """Multirun folders are all named like 0_fa2: two sweeps' campaigns are two exports; a
+    copy of an exported tree is not exported again."""
+    for module in ("mlflow", "sqlalchemy"):
+        need_module(module)
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for i, sweep_dir in enumerate(("sweep_a", "sweep_b")):
+        write_campaign(tmp_path / "runs" / sweep_dir / "0_fa2", decided_at=T0 + i * DAY,
+                       variants=(("sdpa-flash", "retain", 1.25),))
+    assert report_main([str(tmp_path / "runs" / "sweep_a"), "--no-plots", "--no-summaries",
+                        "--mlflow", uri]) == 0
+    assert report_main([str(tmp_path / "runs" / "sweep_b"), "--no-plots", "--no-summaries",
+                        "--mlflow", uri]) == 0
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["throughput-orchestrator"])
+    assert len(runs) == 2 and runs["tags.orchestrator.decision_key"].nunique() == 2
+    assert set(runs["tags.orchestrator.run_dir"]) == {"0_fa2/a1"}  # relative to each root
+    shutil.copytree(tmp_path / "runs", tmp_path / "copy")
+    assert report_main([str(tmp_path / "copy"), "--no-plots", "--no-summaries",
+                        "--mlflow", uri]) == 0
+    assert len(mlflow.search_runs(experiment_names=["throughput-orchestrator"])) == 2

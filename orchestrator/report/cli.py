@@ -122,7 +122,7 @@ def _run(args: argparse.Namespace, root: Path) -> int:
                       "results_all": results_frame(campaigns, out_dir)}, out_dir, args.parquet)
         if args.mlflow:
             uri = _default_mlflow_uri(out_dir) if args.mlflow == "default" else args.mlflow
-            n = export_mlflow(campaigns, uri)
+            n = export_mlflow(campaigns, uri, base=out_dir)
             log.info("mlflow: %d run(s) exported to %s", n, uri)
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
