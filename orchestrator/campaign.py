@@ -156,11 +156,37 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
 
     run_gate(cfg, run_dir, arms, buckets, in_process=cfg.launcher.name == "inline")
     rounds_done = p.repeats
+    from orchestrator.progress import Progress
+
+    # one display for the whole invocation: the total is the plan (done trials included),
+    # raised as adaptive rounds extend it
+    progress = Progress(cfg.sweep.name, len(planned))
+    try:
+        _run_rounds(cfg, run_dir, arms, running, buckets, bucket_names, planned, adaptive_log,
+                    launcher, session, progress, rounds_done, max_rounds)
+    finally:
+        progress.close()
+    # profiled trials: a separate step after the timed ones, never in timing statistics
+    from orchestrator.profiling.campaign import run_profiled_trials
+
+    run_profiled_trials(cfg, run_dir, arms, launcher, set(completed_trials(run_dir)))
+    session.sanitizer.add_hostnames(launcher.seen_hostnames)  # before the seal
+    return finalize(cfg, run_dir, arms, session)
+
+
+def _run_rounds(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
+                buckets: list[dict[str, Any]], bucket_names: list[str],
+                planned: list[PlannedTrial], adaptive_log: list[dict[str, Any]],
+                launcher: Launcher, session: provenance.Session, progress: Any,
+                rounds_done: int, max_rounds: int) -> None:
+    """The initial rounds, then adaptive ones while a variant is undecided (``planned`` and
+    ``adaptive_log`` grow in place)."""
+    p = cfg.protocol
     while True:
         _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
                     check=not adaptive_log)
         session.sanitize_files(run_dir, ("config.json", "plan.json"))
-        _run_missing(cfg, run_dir, running, planned, launcher, session)
+        _run_missing(cfg, run_dir, running, planned, launcher, session, progress)
         if rounds_done >= max_rounds:
             break
         analysis, verdicts = _analyze_decide(cfg, run_dir, arms)
@@ -181,12 +207,6 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
                              "arms": keep, "reasons": reasons})
         log.info("adaptive: adding rounds %s for %s", rounds, ", ".join(sorted(reasons)))
         rounds_done = rounds[-1] + 1
-    # profiled trials: a separate step after the timed ones, never in timing statistics
-    from orchestrator.profiling.campaign import run_profiled_trials
-
-    run_profiled_trials(cfg, run_dir, arms, launcher, set(completed_trials(run_dir)))
-    session.sanitizer.add_hostnames(launcher.seen_hostnames)  # before the seal
-    return finalize(cfg, run_dir, arms, session)
 
 
 def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
@@ -214,21 +234,26 @@ def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
 
 
 def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[PlannedTrial],
-                 launcher: Launcher, session: provenance.Session) -> None:
+                 launcher: Launcher, session: provenance.Session, progress: Any = None) -> None:
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
     if done and todo:
         log.info("%s: %d of %d planned trials already complete", run_dir,
                  len(planned) - len(todo), len(planned))
+    own_progress = progress is None
+    if own_progress:
+        from orchestrator.progress import Progress
+
+        progress = Progress(cfg.sweep.name, len(planned))
+    progress.plan(len(planned), len(planned) - len(todo))
     if not todo:
+        if own_progress:
+            progress.close()
         return
     specs = make_specs(cfg, run_dir, running, todo)
     if specs:  # the first trial of each invocation also writes the full environment report
         specs[0].env_report = True
-    from orchestrator.progress import Progress
     from orchestrator.resume import sigterm_as_interrupt
-
-    progress = Progress(cfg.sweep.name, len(specs))
 
     def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
         # a compute node's host name (Slurm) is replaced like this machine's own
@@ -243,7 +268,8 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
         session.seal(run_dir)
         raise
     finally:
-        progress.close()
+        if own_progress:
+            progress.close()
 
 
 def _analyze_decide(cfg: Config, run_dir: Path, arms: list[Arm]) -> tuple[Analysis, list[Verdict]]:
