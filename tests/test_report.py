@@ -69,6 +69,33 @@ def test_incompatible_schema_is_skipped_and_said(tmp_path: Path, capsys: Any) ->
     assert "campaign(s) skipped" in capsys.readouterr().err
 
 
+def test_config_and_trial_schema_versions_are_checked(tmp_path: Path, capsys: Any) -> None:
+    import json
+
+    root = _tree(tmp_path)
+    cfg = json.loads((root / "tile" / "config.json").read_text())
+    (root / "tile" / "config.json").write_text(json.dumps({**cfg, "schema_version": 99}))
+    campaigns, skipped = load_campaigns(root)
+    assert len(campaigns) == 2 and "config.json has schema_version 99" in skipped[0]
+    (root / "old" / "trials" / "t0").mkdir(parents=True)
+    (root / "old" / "trials" / "t0" / "trial.json").write_text(json.dumps(
+        {"schema_version": 99, "trial_id": "t0", "status": "ok"}))
+    (root / "old" / "trials" / "t0" / "steps.csv").write_text("step,step_time_s,phase\n")
+    assert report_main([str(root / "old"), "--strict"]) == 2
+    assert "trial.json has schema_version 99" in capsys.readouterr().err
+
+
+def test_a_copied_tree_renders_the_same_decision_log(tmp_path: Path) -> None:
+    """Reports come from the run directories alone: a copy elsewhere gives the same log."""
+    root = _tree(tmp_path / "a")
+    assert report_main([str(root), "--no-plots"]) == 0
+    shutil.copytree(root, tmp_path / "b" / "moved")
+    (tmp_path / "b" / "moved" / "decision_log.md").unlink()
+    assert report_main([str(tmp_path / "b" / "moved"), "--no-plots"]) == 0
+    assert (tmp_path / "b" / "moved" / "decision_log.md").read_text() == \
+        (root / "decision_log.md").read_text() == GOLDEN_LOG
+
+
 def test_bad_paths_exit_2(tmp_path: Path, capsys: Any) -> None:
     assert report_main([str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -206,6 +233,7 @@ def test_noise_floor_band_from_a_campaign_with_an_aa_arm(compose: Any, tmp_path:
     assert kw["noise_floor"] == line["noise_floor"]
     assert set(kw["aa"]) == set(line["noise_floor"])
     assert "A/A noise floor" in (run_dir / "summary.md").read_text()
+    assert "data:image/png;base64," in (run_dir / "summary.html").read_text()  # right away
     # and the band is really drawn: the render differs from the same plot without it
     import matplotlib.image as mpimg
 

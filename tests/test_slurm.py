@@ -284,8 +284,11 @@ def test_hydra_submitit_multirun_puts_each_campaign_in_a_job(tmp_path: Path,
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator", "-m", "hydra/launcher=submitit_slurm",
          "hydra.launcher.partition=debug", "hydra.launcher.timeout_min=20",
-         "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1", *TINY, "+sweep=fa2",
-         "sweep.buckets=[s32]", "sweep.values=[{backend:eager,sdpa_kernel:auto}]",
+         "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1",
+         # inside each job the trials run with the campaign's launcher= (README: local by
+         # default); inline here keeps the test cheap
+         *TINY, "protocol.repeats=1",
+         "+sweep=fa2", "sweep.buckets=[s32]", "sweep.values=[{backend:eager,sdpa_kernel:auto}]",
          "sweep.labels=[eager]", "protocol.seed=0,1", f"hydra.sweep.dir={sweep_dir}"],
         capture_output=True, text=True, timeout=900, env=slurm_env)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -294,6 +297,10 @@ def test_hydra_submitit_multirun_puts_each_campaign_in_a_job(tmp_path: Path,
     assert all(c["state"] == "decided" and c["verdicts"] for c in index["campaigns"])
     assert list(sweep_dir.glob(".submitit/*/*_submission.sh"))  # they really went through Slurm
     assert "eager" in (sweep_dir / "index.md").read_text()
+    for c in index["campaigns"]:
+        assert c["trials"] == {"planned": 2, "recorded": 2, "by_status": {"ok": 2}}
+        log = (sweep_dir / c["run_dir"] / "campaign.log").read_text()
+        assert log.count("campaign fa2 on gpt_test") == 1  # its own lines only
 
 
 @pytest.mark.slurm
@@ -336,4 +343,21 @@ def test_resume_cancels_the_jobs_of_a_killed_orchestrator(run_dir: Path, slurm_e
     assert squeue_states().get(jid) == "CANCELLED"
     assert not pids_running(needle)  # its trial process is gone, not just the job record
     assert json.loads((run_dir / "slurm" / "jobs.json").read_text()) == {"live": {}}
+    assert not list(run_dir.rglob("*.pkl"))
+
+
+@pytest.mark.slurm
+def test_job_that_fails_before_the_trials_becomes_records(run_dir: Path, slurm_env: dict) -> None:
+    """A job that Slurm ends FAILED without running anything (its setup line fails) turns each
+    of its trials into a record with the job's state, never a missing one."""
+    specs = [make_spec(run_dir, 0, label="base"), make_spec(run_dir, 1, position=1, label="var")]
+    got: dict[str, dict] = {}
+    _launcher(run_dir, setup=["exit 3"]).run(specs, lambda s, r: got.update({s.arm_label: r}),
+                                             600)
+    assert set(got) == {"base", "var"}
+    for rec in got.values():
+        assert rec["status"] == "crashed" and rec["slurm_state"] == "FAILED", rec
+        assert "ended FAILED with no result" in rec["error"]
+        on_disk = json.loads((run_dir / "trials" / rec["trial_id"] / "trial.json").read_text())
+        assert on_disk["slurm_state"] == "FAILED"
     assert not list(run_dir.rglob("*.pkl"))

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.report.export import ExportError, export_mlflow, log_frame, results_frame, write_tables
-from orchestrator.report.load import Campaign, load_campaigns
+from orchestrator.report.load import Campaign, SchemaMismatch, load_campaigns
 from orchestrator.report.log import build_log, render_log
 from orchestrator.report.summary import build_document, to_html, to_markdown
 
@@ -113,7 +113,13 @@ def _run(args: argparse.Namespace, root: Path) -> int:
     written = 0
     if not args.no_summaries:
         for c in campaigns:
-            written += render_summary(c, with_plots=not args.no_plots, force=args.force)
+            try:
+                written += render_summary(c, with_plots=not args.no_plots, force=args.force)
+            except SchemaMismatch as exc:  # a trial.json of another schema: never mixed in
+                log.warning("summary not rendered (incompatible schema): %s", exc)
+                if args.strict:
+                    print(f"error: {c.run_dir}: {exc}", file=sys.stderr)
+                    return 2
     rows = build_log(campaigns, base=out_dir, workload=args.workload, variable=args.variable,
                      verdict=args.verdict, since=args.since, until=args.until)
     (out_dir / "decision_log.md").write_text(render_log(rows), encoding="utf-8")
