@@ -244,7 +244,7 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
     if own_progress:
         from orchestrator.progress import Progress
 
-        progress = Progress(cfg.sweep.name, len(planned))
+        progress = Progress(cfg.sweep.name if cfg.sweep else "campaign", len(planned))
     progress.plan(len(planned), len(planned) - len(todo))
     if not todo:
         if own_progress:

@@ -221,7 +221,7 @@ def end_logging(handler: logging.Handler | None, run_dir: Path, config: Any = No
         sanitizer.add_secret_env(pairs)
         reserve_run_dir(run_dir, sanitizer)
         sanitizer.file(path)
-    except Exception as exc:  # the campaign's own outcome stands
+    except Exception as exc:  # noqa: BLE001 - the campaign's own outcome stands
         log.warning("campaign.log not re-sanitized: %s: %s", type(exc).__name__, exc)
 
 

@@ -28,7 +28,7 @@ def test_multirun_writes_an_index_of_campaigns_and_verdicts(tmp_path: Path) -> N
     assert out.returncode == 0, out.stderr[-2000:]
     assert str(home) in out.stderr  # the console shows the real path (the user's own screen)
     logs = {n: (sweep_dir / n / "campaign.log").read_text() for n in ("0_fa2", "1_fa2")}
-    for name, text in logs.items():
+    for text in logs.values():
         assert "variant(s) decided; run dir" in text, text  # the terminal summary is in it
         assert str(home) not in text and "zqxuser" not in text, text
     assert "1_fa2" not in logs["0_fa2"]  # job 1 wrote nothing into job 0's sealed log

@@ -117,7 +117,7 @@ def test_campaign_progress_counts_the_whole_plan(compose: Any, run_dir: Path, ca
         campaign.run_campaign(cfg, run_dir)
     assert counts() == ["1/4", "2/4", "3/4", "4/4", "5/6", "6/6"]
     caplog.clear()
-    sorted(run_dir.glob("trials/*/trial.json"))[0].unlink()  # a trial of round 0
+    min(run_dir.glob("trials/*/trial.json")).unlink()  # a trial of round 0
     with caplog.at_level(logging.INFO, logger="orchestrator.campaign"):
         campaign.run_campaign(cfg, run_dir)
     # the resume's plan so far is the initial 4 trials, 3 on disk; the extension it then
