@@ -138,6 +138,8 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     p = cfg.protocol
     max_rounds = max(p.max_rounds, p.repeats)  # max_rounds <= repeats: a fixed protocol
     arms = expand_arms(cfg)
+    launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
+    launcher.recover()  # a resume: trials of a killed earlier invocation stop before replanning
     # refuses a resume on a different environment before anything is written
     session = provenance.start(cfg, run_dir, arms, list(completed_trials(run_dir).values()),
                                overrides)
@@ -150,16 +152,41 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     )
     adaptive_log: list[dict[str, Any]] = []
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
-    launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
     from orchestrator.correctness.runner import run_gate  # once per campaign, not per round
 
     run_gate(cfg, run_dir, arms, buckets, in_process=cfg.launcher.name == "inline")
     rounds_done = p.repeats
+    from orchestrator.progress import Progress
+
+    # one display for the whole invocation: the total is the plan (done trials included),
+    # raised as adaptive rounds extend it
+    progress = Progress(cfg.sweep.name, len(planned))
+    try:
+        _run_rounds(cfg, run_dir, arms, running, buckets, bucket_names, planned, adaptive_log,
+                    launcher, session, progress, rounds_done, max_rounds)
+    finally:
+        progress.close()
+    # profiled trials: a separate step after the timed ones, never in timing statistics
+    from orchestrator.profiling.campaign import run_profiled_trials
+
+    run_profiled_trials(cfg, run_dir, arms, launcher, set(completed_trials(run_dir)))
+    session.sanitizer.add_hostnames(launcher.seen_hostnames)  # before the seal
+    return finalize(cfg, run_dir, arms, session)
+
+
+def _run_rounds(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
+                buckets: list[dict[str, Any]], bucket_names: list[str],
+                planned: list[PlannedTrial], adaptive_log: list[dict[str, Any]],
+                launcher: Launcher, session: provenance.Session, progress: Any,
+                rounds_done: int, max_rounds: int) -> None:
+    """The initial rounds, then adaptive ones while a variant is undecided (``planned`` and
+    ``adaptive_log`` grow in place)."""
+    p = cfg.protocol
     while True:
         _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
                     check=not adaptive_log)
         session.sanitize_files(run_dir, ("config.json", "plan.json"))
-        _run_missing(cfg, run_dir, running, planned, launcher, session)
+        _run_missing(cfg, run_dir, running, planned, launcher, session, progress)
         if rounds_done >= max_rounds:
             break
         analysis, verdicts = _analyze_decide(cfg, run_dir, arms)
@@ -180,11 +207,6 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
                              "arms": keep, "reasons": reasons})
         log.info("adaptive: adding rounds %s for %s", rounds, ", ".join(sorted(reasons)))
         rounds_done = rounds[-1] + 1
-    # profiled trials: a separate step after the timed ones, never in timing statistics
-    from orchestrator.profiling.campaign import run_profiled_trials
-
-    run_profiled_trials(cfg, run_dir, arms, launcher, set(completed_trials(run_dir)))
-    return finalize(cfg, run_dir, arms, session)
 
 
 def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
@@ -212,23 +234,30 @@ def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
 
 
 def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[PlannedTrial],
-                 launcher: Launcher, session: provenance.Session) -> None:
+                 launcher: Launcher, session: provenance.Session, progress: Any = None) -> None:
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
     if done and todo:
         log.info("%s: %d of %d planned trials already complete", run_dir,
                  len(planned) - len(todo), len(planned))
+    own_progress = progress is None
+    if own_progress:
+        from orchestrator.progress import Progress
+
+        progress = Progress(cfg.sweep.name if cfg.sweep else "campaign", len(planned))
+    progress.plan(len(planned), len(planned) - len(todo))
     if not todo:
+        if own_progress:
+            progress.close()
         return
     specs = make_specs(cfg, run_dir, running, todo)
     if specs:  # the first trial of each invocation also writes the full environment report
         specs[0].env_report = True
-    from orchestrator.progress import Progress
     from orchestrator.resume import sigterm_as_interrupt
 
-    progress = Progress(cfg.sweep.name, len(specs))
-
     def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
+        # a compute node's host name (Slurm) is replaced like this machine's own
+        session.sanitizer.add_hostnames(launcher.seen_hostnames)
         session.sanitize_trial(Path(spec.trial_dir))  # stderr tails sanitized as recorded
         progress.on_done(spec, session.sanitizer.data(record))
 
@@ -239,7 +268,8 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
         session.seal(run_dir)
         raise
     finally:
-        progress.close()
+        if own_progress:
+            progress.close()
 
 
 def _analyze_decide(cfg: Config, run_dir: Path, arms: list[Arm]) -> tuple[Analysis, list[Verdict]]:
@@ -262,6 +292,18 @@ def speedup_table(analysis: Analysis, arm_id: str) -> dict[str, Any]:
             e = c.estimate
             out[bucket] = None if e is None else {
                 "speedup": e.speedup, "low": e.low, "high": e.high, "confidence": e.confidence}
+    return out
+
+
+def noise_table(analysis: Analysis) -> dict[str, Any]:
+    """Per bucket (and the mixture): the A/A noise floor and the A/A interval it comes from;
+    empty without an A/A control arm. Written to decisions.jsonl for the reports."""
+    out: dict[str, Any] = {}
+    for scope, c in analysis.noise.items():
+        e = c.estimate
+        out[scope] = {"noise_floor": c.noise_floor, "paired_rounds": c.paired_rounds,
+                      "aa": None if e is None else {"speedup": e.speedup, "low": e.low,
+                                                     "high": e.high, "confidence": e.confidence}}
     return out
 
 
@@ -320,10 +362,15 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
         },
     )
     decided_at = time.time()
+    noise = noise_table(analysis)
     lines = [json.dumps({"schema_version": SCHEMA_VERSION, "sweep": cfg.sweep.name,
                          "workload": cfg.workload.name, "variable": cfg.sweep.variable,
                          "decided_at": decided_at, **v.to_dict(),
-                         "speedups": speedup_table(analysis, v.arm_id)}) for v in verdicts]
+                         "speedups": speedup_table(analysis, v.arm_id),
+                         # per bucket and the mixture: {scope: |A/A speedup - 1|}, and the A/A
+                         # intervals; null / {} without an A/A control arm
+                         "noise_floor": {k: n["noise_floor"] for k, n in noise.items()} or None,
+                         "aa_control": noise}) for v in verdicts]
     atomic_write_text(run_dir / "decisions.jsonl", "\n".join(lines) + "\n")
     failures = [r for r in records if r.get("status") not in ("ok", None)
                 and r.get("kind", "timed") != "profile"]  # profiled: in their own section
@@ -348,6 +395,8 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
     )
     atomic_write_text(run_dir / "decisions.md", md)
     _render_summary(run_dir)
-    session.seal(run_dir)
+    # logged before the seal: campaign.log gets this line sanitized (the run dir's path names
+    # the home directory and the user)
     log.info("%s", terminal_summary(cfg.sweep.name, verdicts, str(run_dir)))
+    session.seal(run_dir)
     return CampaignResult(run_dir, analysis, verdicts)

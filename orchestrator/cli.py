@@ -178,7 +178,12 @@ def preflight(argv: list[str]) -> None:
 # --------------------------------------------------------------------------- entry
 
 
-def setup_logging(run_dir: Path | None = None) -> None:
+def setup_logging(run_dir: Path | None = None) -> logging.Handler | None:
+    """Console logging, plus ``<run_dir>/campaign.log`` when a run dir is given; the file
+    handler is returned so that :func:`end_logging` removes it when the campaign ends (in a
+    multirun, one process runs several campaigns: each log gets only its own lines)."""
+    import logging.handlers
+
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
@@ -187,10 +192,37 @@ def setup_logging(run_dir: Path | None = None) -> None:
         sh = logging.StreamHandler(sys.stderr)
         sh.setFormatter(fmt)
         root.addHandler(sh)
-    if run_dir is not None:
-        fh = logging.FileHandler(run_dir / "campaign.log", encoding="utf-8")
-        fh.setFormatter(fmt)
-        root.addHandler(fh)
+    if run_dir is None:
+        return None
+    # watched: the seal rewrites campaign.log atomically (a new inode); a line logged after it
+    # goes to the new file, not to the orphaned old one
+    fh = logging.handlers.WatchedFileHandler(run_dir / "campaign.log", encoding="utf-8")
+    fh.setFormatter(fmt)
+    root.addHandler(fh)
+    return fh
+
+
+def end_logging(handler: logging.Handler | None, run_dir: Path, config: Any = None) -> None:
+    """Remove and close the campaign's file handler, then sanitize campaign.log once more (lines
+    logged after the campaign's seal, e.g. an error, carry paths too)."""
+    if handler is None:
+        return
+    logging.getLogger().removeHandler(handler)
+    handler.close()
+    path = run_dir / "campaign.log"
+    if config is None or not path.is_file():
+        return
+    try:
+        from orchestrator.sanitize import Sanitizer, reserve_run_dir
+        from orchestrator.sweep import expand_arms
+
+        pairs = [(k, v) for a in expand_arms(config) for k, v in a.env.items()]
+        sanitizer = Sanitizer.from_config(config.sanitize, environ={**os.environ, **dict(pairs)})
+        sanitizer.add_secret_env(pairs)
+        reserve_run_dir(run_dir, sanitizer)
+        sanitizer.file(path)
+    except Exception as exc:  # noqa: BLE001 - the campaign's own outcome stands
+        log.warning("campaign.log not re-sanitized: %s: %s", type(exc).__name__, exc)
 
 
 def run_job(cfg: Any) -> Any:
@@ -209,9 +241,12 @@ def run_job(cfg: Any) -> Any:
     else:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    setup_logging(run_dir)
-    log.info("campaign %s on %s -> %s", config.sweep.name, config.workload.name, run_dir)
-    result = run_campaign(config, run_dir, overrides=list(HydraConfig.get().overrides.task))
+    handler = setup_logging(run_dir)
+    try:
+        log.info("campaign %s on %s -> %s", config.sweep.name, config.workload.name, run_dir)
+        result = run_campaign(config, run_dir, overrides=list(HydraConfig.get().overrides.task))
+    finally:
+        end_logging(handler, run_dir, config)
     return {"run_dir": str(run_dir), "verdicts": [v.to_dict() for v in result.verdicts]}
 
 

@@ -28,15 +28,18 @@ def _dur(seconds: Optional[float]) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-def remaining_s(done: int, total: int, elapsed_s: float) -> Optional[float]:
-    """Mean time per finished trial times the trials left (None before the first one)."""
-    if done <= 0:
+def remaining_s(done: int, total: int, elapsed_s: float, already: int = 0) -> Optional[float]:
+    """Mean time per trial finished in this invocation times the trials left (None before the
+    first one). ``already``: trials of ``done`` that were complete before it started (resume)."""
+    ran = done - already
+    if ran <= 0:
         return None
-    return elapsed_s / done * max(0, total - done)
+    return elapsed_s / ran * max(0, total - done)
 
 
-def format_line(name: str, done: int, total: int, current: str, elapsed_s: float) -> str:
-    left = remaining_s(done, total, elapsed_s)
+def format_line(name: str, done: int, total: int, current: str, elapsed_s: float,
+                already: int = 0) -> str:
+    left = remaining_s(done, total, elapsed_s, already)
     now = f" | {current}" if current else ""
     return (f"{name} [{done}/{total}]{now} | elapsed {_dur(elapsed_s)}, "
             f"~{_dur(left)} left")
@@ -55,13 +58,17 @@ class _DropProgress(logging.Filter):
 
 
 class Progress:
-    """Feed it the launcher's ``on_start`` / ``on_done`` callbacks."""
+    """Feed it the launcher's ``on_start`` / ``on_done`` callbacks. One per campaign
+    invocation: the total is the whole plan (trials already complete included, so a resume
+    starts at ``[done/total]``), raised by :meth:`plan` when adaptive rounds extend it."""
 
     def __init__(self, name: str, total: int, stream: Optional[TextIO] = None,
-                 live: Optional[bool] = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 live: Optional[bool] = None, clock: Callable[[], float] = time.monotonic,
+                 done: int = 0) -> None:
         self.name = name
         self.total = total
-        self.done = 0
+        self.done = done
+        self.ran = 0  # trials finished by this invocation: the time estimate's basis
         self.current = ""
         self.stream = stream or sys.stderr
         isatty = getattr(self.stream, "isatty", lambda: False)
@@ -76,8 +83,13 @@ class Progress:
                     h.addFilter(self._filter)
                     self._filtered.append(h)
 
+    def plan(self, total: int, done: int) -> None:
+        """The plan now has ``total`` trials, ``done`` of them complete on disk."""
+        self.total, self.done = total, done
+
     def line(self) -> str:
-        return format_line(self.name, self.done, self.total, self.current, self.clock() - self.t0)
+        return format_line(self.name, self.done, self.total, self.current, self.clock() - self.t0,
+                           self.done - self.ran)
 
     def _draw(self) -> None:
         if self.live:
@@ -90,8 +102,9 @@ class Progress:
 
     def on_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
         self.done += 1
+        self.ran += 1
         elapsed = self.clock() - self.t0
-        left = remaining_s(self.done, self.total, elapsed)
+        left = remaining_s(self.done, self.total, elapsed, self.done - self.ran)
         log.info("[%d/%d] %s %s r%d: %s (elapsed %s, ~%s left)", self.done, self.total,
                  spec.bucket["name"], spec.arm_label, spec.round, trial_result(record),
                  _dur(elapsed), _dur(left), extra={_MARK: True})

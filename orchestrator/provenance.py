@@ -387,6 +387,7 @@ def start(cfg: Any, run_dir: Path, arms: Sequence[Any], records: Sequence[dict[s
     # the arms' env.* switches reach the trial processes only: their secret values count too
     arm_env = {k: v for a in arms for k, v in a.env.items()}
     sanitizer = Sanitizer.from_config(cfg.sanitize, environ={**os.environ, **arm_env})
+    sanitizer.add_secret_env((k, v) for a in arms for k, v in a.env.items())  # every arm's value
     reserve_run_dir(run_dir, sanitizer)
     check_resume_environment(cfg, run_dir, records)
     git = write_source(run_dir, recipes_of(cfg, arms))

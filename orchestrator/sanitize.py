@@ -36,6 +36,7 @@ file-walking shell (atomic rewrites).
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import gzip
 import hashlib
@@ -244,6 +245,28 @@ class Sanitizer:
             extra_patterns=tuple(getattr(cfg, "extra_patterns", None) or ()),
             keep_vendor_reports=bool(getattr(cfg, "keep_vendor_reports", False)),
         )
+
+    def add_hostnames(self, names: Iterable[str]) -> None:
+        """Host names learned after the start (the compute nodes a Slurm job ran on, reported
+        by the job itself): replaced from now on, like this machine's own."""
+        known = set(self.identity.hostnames)
+        new = {h for n in names if n for h in (n, n.split(".")[0])} - known
+        if not _keep(new):
+            return
+        self.identity = dataclasses.replace(self.identity,
+                                            hostnames=_keep(known | new))
+        self.__post_init__()  # the patterns; placeholders already handed out stay
+
+    def add_secret_env(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Values of secret-named variables beyond this process's environment: every arm's
+        ``env.*`` switch (two arms may give one variable two secret values)."""
+        known = set(self.identity.secret_env)
+        new = {(k, v) for k, v in pairs if is_secret_name(k) and len(v) >= 6
+               and v.lower() not in _GENERIC_VALUES and not v.replace(".", "").isdigit()} - known
+        if new:
+            self.identity = dataclasses.replace(self.identity,
+                                                secret_env=tuple(sorted(known | new)))
+            self.__post_init__()
 
     # ------------------------------------------------------------------ placeholders
 

@@ -57,6 +57,13 @@ def test_every_trial_one_record_in_plan_order(name: str, run_dir: Path, monkeypa
         assert all(len(v) == 1 for v in by_round.values())
         assert by_round[0] != by_round[1]
         assert recs[0]["startup_measured_from"] == "slurm submission"
+        # the node's host name came back privately (for the sanitizer); the pickles that
+        # carried it and the specs are gone, and no job is left uncollected
+        import socket
+
+        assert launcher.seen_hostnames == {socket.gethostname()}
+        assert not list(run_dir.rglob("*.pkl"))
+        assert json.loads((run_dir / "slurm" / "jobs.json").read_text()) == {"live": {}}
 
 
 def test_inline_records_a_distributed_spec_as_unavailable(run_dir: Path, monkeypatch: Any) -> None:
@@ -134,8 +141,8 @@ def test_slots_never_share_a_device_between_running_trials() -> None:
 def test_local_parallel_trials_get_disjoint_devices(run_dir: Path) -> None:
     """Real processes, two at a time on two (pretend) MUSA devices: each sees only its own."""
     launcher = LocalLauncher(device="cpu", max_parallel=2, inv=Inventory("musa", (0, 1)))
-    specs = [make_spec(run_dir, i, recipe="tests.helpers.launchprobe:build_env_probe", position=i)
-             for i in range(4)]
+    specs = [make_spec(run_dir, i, recipe="tests.helpers.launchprobe:build_env_probe", rnd=i,
+                       position=i) for i in range(4)]  # one round each: groups of one trial
     seen = dict(_run(launcher, specs))
     recs = [seen[s.trial_id] for s in specs]
     visible = [r["error"].split("'MUSA_VISIBLE_DEVICES': '")[1][0] for r in recs]
@@ -147,3 +154,28 @@ def test_local_parallel_trials_get_disjoint_devices(run_dir: Path) -> None:
             if a is not b and overlap:
                 assert a["devices"] != b["devices"]
     assert os.environ.get("MUSA_VISIBLE_DEVICES") is None  # never leaks into the orchestrator
+
+
+def test_local_parallel_keeps_a_rounds_arms_on_one_device_set(run_dir: Path) -> None:
+    """max_parallel=2 on a (fake) 2-device inventory: the arms of one (round, bucket) share
+    their devices and run in plan order; only distinct rounds run at once, on disjoint devices."""
+    launcher = LocalLauncher(device="cpu", max_parallel=2, inv=Inventory("musa", (0, 1)))
+    order = [(0, 0), (0, 1), (1, 1), (1, 0)]
+    specs = [make_spec(run_dir, arm, recipe="tests.helpers.launchprobe:build_env_probe",
+                       rnd=r, position=i) for i, (r, arm) in enumerate(order)]
+    seen = dict(_run(launcher, specs))
+    recs = [seen[s.trial_id] for s in specs]
+    for r in recs:  # the visibility variable is what the record says
+        assert r["error"].split("'MUSA_VISIBLE_DEVICES': '")[1].split("'")[0] == \
+            ",".join(map(str, r["devices"]))
+    by_round: dict[int, list[dict]] = {}
+    for r in recs:
+        by_round.setdefault(r["round"], []).append(r)
+    for rnd, arms in by_round.items():
+        assert len({tuple(a["devices"]) for a in arms}) == 1, (rnd, arms)
+        first, second = arms  # plan order within the round: the second starts after the first
+        assert first["finished_at"] <= second["started_at"]
+    concurrent = [(a, b) for a in by_round[0] for b in by_round[1]
+                  if a["started_at"] < b["finished_at"] and b["started_at"] < a["finished_at"]]
+    assert concurrent  # the two rounds did run side by side
+    assert set(by_round[0][0]["devices"]).isdisjoint(by_round[1][0]["devices"])

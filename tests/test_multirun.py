@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,13 +13,26 @@ from tests.conftest import TINY
 
 
 def test_multirun_writes_an_index_of_campaigns_and_verdicts(tmp_path: Path) -> None:
-    sweep_dir = tmp_path / "multi run"
+    """Also: under a (fake) home directory, each campaign.log holds only its own job's lines
+    and neither the home path nor the user name."""
+    home = tmp_path / "home" / "zqxuser"
+    home.mkdir(parents=True)
+    sweep_dir = home / "multi run"
+    env = dict(os.environ, HOME=str(home), USER="zqxuser", LOGNAME="zqxuser",
+               MPLCONFIGDIR=str(tmp_path / "mpl"))
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator", "-m", *TINY, "+sweep=fa2", "sweep.buckets=[s32]",
          "sweep.values=[{backend:eager,sdpa_kernel:auto}]", "sweep.labels=[eager]",
          "protocol.repeats=1", "workload.seed=0,1", f"hydra.sweep.dir='{sweep_dir}'"],
-        capture_output=True, text=True, timeout=900)
+        capture_output=True, text=True, timeout=900, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
+    assert str(home) in out.stderr  # the console shows the real path (the user's own screen)
+    logs = {n: (sweep_dir / n / "campaign.log").read_text() for n in ("0_fa2", "1_fa2")}
+    for text in logs.values():
+        assert "variant(s) decided; run dir" in text, text  # the terminal summary is in it
+        assert str(home) not in text and "zqxuser" not in text, text
+    assert "1_fa2" not in logs["0_fa2"]  # job 1 wrote nothing into job 0's sealed log
+    assert logs["0_fa2"].count("campaign fa2 on gpt_test") == 1
     index = json.loads((sweep_dir / "index.json").read_text())
     camps = index["campaigns"]
     assert [c["run_dir"] for c in camps] == ["0_fa2", "1_fa2"]

@@ -75,3 +75,51 @@ def test_console_handler_is_quiet_while_the_live_line_shows(tmp_path: Path) -> N
         root.removeHandler(handler)
         root.setLevel(old)
     assert "[1/1]" not in console.getvalue() and "after" in console.getvalue()
+
+
+def test_total_is_the_plan_and_survives_extensions(tmp_path: Path, caplog: Any) -> None:
+    """A resume starts at the trials already done; an adaptive extension raises the total and
+    keeps counting; the time left is estimated from this invocation's trials only."""
+    clock = _Clock()
+    p = Progress("fa2", 0, stream=io.StringIO(), clock=clock)
+    p.plan(total=8, done=6)  # resumed: 6 of 8 on disk
+    assert p.line() == "fa2 [6/8] | elapsed 0s, ~? left"
+    clock.t += 10
+    with caplog.at_level(logging.INFO, logger="orchestrator.campaign"):
+        p.on_done(make_spec(tmp_path, 0), {"status": "ok", "step_time_median_s": 0.001})
+    assert "[7/8]" in caplog.records[-1].getMessage()
+    assert p.line() == "fa2 [7/8] | elapsed 10s, ~10s left"  # 10 s per trial run here, not 10/7
+    p.plan(total=12, done=8)  # adaptive rounds: 4 more
+    assert p.line().startswith("fa2 [8/12]")
+    p.close()
+
+
+def test_campaign_progress_counts_the_whole_plan(compose: Any, run_dir: Path, caplog: Any,
+                                                 monkeypatch: Any) -> None:
+    """End to end (inline, synthetic): one count across the adaptive extension (was: a new
+    count per extension), and a resume that has one trial left starts at the done ones."""
+    import re
+
+    from orchestrator import campaign
+
+    monkeypatch.setattr(campaign, "more_rounds_reason", lambda p, done, cap, g, n=0: (
+        "test" if done < cap else ""))
+    cfg = compose(["workload=synthetic", "+sweep=calibrate", "protocol=quick",
+                   "workload.units_per_token=0.02", "launcher=inline", "sweep.values=[0.5]",
+                   "sweep.labels=[half]", "protocol.max_rounds=3",
+                   "protocol.adaptive_step_rounds=1"])
+
+    def counts() -> list[str]:
+        return [m.group(1) for r in caplog.records
+                if (m := re.match(r"\[(\d+/\d+)\]", r.getMessage()))]
+
+    with caplog.at_level(logging.INFO, logger="orchestrator.campaign"):
+        campaign.run_campaign(cfg, run_dir)
+    assert counts() == ["1/4", "2/4", "3/4", "4/4", "5/6", "6/6"]
+    caplog.clear()
+    min(run_dir.glob("trials/*/trial.json")).unlink()  # a trial of round 0
+    with caplog.at_level(logging.INFO, logger="orchestrator.campaign"):
+        campaign.run_campaign(cfg, run_dir)
+    # the resume's plan so far is the initial 4 trials, 3 on disk; the extension it then
+    # re-derives (round 2) is complete already and adds no line
+    assert counts() == ["4/4"]

@@ -14,6 +14,7 @@ import pytest
 from orchestrator.report.cli import main as report_main
 from orchestrator.report.load import load_campaigns
 from orchestrator.report.log import build_log, render_log
+from tests.helpers.require import need_chromium, need_module
 from tests.helpers.rundirs import write_campaign
 
 DAY = 86400.0
@@ -68,6 +69,33 @@ def test_incompatible_schema_is_skipped_and_said(tmp_path: Path, capsys: Any) ->
     assert "campaign(s) skipped" in capsys.readouterr().err
 
 
+def test_config_and_trial_schema_versions_are_checked(tmp_path: Path, capsys: Any) -> None:
+    import json
+
+    root = _tree(tmp_path)
+    cfg = json.loads((root / "tile" / "config.json").read_text())
+    (root / "tile" / "config.json").write_text(json.dumps({**cfg, "schema_version": 99}))
+    campaigns, skipped = load_campaigns(root)
+    assert len(campaigns) == 2 and "config.json has schema_version 99" in skipped[0]
+    (root / "old" / "trials" / "t0").mkdir(parents=True)
+    (root / "old" / "trials" / "t0" / "trial.json").write_text(json.dumps(
+        {"schema_version": 99, "trial_id": "t0", "status": "ok"}))
+    (root / "old" / "trials" / "t0" / "steps.csv").write_text("step,step_time_s,phase\n")
+    assert report_main([str(root / "old"), "--strict"]) == 2
+    assert "trial.json has schema_version 99" in capsys.readouterr().err
+
+
+def test_a_copied_tree_renders_the_same_decision_log(tmp_path: Path) -> None:
+    """Reports come from the run directories alone: a copy elsewhere gives the same log."""
+    root = _tree(tmp_path / "a")
+    assert report_main([str(root), "--no-plots"]) == 0
+    shutil.copytree(root, tmp_path / "b" / "moved")
+    (tmp_path / "b" / "moved" / "decision_log.md").unlink()
+    assert report_main([str(tmp_path / "b" / "moved"), "--no-plots"]) == 0
+    assert (tmp_path / "b" / "moved" / "decision_log.md").read_text() == \
+        (root / "decision_log.md").read_text() == GOLDEN_LOG
+
+
 def test_bad_paths_exit_2(tmp_path: Path, capsys: Any) -> None:
     assert report_main([str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -118,14 +146,8 @@ def test_plots_from_a_real_campaign(real_campaign: Path) -> None:
     assert "data:image/png;base64," in html and "<img" in html and "plots/" not in html
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 def test_html_opens_in_headless_chromium(real_campaign: Path, tmp_path: Path) -> None:
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("chromium not installed (scripts/test.sh installs Debian's chromium)")
+    browser = need_chromium()
     assert report_main([str(real_campaign)]) == 0
     html = real_campaign / "summary.html"
     proc = subprocess.run(
@@ -149,10 +171,9 @@ def test_html_opens_in_headless_chromium(real_campaign: Path, tmp_path: Path) ->
 
 
 def test_exports_csv_parquet_and_mlflow(tmp_path: Path) -> None:
-    pytest.importorskip("pyarrow")
-    pytest.importorskip("mlflow")
+    for module in ("pyarrow", "mlflow", "sqlalchemy"):
+        need_module(module)
     root = _tree(tmp_path)
-    pytest.importorskip("sqlalchemy")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert report_main([str(root), "--no-plots", "--parquet", "--mlflow", uri]) == 0
     csv = pd.read_csv(root / "decision_log.csv")
@@ -176,3 +197,88 @@ def test_exports_csv_parquet_and_mlflow(tmp_path: Path) -> None:
     assert report_main([str(root), "--no-plots", "--mlflow", uri]) == 0
     again = mlflow.search_runs(experiment_names=["throughput-orchestrator"])
     assert len(again) == 3, again[["tags.orchestrator.run_dir", "tags.verdict", "status"]]
+
+
+def test_noise_floor_band_from_a_campaign_with_an_aa_arm(compose: Any, tmp_path: Path,
+                                                          monkeypatch: Any) -> None:
+    """campaign.finalize writes the per-bucket noise floor and the A/A intervals to
+    decisions.jsonl, and the forest plot draws the band from them."""
+    import json
+
+    from orchestrator.campaign import run_campaign
+    from orchestrator.report import plots
+
+    drawn: list[dict[str, Any]] = []
+    real_forest = plots.forest
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        drawn.append(kw)
+        return real_forest(*args, **kw)
+
+    monkeypatch.setattr(plots, "forest", spy)
+    run_dir = tmp_path / "aa"
+    cfg = compose(["workload=synthetic_mix", "+sweep=calibrate", "protocol=quick",
+                   "protocol.aa_arm=true", "workload.units_per_token=0.05",
+                   "launcher=inline", "sweep.values=[1.0]", "sweep.labels=[2x-work]"])
+    assert cfg.protocol.aa_arm
+    run_campaign(cfg, run_dir)
+    (line,) = [json.loads(t) for t in (run_dir / "decisions.jsonl").read_text().splitlines()]
+    buckets = [b["name"] for b in json.loads((run_dir / "plan.json").read_text())["buckets"]]
+    assert set(line["noise_floor"]) == {*buckets, "mixture"} and len(buckets) == 2
+    for scope, floor in line["noise_floor"].items():
+        aa = line["aa_control"][scope]["aa"]
+        assert floor == pytest.approx(abs(aa["speedup"] - 1)) and aa["low"] <= aa["high"]
+    # the summary rendered by the campaign handed the band (and the A/A rows) to the plot
+    (kw,) = drawn
+    assert kw["noise_floor"] == line["noise_floor"]
+    assert set(kw["aa"]) == set(line["noise_floor"])
+    assert "A/A noise floor" in (run_dir / "summary.md").read_text()
+    assert "data:image/png;base64," in (run_dir / "summary.html").read_text()  # right away
+    # and the band is really drawn: the render differs from the same plot without it
+    import matplotlib.image as mpimg
+
+    band, bare = tmp_path / "band.png", tmp_path / "bare.png"
+    wide = {k: 0.2 for k in line["noise_floor"]}  # wide enough to show at any noise level
+    real_forest([line], buckets, band, noise_floor=wide)
+    real_forest([line], buckets, bare)
+    a, b = mpimg.imread(band), mpimg.imread(bare)
+    assert a.shape == b.shape and float(abs(a - b).max()) > 0.1
+
+
+def test_missing_optional_dependency_fails_under_ci(monkeypatch: Any) -> None:
+    """Outside CI a missing optional dependency skips its test; under .ci/run it fails."""
+    monkeypatch.delenv("ORCH_REQUIRE_TEST_DEPS", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no_such_module_zq"):
+        need_module("no_such_module_zq")
+    monkeypatch.setenv("ORCH_REQUIRE_TEST_DEPS", "1")
+    with pytest.raises(pytest.fail.Exception, match="ORCH_REQUIRE_TEST_DEPS=1 but"):
+        need_module("no_such_module_zq")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(pytest.fail.Exception, match="chromium is not installed"):
+        need_chromium()
+    assert need_module("json").dumps([]) == "[]"
+
+
+def test_mlflow_tells_apart_campaigns_in_equally_named_folders(tmp_path: Path) -> None:
+    """Multirun folders are all named like 0_fa2: two sweeps' campaigns are two exports; a
+    copy of an exported tree is not exported again."""
+    for module in ("mlflow", "sqlalchemy"):
+        need_module(module)
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for i, sweep_dir in enumerate(("sweep_a", "sweep_b")):
+        write_campaign(tmp_path / "runs" / sweep_dir / "0_fa2", decided_at=T0 + i * DAY,
+                       variants=(("sdpa-flash", "retain", 1.25),))
+    assert report_main([str(tmp_path / "runs" / "sweep_a"), "--no-plots", "--no-summaries",
+                        "--mlflow", uri]) == 0
+    assert report_main([str(tmp_path / "runs" / "sweep_b"), "--no-plots", "--no-summaries",
+                        "--mlflow", uri]) == 0
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["throughput-orchestrator"])
+    assert len(runs) == 2 and runs["tags.orchestrator.decision_key"].nunique() == 2
+    assert set(runs["tags.orchestrator.run_dir"]) == {"0_fa2/a1"}  # relative to each root
+    shutil.copytree(tmp_path / "runs", tmp_path / "copy")
+    assert report_main([str(tmp_path / "copy"), "--no-plots", "--no-summaries",
+                        "--mlflow", uri]) == 0
+    assert len(mlflow.search_runs(experiment_names=["throughput-orchestrator"])) == 2

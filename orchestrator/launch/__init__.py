@@ -24,7 +24,8 @@ def make_launcher(cfg: LauncherConfig, device: str = "auto",
         from orchestrator.launch.slurm import SlurmLauncher
 
         folder = cfg.slurm.folder or (str(run_dir / "slurm") if run_dir else "slurm")
-        return SlurmLauncher(cfg.slurm, folder=folder, python=cfg.python)
+        ledger = run_dir / "slurm" / "jobs.json" if run_dir else None
+        return SlurmLauncher(cfg.slurm, folder=folder, python=cfg.python, ledger=ledger)
     from orchestrator.errors import ConfigError
 
     raise ConfigError("launcher.name", f"{cfg.name!r} is not available; use inline, local or slurm")

@@ -138,6 +138,13 @@ def dumps_spec(spec: TrialSpec) -> str:
 
 class Launcher(abc.ABC):
     name: str = "launcher"
+    # host names of the machines that ran trials when they are not this one (Slurm compute
+    # nodes): a private channel to the sanitizer, never written anywhere
+    seen_hostnames: set[str] | frozenset[str] = frozenset()
+
+    def recover(self) -> None:
+        """Called once before a campaign plans what is left to run: a launcher whose trials of
+        an earlier, killed invocation may still be running stops them (Slurm jobs)."""
 
     @abc.abstractmethod
     def run(

@@ -1,7 +1,9 @@
 """Local launcher: every trial in a fresh subprocess, in plan order, on its own device slot.
 
 Sequential by default (``launcher.max_parallel=1``) so that one trial's timing is never disturbed
-by another. A distributed trial (``workload.world_size > 1``) starts through
+by another. With ``max_parallel > 1`` the unit of parallelism is a (round, bucket) group: it
+takes one device set and runs its arms on it one after another in plan order (A/B fairness);
+distinct groups run side by side on disjoint devices. A distributed trial (``workload.world_size > 1``) starts through
 ``python -m torch.distributed.run --standalone --nproc-per-node G``. A trial that raises,
 segfaults, is killed or hangs past its time limit becomes a record with a status and the tail of
 its stderr; the campaign goes on. If the orchestrator itself dies, its trial process is taken
@@ -172,40 +174,63 @@ class LocalLauncher(Launcher):
         timeout_s: float,
         on_start: Optional[OnStart] = None,
     ) -> None:
+        """Sequential (``max_parallel=1``): every trial in plan order on the same devices.
+        In parallel: one device set per (round, bucket) group, whose arms run on it one after
+        another in plan order; only distinct groups run at the same time, on disjoint devices
+        (A/B fairness: the arms compared in a round never straddle devices)."""
         slots = self.slots()
         lock = threading.Lock()
 
-        def one(spec: TrialSpec) -> None:
-            n = world_size(spec)
-            if not slots.fits(n):
-                record = record_or_failure(
-                    spec, "unavailable",
-                    f"needs {n} devices, the launcher has {len(slots.inv.devices)}", "")
-                atomic_write_json(Path(spec.trial_dir) / "trial.json", record)
-                with lock:
-                    on_done(spec, record)
-                return
-            taken = slots.acquire(n)
+        def group(members: Sequence[TrialSpec]) -> None:
+            taken: Optional[list[int]] = None
             try:
-                if on_start is not None:
+                for spec in members:
+                    n = world_size(spec)
+                    if not slots.fits(n):
+                        record = record_or_failure(
+                            spec, "unavailable",
+                            f"needs {n} devices, the launcher has {len(slots.inv.devices)}", "")
+                        atomic_write_json(Path(spec.trial_dir) / "trial.json", record)
+                        with lock:
+                            on_done(spec, record)
+                        continue
+                    if taken is None:  # the group's device set: enough for its widest arm
+                        taken = slots.acquire(max(world_size(s) for s in members
+                                                  if slots.fits(world_size(s))))
+                    mine = taken[:n] if slots.inv.devices else taken
+                    if on_start is not None:
+                        with lock:
+                            on_start(spec)
+                    record = run_trial_process(spec, timeout_s, self.python, slots.env(mine),
+                                               annotate={"launcher": "local", "devices": mine})
                     with lock:
-                        on_start(spec)
-                record = run_trial_process(spec, timeout_s, self.python, slots.env(taken),
-                                           annotate={"launcher": "local", "devices": taken})
+                        on_done(spec, record)
             finally:
-                slots.release(taken)
-            with lock:
-                on_done(spec, record)
+                if taken is not None:
+                    slots.release(taken)
 
         if self.max_parallel <= 1:
-            for spec in specs:
-                one(spec)
+            for spec in specs:  # plan order; the free devices are the same ones every time
+                group([spec])
             return
-        _run_parallel(specs, one, self.max_parallel)
+        _run_parallel(round_groups(specs), group, self.max_parallel)
 
 
-def _run_parallel(specs: Sequence[TrialSpec], one: Callable[[TrialSpec], None], n: int) -> None:
-    """Start trials in plan order, up to ``n`` at once (device slots permitting)."""
+def round_groups(specs: Sequence[TrialSpec]) -> list[list[TrialSpec]]:
+    """Consecutive specs of one (round, bucket), in plan order: the unit of A/B fairness."""
+    groups: list[list[TrialSpec]] = []
+    for s in specs:
+        if groups and (groups[-1][0].round, groups[-1][0].bucket["name"]) == (
+                s.round, s.bucket["name"]):
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
+
+
+def _run_parallel(groups: Sequence[Sequence[TrialSpec]],
+                  one: Callable[[Sequence[TrialSpec]], None], n: int) -> None:
+    """Start groups in plan order, up to ``n`` at once (device slots permitting)."""
     with ThreadPoolExecutor(max_workers=n) as pool:
-        for fut in [pool.submit(one, s) for s in specs]:
+        for fut in [pool.submit(one, g) for g in groups]:
             fut.result()

@@ -25,7 +25,9 @@ own result files, never from ``sacct``.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import re
 import socket
 import subprocess
 import sys
@@ -176,7 +178,10 @@ class GroupJob:
             run_trial_process(spec, self.timeout_s, python, extra_env=extra, launch_t0=t0,
                               nproc=1, log_suffix="" if rank == 0 else f".rank{rank}",
                               write_failure=rank == 0, annotate=annotate, ignore_sigterm=True)
-        return {"node_id": node, "attempt": self.attempt, "rank": rank}
+        # the host name travels only in the result pickle (deleted once read): the launcher hands
+        # it to the sanitizer, so the job's logs never show the compute node's name
+        return {"node_id": node, "attempt": self.attempt, "rank": rank,
+                "hostname": socket.gethostname()}
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         import submitit
@@ -194,10 +199,32 @@ class GroupJob:
 class SlurmLauncher(Launcher):
     name = "slurm"
 
-    def __init__(self, cfg: SlurmLauncherConfig, folder: str, python: Optional[str] = None) -> None:
+    def __init__(self, cfg: SlurmLauncherConfig, folder: str, python: Optional[str] = None,
+                 ledger: Optional[Path] = None) -> None:
         self.cfg = cfg
         self.folder = Path(folder)
         self.python = python
+        # the jobs this campaign submitted and has not collected yet (one file per run dir)
+        self.ledger = JobLedger(ledger or self.folder / JOBS_FILE)
+        self.seen_hostnames: set[str] = set()
+
+    def recover(self) -> None:
+        """Before a (resumed) campaign plans what is left: jobs of an earlier invocation that
+        never collected them (the orchestrator was killed) may still run and write into the run
+        dir. Cancel them, wait until they are gone, and drop their pickles."""
+        live = self.ledger.jobs()
+        if not live:
+            return
+        states = squeue_states()  # None: squeue did not answer; cancel them all to be safe
+        running = [j for j in live if states is None or job_state(states, j) in ACTIVE_STATES]
+        if running:
+            log.warning("resume: cancelling %d job(s) of an earlier run still in Slurm: %s",
+                        len(running), ", ".join(running))
+            scancel(running)
+            wait_gone(running, self.cfg.poll_interval_s, self.cfg.lost_after_s)
+        for jid in live:
+            drop_pickles(self.folder / jid)
+        self.ledger.remove(live)
 
     def executor(self, ntasks: int, job_name: str) -> Any:
         import submitit
@@ -238,6 +265,7 @@ class SlurmLauncher(Launcher):
                            self.cfg.max_requeue) for g in groups]
         with ex.batch():
             jobs = [ex.submit(b) for b in bodies]
+        self.ledger.add({j.job_id: [s.trial_id for s in g] for j, g in zip(jobs, groups)})
         log.info("round %d: submitted %d job(s) %s", r, len(jobs),
                  ", ".join(j.job_id for j in jobs))
         try:
@@ -245,16 +273,23 @@ class SlurmLauncher(Launcher):
         except BaseException:  # Ctrl-C: do not leave jobs writing into the run dir
             for j in jobs:
                 j.cancel(check=False)
+            for j in jobs:
+                drop_pickles(Path(j.paths.folder))
+            self.ledger.remove([j.job_id for j in jobs])
             raise
         for job, group in zip(jobs, groups):
-            state, error = outcomes[job.job_id]
+            state, error, hosts = outcomes[job.job_id]
+            self.seen_hostnames |= hosts | log_hostnames(job, ntasks)
             for spec in group:
                 on_done(spec, self._collect(spec, job, state, error))
+            # the pickles hold the specs (arm env.* values: secrets) and the job's host name
+            drop_pickles(Path(job.paths.folder))
+        self.ledger.remove([j.job_id for j in jobs])
 
     def _wait(self, jobs: list[Any], groups: list[list[TrialSpec]], ntasks: int,
-              on_start: Optional[OnStart]) -> dict[str, tuple[str, str]]:
+              on_start: Optional[OnStart]) -> dict[str, tuple[str, str, set[str]]]:
         pending = {j.job_id: (j, g) for j, g in zip(jobs, groups)}
-        outcomes: dict[str, tuple[str, str]] = {}
+        outcomes: dict[str, tuple[str, str, set[str]]] = {}
         started: set[str] = set()
         missing_since: dict[str, float] = {}
         while pending:
@@ -275,7 +310,7 @@ class SlurmLauncher(Launcher):
                     if time.time() - since < grace:
                         continue
                     outcomes[jid] = (state or "LOST", f"slurm job {jid} ended "
-                                     f"{state or 'without trace in squeue'} with no result")
+                                     f"{state or 'without trace in squeue'} with no result", set())
                 else:
                     missing_since.pop(jid, None)
                     continue
@@ -297,14 +332,107 @@ class SlurmLauncher(Launcher):
         return record
 
 
-def _result(job: Any) -> tuple[str, str]:
+def _result(job: Any) -> tuple[str, str, set[str]]:
+    """(state, error, host names the job's tasks reported)."""
     try:
-        job.results()
-        return "COMPLETED", ""
+        results = job.results()
     except Exception as exc:  # submitit's FailedJobError / UncompletedJobError
         text = str(exc).strip().splitlines()
         why = text[-1] if text else type(exc).__name__
-        return "FAILED", f"slurm job {job.job_id} failed: {why}"
+        return "FAILED", f"slurm job {job.job_id} failed: {why}", set()
+    hosts = {str(r["hostname"]) for r in results if isinstance(r, dict) and r.get("hostname")}
+    return "COMPLETED", "", hosts
+
+
+_LOG_HOST = re.compile(r"JobEnvironment\([^)]*\bhostname=([^,)\s]+)")
+
+
+def log_hostnames(job: Any, ntasks: int) -> set[str]:
+    """The host names submitit's own log lines name (``Starting with JobEnvironment(...,
+    hostname=...)``): known even for a job that failed before returning a result."""
+    hosts = set()
+    for t in range(ntasks):
+        try:
+            paths = job.task(t).paths
+            texts = [Path(paths.stdout).read_text(errors="replace")[:20000],
+                     Path(paths.stderr).read_text(errors="replace")[:20000]]
+        except (OSError, ValueError):
+            continue
+        for text in texts:
+            hosts |= set(_LOG_HOST.findall(text))
+    return hosts
+
+
+def drop_pickles(folder: Path) -> None:
+    """Delete submitit's pickles of a collected or cancelled job (specs with arm env.* values,
+    the result with the node's host name); its logs and submission script stay (text, sealed
+    by the sanitizer)."""
+    if folder.is_dir():
+        for p in folder.glob("*.pkl"):
+            p.unlink(missing_ok=True)
+
+
+JOBS_FILE = "jobs.json"
+ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING",
+                 "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD",
+                 "REQUEUE_FED", "RESV_DEL_HOLD", "PREEMPTED")
+
+
+class JobLedger:
+    """``<run dir>/slurm/jobs.json``: the job ids this campaign submitted and has not collected,
+    with their trials. A killed orchestrator leaves its live jobs here; the resume cancels them
+    before it plans what is left (otherwise they would go on writing into the run dir while the
+    same trials run again)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data.get("live", {}) if isinstance(data, dict) else {}
+
+    def jobs(self) -> list[str]:
+        return list(self._read())
+
+    def add(self, jobs: dict[str, list[str]]) -> None:
+        live = self._read()
+        live.update({j: {"trials": t, "submitted_at": time.time()} for j, t in jobs.items()})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.path, {"live": live})
+
+    def remove(self, job_ids: Sequence[str]) -> None:
+        live = self._read()
+        if not live and not self.path.exists():
+            return
+        for j in job_ids:
+            live.pop(j, None)
+        atomic_write_json(self.path, {"live": live})
+
+
+def scancel(job_ids: Sequence[str]) -> None:
+    """Kill every process of the jobs at once (their trials ignore SIGTERM: a plain cancel
+    would wait for Slurm's KillWait), then cancel them."""
+    for args in (["--full", "--signal=KILL"], []):
+        try:
+            subprocess.run(["scancel", *args, *job_ids], capture_output=True, text=True,
+                           timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.warning("scancel failed: %s", exc)
+
+
+def wait_gone(job_ids: Sequence[str], poll_s: float, limit_s: float) -> None:
+    """Until none of the jobs is active in squeue (or ``limit_s`` passed: then say so)."""
+    end = time.time() + max(limit_s, 30.0)
+    while time.time() < end:
+        states = squeue_states()
+        if states is not None and not any(job_state(states, j) in ACTIVE_STATES
+                                          for j in job_ids):
+            return
+        time.sleep(poll_s)
+    log.warning("jobs %s still listed as active after cancelling them", ", ".join(job_ids))
 
 
 def squeue_states() -> Optional[dict[str, str]]:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.report.export import ExportError, export_mlflow, log_frame, results_frame, write_tables
-from orchestrator.report.load import Campaign, load_campaigns
+from orchestrator.report.load import Campaign, SchemaMismatch, load_campaigns
 from orchestrator.report.log import build_log, render_log
 from orchestrator.report.summary import build_document, to_html, to_markdown
 
@@ -113,7 +113,13 @@ def _run(args: argparse.Namespace, root: Path) -> int:
     written = 0
     if not args.no_summaries:
         for c in campaigns:
-            written += render_summary(c, with_plots=not args.no_plots, force=args.force)
+            try:
+                written += render_summary(c, with_plots=not args.no_plots, force=args.force)
+            except SchemaMismatch as exc:  # a trial.json of another schema: never mixed in
+                log.warning("summary not rendered (incompatible schema): %s", exc)
+                if args.strict:
+                    print(f"error: {c.run_dir}: {exc}", file=sys.stderr)
+                    return 2
     rows = build_log(campaigns, base=out_dir, workload=args.workload, variable=args.variable,
                      verdict=args.verdict, since=args.since, until=args.until)
     (out_dir / "decision_log.md").write_text(render_log(rows), encoding="utf-8")
@@ -122,7 +128,7 @@ def _run(args: argparse.Namespace, root: Path) -> int:
                       "results_all": results_frame(campaigns, out_dir)}, out_dir, args.parquet)
         if args.mlflow:
             uri = _default_mlflow_uri(out_dir) if args.mlflow == "default" else args.mlflow
-            n = export_mlflow(campaigns, uri)
+            n = export_mlflow(campaigns, uri, base=out_dir)
             log.info("mlflow: %d run(s) exported to %s", n, uri)
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)

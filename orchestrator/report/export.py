@@ -17,7 +17,24 @@ from orchestrator.report.log import LogRow
 
 log = logging.getLogger(__name__)
 
-CAMPAIGN_TAG = "orchestrator.run_dir"
+CAMPAIGN_TAG = "orchestrator.run_dir"  # the run dir relative to the report root (shown)
+KEY_TAG = "orchestrator.decision_key"  # what a re-export is recognised by
+
+
+def campaign_key(c: Campaign) -> str:
+    """Identity of a campaign's decisions, independent of where its run dir lies: a hash of
+    its plan and decisions (each decision carries its time). Multirun folders are all named
+    like ``0_fa2``, so the folder name cannot tell two campaigns apart; a moved or copied run
+    dir is still the same campaign."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in ("plan.json", "decisions.jsonl"):
+        try:
+            h.update((c.run_dir / name).read_bytes())
+        except OSError:
+            h.update(name.encode())
+    return h.hexdigest()[:20]
 
 
 class ExportError(RuntimeError):
@@ -77,9 +94,10 @@ def _metrics(c: Campaign, d: dict[str, Any]) -> dict[str, float]:
 
 
 def export_mlflow(campaigns: Sequence[Campaign], tracking_uri: str,
-                  experiment: str = "throughput-orchestrator") -> int:
+                  experiment: str = "throughput-orchestrator", base: Path | None = None) -> int:
     """One MLflow run per decided variant: params, metrics, verdict and the run directory as
-    artifacts. Campaigns already exported (same run dir and variant) are skipped."""
+    artifacts. Decisions already exported (same campaign, by :func:`campaign_key`, and
+    variant) are skipped. ``base``: the report root the run dirs are shown relative to."""
     try:
         import mlflow
     except ImportError:
@@ -101,15 +119,23 @@ def export_mlflow(campaigns: Sequence[Campaign], tracking_uri: str,
     for c in campaigns:
         arms = c.plan.get("arms", [])
         baseline = next((a["label"] for a in arms if a.get("is_baseline")), "?")
+        shown = c.run_dir.name
+        if base is not None:
+            try:
+                shown = c.run_dir.resolve().relative_to(Path(base).resolve()).as_posix() or "."
+            except ValueError:
+                pass
+        ckey = campaign_key(c)
         for d in c.decisions:
-            key = f"{c.run_dir.name}/{d.get('arm_id')}"
+            key = f"{ckey}/{d.get('arm_id')}"
             found = client.search_runs(
-                [exp_id], filter_string=f"tags.`{CAMPAIGN_TAG}` = '{key}'", max_results=1
+                [exp_id], filter_string=f"tags.`{KEY_TAG}` = '{key}'", max_results=1
             )
             if found:
                 continue
             with mlflow.start_run(experiment_id=exp_id, run_name=f"{c.sweep.get('name')}:{d.get('label')}"):
-                mlflow.set_tags({CAMPAIGN_TAG: key, "verdict": str(d.get("verdict")),
+                mlflow.set_tags({KEY_TAG: key, CAMPAIGN_TAG: f"{shown}/{d.get('arm_id')}",
+                                 "verdict": str(d.get("verdict")),
                                  "reasons": "; ".join(d.get("reasons", []))[:5000]})
                 mlflow.log_params({
                     "workload": c.workload, "sweep": c.sweep.get("name"),

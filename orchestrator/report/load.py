@@ -104,6 +104,9 @@ def load_campaign(run_dir: Path) -> Campaign:
     if bad:
         raise SchemaMismatch(f"{run_dir}: decisions.jsonl has schema_version {sorted(map(str, bad))}")
     config = _read_json(run_dir / "config.json") if (run_dir / "config.json").exists() else {}
+    if "schema_version" in config and config["schema_version"] != SCHEMA_VERSION:
+        raise SchemaMismatch(f"{run_dir}: config.json has schema_version "
+                             f"{config['schema_version']} (this report reads {SCHEMA_VERSION})")
     rpath = run_dir / "results.csv"
     results = pd.read_csv(rpath) if rpath.exists() and rpath.stat().st_size else pd.DataFrame()
     cpath = run_dir / "correctness.json"
@@ -130,6 +133,10 @@ def load_steps(run_dir: Path) -> pd.DataFrame:
     frames = []
     for tpath in sorted(run_dir.glob("trials/*/trial.json")):
         rec = _read_json(tpath)
+        if rec.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+            raise SchemaMismatch(f"{tpath.parent.name}: trial.json has schema_version "
+                                 f"{rec.get('schema_version')} (this report reads "
+                                 f"{SCHEMA_VERSION})")
         spath = tpath.parent / "steps.csv"
         if rec.get("status") != "ok" or rec.get("kind", "timed") != "timed" or not spath.exists():
             continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -54,37 +54,66 @@ def step_distributions(steps: pd.DataFrame, arms: Sequence[dict[str, Any]], out:
     return out
 
 
+def _floors(noise_floor: float | Mapping[str, Any] | None) -> tuple[float | None, dict[str, float]]:
+    """(one floor for every row, per-scope floors): a scalar (older decisions.jsonl) or a
+    mapping {bucket or "mixture": floor}."""
+    if noise_floor is None:
+        return None, {}
+    if isinstance(noise_floor, Mapping):
+        return None, {str(k): float(v) for k, v in noise_floor.items() if v is not None}
+    return float(noise_floor), {}
+
+
 def forest(
     decisions: Sequence[dict[str, Any]], buckets: Sequence[str], out: Path,
-    *, threshold: float | None = None, noise_floor: float | None = None,
+    *, threshold: float | None = None, noise_floor: float | Mapping[str, Any] | None = None,
+    aa: Mapping[str, Any] | None = None,
 ) -> Path | None:
+    """Speedup intervals per variant and scope (bucket, mixture). ``noise_floor``: the A/A
+    noise floor, one value or per scope; drawn as a grey band 1 ± floor behind each row of its
+    scope. ``aa``: {scope: {"speedup", "low", "high"}}, the A/A control's intervals, drawn as
+    rows of their own."""
     rows = []
+    for scope in [*buckets, "mixture"]:
+        e = (aa or {}).get(scope)
+        if e:
+            rows.append((f"A/A control · {scope}", scope, e["speedup"], e["low"], e["high"],
+                         "aa"))
     for d in decisions:
         for scope in [*buckets, "mixture"]:
             e = (d.get("speedups") or {}).get(scope)
             if e:
-                rows.append((f"{d.get('label')} · {scope}", e["speedup"], e["low"], e["high"],
-                             d.get("verdict", "")))
+                rows.append((f"{d.get('label')} · {scope}", scope, e["speedup"], e["low"],
+                             e["high"], d.get("verdict", "")))
     if not rows:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.4))
     ys = list(range(len(rows)))[::-1]
     verdict_color = {"retain": "#55a868", "reject": "#c44e52", "inconclusive": "#8c8c8c",
-                     "invalid": "#937860"}
-    if noise_floor:
-        ax.axvspan(1 - noise_floor, 1 + noise_floor, color="#dddddd", alpha=0.7,
-                   label=f"A/A noise floor ±{noise_floor:.1%}")
+                     "invalid": "#937860", "aa": "#555555"}
+    everywhere, per_scope = _floors(noise_floor)
+    if everywhere:
+        ax.axvspan(1 - everywhere, 1 + everywhere, color="#dddddd", alpha=0.7,
+                   label=f"A/A noise floor ±{everywhere:.1%}")
+    labelled = False
+    for y, (_, scope, *_rest) in zip(ys, rows):
+        f = per_scope.get(scope)
+        if f:
+            ax.fill_betweenx([y - 0.45, y + 0.45], 1 - f, 1 + f, color="#cccccc", alpha=0.8,
+                             lw=0, label=None if labelled else "A/A noise floor (1 ± floor)")
+            labelled = True
     ax.axvline(1.0, color="black", lw=1)
     if threshold:
         ax.axvline(threshold, color="#55a868", lw=1, ls="--", label=f"retain threshold {threshold:.3f}")
-    for y, (name, sp, lo, hi, verdict) in zip(ys, rows):
+    for y, (name, scope, sp, lo, hi, verdict) in zip(ys, rows):
         c = verdict_color.get(verdict, "#4c72b0")
         ax.plot([lo, hi], [y, y], color=c, lw=2)
-        ax.plot([sp], [y], "o", color=c)
+        ax.plot([sp], [y], "o" if verdict != "aa" else "s", color=c)
     ax.set_yticks(ys, [r[0] for r in rows])
     ax.set_xlabel("speedup (baseline time / variant time), with interval")
-    ax.legend(loc="best", fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

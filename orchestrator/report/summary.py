@@ -83,6 +83,10 @@ def build_document(c: Campaign, *, with_plots: bool = True) -> list[Block]:
         Block("h2", "Verdicts"),
         verdict_table(c.decisions),
     ]
+    floors = next((d.get("noise_floor") for d in c.decisions if d.get("noise_floor")), None)
+    if isinstance(floors, dict):
+        doc.append(Block("p", "A/A noise floor (|A/A speedup - 1|): " + ", ".join(
+            f"{k} {v:.1%}" for k, v in floors.items() if v is not None)))
     if not c.results.empty:
         doc += [Block("h2", "Per bucket and arm"), results_table(c.results)]
     if with_plots:
@@ -98,13 +102,16 @@ def plot_blocks(c: Campaign, buckets: list[str], arms: list[dict[str, Any]],
     pdir.mkdir(exist_ok=True)
     steps = load_steps(c.run_dir)
     min_effect = protocol.get("min_effect")
+    # per bucket and the mixture (a single number in older decisions.jsonl)
     noise = next((d.get("noise_floor") for d in c.decisions if d.get("noise_floor")), None)
+    aa = next((d.get("aa_control") for d in c.decisions if d.get("aa_control")), None)
     made = [
         ("Step time distributions", plots.step_distributions(steps, arms, pdir / "step_times.png")),
         ("Speedup with intervals", plots.forest(
             c.decisions, buckets, pdir / "speedup_forest.png",
             threshold=None if min_effect is None else 1 + float(min_effect),
-            noise_floor=None if noise is None else float(noise))),
+            noise_floor=noise,
+            aa={k: v.get("aa") for k, v in aa.items()} if isinstance(aa, dict) else None)),
         ("Step time over the run", plots.timeline(steps, arms, pdir / "timeline.png")),
         ("Peak memory", plots.memory(c.results, pdir / "memory.png")),
         ("Phase breakdown", plots.phase_breakdown(c.run_dir, pdir / "phases.png")),
