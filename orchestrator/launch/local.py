@@ -61,7 +61,12 @@ def die_with_parent() -> None:
 
 def _ignore_sigterm_child() -> None:  # runs in the forked child, before exec
     die_with_parent()
+    # Slurm signals every process of the job: SIGTERM on preemption or cancel, and submitit's
+    # SIGUSR2 (checkpoint and requeue). The job process decides and takes the trial down itself;
+    # a trial dying from USR2 first would otherwise leave a final 'crashed' record that the
+    # requeued job skips.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -102,8 +107,9 @@ def run_trial_process(
     trial.json (the trial's own, or a failure record) unless ``write_failure`` is False.
 
     ``ignore_sigterm``: inside a Slurm job, preemption and scancel send SIGTERM to every process
-    of the job; the trial ignores it so that the job (submitit) decides: requeue on preemption
-    (the trial is then killed and re-run), or SIGKILL after the cancel's grace period."""
+    of the job; the trial ignores it (and submitit's SIGUSR2) so that the job (submitit)
+    decides: requeue on preemption (the trial is then killed and re-run), or SIGKILL after the
+    cancel's grace period."""
     tdir = Path(spec.trial_dir)
     tdir.mkdir(parents=True, exist_ok=True)
     spec_path = tdir / "spec.json"
