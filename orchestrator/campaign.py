@@ -89,6 +89,7 @@ def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[Planne
                 warmup_tolerance=cfg.protocol.warmup_tolerance,
                 clock=cfg.protocol.clock,
                 speed_reference=cfg.protocol.speed_reference,
+                compile_cache=cfg.protocol.compile_cache,
             )
         )
     return specs

@@ -8,9 +8,42 @@ eager trial never pays for importing it; nothing was compiled then, so every fig
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+# protocol.compile_cache: cold = every trial compiles with a fresh, empty inductor/Triton cache
+# (compile_time_s is then what a first run on a machine pays); warm = the user's own caches
+# (compile_time_s is what a rerun pays, and depends on what ran before on this machine)
+CACHE_MODES = ("cold", "warm")
+_CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+@contextlib.contextmanager
+def cache_scope(mode: str) -> Iterator[None]:
+    """For ``cold``: point torch's compile caches at a fresh temporary directory for the trial,
+    then restore the variables and delete it. Nothing to do for ``warm``."""
+    if mode != "cold":
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in _CACHE_VARS}
+    tmp = tempfile.mkdtemp(prefix="orch-compile-cache-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tmp
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton")
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -20,6 +53,8 @@ class CompileSnapshot:
     recompiles: int = 0
     compiled_frames: int = 0
     break_reasons: tuple[str, ...] = field(default_factory=tuple)
+    cache_hits: int = 0  # inductor FX-graph and AOTAutograd cache hits
+    cache_misses: int = 0
 
     def minus(self, other: CompileSnapshot) -> CompileSnapshot:
         return CompileSnapshot(
@@ -28,6 +63,8 @@ class CompileSnapshot:
             self.recompiles - other.recompiles,
             self.compiled_frames - other.compiled_frames,
             tuple(r for r in self.break_reasons if r not in other.break_reasons),
+            self.cache_hits - other.cache_hits,
+            self.cache_misses - other.cache_misses,
         )
 
 
@@ -53,6 +90,10 @@ def snapshot() -> CompileSnapshot:
         recompiles=recompiles,
         compiled_frames=int(counters.get("frames", {}).get("ok", 0)),
         break_reasons=tuple(sorted({_first_line(k) for k in breaks})),
+        cache_hits=int(counters.get("inductor", {}).get("fxgraph_cache_hit", 0)
+                       + counters.get("aot_autograd", {}).get("autograd_cache_hit", 0)),
+        cache_misses=int(counters.get("inductor", {}).get("fxgraph_cache_miss", 0)
+                         + counters.get("aot_autograd", {}).get("autograd_cache_miss", 0)),
     )
 
 
@@ -84,4 +125,6 @@ def trial_fields(start: CompileSnapshot, after_warmup: CompileSnapshot,
         "recompiles": total.recompiles,
         "recompiles_in_measured": measured.recompiles,
         "compiled_frames": total.compiled_frames,
+        "compile_cache_hits": total.cache_hits,
+        "compile_cache_misses": total.cache_misses,
     }

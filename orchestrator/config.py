@@ -284,6 +284,9 @@ class ProtocolConfig:
     # host's speed) and for CPU thread pools (their spinning threads bias the reference by arm);
     # host = on for any CPU trial
     speed_reference: str = "auto"  # auto | host | off
+    # torch.compile caches (orchestrator.compile_stats): cold = a fresh, empty inductor/Triton
+    # cache per trial, so compile_time_s is a first run's cost; warm = the machine's own caches
+    compile_cache: str = "cold"  # cold | warm
     repeats: int = 3  # initial rounds; each round runs every arm once, in a fresh process
     # adaptive rounds: while a variant is undecided (or decided on a gain under
     # adaptive_gain_below) add adaptive_step_rounds rounds, up to max_rounds in all
@@ -715,6 +718,9 @@ def validate_protocol(p: ProtocolConfig) -> None:
     from orchestrator.reference import MODES as SPEED_REFERENCE_MODES
 
     _choice("protocol.speed_reference", p.speed_reference, SPEED_REFERENCE_MODES)
+    from orchestrator.compile_stats import CACHE_MODES
+
+    _choice("protocol.compile_cache", p.compile_cache, CACHE_MODES)
     _positive("protocol.warmup_window", p.warmup_window)
     _positive("protocol.warmup_tolerance", p.warmup_tolerance)
     if p.warmup_max_steps < p.warmup_steps:

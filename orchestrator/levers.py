@@ -215,6 +215,31 @@ def _touches(cfg: Config, fragment: str) -> bool:
     return any(fragment in p for p in paths)
 
 
+def _cache_line(cfg: Config, ok: pd.DataFrame) -> str:
+    """Which compile caches the compile times were measured with, and how often they hit."""
+    mode = cfg.protocol.compile_cache
+    what = ("cold: every trial compiled with a fresh, empty inductor/Triton cache, so `compile "
+            "time` is what a first run on a machine pays" if mode == "cold" else
+            "warm: trials used this machine's own inductor/Triton caches, so `compile time` is "
+            "what a rerun pays and depends on what compiled here before")
+    hits = _sum(ok, "compile_cache_hits")
+    misses = _sum(ok, "compile_cache_misses")
+    tail = ""
+    if hits is not None or misses is not None:
+        tail = (f"; FX-graph/AOTAutograd cache lookups over the trials: {hits or 0} hit(s), "
+                f"{misses or 0} miss(es)")
+    return f"Compile cache (`protocol.compile_cache`): {what}{tail}."
+
+
+def _sum(rows: pd.DataFrame, col: str) -> int | None:
+    import pandas as pd
+
+    if rows.empty or col not in rows:
+        return None
+    vals = pd.to_numeric(rows[col], errors="coerce").dropna()
+    return int(vals.sum()) if len(vals) else None
+
+
 def compile_section(cfg: Config, trials: pd.DataFrame, analysis: Any) -> list[str]:
     import pandas as pd
 
@@ -226,6 +251,8 @@ def compile_section(cfg: Config, trials: pd.DataFrame, analysis: Any) -> list[st
         "step times above; `one-off` = warm-up time above steady state (compile plus any other "
         "first-step cost), which the projection adds to N x the median step time. Medians over "
         "trials; graph breaks and recompiles are the most seen in one trial."),
+        "",
+        _cache_line(cfg, ok),
         "",
         "| bucket | arm | compile time | one-off | graph breaks | recompiles (in measured) "
         "| steady speedup | " + " | ".join(f"time for {n:,} steps (ratio)" for n in steps_n)

@@ -60,6 +60,7 @@ class TrialSpec:
     warmup_tolerance: float = 0.05
     clock: str = "wall"  # wall | cpu (process CPU time; host-CPU recipes only)
     speed_reference: str = "off"  # auto | host | off (orchestrator.reference)
+    compile_cache: str = "warm"  # cold | warm (orchestrator.compile_stats.cache_scope)
     env_report: bool = False  # also write the full environment.json (the campaign's first trial)
 
     def warmup(self) -> WarmupPolicy:
@@ -129,7 +130,11 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
 
             record = run_profiled(spec, base)
         else:
-            record = _measure(spec, base, launch_t0)
+            from orchestrator.compile_stats import cache_scope
+
+            with cache_scope(spec.compile_cache):
+                record = _measure(spec, base, launch_t0)
+            record["compile_cache"] = spec.compile_cache
     except BackendUnavailable as exc:
         record = trial_record(**base, status="unavailable", error=str(exc))
     except BaseException as exc:  # the workload failed: a status, not a lost row

@@ -7,6 +7,7 @@ suite quick; inductor is the same code path with another backend name."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,51 @@ def test_gpt_compile_sweep_records_compile_time(compose: Any, run_dir: Path) -> 
     section = md.split("## Compile cost and time to train", 1)[1].split("\n## ", 1)[0]
     row = next(ln for ln in section.splitlines() if ln.startswith("| s32 | default |"))
     assert " s |" in row and "x)" in row  # compile time in seconds, projections with ratios
+    # the default protocol measures a first run's compile: a fresh cache per trial, said so
+    assert recs["default"]["compile_cache"] == "cold"
+    assert "Compile cache (`protocol.compile_cache`): cold" in section
+
+
+def test_cold_compile_cache_is_a_fresh_directory_per_trial(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    from orchestrator import compile_stats
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/somewhere/else")
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    with compile_stats.cache_scope("cold"):
+        first = cache_dir()  # what inductor itself will use
+        assert first != "/somewhere/else" and Path(first).is_dir() and not any(Path(first).iterdir())
+        assert Path(os.environ["TRITON_CACHE_DIR"]).parent == Path(first)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere/else"
+    assert "TRITON_CACHE_DIR" not in os.environ and not Path(first).exists()
+    with compile_stats.cache_scope("cold"):
+        assert cache_dir() != first  # the next trial gets its own
+    with compile_stats.cache_scope("warm"):
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere/else"
+
+
+def test_compile_cache_lookups_are_counted_from_torchs_counters() -> None:
+    import torch._dynamo.utils as dyn
+
+    from orchestrator import compile_stats
+
+    before = compile_stats.snapshot()
+    dyn.counters["inductor"]["fxgraph_cache_hit"] += 2
+    dyn.counters["aot_autograd"]["autograd_cache_miss"] += 1
+    try:
+        fields = compile_stats.trial_fields(before, before, compile_stats.snapshot())
+    finally:
+        dyn.counters["inductor"]["fxgraph_cache_hit"] -= 2
+        dyn.counters["aot_autograd"]["autograd_cache_miss"] -= 1
+    assert fields["compile_cache_hits"] == 2 and fields["compile_cache_misses"] == 1
+
+
+def test_bad_compile_cache_names_the_key(compose: Any) -> None:
+    from orchestrator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"protocol\.compile_cache: 'hot'"):
+        compose([*TINY, "+sweep=compile", "protocol.compile_cache=hot"])
 
 
 def test_bucket_policies_count_recompiles_when_visiting_every_shape(compose: Any, run_dir: Path) -> None:
