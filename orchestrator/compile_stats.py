@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.envvars import env_overrides
+
 # protocol.compile_cache: cold = every trial compiles with a fresh, empty inductor/Triton cache
 # (compile_time_s is then what a first run on a machine pays); warm = the user's own caches
 # (compile_time_s is what a rerun pays, and depends on what ran before on this machine)
 CACHE_MODES = ("cold", "warm")
-_CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
 @contextlib.contextmanager
@@ -31,18 +32,12 @@ def cache_scope(mode: str) -> Iterator[None]:
     if mode != "cold":
         yield
         return
-    saved = {k: os.environ.get(k) for k in _CACHE_VARS}
     tmp = tempfile.mkdtemp(prefix="orch-compile-cache-")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tmp
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton")
     try:
-        yield
+        with env_overrides({"TORCHINDUCTOR_CACHE_DIR": tmp,
+                            "TRITON_CACHE_DIR": os.path.join(tmp, "triton")}):
+            yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -29,23 +29,32 @@ def test_projection_and_break_even_by_hand() -> None:
     assert break_even_steps(5.0, 0.1, 1.0, 0.09) == 0.0  # cheaper up front and per step
 
 
-def test_user_recipe_by_import_path_with_compile_and_graph_break(compose: Any, run_dir: Path) -> None:
-    """An in-process user recipe (not in the registry) timed by the orchestrator; its compiled
-    arm's graph break and compile time are recorded and reported."""
+def _user_mlp_campaign(compose: Any, run_dir: Path, params: dict[str, Any],
+                       sweep: SweepConfig) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """One round of a sweep over the in-process user recipe (tests/helpers/user_recipe.py):
+    the campaign's result and its trial records by arm label."""
     cfg = compose([*TINY, "+sweep=fa2"])
     cfg.workload = CustomWorkloadConfig(
-        name="user_mlp", recipe="tests.helpers.user_recipe:build",
-        params={"compile": False, "graph_break": True, "width": 8},
+        name="user_mlp", recipe="tests.helpers.user_recipe:build", params=params,
         buckets=[BucketConfig(name="b4", seq_len=1, micro_batch=4)],
     )
-    cfg.sweep = SweepConfig(name="user_compile", hypothesis="compiling the user's loss",
-                            variable="workload.params.compile", baseline=False, values=[True],
-                            labels=["compiled"], baseline_label="eager")
+    cfg.sweep = sweep
     cfg.protocol.repeats = 1
     validate(cfg)
     result = run_campaign(cfg, run_dir)
     recs = {r["arm_label"]: r for r in (json.loads(p.read_text())
                                         for p in run_dir.glob("trials/*/trial.json"))}
+    return result, recs
+
+
+def test_user_recipe_by_import_path_with_compile_and_graph_break(compose: Any, run_dir: Path) -> None:
+    """An in-process user recipe (not in the registry) timed by the orchestrator; its compiled
+    arm's graph break and compile time are recorded and reported."""
+    result, recs = _user_mlp_campaign(
+        compose, run_dir, {"compile": False, "graph_break": True, "width": 8},
+        SweepConfig(name="user_compile", hypothesis="compiling the user's loss",
+                    variable="workload.params.compile", baseline=False, values=[True],
+                    labels=["compiled"], baseline_label="eager"))
     eager, comp = recs["eager"], recs["compiled"]
     assert eager["status"] == comp["status"] == "ok"
     assert eager["compile_time_s"] == 0 and eager["graph_breaks"] == 0
@@ -155,20 +164,11 @@ def test_bucket_policies_count_recompiles_when_visiting_every_shape(compose: Any
 
 
 def test_fullgraph_with_a_graph_break_fails_with_the_reason(compose: Any, run_dir: Path) -> None:
-    cfg = compose([*TINY, "+sweep=fa2"])
-    cfg.workload = CustomWorkloadConfig(
-        name="user_mlp", recipe="tests.helpers.user_recipe:build",
-        params={"compile": True, "graph_break": False, "fullgraph": True, "width": 8},
-        buckets=[BucketConfig(name="b4", seq_len=1, micro_batch=4)],
-    )
-    cfg.sweep = SweepConfig(name="fullgraph", hypothesis="a graph break under fullgraph",
-                            variable="workload.params.graph_break", baseline=False, values=[True],
-                            labels=["broken"], baseline_label="whole")
-    cfg.protocol.repeats = 1
-    validate(cfg)
-    result = run_campaign(cfg, run_dir)
-    recs = {r["arm_label"]: r for r in (json.loads(p.read_text())
-                                        for p in run_dir.glob("trials/*/trial.json"))}
+    result, recs = _user_mlp_campaign(
+        compose, run_dir, {"compile": True, "graph_break": False, "fullgraph": True, "width": 8},
+        SweepConfig(name="fullgraph", hypothesis="a graph break under fullgraph",
+                    variable="workload.params.graph_break", baseline=False, values=[True],
+                    labels=["broken"], baseline_label="whole"))
     assert recs["whole"]["status"] == "ok" and recs["whole"]["graph_breaks"] == 0
     broken = recs["broken"]
     assert broken["status"] == "failed"

@@ -34,6 +34,7 @@ from orchestrator.config import SCHEMA_VERSION, Config, to_dict
 from orchestrator.correctness.gate import ArmGate, evaluate
 from orchestrator.correctness.probe import ProbeSpec, run_probe
 from orchestrator.decide import Gate
+from orchestrator.envvars import env_overrides
 from orchestrator.results import atomic_write_json, read_json
 from orchestrator.sweep import Arm, apply_overrides
 
@@ -106,19 +107,13 @@ def probe_specs(
 
 
 def _run_in_process(spec: ProbeSpec) -> dict[str, Any]:
-    saved = {k: os.environ.get(k) for k in spec.env}
-    os.environ.update(spec.env)
     try:
-        return run_probe(spec)
+        with env_overrides(spec.env):
+            return run_probe(spec)
     finally:
         dynamo = sys.modules.get("torch._dynamo")
         if dynamo is not None:  # compiled code cached by a probe must not serve later trials
             dynamo.reset()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _run_subprocess(spec: ProbeSpec, timeout_s: float, python: str | None) -> dict[str, Any]:

@@ -5,11 +5,11 @@ distributed trial (those need a process of their own: use ``launcher=local``).""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from orchestrator.envvars import env_overrides
 from orchestrator.launch.base import Launcher, OnDone, OnStart, record_or_failure, world_size
 from orchestrator.results import atomic_write_json
 from orchestrator.trial import TrialSpec, run_trial
@@ -35,14 +35,6 @@ class InlineLauncher(Launcher):
                 atomic_write_json(Path(spec.trial_dir) / "trial.json", record)
                 on_done(spec, record)
                 continue
-            saved = {k: os.environ.get(k) for k in spec.env}
-            os.environ.update(spec.env)
-            try:
+            with env_overrides(spec.env):
                 record = run_trial(spec, launch_t0=time.time())
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
             on_done(spec, record)
