@@ -6,8 +6,13 @@
 2. Fixed cost per trial: process start to first step versus ``python -c "import torch"``
    (target <= 1.5x), and versus the bare loop's own start-to-first-step (the part any
    training script pays: building the model and optimizer).
+3. Two-rank trials (``--dist-trials N``, default 3; 0 skips): the per-step agreement that makes
+   every rank take the same warm-up, exclusion and stopping decisions (one small all-reduce
+   after each step's clock stops) costs wall time outside the timed window; printed beside
+   the median step time it accompanies.
 
 Usage: python bench/overhead.py [--pairs 5] [--workload gpt_tiny] [--bucket s128]
+       [--dist-trials 3] [--dist-workload muon_tp]
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ def main() -> None:
     ap.add_argument("--workload", default="gpt_tiny")
     ap.add_argument("--bucket", default="s128")
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--dist-trials", type=int, default=3)
+    ap.add_argument("--dist-workload", default="muon_tp")
     args = ap.parse_args()
     cfg = compose([f"workload={args.workload}", "+sweep=fa2"])
     bucket = next(to_dict(b) for b in cfg.workload.buckets if b.name == args.bucket)
@@ -78,6 +85,29 @@ def main() -> None:
           f"{med(imp):.3f} s   ratio {med(orch_start) / med(imp):.3f}  (target <= 1.5)")
     print(f"            bare loop start->first step {med(bare_start):.3f} s   orchestrator/bare "
           f"{med(orch_start) / med(bare_start):.3f}")
+    if args.dist_trials > 0:
+        two_rank(launcher, tmp, args.dist_workload, args.dist_trials, args.steps)
+
+
+def two_rank(launcher: LocalLauncher, tmp: Path, workload: str, trials: int, steps: int) -> None:
+    """The per-step rank agreement's cost in real two-rank trials (gloo on CPU here)."""
+    cfg = compose([f"workload={workload}", "workload.world_size=2", "+sweep=tp_mode"])
+    step, agree = [], []
+    for i in range(trials):
+        spec = TrialSpec(
+            trial_id=f"d{i}", trial_dir=str(tmp / f"d{i}"), bucket=to_dict(cfg.workload.buckets[0]),
+            arm_id="a0", arm_label="baseline", is_baseline=True, round=i, position=i,
+            workload=to_dict(cfg.workload), device="cpu", warmup_policy="auto", warmup_steps=3,
+            measured_steps=steps)
+        rec = launcher.run_one(spec, 600)
+        if rec["status"] != "ok":
+            raise SystemExit(f"two-rank trial {i}: {rec['status']}: {rec.get('error')}")
+        step.append(rec["step_time_median_s"])
+        agree.append(rec["step_agreement_median_s"])
+    med = statistics.median
+    print(f"two ranks   {workload} (gloo), {trials} trials, auto warm-up: step {med(step) * 1e3:.3f} ms"
+          f" (timed), rank agreement {med(agree) * 1e6:.0f} us per step outside the timed window"
+          f" ({med(agree) / med(step):.2%} of a step's wall time added)")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from orchestrator.analyze import Analysis, analyze, comparison_rows
 from orchestrator.config import Config, SCHEMA_VERSION, to_dict
 from orchestrator.decide import Verdict, decide
 from orchestrator.launch import make_launcher
-from orchestrator.launch.base import Launcher
+from orchestrator.launch.base import INFRA_STATUS, Launcher
 from orchestrator.levers import lever_sections, loss_trajectory_gates
 from orchestrator.plan import (
     ArmProgress,
@@ -262,15 +262,74 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
         session.sanitize_trial(Path(spec.trial_dir))  # stderr tails sanitized as recorded
         progress.on_done(spec, session.sanitizer.data(record))
 
+    infra: list[TrialSpec] = []
+
+    def on_done_retrying(spec: TrialSpec, record: dict[str, Any]) -> None:
+        if record.get("status") == INFRA_STATUS:
+            infra.append(spec)
+        on_done(spec, record)
+
     try:
         with sigterm_as_interrupt():
-            launcher.run(specs, on_done, cfg.protocol.trial_timeout_s, on_start=progress.on_start)
+            launcher.run(specs, on_done_retrying, cfg.protocol.trial_timeout_s,
+                         on_start=progress.on_start)
+            # a harness failure (ranks out of step, a lost peer) says nothing of the variant:
+            # the trial runs again, its earlier attempts kept beside the new record
+            for attempt in range(1, cfg.protocol.infra_retries + 1):
+                again, infra[:] = list(infra), []
+                if not again:
+                    break
+                earlier = {s.trial_id: _keep_attempt(Path(s.trial_dir), attempt) for s in again}
+                log.warning("re-running %d trial(s) that failed in the harness: %s",
+                            len(again), ", ".join(s.trial_id for s in again))
+                progress.plan(progress.total + len(again), progress.done)
+
+                def on_retry_done(spec: TrialSpec, record: dict[str, Any]) -> None:
+                    record = _with_attempts(Path(spec.trial_dir), record, earlier[spec.trial_id])
+                    on_done_retrying(spec, record)
+
+                launcher.run(again, on_retry_done, cfg.protocol.trial_timeout_s,
+                             on_start=progress.on_start)
     except BaseException:  # interrupted: what is on disk stays, sanitized
         session.seal(run_dir)
         raise
     finally:
         if own_progress:
             progress.close()
+
+
+def rerun_section(records: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """decisions.md: the trials re-run after a harness failure, and why (none: no section)."""
+    rows = [r for r in records if isinstance(r.get("earlier_attempts"), list)
+            and r["earlier_attempts"]]
+    if not rows:
+        return []
+    lines = [f"{len(rows)} trial(s) failed in the harness (ranks out of step, a lost peer: not "
+             "on the variant's account) and were re-run (protocol.infra_retries); a trial "
+             "still failing so makes its variant's verdict invalid, never reject.", ""]
+    for r in sorted(rows, key=lambda r: str(r["trial_id"])):
+        why = "; ".join(sorted({str(a.get("infra_reason") or a.get("status"))
+                                for a in r["earlier_attempts"]}))
+        lines.append(f"- `{r['trial_id']}` ({r.get('arm_label')}, {r.get('bucket')}): "
+                     f"{len(r['earlier_attempts'])} earlier attempt(s) ({why}); now "
+                     f"**{r.get('status')}**")
+    return [("Trials re-run after a harness failure", lines)]
+
+
+def _keep_attempt(tdir: Path, attempt: int) -> list[dict[str, Any]]:
+    """Before a re-run: the failed attempt's record moves aside (``attempt<N>.json``, never
+    read as a trial); returns the summaries of every earlier attempt."""
+    rec = read_json(tdir / "trial.json")
+    (tdir / "trial.json").replace(tdir / f"attempt{attempt}.json")
+    prior = list(rec.get("earlier_attempts") or [])
+    return prior + [{k: rec.get(k) for k in ("status", "raw_status", "infra_reason", "error")}]
+
+
+def _with_attempts(tdir: Path, record: dict[str, Any],
+                   earlier: list[dict[str, Any]]) -> dict[str, Any]:
+    record = {**record, "earlier_attempts": earlier}
+    atomic_write_json(tdir / "trial.json", record)
+    return record
 
 
 def _analyze_decide(cfg: Config, run_dir: Path, arms: list[Arm]) -> tuple[Analysis, list[Verdict]]:
@@ -392,7 +451,8 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
                         *correctness_section(run_dir),
                         provenance_section,
                         *report_sections(cfg.workload.kind, records),
-                        *profiles_section(cfg, run_dir, arms, analysis, records)],
+                        *profiles_section(cfg, run_dir, arms, analysis, records),
+                        *rerun_section(records)],
     )
     atomic_write_text(run_dir / "decisions.md", md)
     _render_summary(run_dir)

@@ -300,6 +300,10 @@ class ProtocolConfig:
     min_effect: float = 0.02  # smallest speedup worth keeping (0.02 = 2 %)
     warn_cv: float = 0.10  # robust coefficient of variation above which a warning is shown
     trial_timeout_s: float = 900.0
+    # a distributed trial whose ranks fell out of step (collective mismatch, lost peer) failed
+    # in the harness, not on the variant's account: re-run it this many times, then the
+    # variant's verdict is invalid (never reject) if it still fails so
+    infra_retries: int = 1
     seed: int = 0  # of the bootstrap
     # time-to-train projections (one-off warm-up/compile cost + N x steady step time) in reports
     projection_steps: list[int] = field(default_factory=lambda: [100, 1000, 10000])

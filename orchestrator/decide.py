@@ -4,7 +4,8 @@ Rule (speedup = baseline time / variant time, interval from the paired bootstrap
 the threshold is T = 1 + max(min_effect, noise floor), the noise floor being the effect the A/A
 control shows in that bucket, |A/A speedup - 1|):
 - ``invalid``: the comparison cannot be made: the baseline has no measurement in a bucket, the
-  variant's backend is unavailable here, or a gate could not be evaluated;
+  variant's backend is unavailable here, a gate could not be evaluated, or a trial failed in
+  the harness (ranks out of step, a lost peer) and again when re-run;
 - ``reject``: the variant failed (crash, OOM, timeout) in any trial, a gate failed, or its
   interval lies wholly below 1 in any bucket or in the mixture (a regression anywhere blocks
   it, whatever the mixture says), with the rank test agreeing;
@@ -25,6 +26,7 @@ from orchestrator.analyze import MIXTURE, Analysis, Comparison
 
 VERDICTS = ("retain", "reject", "inconclusive", "invalid")
 FAILED = ("failed", "oom", "timeout", "crashed", "killed")
+INFRA = "infra_failed"  # a multi-rank trial that failed in the harness (launch.base)
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,14 @@ def decide(
             if bs.ok == 0:
                 invalid.append(f"{bucket}: the baseline produced no measurement ({_errs(bs)})")
                 continue
+            harness = [f"{who} {n} of {s.trials}" for who, s in (("baseline", bs), ("variant", vs))
+                       if (n := s.statuses.get(INFRA, 0))]
+            if harness:  # says nothing of the variant: never a reject
+                invalid.append(f"{bucket}: trials failed in the harness, not on the variant's "
+                               f"account, and again when re-run ({', '.join(harness)}: "
+                               f"{_errs(vs if vs.statuses.get(INFRA) else bs)}); re-run the "
+                               "campaign (resume=RUN_DIR re-runs them) or raise "
+                               "protocol.infra_retries")
             failed = {k: v for k, v in vs.statuses.items() if k in FAILED}
             if vs.statuses.get("unavailable") and vs.ok == 0:
                 invalid.append(f"{bucket}: unavailable here: {'; '.join(vs.errors) or 'no reason'}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -73,6 +74,46 @@ def gather_step_times(ctx: DistContext, times_s: list[float]) -> Optional[list[l
     return [list(map(float, t)) for t in out] if ctx.is_writer else None
 
 
+# the tags a step can carry, one slot each in the per-step agreement (an unknown tag takes the
+# last slot): a step any rank tags is excluded on every rank
+AGREED_TAGS = ("compile", "autotune", "epoch_boundary", "checkpoint", "validation", "profiler",
+               "other")
+
+
+class StepAgreement:
+    """Every decision that changes how many steps a rank runs (the end of the warm-up, which
+    steps are excluded, the measured window's time floor) is taken on numbers all ranks share:
+    after each step, one all-reduce (MAX) of [this rank's step time, one flag per tag]. Every
+    rank then sees the slowest rank's step time (the time the analysis uses) and the union of
+    the tags, and decides the same. Called after the step's clock stops: its cost is outside
+    the timed window (``bench/overhead.py --world-size 2`` measures it)."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._torch, self._dist = torch, dist
+        self._buf = torch.zeros(1 + len(AGREED_TAGS), dtype=torch.float64, device=device)
+        self.cost_s: list[float] = []  # wall time of each agreement (outside the timed window)
+
+    def __call__(self, step_time_s: float, tags: list[str]) -> tuple[float, list[str]]:
+        """(the slowest rank's time of this step, the union of the ranks' tags)."""
+        t0 = time.perf_counter()
+        vals = [float(step_time_s)] + [0.0] * len(AGREED_TAGS)
+        for tag in tags:
+            slot = AGREED_TAGS.index(tag) if tag in AGREED_TAGS else len(AGREED_TAGS) - 1
+            vals[1 + slot] = 1.0
+        self._buf.copy_(self._torch.tensor(vals, dtype=self._torch.float64))
+        self._dist.all_reduce(self._buf, op=self._dist.ReduceOp.MAX)
+        got = self._buf.tolist()
+        agreed = list(tags)
+        for slot, name in enumerate(AGREED_TAGS):
+            if got[1 + slot] > 0 and vals[1 + slot] == 0:  # another rank's tag
+                agreed.append(name)
+        self.cost_s.append(time.perf_counter() - t0)
+        return float(got[0]), agreed
+
+
 def combine(per_rank: list[list[float]]) -> tuple[list[float], list[float], list[int]]:
     """(slowest rank's time, max - min across ranks, index of the slowest rank) per step."""
     steps = min(len(t) for t in per_rank)
@@ -87,14 +128,17 @@ def combine(per_rank: list[list[float]]) -> tuple[list[float], list[float], list
 
 
 def summary(ctx: DistContext, skew_measured_s: list[float],
-            who_measured: list[int]) -> dict[str, Any]:
+            who_measured: list[int], agree_cost_s: list[float] | None = None) -> dict[str, Any]:
     """The distributed fields of trial.json."""
     counts = {r: who_measured.count(r) for r in range(ctx.world_size)}
     return {
+        "step_agreement_median_s": statistics.median(agree_cost_s) if agree_cost_s else None,
         "world_size": ctx.world_size,
         "dist_backend": ctx.backend,
         "step_time_definition": "per step, the slowest rank's time (ranks synchronised at step "
-                                "boundaries by the device sync only)",
+                                "boundaries by the device sync and one small all-reduce, outside "
+                                "the timed window, that makes every rank take the same warm-up, "
+                                "exclusion and stopping decisions)",
         "rank_skew_median_s": statistics.median(skew_measured_s) if skew_measured_s else None,
         "rank_skew_max_s": max(skew_measured_s) if skew_measured_s else None,
         "slowest_rank_counts": counts,

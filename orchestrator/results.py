@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # statuses a trial can end with; only `ok` trials enter timing statistics
-STATUSES = ("ok", "failed", "unavailable", "oom", "timeout", "crashed", "killed")
+STATUSES = ("ok", "failed", "unavailable", "oom", "timeout", "crashed", "killed", "infra_failed")
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

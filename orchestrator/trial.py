@@ -197,8 +197,10 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     visit_shapes = getattr(trainer, "visit_shapes", None)
     # a bound on tagged (excluded) steps, so a recipe that tags every step cannot loop forever
     # time-based floor on the measured window (protocol.measured_min_s): short steps get more
-    # of them, up to a cap; not for distributed trials, whose ranks must run the same steps
-    min_s = spec.measured_min_s if world <= 1 else 0.0
+    # of them, up to a cap. Distributed: every decision below that changes how many steps run
+    # is taken on the numbers all ranks agree on after each step (distmod.StepAgreement)
+    min_s = spec.measured_min_s
+    agree = distmod.StepAgreement(dev.torch_device) if ctx is not None else None
     cap = max(spec.measured_steps, MAX_MEASURED_STEPS) if min_s > 0 else spec.measured_steps
     max_steps = policy.max_steps + 3 * spec.measured_steps + cap + 10
     rows: list[dict[str, Any]] = []
@@ -220,7 +222,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     ref_on, ref_why = refmod.resolve(spec.speed_reference, dev.kind, world, pool)
     ref = refmod.host_reference(clock) if ref_on else None
     cs_start = cs_warm = compile_stats.snapshot()
-    compiled_before = compile_stats.activity() if world <= 1 else ()
+    compiled_before = compile_stats.activity()
     warm_snapped = False
     sync(dev)
     i = 0
@@ -246,23 +248,25 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         t2 = clock()
         losses.append(loss)
         tags = list(step_tags()) if step_tags else []
-        # this step compiled or recompiled: not steady. Single-process trials only: ranks must
-        # run the same steps, and one rank's tag could make it run one step more than another
-        compiled_now = compile_stats.activity() if world <= 1 else ()
+        # this step compiled or recompiled: not steady
+        compiled_now = compile_stats.activity()
         if compiled_now != compiled_before:
             compiled_before = compiled_now
             if "compile" not in tags:
                 tags.append("compile")
+        # the time the decisions use: distributed, the slowest rank's, with every rank's tags
+        # (one all-reduce after the clock stopped), so all ranks run the same steps
+        decide_s, tags = agree(t2 - t0, tags) if agree is not None else (t2 - t0, tags)
         if tags:
             phase = "excluded"
         elif not warm_done:
             phase = "warmup"
-            warm_times.append(t2 - t0)
+            warm_times.append(decide_s)
             warm_done, settled = warmup_complete(warm_times, policy)
         else:
             phase = "measured"
             measured_n += 1
-            measured_s += t2 - t0
+            measured_s += decide_s
         rows.append(
             {
                 "step": i,
@@ -292,7 +296,8 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
                 row["slowest_rank"] = who[i]
             measured_idx = [i for i, r in enumerate(rows) if r["phase"] == "measured"]
             dist_fields = distmod.summary(ctx, [skew[i] for i in measured_idx],
-                                          [who[i] for i in measured_idx])
+                                          [who[i] for i in measured_idx],
+                                          agree.cost_s if agree is not None else None)
     peak, peak_source = devmod.peak_memory_bytes(dev)
     measured = [r["step_time_s"] for r in rows if r["phase"] == "measured"]
     median = statistics.median(measured)

@@ -104,3 +104,24 @@ def test_tp_mode_gate_rejects_a_planted_distributed_error(compose: Any, run_dir:
     assert any("update/blocks.0.qkv.weight" in r for r in named), g["reasons"]
     # forward and gradients are untouched by the planted optimizer error
     assert not any(" grad/" in r or " outputs" in r for r in g["reasons"]), g["reasons"]
+
+
+def test_tp_mode_sweep_two_ranks_default_protocol(compose: Any, run_dir: Path) -> None:
+    """The shipped default protocol (auto warm-up, time floor on the measured window, A/A arm)
+    on two ranks: every rank must take the same warm-up and stopping decisions, or the ranks
+    fall out of step and the trials crash in mismatched collectives (issue 22). Only the
+    adaptive extension is capped, for CI time."""
+    cfg = compose(["workload=muon_tp_test", "launcher=local", "+sweep=tp_mode",
+                   "protocol.correctness.steps=8", "protocol.max_rounds=3"])
+    assert cfg.protocol.warmup_policy == "auto" and cfg.protocol.aa_arm
+    assert cfg.protocol.measured_min_s > 0
+    result = run_campaign(cfg, run_dir)
+    recs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
+    assert len(recs) == 12, len(recs)  # 4 arms (A/A included) x 3 rounds
+    assert all(r["status"] == "ok" for r in recs), [(r["trial_id"], r["status"], r.get("error"))
+                                                    for r in recs if r["status"] != "ok"]
+    assert not list(run_dir.glob("trials/*/attempt*.json"))  # nothing needed a re-run
+    assert all(r["step_agreement_median_s"] is not None for r in recs)
+    assert all(r["warmup_policy"] == "auto" for r in recs)
+    for v in result.verdicts:
+        assert not any("failed" in why or "crashed" in why for why in v.reasons), v.reasons

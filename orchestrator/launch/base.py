@@ -124,6 +124,52 @@ def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> di
     )
 
 
+# What a distributed trial's log shows when it died in the harness rather than on the variant's
+# account: the ranks fell out of step (a collective mismatch), or a peer was lost (its
+# connection reset, or the launcher's signal took the rank down after another rank failed).
+# Such a trial is re-run (protocol.infra_retries) and, still failing, makes the verdict invalid.
+INFRA_PATTERNS = (
+    ("gloo::EnforceNotMet", "collective mismatch between ranks (gloo)"),
+    ("collective mismatch", "collective mismatch between ranks"),
+    ("Received data size doesn't match expected size", "collective mismatch between ranks"),
+    ("Connection reset by peer", "a peer rank's connection was reset"),
+    ("Connection closed by peer", "a peer rank's connection closed"),
+    ("DistNetworkError", "the process group's network failed"),
+    ("NCCL WARN", "a NCCL communication error"),
+    ("ncclRemoteError", "a NCCL peer failed"),
+    ("Watchdog caught collective operation timeout", "a collective timed out (ranks out of step)"),
+    ("SignalException", "a rank was taken down by the launcher's signal"),
+)
+INFRA_STATUS = "infra_failed"
+
+
+def infrastructure_failure(text: str) -> Optional[str]:
+    """Why a failed distributed trial's log (stderr) points at the harness, or None."""
+    for needle, why in INFRA_PATTERNS:
+        if needle in text:
+            return why
+    return None
+
+
+def mark_infrastructure(spec: TrialSpec, record: dict[str, Any]) -> dict[str, Any]:
+    """A failed multi-rank trial whose whole log (every rank's stderr.log, torchrun's report)
+    shows a harness failure gets status ``infra_failed`` (the status it would have had is kept
+    in ``raw_status``); anything else is returned unchanged."""
+    if record.get("status") in ("ok", "unavailable", "oom", INFRA_STATUS) or world_size(spec) <= 1:
+        return record
+    texts = [str(record.get("error") or ""), str(record.get("rank0_error") or "")]
+    for path in sorted(Path(spec.trial_dir).glob("stderr*.log")):
+        try:
+            texts.append(path.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            pass
+    why = infrastructure_failure("\n".join(texts))
+    if why is None:
+        return record
+    return {**record, "raw_status": record.get("status"), "status": INFRA_STATUS,
+            "failure_kind": "infrastructure", "infra_reason": why}
+
+
 def world_size(spec: TrialSpec) -> int:
     """Processes the launcher starts for the trial. A ``command`` workload starts its own ranks
     (its world_size is only a placeholder of its command line): one process."""

@@ -28,6 +28,7 @@ from orchestrator.launch.base import (
     Launcher,
     OnDone,
     OnStart,
+    mark_infrastructure,
     record_or_failure,
     status_from_returncode,
     stderr_tail,
@@ -140,7 +141,7 @@ def run_trial_process(
             raise
     tail = stderr_tail(err_path)
     status, error = status_from_returncode(rc, timeout_s, (tdir / "trial.json").exists())
-    record = record_or_failure(spec, status, error, tail)
+    record = mark_infrastructure(spec, record_or_failure(spec, status, error, tail))
     record["returncode"] = rc
     record.update(annotate or {})
     if write_failure:
