@@ -290,7 +290,7 @@ class ProtocolConfig:
     repeats: int = 3  # initial rounds; each round runs every arm once, in a fresh process
     # adaptive rounds: while a variant is undecided (or decided on a gain under
     # adaptive_gain_below) add adaptive_step_rounds rounds, up to max_rounds in all
-    max_rounds: int = 3  # <= repeats: a fixed protocol of `repeats` rounds
+    max_rounds: int = 3  # >= repeats; == repeats: a fixed protocol of `repeats` rounds
     adaptive_step_rounds: int = 2
     adaptive_gain_below: float = 0.03  # 0.03 = 3 %
     aa_arm: bool = False  # run the baseline twice per round (A/A) to measure the noise floor
@@ -728,6 +728,14 @@ def validate_protocol(p: ProtocolConfig) -> None:
                           f"must be >= protocol.warmup_steps ({p.warmup_steps}), got "
                           f"{p.warmup_max_steps}")
     _positive("protocol.max_rounds", p.max_rounds)
+    if p.max_rounds < p.repeats:
+        # the campaign would run `repeats` rounds anyway: a silent max() hid the contradiction
+        raise ConfigError(
+            "protocol.max_rounds",
+            f"{p.max_rounds} is below protocol.repeats={p.repeats} (the initial rounds); set "
+            f"protocol.max_rounds={p.repeats} for a fixed protocol without adaptive rounds, or "
+            f"lower protocol.repeats",
+        )
     _positive("protocol.adaptive_step_rounds", p.adaptive_step_rounds)
     _positive("protocol.adaptive_gain_below", p.adaptive_gain_below, allow_zero=True)
     _positive("protocol.warn_cv", p.warn_cv)

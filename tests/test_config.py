@@ -73,6 +73,8 @@ def test_default_config_runs_on_cpu_defaults(compose: Any) -> None:
         (["workload=nope"], r"workload: no option 'nope'; choose one of: .*gpt_tiny"),
         (["protocol.repeats=abc"], r"protocol\.repeats: .*could not be converted to Integer"),
         (["protocol.repeats=0"], r"protocol\.repeats: must be > 0"),
+        (["protocol=quick", "protocol.repeats=3"],
+         r"^protocol\.max_rounds: 2 is below protocol\.repeats=3 .*set protocol\.max_rounds=3"),
         (["protocol.confidence=1.5"], r"protocol\.confidence: must be in \[0\.5, 1\)"),
         (["device=tpu"], r"device: 'tpu' is not a valid choice; choose one of: auto, cpu, cuda, musa"),
         (["workload.precision=fp8"], r"workload\.precision: 'fp8' is not a valid choice"),
