@@ -215,8 +215,10 @@ class MuonOptimizerConfig:
     nesterov: bool = True
     weight_decay: float = 0.0  # decoupled
     ns_steps: int = 5
-    coefficients: str = "quintic"  # simple | quintic | cubic
-    eps: float = 1e-7  # Frobenius normalisation floor
+    coefficients: str = "quintic"  # simple | quintic | cubic | polar_express | cans
+    # Frobenius normalisation floor: X / max(||X||_F, eps). Emerging-Optimizers' 1e-15; a larger
+    # floor shrinks small-norm updates and changes their orthogonalisation
+    eps: float = 1e-15
     ns_dtype: str = "fp32"  # fp32 | bf16 (state stays fp32)
     scale_mode: str = "spectral"  # shape_scaling | spectral | unit_rms_norm
     extra_scale_factor: float = 0.2
