@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -251,7 +252,20 @@ def run_job(cfg: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from orchestrator.tools._cli import quiet_broken_pipe
+
     argv = sys.argv[1:] if argv is None else argv
+    rc = quiet_broken_pipe(lambda: _main(argv))
+    if rc:
+        sys.exit(rc)
+
+
+def _main(argv: list[str]) -> None:
+    if _split_args(argv)[2] and hasattr(signal, "SIGPIPE"):
+        # Hydra's own flags (--help, --cfg, --info) only print, and Hydra reports a
+        # BrokenPipeError as a traceback: die of SIGPIPE quietly, as a Unix tool would. Never
+        # for a campaign, whose sockets and subprocess pipes must not kill it silently.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         preflight(argv)
     except ConfigError as exc:

@@ -168,3 +168,46 @@ def test_module_clis_exit_2_with_one_line(tmp_path: Path) -> None:
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and match in proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def _closed_pipe_run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m argv`` with stdout a pipe whose read end is already closed: every write
+    to it fails, as after ``| head -1`` has read its line and gone."""
+    import os
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([sys.executable, "-m", *argv], check=False, stdout=w,
+                              stderr=subprocess.PIPE, text=True, timeout=120, cwd=cwd)
+    finally:
+        os.close(w)
+
+
+def test_tools_exit_quietly_when_the_reader_of_stdout_is_gone(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(NANOGPT)
+    for argv in (
+        ["orchestrator.tools.compute_mfu", "--flops-per-device-step-tflop", "8",
+         "--step-seconds", "0.5", "--peak-tflops-per-device", "32", "--flops-kind", "useful"],
+        ["orchestrator.tools.summarize_steps", str(log), "--json"],
+        # Hydra's own flags only print; Hydra would report the broken pipe as a traceback
+        ["orchestrator", "--cfg", "job", "+sweep=fa2"],
+    ):
+        proc = _closed_pipe_run(argv, tmp_path)
+        assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+        assert proc.stderr == "", proc.stderr
+        # 141 = 128 + SIGPIPE, what a shell reports for `yes | head -1`; -13: killed by it
+        assert proc.returncode in (141, -13), (argv, proc.returncode)
+
+
+def test_a_real_pipe_into_head(tmp_path: Path) -> None:
+    # enough output to fill the pipe after head has read its one line and exited
+    f = tmp_path / "b.json"
+    f.write_text(json.dumps([{"name": f"b{i}", "flops_per_device_step_tflop": 1, "step_seconds": 1,
+                              "step_weight": 1} for i in range(3000)]))
+    cmd = (f"{sys.executable} -m orchestrator.tools.compute_mfu --buckets '{f}' "
+           "--peak-tflops-per-device 10 --flops-kind useful --json | head -1")
+    proc = subprocess.run(["bash", "-c", cmd], check=False, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.stdout == "{\n" and proc.stderr == "", proc.stderr
