@@ -380,6 +380,12 @@ class SweepConfig:
     baseline_label: Optional[str] = None
     fixed: dict[str, Any] = field(default_factory=dict)
     buckets: Optional[list[str]] = None  # None = every bucket of the workload
+    # the workload kind (gpt, command, synthetic, muon_tp ...) this sweep only makes sense for;
+    # a workload of another kind is refused. None = any kind
+    workload_kind: Optional[str] = None
+    # a workload of that kind, named in the refusal: the sweep file's default workload (its
+    # defaults list overrides /workload unless workload= is given)
+    workload_example: Optional[str] = None
 
 
 # --------------------------------------------------------------------------- launcher
