@@ -164,12 +164,12 @@ def test_a_one_kind_sweep_picks_its_own_workload_unless_one_is_given(
 
 @pytest.mark.parametrize(("overrides", "match"), [
     (["workload=gpt_tiny", "+sweep=tp_mode"],
-     r"^workload: sweep 'tp_mode' needs a workload of kind 'muon_tp' \(e\.g\. workload=muon_tp, "
-     r"its default\); workload=gpt_tiny is of kind 'gpt'; drop workload= or choose one of kind "
-     r"'muon_tp'$"),
+     (r"^workload: sweep 'tp_mode' needs a workload of kind 'muon_tp' \(e\.g\. workload=muon_tp, "
+      r"its default\); workload=gpt_tiny is of kind 'gpt'; drop workload= or choose one of kind "
+      r"'muon_tp'$")),
     (["workload=gpt_test", "+sweep=example_delay"],
-     r"^workload: sweep 'example_delay' needs a workload of kind 'command' \(e\.g\. "
-     r"workload=command_example, its default\); workload=gpt_test is of kind 'gpt'"),
+     (r"^workload: sweep 'example_delay' needs a workload of kind 'command' \(e\.g\. "
+      r"workload=command_example, its default\); workload=gpt_test is of kind 'gpt'")),
     (["workload=synthetic", "+sweep=fa2"],
      r"^workload: sweep 'fa2' needs a workload of kind 'gpt' \(e\.g\. workload=gpt_tiny"),
     (["+sweep=tp_mode", "sweep.workload_kind=tpu"],
