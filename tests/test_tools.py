@@ -211,3 +211,68 @@ def test_a_real_pipe_into_head(tmp_path: Path) -> None:
     proc = subprocess.run(["bash", "-c", cmd], check=False, capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
     assert proc.stdout == "{\n" and proc.stderr == "", proc.stderr
+
+
+def _bucket_file(tmp_path: Path, **fields: Any) -> Path:
+    f = tmp_path / "buckets.json"
+    f.write_text(json.dumps({**fields, "buckets": [
+        {"name": "short", "flops_per_device_step_tflop": 3, "step_seconds": 1, "step_weight": 0.75},
+        {"name": "long", "flops_per_device_step_tflop": 1, "step_seconds": 0.5, "step_weight": 0.25},
+    ]}))
+    return f
+
+
+def test_compute_mfu_takes_peak_and_flops_kind_from_the_bucket_file(tmp_path: Path, capsys: Any) -> None:
+    # 2.5 TFLOP per mean step in 0.875 s on a 10 TFLOP/s peak: 2.5 / 0.875 / 10 = 28.57 %
+    f = _bucket_file(tmp_path, peak_tflops_per_device=10, flops_kind="executed", peak_kind="measured")
+    rc, out, err = _run(capsys, compute_mfu, ["--buckets", str(f), "--json"])
+    d = json.loads(out)
+    assert rc == 0 and err == "", err
+    assert d["flops_kind"] == "executed" and d["utilization_name"] == "HFU"
+    assert d["peak_tflops_per_device"] == 10 and d["peak_kind"] == "measured"
+    assert d["utilization"] == pytest.approx(2.5 / 0.875 / 10)
+    # a flag that says the same as the file is fine
+    rc, out, _ = _run(capsys, compute_mfu, ["--buckets", str(f), "--flops-kind", "executed",
+                                            "--peak-tflops-per-device", "10.0"])
+    assert rc == 0 and out.startswith("HFU: 28.57% (executed FLOPs, relative to a peak of 10 "
+                                      "TFLOP/s per device (measured))")
+    # the file without them: the flags supply them
+    f = _bucket_file(tmp_path)
+    rc, out, _ = _run(capsys, compute_mfu, ["--buckets", str(f), "--flops-kind", "useful",
+                                            "--peak-tflops-per-device", "10"])
+    assert rc == 0 and out.startswith("MFU: 28.57%")
+
+
+@pytest.mark.parametrize(("fields", "argv", "match"), [
+    ({"peak_tflops_per_device": 10, "flops_kind": "useful"}, ["--flops-kind", "executed"],
+     ("error: --flops-kind: 'executed' disagrees with flops_kind 'useful' in the --buckets file; "
+      "give one of them, or the same value")),
+    ({"peak_tflops_per_device": 10, "flops_kind": "useful"}, ["--peak-tflops-per-device", "12"],
+     "error: --peak-tflops-per-device: 12 disagrees with peak_tflops_per_device 10 in the --buckets"),
+    ({"peak_tflops_per_device": 10}, [],
+     "error: --flops-kind: is required: give --flops-kind or flops_kind in the --buckets file"),
+    ({"flops_kind": "useful"}, [],
+     ("error: --peak-tflops-per-device: is required: give --peak-tflops-per-device or "
+      "peak_tflops_per_device in the --buckets file")),
+    ({"flops_kind": "model", "peak_tflops_per_device": 10}, [],
+     "error: --buckets.flops_kind: 'model' is not a valid choice; choose one of: useful, executed"),
+    ({"flops_kind": "useful", "peak_tflops_per_device": "fast"}, [],
+     "error: --buckets.peak_tflops_per_device: must be a number, got 'fast'"),
+])
+def test_compute_mfu_bucket_file_and_flag_conflicts_are_one_line(
+    tmp_path: Path, capsys: Any, fields: dict[str, Any], argv: list[str], match: str
+) -> None:
+    f = _bucket_file(tmp_path, **fields)
+    rc, out, err = _run(capsys, compute_mfu, ["--buckets", str(f), *argv])
+    assert rc == 2 and out == "", out
+    assert err.startswith(match) and len(err.strip().splitlines()) == 1, err
+
+
+def test_compute_mfu_help_documents_the_bucket_file_fields(capsys: Any) -> None:
+    with pytest.raises(SystemExit):
+        compute_mfu.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for field in ("flops_per_device_step_tflop", "step_seconds", "step_weight", "samples",
+                  "global_batch", "peak_tflops_per_device", "flops_kind", "peak_kind", "name"):
+        assert field in out, field
+    assert "a flag and the file that disagree are refused" in out
