@@ -276,3 +276,49 @@ def test_compute_mfu_help_documents_the_bucket_file_fields(capsys: Any) -> None:
                   "global_batch", "peak_tflops_per_device", "flops_kind", "peak_kind", "name"):
         assert field in out, field
     assert "a flag and the file that disagree are refused" in out
+
+
+def test_summarize_reports_the_trainers_mfu_labelled_beside_ours(tmp_path: Path, capsys: Any) -> None:
+    # NANOGPT after skipping iter 0: mfu 30, 31, 29, 30.5 % -> median (30 + 30.5) / 2 = 30.25 %;
+    # step times 110, 100, 130, 120 ms -> median 0.115 s; 2.3 TFLOP per device-step on a
+    # 100 TFLOP/s peak: 2.3 / (0.115 * 100) = 20 %
+    log = tmp_path / "train.log"
+    log.write_text(NANOGPT)
+    rc, out, _ = _run(capsys, summarize_steps, [str(log), "--skip-first", "1", "--json",
+                                                "--flops-per-device-step-tflop", "2.3",
+                                                "--peak-tflops-per-device", "100",
+                                                "--peak-kind", "datasheet"])
+    s = json.loads(out)
+    assert rc == 0 and s["trainer_reported_mfu_median"] == pytest.approx(0.3025)
+    assert s["trainer_reported_mfu_label"] == ("trainer-reported mfu (the trainer's own claim; "
+                                               "its peak is unknown to us)")
+    assert s["mfu"] == pytest.approx(0.20) and s["mfu_step_time_s"] == pytest.approx(0.115)
+    assert s["mfu_peak_tflops_per_device"] == 100 and s["mfu_peak_kind"] == "datasheet"
+    rc, out, _ = _run(capsys, summarize_steps, [str(log), "--flops-per-device-step-tflop", "2.3",
+                                                "--peak-tflops-per-device", "100"])
+    text = out.splitlines()
+    # iter 0's -100 % (nanoGPT's "not measured yet") is left out, and said so
+    assert ("  trainer-reported mfu (the trainer's own claim; its peak is unknown to us): median "
+            "30.25% over 4 steps; 1 negative value(s) left out") in text
+    # all five steps: 2500, 110, 100, 130, 120 ms -> median 0.120 s; 2.3 / 12 = 19.17 %
+    assert ("  MFU 19.17% (ours: 2.3 TFLOP of useful FLOPs per device-step as given, median step "
+            "0.120 s, relative to a peak of 100 TFLOP/s per device)") in text
+    # no FLOPs or no peak: the trainer's claim alone, and how to get ours
+    rc, out, _ = _run(capsys, summarize_steps, [str(log)])
+    assert "  MFU: not computed; give --flops-per-device-step-tflop and --peak-tflops-per-device" in out
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--flops-per-device-step-tflop", "2"],
+     "error: --peak-tflops-per-device: is required with --flops-per-device-step-tflop"),
+    (["--peak-tflops-per-device", "2"],
+     "error: --flops-per-device-step-tflop: is required with --peak-tflops-per-device"),
+    (["--flops-per-device-step-tflop", "-1", "--peak-tflops-per-device", "2"],
+     "error: --flops-per-device-step-tflop: must be a positive number, got '-1'"),
+])
+def test_summarize_mfu_arguments_are_checked(tmp_path: Path, capsys: Any, argv: list[str],
+                                             match: str) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(NANOGPT)
+    rc, out, err = _run(capsys, summarize_steps, [str(log), *argv])
+    assert rc == 2 and out == "" and err.startswith(match), err

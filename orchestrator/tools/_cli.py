@@ -30,6 +30,19 @@ class ToolError(ConfigError):
     """Bad input to a tool: names the argument (or file) and how to fix it; exit code 2."""
 
 
+def positive_number(flag: str, value: Any) -> float:
+    """A flag's (or file field's) value as a positive finite float; ToolError naming it else."""
+    if value is None:
+        raise ToolError(flag, "is required")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ToolError(flag, f"must be a number, got {value!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise ToolError(flag, f"must be a positive number, got {value!r}")
+    return x
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
         print(f"error: {self.prog}: {message} (see --help)", file=sys.stderr)

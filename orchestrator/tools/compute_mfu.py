@@ -42,19 +42,7 @@ from orchestrator.flops import (
     utilization,
     utilization_name,
 )
-from orchestrator.tools._cli import ToolError, emit, make_parser, run
-
-
-def _positive(flag: str, value: Any) -> float:
-    if value is None:
-        raise ToolError(flag, "is required")
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ToolError(flag, f"must be a number, got {value!r}") from None
-    if not math.isfinite(x) or x <= 0:
-        raise ToolError(flag, f"must be a positive number, got {value!r}")
-    return x
+from orchestrator.tools._cli import ToolError, emit, make_parser, positive_number, run
 
 
 # figures a bucket file may state at its top level instead of (or as well as) a flag
@@ -85,7 +73,7 @@ def file_figures(data: Any) -> dict[str, Any]:
                             f"choose one of: {', '.join(FLOP_KINDS)}")
         out["flops_kind"] = data["flops_kind"]
     if data.get("peak_tflops_per_device") is not None:
-        out["peak_tflops_per_device"] = _positive("--buckets.peak_tflops_per_device",
+        out["peak_tflops_per_device"] = positive_number("--buckets.peak_tflops_per_device",
                                                   data["peak_tflops_per_device"])
     if data.get("peak_kind") is not None:
         if data["peak_kind"] not in PEAK_KINDS:
@@ -130,8 +118,8 @@ def load_buckets(path: str, global_batch: float | None, data: Any = None) -> lis
         if not isinstance(b, dict):
             raise ToolError(key, "each bucket must be an object")
         name = str(b.get("name", f"bucket{i}"))
-        flops = _positive(f"{key}.flops_per_device_step_tflop", b.get("flops_per_device_step_tflop"))
-        step_s = _positive(f"{key}.step_seconds", b.get("step_seconds"))
+        flops = positive_number(f"{key}.flops_per_device_step_tflop", b.get("flops_per_device_step_tflop"))
+        step_s = positive_number(f"{key}.step_seconds", b.get("step_seconds"))
         weight, samples = b.get("step_weight"), b.get("samples")
         gb = b.get("global_batch", global_batch)
         if (weight is None) == (samples is None):
@@ -183,7 +171,7 @@ def main_args(args: argparse.Namespace) -> int:
     flags: dict[str, Any] = {"flops_kind": args.flops_kind, "peak_kind": args.peak_kind,
                              "peak_tflops_per_device": None}
     if args.peak_tflops_per_device is not None:
-        flags["peak_tflops_per_device"] = _positive("--peak-tflops-per-device",
+        flags["peak_tflops_per_device"] = positive_number("--peak-tflops-per-device",
                                                     args.peak_tflops_per_device)
     data = None
     if args.buckets:
@@ -220,8 +208,8 @@ def main_args(args: argparse.Namespace) -> int:
                    total_tflop_per_mean_step=total_flops / w / 1e12,
                    mean_step_seconds=total_time / w, utilization=util)
     else:
-        flops = _positive("--flops-per-device-step-tflop", args.flops_per_device_step_tflop)
-        step_s = _positive("--step-seconds", args.step_seconds)
+        flops = positive_number("--flops-per-device-step-tflop", args.flops_per_device_step_tflop)
+        step_s = positive_number("--step-seconds", args.step_seconds)
         out.update(flops_per_device_step_tflop=flops, step_seconds=step_s,
                    utilization=utilization(flops * 1e12, step_s, peak))
     peak_txt = f"{peak:g} TFLOP/s per device" + (f" ({peak_kind})" if peak_kind else "")
