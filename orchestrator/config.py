@@ -183,6 +183,11 @@ class CommandWorkloadConfig(WorkloadConfig):
     log: CommandLogConfig = field(default_factory=CommandLogConfig)
     tokens_per_step: Optional[int] = None  # None = from the log, else bucket seq_len x micro_batch x world_size
     loss_rtol: float = 0.01  # correctness: largest relative loss difference per logged step
+    # useful (model) FLOPs of one training step on one device, declared (e.g. nanoGPT's
+    # estimate_mfu numerator: (6 N + 12 L H Q T) x tokens per device-step): MFU is then given
+    # against the peak of hardware= at workload.precision, beside any MFU the trainer logs
+    # (its own claim). One figure for every bucket, so one bucket per campaign. None = no MFU
+    flops_per_step: Optional[float] = None
 
 
 @dataclass
@@ -632,6 +637,8 @@ def validate_workload(w: WorkloadConfig) -> None:
         for i, b in enumerate(w.buckets):
             if b.seq_len < 2:
                 raise ConfigError(f"workload.buckets[{i}].seq_len", "must be >= 2")
+    if isinstance(w, CommandWorkloadConfig) and w.flops_per_step is not None:
+        _positive("workload.flops_per_step", w.flops_per_step)
     if isinstance(w, SyntheticWorkloadConfig):
         _positive("workload.matrix_size", w.matrix_size)
         _positive("workload.units_per_token", w.units_per_token)
@@ -704,6 +711,15 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"sanitize.extra_patterns[{i}]",
                               f"{pattern!r} is not a valid regular expression ({exc}); "
                               "quote it or escape special characters") from None
+    if isinstance(w, CommandWorkloadConfig) and w.flops_per_step is not None:
+        chosen = [b.name for b in w.buckets
+                  if cfg.sweep is None or cfg.sweep.buckets is None or b.name in cfg.sweep.buckets]
+        if len(chosen) > 1:
+            raise ConfigError(
+                "workload.flops_per_step",
+                f"is one figure for every bucket, but {len(chosen)} buckets are selected "
+                f"({', '.join(chosen)}) and their steps differ in FLOPs; select one with "
+                f"sweep.buckets=[{chosen[0]}] (a campaign per bucket), or drop it")
     from orchestrator.launch.checks import validate_launcher
 
     validate_launcher(cfg)
