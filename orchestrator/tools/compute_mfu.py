@@ -44,7 +44,6 @@ from orchestrator.flops import (
 )
 from orchestrator.tools._cli import ToolError, emit, make_parser, positive_number, run
 
-
 # figures a bucket file may state at its top level instead of (or as well as) a flag
 FILE_FIELDS = {"flops_kind": "--flops-kind", "peak_tflops_per_device": "--peak-tflops-per-device",
                "peak_kind": "--peak-kind"}
