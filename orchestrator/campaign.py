@@ -137,7 +137,7 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     assert cfg.sweep is not None, "a campaign needs a sweep (+sweep=NAME)"
     run_dir.mkdir(parents=True, exist_ok=True)
     p = cfg.protocol
-    max_rounds = max(p.max_rounds, p.repeats)  # max_rounds <= repeats: a fixed protocol
+    max_rounds = max(p.max_rounds, p.repeats)  # validate() refuses max_rounds < repeats
     arms = expand_arms(cfg)
     launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
     launcher.recover()  # a resume: trials of a killed earlier invocation stop before replanning

@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,31 @@ def compose(overrides: list[str]) -> Any:
     return to_config(cfg)
 
 
+def check_device(config: Any) -> None:
+    """Refuse an explicitly requested device (``device=musa`` / ``cuda``) this process cannot
+    see, before any trial: otherwise every trial fails and the campaign ends in ``invalid``
+    verdicts minutes later. ``auto`` and ``cpu`` are not checked (no torch import). Skipped for
+    ``launcher=slurm`` (the trials run on compute nodes; the submitting host need not have the
+    device) and for the command workload (the external trainer uses the device, in its own
+    environment)."""
+    if config.device in ("auto", "cpu"):
+        return
+    if config.launcher.name == "slurm":
+        log.warning("device=%s not checked on this host: launcher=slurm runs the trials on the "
+                    "compute nodes", config.device)
+        return
+    if getattr(config.workload, "kind", "") == "command":
+        return
+    from orchestrator import device as devmod
+
+    reason = devmod.unavailable_reason(config.device)
+    if reason:
+        raise ConfigError(
+            "device", f"{config.device!r} requested but this process cannot use it: {reason}; "
+            "use device=auto (or device=cpu), or run where the device is visible (with "
+            "launcher=slurm this check is skipped: the trials run on the compute nodes)")
+
+
 def preflight(argv: list[str]) -> None:
     overrides, multirun, other = _split_args(argv)
     if other:
@@ -172,7 +198,7 @@ def preflight(argv: list[str]) -> None:
     job_overrides = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
     combos = _expand(job_overrides) if multirun else [job_overrides]
     for combo in combos:
-        compose(combo)
+        check_device(compose(combo))
 
 
 # --------------------------------------------------------------------------- entry
@@ -232,6 +258,7 @@ def run_job(cfg: Any) -> Any:
     from orchestrator.campaign import run_campaign
 
     config = to_config(cfg)
+    check_device(config)  # again: Hydra's own flags (--config-dir ...) skip the pre-flight
     if config.resume:
         run_dir = Path(config.resume)
         if not (run_dir / "plan.json").exists():
@@ -251,7 +278,20 @@ def run_job(cfg: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from orchestrator.tools._cli import quiet_broken_pipe
+
     argv = sys.argv[1:] if argv is None else argv
+    rc = quiet_broken_pipe(lambda: _main(argv))
+    if rc:
+        sys.exit(rc)
+
+
+def _main(argv: list[str]) -> None:
+    if _split_args(argv)[2] and hasattr(signal, "SIGPIPE"):
+        # Hydra's own flags (--help, --cfg, --info) only print, and Hydra reports a
+        # BrokenPipeError as a traceback: die of SIGPIPE quietly, as a Unix tool would. Never
+        # for a campaign, whose sockets and subprocess pipes must not kill it silently.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         preflight(argv)
     except ConfigError as exc:

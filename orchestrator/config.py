@@ -183,6 +183,11 @@ class CommandWorkloadConfig(WorkloadConfig):
     log: CommandLogConfig = field(default_factory=CommandLogConfig)
     tokens_per_step: Optional[int] = None  # None = from the log, else bucket seq_len x micro_batch x world_size
     loss_rtol: float = 0.01  # correctness: largest relative loss difference per logged step
+    # useful (model) FLOPs of one training step on one device, declared (e.g. nanoGPT's
+    # estimate_mfu numerator: (6 N + 12 L H Q T) x tokens per device-step): MFU is then given
+    # against the peak of hardware= at workload.precision, beside any MFU the trainer logs
+    # (its own claim). One figure for every bucket, so one bucket per campaign. None = no MFU
+    flops_per_step: Optional[float] = None
 
 
 @dataclass
@@ -215,8 +220,10 @@ class MuonOptimizerConfig:
     nesterov: bool = True
     weight_decay: float = 0.0  # decoupled
     ns_steps: int = 5
-    coefficients: str = "quintic"  # simple | quintic | cubic
-    eps: float = 1e-7  # Frobenius normalisation floor
+    coefficients: str = "quintic"  # simple | quintic | cubic | polar_express | cans
+    # Frobenius normalisation floor: X / max(||X||_F, eps). Emerging-Optimizers' 1e-15; a larger
+    # floor shrinks small-norm updates and changes their orthogonalisation
+    eps: float = 1e-15
     ns_dtype: str = "fp32"  # fp32 | bf16 (state stays fp32)
     scale_mode: str = "spectral"  # shape_scaling | spectral | unit_rms_norm
     extra_scale_factor: float = 0.2
@@ -290,7 +297,7 @@ class ProtocolConfig:
     repeats: int = 3  # initial rounds; each round runs every arm once, in a fresh process
     # adaptive rounds: while a variant is undecided (or decided on a gain under
     # adaptive_gain_below) add adaptive_step_rounds rounds, up to max_rounds in all
-    max_rounds: int = 3  # <= repeats: a fixed protocol of `repeats` rounds
+    max_rounds: int = 3  # >= repeats; == repeats: a fixed protocol of `repeats` rounds
     adaptive_step_rounds: int = 2
     adaptive_gain_below: float = 0.03  # 0.03 = 3 %
     aa_arm: bool = False  # run the baseline twice per round (A/A) to measure the noise floor
@@ -382,6 +389,12 @@ class SweepConfig:
     baseline_label: Optional[str] = None
     fixed: dict[str, Any] = field(default_factory=dict)
     buckets: Optional[list[str]] = None  # None = every bucket of the workload
+    # the workload kind (gpt, command, synthetic, muon_tp ...) this sweep only makes sense for;
+    # a workload of another kind is refused. None = any kind
+    workload_kind: Optional[str] = None
+    # a workload of that kind, named in the refusal: the sweep file's default workload (its
+    # defaults list overrides /workload unless workload= is given)
+    workload_example: Optional[str] = None
 
 
 # --------------------------------------------------------------------------- launcher
@@ -628,6 +641,8 @@ def validate_workload(w: WorkloadConfig) -> None:
         for i, b in enumerate(w.buckets):
             if b.seq_len < 2:
                 raise ConfigError(f"workload.buckets[{i}].seq_len", "must be >= 2")
+    if isinstance(w, CommandWorkloadConfig) and w.flops_per_step is not None:
+        _positive("workload.flops_per_step", w.flops_per_step)
     if isinstance(w, SyntheticWorkloadConfig):
         _positive("workload.matrix_size", w.matrix_size)
         _positive("workload.units_per_token", w.units_per_token)
@@ -700,6 +715,15 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"sanitize.extra_patterns[{i}]",
                               f"{pattern!r} is not a valid regular expression ({exc}); "
                               "quote it or escape special characters") from None
+    if isinstance(w, CommandWorkloadConfig) and w.flops_per_step is not None:
+        chosen = [b.name for b in w.buckets
+                  if cfg.sweep is None or cfg.sweep.buckets is None or b.name in cfg.sweep.buckets]
+        if len(chosen) > 1:
+            raise ConfigError(
+                "workload.flops_per_step",
+                f"is one figure for every bucket, but {len(chosen)} buckets are selected "
+                f"({', '.join(chosen)}) and their steps differ in FLOPs; select one with "
+                f"sweep.buckets=[{chosen[0]}] (a campaign per bucket), or drop it")
     from orchestrator.launch.checks import validate_launcher
 
     validate_launcher(cfg)
@@ -732,6 +756,14 @@ def validate_protocol(p: ProtocolConfig) -> None:
                           f"must be >= protocol.warmup_steps ({p.warmup_steps}), got "
                           f"{p.warmup_max_steps}")
     _positive("protocol.max_rounds", p.max_rounds)
+    if p.max_rounds < p.repeats:
+        # the campaign would run `repeats` rounds anyway: a silent max() hid the contradiction
+        raise ConfigError(
+            "protocol.max_rounds",
+            f"{p.max_rounds} is below protocol.repeats={p.repeats} (the initial rounds); set "
+            f"protocol.max_rounds={p.repeats} for a fixed protocol without adaptive rounds, or "
+            f"lower protocol.repeats",
+        )
     _positive("protocol.adaptive_step_rounds", p.adaptive_step_rounds)
     _positive("protocol.adaptive_gain_below", p.adaptive_gain_below, allow_zero=True)
     _positive("protocol.warn_cv", p.warn_cv)

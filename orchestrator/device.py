@@ -102,6 +102,48 @@ def resolve(requested: str = "auto", index: int | None = None) -> DeviceInfo:
     return DeviceInfo(kind, idx, str(mod.get_device_name(idx)), int(mod.device_count()))
 
 
+def unavailable_reason(requested: str) -> str | None:
+    """Why this process cannot use the explicitly requested device (``musa``, ``cuda``,
+    ``musa:1`` ...), in one phrase naming what is missing; None when it can, and always None
+    for ``auto`` and ``cpu``. Asks torch / torch_musa themselves, never shell variables (those
+    are only quoted as a hint)."""
+    kind, _, index = requested.partition(":")
+    if kind in ("auto", "cpu", ""):
+        return None
+    if kind not in VISIBILITY_VARS:
+        return f"unknown device kind {kind!r}"
+    var = VISIBILITY_VARS[kind]
+    hint = f"; {var}={os.environ[var]!r} is set" if var in os.environ else ""
+    torch = _torch()
+    if kind == "musa":
+        if _torch_musa() is None:
+            return f"{musa_import_error or 'torch_musa is not importable'} (install the vendor's torch_musa)"
+        mod = getattr(torch, "musa", None)
+        if mod is None:
+            return "torch_musa imported but did not register torch.musa (a broken install)"
+        driver = "the MUSA driver (mthreads-gmi)"
+    else:
+        if not (getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)):
+            return (f"this torch ({torch.__version__}) is a CPU-only build without CUDA support; "
+                    "install a CUDA build of torch")
+        mod = torch.cuda
+        driver = "the NVIDIA driver (nvidia-smi)"
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:  # torch warns instead of raising
+        warnings.simplefilter("always")
+        try:
+            count = int(mod.device_count()) if mod.is_available() else 0
+        except Exception as exc:  # noqa: BLE001 - a vendor stack can raise anything here
+            return f"torch.{kind} cannot query its devices ({_err(exc)}); check {driver}{hint}"
+    if count == 0:
+        why = f" ({str(caught[0].message).strip().splitlines()[0]})" if caught else ""
+        return f"no {kind.upper()} device is visible to this process{why}; check {driver}{hint}"
+    if index and (not index.isdigit() or int(index) >= count):
+        return f"no {kind} device {index!r}: this process sees {count} ({kind}:0..{count - 1}){hint}"
+    return None
+
+
 def host_cpu(requested: str = "auto") -> DeviceInfo:
     """The host CPU, without asking torch (for recipes that do not use torch)."""
     from orchestrator.errors import BackendUnavailable

@@ -11,6 +11,12 @@ trial. Whatever goes wrong becomes a status with a reason, never a crash:
   ``malformed_log`` (a step line that cannot be read: a field that is not a number, a time
   without a unit; the error names the line and the field; steps going backwards, a time <= 0), or
   ``too_few_steps`` (fewer than 3 steps after the warm-up).
+
+MFU: one the trainer logs (nanoGPT's ``mfu 30.00%``) is recorded as
+``trainer_reported_mfu_median`` over the measured steps, labelled as the trainer's own claim
+against a peak we do not know. With ``workload.flops_per_step`` the record also gets
+``useful_flops_per_step``, the peaks of ``hardware=`` and our MFU against each (at the median
+step time), so the campaign's utilization section and results.csv carry it.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.logparse import LogParseError, MalformedStepLine, StepRecord
+from orchestrator.logparse import LogParseError, MalformedStepLine, StepRecord, reported_mfu
 from orchestrator.results import trial_record, write_csv
 
 log = logging.getLogger(__name__)
@@ -215,6 +221,7 @@ def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: Checked
     losses = [(r.step, r.loss) for r in checked.warmup + checked.measured if r.loss is not None]
     rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     warm = [r.step_time_s for r in checked.warmup]
+    useful = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
     return trial_record(
         **{**common, "measured_steps": len(measured)},
         status="ok",
@@ -226,9 +233,30 @@ def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: Checked
         tokens_per_s=tokens / median,
         peak_mem_bytes=rss_kib * (1 if sys.platform == "darwin" else 1024),
         peak_mem_source="largest child process peak RSS (host side)",
-        useful_flops_per_step=None,
+        useful_flops_per_step=useful,
         final_loss=losses[-1][1] if losses else None,
         nonfinite_loss_steps=[s for s, v in losses if not math.isfinite(v)],
         warmup_excess_s=sum(warm) - len(warm) * median,
         log_notes=checked.notes,
+        **reported_mfu(checked.measured),
+        **(_declared_utilization(spec, trainer, useful, median) if useful is not None else {}),
     )
+
+
+def _declared_utilization(spec: Any, trainer: Any, useful: float, median_s: float) -> dict[str, Any]:
+    """FLOPs, peaks and MFU for declared useful FLOPs (workload.flops_per_step). The peak is the
+    one of the device this process resolves for ``device=`` (the command must train there), at
+    workload.precision; a device this process cannot see is a stated reason, not a failure."""
+    from orchestrator import device as devmod
+    from orchestrator.errors import BackendUnavailable
+    from orchestrator.flops import DEFINITIONS, EXECUTED, peaks_and_utilization
+
+    flops = {"useful_per_step": useful, "useful_definition": trainer.useful_flops_definition,
+             "executed_per_step": None, "executed_definition": DEFINITIONS[EXECUTED],
+             "executed_note": "not counted: the command trains in another program"}
+    try:
+        dev = devmod.resolve(spec.device)
+    except BackendUnavailable as exc:
+        return {"flops": flops, "peaks": [], "utilization": [], "peaks_note": f"no peak: {exc}"}
+    return {"flops": flops, **peaks_and_utilization(dev, spec.hardware, trainer.workload.precision,
+                                                    useful, None, median_s)}

@@ -272,7 +272,6 @@ def trial_flops(trainer: Any, batches: Iterable[Any], dev: Any, hardware: dict[s
     ``hardware.count_executed_flops`` is false) and the peak calibration where asked. A
     failure of either becomes a stated reason in the record, never a failed trial."""
     from orchestrator import device as devmod
-    from orchestrator import hardware as hw
 
     useful = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
     flops: dict[str, Any] = {
@@ -295,12 +294,23 @@ def trial_flops(trainer: Any, batches: Iterable[Any], dev: Any, hardware: dict[s
             flops["executed_note"] = f"not counted: {type(exc).__name__}: {exc}"
     else:
         flops["executed_note"] = "not counted (hardware.count_executed_flops=false)"
+    return {"flops": flops, **peaks_and_utilization(dev, hardware, precision, useful,
+                                                     flops["executed_per_step"], step_time_s)}
+
+
+def peaks_and_utilization(dev: Any, hardware: dict[str, Any], precision: str,
+                          useful: float | None, executed: float | None,
+                          step_time_s: float | None) -> dict[str, Any]:
+    """The peaks of ``dev`` (a DeviceInfo) at the workload's precision, and MFU/HFU against
+    each: registry entry, ``hardware=`` SKU, or a calibration run here (see
+    :func:`orchestrator.hardware.resolve_peaks`)."""
+    from orchestrator import hardware as hw
+
     dtype, why = hw.matmul_dtype(precision, dev.kind)
     peaks = [p.to_dict() for p in hw.resolve_peaks(
         hardware or {"name": "auto"}, dev.kind, dev.name, dtype,
         lambda: hw.calibrate_peak(dev, dtype, int(hardware.get("calibration_size") or 0),
                                   float(hardware.get("calibration_min_s") or 0.1)),
     )]
-    util = [utilization_entry(p, useful, flops["executed_per_step"], step_time_s) for p in peaks]
-    return {"flops": flops, "matmul_dtype": dtype, "matmul_dtype_why": why, "peaks": peaks,
-            "utilization": util}
+    util = [utilization_entry(p, useful, executed, step_time_s) for p in peaks]
+    return {"matmul_dtype": dtype, "matmul_dtype_why": why, "peaks": peaks, "utilization": util}

@@ -7,8 +7,15 @@ Built-in formats, tried in order on each line:
 - ``step 10 ... time 123.4ms`` / ``step: 10 | loss: 4.2 | step_time: 0.123s`` (free text)
 - key=value: ``step=10 loss=4.2 step_time_s=0.123 tokens=8192``
 
+A trainer's own MFU is read where it is logged (nanoGPT's ``mfu 30.00%``, ``mfu=31.5%``,
+``mfu_pct=29``, JSON ``"mfu": 0.305`` or ``"train/mfu": "32%"``): with ``%`` or a ``_pct`` /
+``_percent`` key it is a percentage, otherwise a fraction. It is the trainer's claim, against a
+peak we do not know (nanoGPT assumes an A100's 312 TFLOP/s whatever the device, and logs
+-100 % before it has measured); :func:`reported_mfu` summarises it under that label.
+
 A custom regex with named groups (``step``, one of ``step_time_s`` / ``step_time_ms`` /
-``time``, and optionally ``loss``, ``tokens``, ``samples``) replaces them. Times come out in
+``time``, and optionally ``loss``, ``tokens``, ``samples``, ``mfu`` (a fraction) or ``mfu_pct``
+(a percentage)) replaces them. Times come out in
 seconds; a bare ``time`` is taken in ms when followed by ``ms``, in seconds when followed by
 ``s``, and is otherwise refused rather than guessed.
 
@@ -23,8 +30,10 @@ pattern with a ``(?P<unit>ms|s)`` group).
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Iterable
+import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +56,15 @@ _FREE_NO_UNIT = re.compile(
 )
 _TOKENS = re.compile(r"\btokens?\b\s*[:=]?\s*(?P<tokens>\d+)\b", re.IGNORECASE)
 _SAMPLES = re.compile(r"\bsamples?\b\s*[:=]?\s*(?P<samples>\d+)\b", re.IGNORECASE)
-_KV = re.compile(rf"(?P<key>[A-Za-z_][A-Za-z0-9_/.]*)\s*=\s*(?P<val>{_VAL})(?P<unit>ms|s)?\b")
+_KV = re.compile(rf"(?P<key>[A-Za-z_][A-Za-z0-9_/.]*)\s*=\s*(?P<val>{_VAL})"
+                 r"(?:(?P<unit>ms|s)\b|(?P<pct>%)|\b)")
+# a trainer's own MFU in free text: "mfu 30.00%" (nanoGPT), "mfu: 0.33"
+_MFU = re.compile(rf"\bmfu\b\s*[:=]?\s*(?P<mfu>{_NUM})\s*(?P<pct>%)?", re.IGNORECASE)
+# keys (the last segment of train/mfu, perf.mfu) whose value is the trainer's MFU, and the
+# divisor to a fraction; any value written with a % sign is a percentage
+_MFU_KEYS = {"mfu": 1.0, "model_flops_utilization": 1.0, "mfu_pct": 100.0, "mfu_percent": 100.0}
+
+TRAINER_MFU_LABEL = "trainer-reported mfu (the trainer's own claim; its peak is unknown to us)"
 
 _TIME_KEYS_S = ("step_time_s", "time_s", "step_time", "dt_s", "elapsed_s")
 _TIME_KEYS_MS = ("step_time_ms", "time_ms", "dt_ms", "elapsed_ms", "iter_time_ms")
@@ -80,6 +97,7 @@ class StepRecord:
     loss: float | None = None
     tokens: int | None = None
     samples: int | None = None
+    reported_mfu: float | None = None  # the trainer's own MFU claim, as a fraction
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -113,6 +131,37 @@ def _opt(field: str, value: Any, conv: Any) -> Any:
     return None if value is None else conv(field, value)
 
 
+def _is_mfu_key(key: str) -> bool:
+    return re.split(r"[/.]", key)[-1].lower() in _MFU_KEYS
+
+
+def _mfu_from_mapping(d: dict[str, Any]) -> float | None:
+    for key, value in d.items():
+        div = _MFU_KEYS.get(re.split(r"[/.]", str(key))[-1].lower())
+        if div is None or value is None:
+            continue
+        if isinstance(value, str) and value.strip().endswith("%"):
+            value, div = value.strip()[:-1], 100.0
+        return _float(key, value) / div
+    return None
+
+
+def reported_mfu(records: Sequence[StepRecord]) -> dict[str, Any]:
+    """The trainer's own MFU over ``records`` (pure): the median of the values it logged,
+    labelled as its claim. Negative or non-finite values are left out and counted: nanoGPT
+    logs -100 % until it has measured. Empty when the trainer logged no MFU."""
+    vals = [r.reported_mfu for r in records if r.reported_mfu is not None]
+    if not vals:
+        return {}
+    kept = [v for v in vals if math.isfinite(v) and v >= 0]
+    return {
+        "trainer_reported_mfu_median": statistics.median(kept) if kept else None,
+        "trainer_reported_mfu_steps": len(kept),
+        "trainer_reported_mfu_left_out": len(vals) - len(kept),
+        "trainer_reported_mfu_label": TRAINER_MFU_LABEL,
+    }
+
+
 def _from_mapping(d: dict[str, Any]) -> StepRecord | None:
     step_key = next((k for k in ("step", "iter", "iteration") if k in d), None)
     t = None
@@ -136,6 +185,7 @@ def _from_mapping(d: dict[str, Any]) -> StepRecord | None:
     return StepRecord(
         _int(step_key, d[step_key]), t, _opt("loss", d.get("loss"), _float),
         _opt(tokens_key, d.get(tokens_key), _int), _opt(samples_key, d.get(samples_key), _int),
+        _mfu_from_mapping(d),
     )
 
 
@@ -164,7 +214,8 @@ def parse_line(line: str, pattern: re.Pattern[str] | None = None) -> StepRecord 
             obj = None
         if isinstance(obj, dict):
             return _from_mapping(obj)
-    kv = {m["key"]: (m["val"], m["unit"]) for m in _KV.finditer(line)}
+    kv = {m["key"]: (m["val"] + (m["pct"] if m["pct"] and _is_mfu_key(m["key"]) else ""), m["unit"])
+          for m in _KV.finditer(line)}
     if "step" in kv or "iter" in kv:
         d: dict[str, Any] = {}
         unitless: dict[str, str] = {}
@@ -193,11 +244,13 @@ def parse_line(line: str, pattern: re.Pattern[str] | None = None) -> StepRecord 
     loss = _LOSS.search(line)
     tokens = _TOKENS.search(line)
     samples = _SAMPLES.search(line)
+    mfu = _MFU.search(line)
     return StepRecord(
         int(m["step"]), t,
         float(loss["loss"]) if loss else None,
         int(tokens["tokens"]) if tokens else None,
         int(samples["samples"]) if samples else None,
+        float(mfu["mfu"]) / (100.0 if mfu["pct"] else 1.0) if mfu else None,
     )
 
 
@@ -215,12 +268,17 @@ def _from_groups(g: dict[str, str | None]) -> StepRecord | None:
         t = _float("time", g["time"]) / (1e3 if unit == "ms" else 1.0)
     else:
         return None
+    if g.get("mfu_pct"):
+        mfu: float | None = _float("mfu_pct", g["mfu_pct"]) / 100.0
+    else:
+        mfu = _float("mfu", g["mfu"]) if g.get("mfu") else None
     return StepRecord(
         _int("step", g["step"]),
         t,
         _float("loss", g["loss"]) if g.get("loss") else None,
         _int("tokens", g["tokens"]) if g.get("tokens") else None,
         _int("samples", g["samples"]) if g.get("samples") else None,
+        mfu,
     )
 
 

@@ -155,10 +155,34 @@ def apply_overrides(workload: dict[str, Any], overrides: dict[str, Any]) -> dict
     return out
 
 
+def _check_workload_kind(cfg: Config) -> None:
+    """A sweep about one kind of workload (tp_mode: muon_tp) on a workload of another kind is
+    refused by name, before its variable is looked up (which would only say that the path does
+    not exist in the workload)."""
+    from orchestrator.config import WORKLOAD_SCHEMAS
+
+    sweep = cfg.sweep
+    assert sweep is not None
+    need = sweep.workload_kind
+    if need is None:
+        return
+    if need not in WORKLOAD_SCHEMAS:
+        raise ConfigError("sweep.workload_kind", f"{need!r} is not a valid choice; choose one of: "
+                          f"{', '.join(WORKLOAD_SCHEMAS)}, or null for any kind")
+    w = cfg.workload
+    if w.kind != need:
+        example = (f" (e.g. workload={sweep.workload_example}, its default)"
+                   if sweep.workload_example else "")
+        raise ConfigError("workload", f"sweep {sweep.name!r} needs a workload of kind {need!r}"
+                          f"{example}; workload={w.name} is of kind {w.kind!r}; drop workload= "
+                          f"or choose one of kind {need!r}")
+
+
 def check_sweep(cfg: Config) -> None:
     """Reject a sweep that is malformed, touches an invariant, or changes more than one knob."""
     sweep = cfg.sweep
     assert sweep is not None
+    _check_workload_kind(cfg)
     workload = to_dict(cfg.workload)
     if not sweep.values:
         raise ConfigError("sweep.values", "needs at least one value to compare with the baseline")

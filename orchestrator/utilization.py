@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.flops import utilization
+from orchestrator.logparse import TRAINER_MFU_LABEL
 
 
 @dataclass
@@ -125,11 +126,36 @@ def _gflop(x: float | None) -> str:
     return "—" if x is None else f"{x / 1e9:.4g}"
 
 
+def trainer_reported_lines(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The MFU a trainer logged itself, per arm, labelled as its claim (pure): the median over
+    an arm's ok trials of each trial's median over its measured steps."""
+    ok = [r for r in records if r.get("status") == "ok" and r.get("kind", "timed") == "timed"
+          and "trainer_reported_mfu_label" in r]
+    if not ok:
+        return []
+    by_arm: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in sorted(ok, key=lambda r: str(r.get("arm_id"))):
+        by_arm[str(r.get("arm_label"))].append(r)
+    cells = ", ".join(f"`{arm}` {_pct(_median(r.get('trainer_reported_mfu_median') for r in rs))}"
+                      for arm, rs in by_arm.items())
+    left = sum(int(r.get("trainer_reported_mfu_left_out") or 0) for r in ok)
+    note = (f"; {left} negative step value(s) left out (a 'not measured yet' sentinel such as "
+            "nanoGPT's -100.00%)" if left else "")
+    return [(f"- **{TRAINER_MFU_LABEL}**: {cells} — median over trials of each trial's median "
+             f"over its measured steps{note}. Not comparable with the MFU below, which names its "
+             "FLOPs and its peak.")]
+
+
 def utilization_section(records: Sequence[dict[str, Any]], peaks: Sequence[PeakSummary],
                         rows: Sequence[UtilizationRow]) -> list[str]:
-    """Markdown lines for decisions.md: definitions, peaks with their kind, the table."""
+    """Markdown lines for decisions.md: definitions, peaks with their kind, the table, and
+    beside it any MFU the trainer logged itself, labelled as its own claim."""
+    claimed = trainer_reported_lines(records)
     ok = [r for r in records if r.get("status") == "ok" and isinstance(r.get("flops"), dict)]
     if not ok:
+        if claimed:
+            return [*claimed, ("- no MFU of ours: declare workload.flops_per_step (useful FLOPs of "
+                               "one step on one device) for one against a stated peak")]
         return ["No successful trial reported FLOPs."]
     f0 = ok[0]["flops"]
     covs = [r["flops"].get("executed_coverage_time") for r in ok if r["flops"].get("executed_coverage_time") is not None]
@@ -141,6 +167,7 @@ def utilization_section(records: Sequence[dict[str, Any]], peaks: Sequence[PeakS
         ("- utilization = FLOPs per device-step / (median step time x peak per device); the "
          "mixture is total FLOPs over total time at the buckets' step weights"),
         f"- matmul precision: {ok[0].get('matmul_dtype')} ({ok[0].get('matmul_dtype_why')})",
+        *claimed,
     ]
     for p in peaks:
         if p.peak_tflops is None:

@@ -73,6 +73,8 @@ def test_default_config_runs_on_cpu_defaults(compose: Any) -> None:
         (["workload=nope"], r"workload: no option 'nope'; choose one of: .*gpt_tiny"),
         (["protocol.repeats=abc"], r"protocol\.repeats: .*could not be converted to Integer"),
         (["protocol.repeats=0"], r"protocol\.repeats: must be > 0"),
+        (["protocol=quick", "protocol.repeats=3"],
+         r"^protocol\.max_rounds: 2 is below protocol\.repeats=3 .*set protocol\.max_rounds=3"),
         (["protocol.confidence=1.5"], r"protocol\.confidence: must be in \[0\.5, 1\)"),
         (["device=tpu"], r"device: 'tpu' is not a valid choice; choose one of: auto, cpu, cuda, musa"),
         (["workload.precision=fp8"], r"workload\.precision: 'fp8' is not a valid choice"),
@@ -144,3 +146,48 @@ def test_dataclass_round_trip(compose: Any) -> None:
     with pytest.raises(ConfigError, match=r"workload\.bogus: unknown key"):
         workload_from_dict({**to_dict(cfg.workload), "bogus": 1})
     assert from_dict(Config, {"device": "cpu"}).device == "cpu"
+
+
+@pytest.mark.parametrize(("sweep", "workload", "kind"), [
+    ("tp_mode", "muon_tp", "muon_tp"),
+    ("example_delay", "command_example", "command"),
+    ("calibrate", "synthetic", "synthetic"),
+    ("fa2", "gpt_tiny", "gpt"),
+])
+def test_a_one_kind_sweep_picks_its_own_workload_unless_one_is_given(
+    compose: Any, sweep: str, workload: str, kind: str
+) -> None:
+    cfg = compose([f"+sweep={sweep}"])
+    assert (cfg.workload.name, cfg.workload.kind) == (workload, kind)
+    assert cfg.sweep.workload_kind == kind and cfg.sweep.workload_example == workload
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    (["workload=gpt_tiny", "+sweep=tp_mode"],
+     (r"^workload: sweep 'tp_mode' needs a workload of kind 'muon_tp' \(e\.g\. workload=muon_tp, "
+      r"its default\); workload=gpt_tiny is of kind 'gpt'; drop workload= or choose one of kind "
+      r"'muon_tp'$")),
+    (["workload=gpt_test", "+sweep=example_delay"],
+     (r"^workload: sweep 'example_delay' needs a workload of kind 'command' \(e\.g\. "
+      r"workload=command_example, its default\); workload=gpt_test is of kind 'gpt'")),
+    (["workload=synthetic", "+sweep=fa2"],
+     r"^workload: sweep 'fa2' needs a workload of kind 'gpt' \(e\.g\. workload=gpt_tiny"),
+    (["+sweep=tp_mode", "sweep.workload_kind=tpu"],
+     r"^sweep\.workload_kind: 'tpu' is not a valid choice; choose one of: gpt, command"),
+])
+def test_a_one_kind_sweep_refuses_a_workload_of_another_kind(
+    compose: Any, overrides: list[str], match: str
+) -> None:
+    with pytest.raises(ConfigError, match=match):
+        compose(overrides)
+
+
+def test_cli_refuses_a_workload_of_another_kind_in_one_line(capsys: Any) -> None:
+    from orchestrator.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["workload=gpt_tiny", "+sweep=tp_mode"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs a workload of kind 'muon_tp'" in err[0]
+    assert "does not exist in the workload config" not in err[0]

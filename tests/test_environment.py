@@ -221,3 +221,102 @@ def test_a_failing_general_probe_is_recorded_and_the_report_completes(
     assert r["torch"]["version"] == torch.__version__ and r["attention"]["sdpa"]["math"]
     assert r["fingerprint"]["device_kind"] == "cpu" and r["env_switches"] is not None
     json.dumps(r)
+
+
+# --------------------------------------------------------------------------- requested device
+
+
+TINY_SWEEP = ["workload=gpt_test", "protocol=quick", "+sweep=fa2_tiling"]
+
+
+@pytest.mark.parametrize(("mode", "reason"), [
+    ("nodevice", r"no MUSA device is visible to this process; check the MUSA driver"),
+    ("driver_broken", (r"torch\.musa cannot query its devices \(RuntimeError: MUSA driver "
+                       r"version is insufficient")),
+    ("import_broken", r"torch_musa import failed: RuntimeError: .*undefined symbol"),
+    ("no_register", r"torch_musa imported but did not register torch\.musa"),
+])
+def test_a_requested_musa_this_process_cannot_see_is_refused_before_any_trial(
+    fake_musa: Any, compose: Any, mode: str, reason: str
+) -> None:
+    from orchestrator.cli import check_device
+    from orchestrator.errors import ConfigError
+
+    fake_musa(mode)
+    cfg = compose([*TINY_SWEEP, "device=musa"])
+    with pytest.raises(ConfigError, match=rf"^device: 'musa' requested but this process cannot "
+                                          rf"use it: {reason}.*use device=auto"):
+        check_device(cfg)
+
+
+def test_a_visible_musa_passes_and_auto_cpu_never_ask_torch(
+    fake_musa: Any, compose: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.cli import check_device
+
+    fake_musa("present")
+    check_device(compose([*TINY_SWEEP, "device=musa"]))
+    assert devmod.unavailable_reason("musa:1") is None
+    assert "this process sees 2 (musa:0..1)" in str(devmod.unavailable_reason("musa:2"))
+
+    def no_torch() -> Any:
+        raise AssertionError("auto/cpu must not ask torch")
+
+    monkeypatch.setattr(devmod, "_torch", no_torch)
+    for device in ("auto", "cpu"):
+        check_device(compose([*TINY_SWEEP, f"device={device}"]))
+
+
+def test_a_requested_cuda_this_process_cannot_see_is_refused(
+    compose: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from orchestrator.cli import check_device
+    from orchestrator.errors import ConfigError
+
+    cfg = compose([*TINY_SWEEP, "device=cuda"])
+    cpu_build = SimpleNamespace(__version__="2.9.0+cpu", version=SimpleNamespace(cuda=None, hip=None))
+    monkeypatch.setattr(devmod, "_torch", lambda: cpu_build)
+    with pytest.raises(ConfigError, match=r"CPU-only build without CUDA support"):
+        check_device(cfg)
+
+    def unavailable() -> bool:
+        import warnings
+
+        warnings.warn("CUDA initialization: The NVIDIA driver on your system is too old", stacklevel=1)
+        return False
+
+    no_gpu = SimpleNamespace(__version__="2.9.0+cu128", version=SimpleNamespace(cuda="12.8", hip=None),
+                             cuda=SimpleNamespace(is_available=unavailable, device_count=lambda: 0))
+    monkeypatch.setattr(devmod, "_torch", lambda: no_gpu)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(ConfigError, match=r"no CUDA device is visible to this process \(CUDA "
+                       r"initialization: The NVIDIA driver on your system is too old\); check the "
+                       r"NVIDIA driver \(nvidia-smi\); CUDA_VISIBLE_DEVICES='' is set"):
+        check_device(cfg)
+
+
+def test_slurm_and_command_workloads_are_not_checked_here(
+    compose: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.cli import check_device
+
+    monkeypatch.setattr(devmod, "unavailable_reason", lambda requested: "absent here")
+    # the submitting host need not have the GPU: the trials run on the compute nodes
+    check_device(compose([*TINY_SWEEP, "device=musa", "launcher=slurm"]))
+    assert "launcher=slurm runs the trials on the compute nodes" in caplog.text
+    # the external trainer uses the device, in its own environment
+    check_device(compose(["workload=command_example", "+sweep=example_delay", "device=cuda"]))
+
+
+def test_cli_refuses_an_unavailable_device_in_one_line_before_any_work(tmp_path: Path) -> None:
+    # this machine has no torch_musa: the campaign must not start (no run directory)
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "+sweep=fa2_tiling", "device=musa"],
+                          capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: device: 'musa' requested"), proc.stderr
+    assert "torch_musa not importable" in lines[0]
+    assert not (tmp_path / "outputs").exists()

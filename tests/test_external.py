@@ -242,3 +242,74 @@ def test_command_workload_cwd_env_log_file_pattern_and_skip(compose: Any, run_di
         assert list(steps["phase"]) == ["warmup"] * 2 + ["measured"] * 3
         assert steps["loss"].notna().all() and rec["measured_steps"] == 3
         assert rec["tokens_source"] == "bucket shape" and rec["tokens_per_step"] == 32 * 4
+
+
+def _nanogpt_like(ms: float, mfu: float) -> str:
+    """A stand-in trainer that logs like nanoGPT: its own mfu, -100 % for the first two iters."""
+    return ("for i in range(6):\n"
+            f"    m = -100.0 if i < 2 else {mfu}\n"
+            f"    print(f'iter {{i}}: loss 1.0, time {ms:.2f}ms, mfu {{m:.2f}}%')")
+
+
+def test_trainer_reported_mfu_and_declared_flops_give_both_figures(compose: Any, run_dir: Path) -> None:
+    """The trainer's own MFU (unknown peak) lands in trial.json and decisions.md labelled as its
+    claim; with workload.flops_per_step our MFU is computed against the named peak."""
+    cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1", "hardware=h100",
+                   "workload.command='{python} -c {code}'", "+workload.params.code=x",
+                   "workload.flops_per_step=1.34e8", "sweep.variable=workload.params.code",
+                   "sweep.baseline=a", "sweep.values=[b]"])
+    cfg.sweep.baseline, cfg.sweep.values = _nanogpt_like(2.0, 40.0), [_nanogpt_like(4.0, 20.0)]
+    cfg.sweep.baseline_label, cfg.sweep.labels = "fast", ["slow"]
+    run_campaign(cfg, run_dir)
+    recs = _recs(run_dir)
+    fast, slow = recs["fast/r0"], recs["slow/r0"]
+    assert fast["status"] == slow["status"] == "ok", (fast.get("error"), slow.get("error"))
+    # quick protocol: iter 0 is the warm-up (skipped by count), iters 1..5 are measured:
+    # -100 % (left out), then 40 % four times
+    assert fast["trainer_reported_mfu_median"] == pytest.approx(0.40)
+    assert fast["trainer_reported_mfu_left_out"] == 1 and fast["trainer_reported_mfu_steps"] == 4
+    assert "its peak is unknown to us" in fast["trainer_reported_mfu_label"]
+    assert slow["trainer_reported_mfu_median"] == pytest.approx(0.20)
+    # ours: 1.34e8 FLOP / (0.002 s x 67 TFLOP/s, H100 fp32 datasheet) = 0.1 %; 0.05 % at 4 ms
+    assert fast["useful_flops_per_step"] == 1.34e8 and fast["flops"]["useful_per_step"] == 1.34e8
+    h100 = {u["peak"]: u for u in fast["utilization"]}["h100"]
+    assert h100["peak_tflops"] == 67.0 and h100["mfu"] == pytest.approx(1e-3)
+    assert {u["peak"]: u for u in slow["utilization"]}["h100"]["mfu"] == pytest.approx(5e-4)
+    md = (run_dir / "decisions.md").read_text()
+    assert ("- **trainer-reported mfu (the trainer's own claim; its peak is unknown to us)**: "
+            "`fast` 40.00%, `slow` 20.00%") in md
+    assert "2 negative step value(s) left out" in md
+    assert "MFU vs h100 (datasheet)" in md and "| s32 | fast | 0.134 | — | 0.1% |" in md
+    util = json.loads((run_dir / "utilization.json").read_text())
+    assert {r["label"]: r["mfu"]["h100"] for r in util["rows"]} == {
+        "fast": pytest.approx(1e-3), "slow": pytest.approx(5e-4)}
+
+
+def test_trainer_reported_mfu_alone_says_how_to_get_ours(compose: Any, run_dir: Path) -> None:
+    cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1",
+                   "workload.command='{python} -c {code}'", "+workload.params.code=x",
+                   "sweep.variable=workload.params.code", "sweep.baseline=a", "sweep.values=[b]"])
+    cfg.sweep.baseline, cfg.sweep.values = _nanogpt_like(2.0, 0.0), [_nanogpt_like(4.0, 0.0)]
+    run_campaign(cfg, run_dir)
+    rec = next(iter(_recs(run_dir).values()))
+    assert rec["trainer_reported_mfu_median"] == 0.0 and rec["useful_flops_per_step"] is None
+    md = (run_dir / "decisions.md").read_text()
+    assert "trainer-reported mfu (the trainer's own claim; its peak is unknown to us)**: " in md
+    assert "no MFU of ours: declare workload.flops_per_step" in md
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    (["workload.flops_per_step=-1"], r"^workload\.flops_per_step: must be > 0"),
+    (["workload.flops_per_step=1e9",
+      "workload.buckets=[{name:a,seq_len:8,micro_batch:1},{name:b,seq_len:16,micro_batch:1}]"],
+     (r"^workload\.flops_per_step: is one figure for every bucket, but 2 buckets are selected "
+      r"\(a, b\).*sweep\.buckets=\[a\]")),
+])
+def test_declared_flops_are_checked(compose: Any, overrides: list[str], match: str) -> None:
+    from orchestrator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        compose([*CMD, "+sweep=example_delay", *overrides])
+    if len(overrides) == 2:  # one bucket selected: fine
+        cfg = compose([*CMD, "+sweep=example_delay", *overrides, "sweep.buckets=[b]"])
+        assert cfg.workload.flops_per_step == 1e9

@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.logparse import LogParseError, MalformedStepLine, parse_steps
+from orchestrator.logparse import (
+    TRAINER_MFU_LABEL,
+    LogParseError,
+    MalformedStepLine,
+    parse_steps,
+    reported_mfu,
+)
 
 
 def test_builtin_formats() -> None:
@@ -92,3 +98,41 @@ def test_custom_pattern() -> None:
 def test_bad_patterns(pattern: str, match: str) -> None:
     with pytest.raises(LogParseError, match=match):
         parse_steps(["1 2"], pattern=pattern)
+
+
+def test_a_logged_mfu_is_read_as_the_trainers_own_claim() -> None:
+    recs = parse_steps([
+        "iter 0: loss 10.9, time 2500.00ms, mfu -100.00%",  # nanoGPT before its 5th iter
+        "iter 1: loss 9.8, time 110.00ms, mfu 30.00%",
+        "step=2 step_time_ms=100 mfu=31.5%",
+        "step=3 step_time_ms=100 mfu_pct=29",
+        '{"step": 4, "step_time_ms": 100, "mfu": 0.305}',
+        '{"step": 5, "step_time_ms": 100, "train/mfu": "32%"}',
+        "step 6 | time 100ms | mfu: 0.33",
+        "step 7 | time 100ms",
+    ])
+    assert [r.reported_mfu for r in recs] == [
+        pytest.approx(-1.0), pytest.approx(0.30), pytest.approx(0.315), pytest.approx(0.29),
+        pytest.approx(0.305), pytest.approx(0.32), pytest.approx(0.33), None]
+    # the median over the steps given, negative values (a not-yet-measured sentinel) left out:
+    # 0.30, 0.315, 0.29, 0.305, 0.32, 0.33 -> (0.305 + 0.315) / 2 = 0.31
+    s = reported_mfu(recs)
+    assert s["trainer_reported_mfu_median"] == pytest.approx(0.31)
+    assert (s["trainer_reported_mfu_steps"], s["trainer_reported_mfu_left_out"]) == (6, 1)
+    assert s["trainer_reported_mfu_label"] == TRAINER_MFU_LABEL
+    assert "its peak is unknown to us" in TRAINER_MFU_LABEL
+    assert reported_mfu(recs[7:]) == {}  # nothing logged: nothing claimed
+
+
+def test_a_logged_mfu_that_is_not_a_number_names_the_field() -> None:
+    with pytest.raises(MalformedStepLine, match=r"^line 1: field 'mfu': 'high' is not a number"):
+        parse_steps(['{"step": 1, "step_time_ms": 5, "mfu": "high"}'])
+
+
+def test_custom_pattern_mfu_groups() -> None:
+    rx = r"\[it (?P<step>\d+)\] (?P<step_time_ms>[\d.]+) ms(?: mfu (?P<mfu_pct>[\d.]+)%)?"
+    recs = parse_steps(["[it 1] 250 ms mfu 41.5%", "[it 2] 250 ms"], pattern=rx)
+    assert recs[0].reported_mfu == pytest.approx(0.415) and recs[1].reported_mfu is None
+    recs = parse_steps(["[it 1] 250 ms u=0.4"],
+                       pattern=r"\[it (?P<step>\d+)\] (?P<step_time_ms>[\d.]+) ms u=(?P<mfu>[\d.]+)")
+    assert recs[0].reported_mfu == pytest.approx(0.4)

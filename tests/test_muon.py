@@ -11,12 +11,13 @@ import pytest
 import torch
 
 from orchestrator import device as devmod
+from orchestrator.config import MuonOptimizerConfig
 from orchestrator.errors import ConfigError
 from recipes.muon import checks, topology
 from recipes.muon.calibrate import fit_line
 from recipes.muon.cost import CostProfile, Link, ModeResolver, choose, interpolate, \
     mode_costs, profile_from_registry
-from recipes.muon.newton_schulz import COEFFICIENT_SETS, coefficients, newton_schulz, \
+from recipes.muon.newton_schulz import COEFFICIENT_SETS, DEFAULT_EPS, coefficients, newton_schulz, \
     newton_schulz_tp, quadratic_steps, scale_factor
 from recipes.muon.optimizer import Muon, MuonSettings
 
@@ -49,6 +50,51 @@ def test_newton_schulz_orthogonalises_and_transposes() -> None:
     assert newton_schulz(torch.zeros(4, 3), 5).abs().max() == 0  # eps guards the zero matrix
     with pytest.raises(TypeError, match="fp32"):
         newton_schulz(x.double(), 5)
+
+
+def test_tiny_norm_input_is_orthogonalised_like_the_same_matrix_at_norm_one() -> None:
+    # a floor of 1e-7 on the Frobenius norm (the old default) shrank a norm-1e-8 input to 0.1,
+    # so NS started far below 1: largest singular value 1.051 here, against 1.032 at norm 1
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))
+    x = x / torch.linalg.vector_norm(x)
+    ref = newton_schulz(x, 5, "quintic")
+    for norm in (1e-8, 1.8e-8, 1e-12):
+        torch.testing.assert_close(newton_schulz(x * norm, 5, "quintic"), ref, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(newton_schulz_tp(x * norm, 5, partition_dim=None), ref,
+                                   atol=1e-5, rtol=1e-4)
+    # the defaults agree with Emerging-Optimizers' 1e-15 everywhere the floor is set
+    assert DEFAULT_EPS == 1e-15 and MuonSettings().eps == DEFAULT_EPS
+    assert MuonOptimizerConfig().eps == DEFAULT_EPS
+
+
+def test_published_coefficient_sets_literally() -> None:
+    # Polar Express (arXiv:2505.16932) and CANS (arXiv:2506.10935) as Emerging-Optimizers ships
+    # them; per-iteration schedules: past their end the last tuple repeats
+    pe = [(8.2051, -22.9019, 16.4607), (4.0664, -2.8612, 0.5184), (3.9096, -2.8234, 0.5250),
+          (3.2856, -2.4153, 0.4853), (2.2779, -1.6198, 0.3985), (1.8726, -1.2307, 0.3585),
+          (1.8564, -1.2132, 0.3568), (1.8750, -1.2500, 0.3750)]
+    cans = [(8.4703, -25.1081, 18.6293), (4.1828, -3.1087, 0.5806), (3.9619, -2.9541, 0.5630),
+            (3.2866, -2.4647, 0.5074), (2.2737, -1.6447, 0.4162)]
+    assert COEFFICIENT_SETS["polar_express"] == pe and COEFFICIENT_SETS["cans"] == cans
+    assert coefficients("polar_express", 10) == pe + [pe[-1]] * 2
+    assert coefficients("polar_express", 3) == pe[:3]
+    assert coefficients("cans", 7) == cans + [cans[-1]] * 2
+    assert quadratic_steps("polar_express", 8) == 8 and quadratic_steps("cans", 5) == 5
+
+
+@pytest.mark.parametrize(("name", "steps", "dtype", "tol"), [
+    ("polar_express", 8, torch.float32, 0.01),
+    ("polar_express", 8, torch.bfloat16, 0.01),
+    ("cans", 5, torch.float32, 0.15),
+    ("cans", 5, torch.bfloat16, 0.15),
+])
+def test_published_sets_bring_singular_values_near_one(name: str, steps: int, dtype: Any,
+                                                       tol: float) -> None:
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))
+    s_in = torch.linalg.svdvals(x / torch.linalg.vector_norm(x))
+    assert s_in.max() < 0.4  # the input's singular values start far from 1
+    s = torch.linalg.svdvals(newton_schulz(x, steps, name, compute_dtype=dtype))
+    assert (s - 1).abs().max() < tol, s
 
 
 def test_unsharded_tp_call_is_bit_identical() -> None:
@@ -291,6 +337,16 @@ def test_single_rank_never_crosses() -> None:
 def test_config_errors_name_the_key(compose: Any, override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=f"^{key}: "):
         compose(["workload=muon_tp_test", "+sweep=tp_mode", override])
+
+
+def test_coefficient_set_is_chosen_by_config_and_a_bad_name_lists_the_valid_ones(compose: Any) -> None:
+    for name in ("polar_express", "cans"):
+        cfg = compose(["workload=muon_tp_test", "+sweep=tp_mode",
+                       f"workload.optimizer.coefficients={name}"])
+        assert cfg.workload.optimizer.coefficients == name
+    with pytest.raises(ConfigError, match=r"^workload\.optimizer\.coefficients: 'septic' is not a "
+                       r"valid choice; choose one of: simple, quintic, cubic, polar_express, cans$"):
+        compose(["workload=muon_tp_test", "+sweep=tp_mode", "workload.optimizer.coefficients=septic"])
 
 
 def test_sweep_may_not_touch_the_optimizer_math(compose: Any) -> None:

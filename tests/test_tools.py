@@ -168,3 +168,157 @@ def test_module_clis_exit_2_with_one_line(tmp_path: Path) -> None:
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and match in proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def _closed_pipe_run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m argv`` with stdout a pipe whose read end is already closed: every write
+    to it fails, as after ``| head -1`` has read its line and gone."""
+    import os
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([sys.executable, "-m", *argv], check=False, stdout=w,
+                              stderr=subprocess.PIPE, text=True, timeout=120, cwd=cwd)
+    finally:
+        os.close(w)
+
+
+def test_tools_exit_quietly_when_the_reader_of_stdout_is_gone(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(NANOGPT)
+    for argv in (
+        ["orchestrator.tools.compute_mfu", "--flops-per-device-step-tflop", "8",
+         "--step-seconds", "0.5", "--peak-tflops-per-device", "32", "--flops-kind", "useful"],
+        ["orchestrator.tools.summarize_steps", str(log), "--json"],
+        # Hydra's own flags only print; Hydra would report the broken pipe as a traceback
+        ["orchestrator", "--cfg", "job", "+sweep=fa2"],
+    ):
+        proc = _closed_pipe_run(argv, tmp_path)
+        assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+        assert proc.stderr == "", proc.stderr
+        # 141 = 128 + SIGPIPE, what a shell reports for `yes | head -1`; -13: killed by it
+        assert proc.returncode in (141, -13), (argv, proc.returncode)
+
+
+def test_a_real_pipe_into_head(tmp_path: Path) -> None:
+    # enough output to fill the pipe after head has read its one line and exited
+    f = tmp_path / "b.json"
+    f.write_text(json.dumps([{"name": f"b{i}", "flops_per_device_step_tflop": 1, "step_seconds": 1,
+                              "step_weight": 1} for i in range(3000)]))
+    cmd = (f"{sys.executable} -m orchestrator.tools.compute_mfu --buckets '{f}' "
+           "--peak-tflops-per-device 10 --flops-kind useful --json | head -1")
+    proc = subprocess.run(["bash", "-c", cmd], check=False, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.stdout == "{\n" and proc.stderr == "", proc.stderr
+
+
+def _bucket_file(tmp_path: Path, **fields: Any) -> Path:
+    f = tmp_path / "buckets.json"
+    f.write_text(json.dumps({**fields, "buckets": [
+        {"name": "short", "flops_per_device_step_tflop": 3, "step_seconds": 1, "step_weight": 0.75},
+        {"name": "long", "flops_per_device_step_tflop": 1, "step_seconds": 0.5, "step_weight": 0.25},
+    ]}))
+    return f
+
+
+def test_compute_mfu_takes_peak_and_flops_kind_from_the_bucket_file(tmp_path: Path, capsys: Any) -> None:
+    # 2.5 TFLOP per mean step in 0.875 s on a 10 TFLOP/s peak: 2.5 / 0.875 / 10 = 28.57 %
+    f = _bucket_file(tmp_path, peak_tflops_per_device=10, flops_kind="executed", peak_kind="measured")
+    rc, out, err = _run(capsys, compute_mfu, ["--buckets", str(f), "--json"])
+    d = json.loads(out)
+    assert rc == 0 and err == "", err
+    assert d["flops_kind"] == "executed" and d["utilization_name"] == "HFU"
+    assert d["peak_tflops_per_device"] == 10 and d["peak_kind"] == "measured"
+    assert d["utilization"] == pytest.approx(2.5 / 0.875 / 10)
+    # a flag that says the same as the file is fine
+    rc, out, _ = _run(capsys, compute_mfu, ["--buckets", str(f), "--flops-kind", "executed",
+                                            "--peak-tflops-per-device", "10.0"])
+    assert rc == 0 and out.startswith("HFU: 28.57% (executed FLOPs, relative to a peak of 10 "
+                                      "TFLOP/s per device (measured))")
+    # the file without them: the flags supply them
+    f = _bucket_file(tmp_path)
+    rc, out, _ = _run(capsys, compute_mfu, ["--buckets", str(f), "--flops-kind", "useful",
+                                            "--peak-tflops-per-device", "10"])
+    assert rc == 0 and out.startswith("MFU: 28.57%")
+
+
+@pytest.mark.parametrize(("fields", "argv", "match"), [
+    ({"peak_tflops_per_device": 10, "flops_kind": "useful"}, ["--flops-kind", "executed"],
+     ("error: --flops-kind: 'executed' disagrees with flops_kind 'useful' in the --buckets file; "
+      "give one of them, or the same value")),
+    ({"peak_tflops_per_device": 10, "flops_kind": "useful"}, ["--peak-tflops-per-device", "12"],
+     "error: --peak-tflops-per-device: 12 disagrees with peak_tflops_per_device 10 in the --buckets"),
+    ({"peak_tflops_per_device": 10}, [],
+     "error: --flops-kind: is required: give --flops-kind or flops_kind in the --buckets file"),
+    ({"flops_kind": "useful"}, [],
+     ("error: --peak-tflops-per-device: is required: give --peak-tflops-per-device or "
+      "peak_tflops_per_device in the --buckets file")),
+    ({"flops_kind": "model", "peak_tflops_per_device": 10}, [],
+     "error: --buckets.flops_kind: 'model' is not a valid choice; choose one of: useful, executed"),
+    ({"flops_kind": "useful", "peak_tflops_per_device": "fast"}, [],
+     "error: --buckets.peak_tflops_per_device: must be a number, got 'fast'"),
+])
+def test_compute_mfu_bucket_file_and_flag_conflicts_are_one_line(
+    tmp_path: Path, capsys: Any, fields: dict[str, Any], argv: list[str], match: str
+) -> None:
+    f = _bucket_file(tmp_path, **fields)
+    rc, out, err = _run(capsys, compute_mfu, ["--buckets", str(f), *argv])
+    assert rc == 2 and out == "", out
+    assert err.startswith(match) and len(err.strip().splitlines()) == 1, err
+
+
+def test_compute_mfu_help_documents_the_bucket_file_fields(capsys: Any) -> None:
+    with pytest.raises(SystemExit):
+        compute_mfu.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for field in ("flops_per_device_step_tflop", "step_seconds", "step_weight", "samples",
+                  "global_batch", "peak_tflops_per_device", "flops_kind", "peak_kind", "name"):
+        assert field in out, field
+    assert "a flag and the file that disagree are refused" in out
+
+
+def test_summarize_reports_the_trainers_mfu_labelled_beside_ours(tmp_path: Path, capsys: Any) -> None:
+    # NANOGPT after skipping iter 0: mfu 30, 31, 29, 30.5 % -> median (30 + 30.5) / 2 = 30.25 %;
+    # step times 110, 100, 130, 120 ms -> median 0.115 s; 2.3 TFLOP per device-step on a
+    # 100 TFLOP/s peak: 2.3 / (0.115 * 100) = 20 %
+    log = tmp_path / "train.log"
+    log.write_text(NANOGPT)
+    rc, out, _ = _run(capsys, summarize_steps, [str(log), "--skip-first", "1", "--json",
+                                                "--flops-per-device-step-tflop", "2.3",
+                                                "--peak-tflops-per-device", "100",
+                                                "--peak-kind", "datasheet"])
+    s = json.loads(out)
+    assert rc == 0 and s["trainer_reported_mfu_median"] == pytest.approx(0.3025)
+    assert s["trainer_reported_mfu_label"] == ("trainer-reported mfu (the trainer's own claim; "
+                                               "its peak is unknown to us)")
+    assert s["mfu"] == pytest.approx(0.20) and s["mfu_step_time_s"] == pytest.approx(0.115)
+    assert s["mfu_peak_tflops_per_device"] == 100 and s["mfu_peak_kind"] == "datasheet"
+    rc, out, _ = _run(capsys, summarize_steps, [str(log), "--flops-per-device-step-tflop", "2.3",
+                                                "--peak-tflops-per-device", "100"])
+    text = out.splitlines()
+    # iter 0's -100 % (nanoGPT's "not measured yet") is left out, and said so
+    assert ("  trainer-reported mfu (the trainer's own claim; its peak is unknown to us): median "
+            "30.25% over 4 steps; 1 negative value(s) left out") in text
+    # all five steps: 2500, 110, 100, 130, 120 ms -> median 0.120 s; 2.3 / 12 = 19.17 %
+    assert ("  MFU 19.17% (ours: 2.3 TFLOP of useful FLOPs per device-step as given, median step "
+            "0.120 s, relative to a peak of 100 TFLOP/s per device)") in text
+    # no FLOPs or no peak: the trainer's claim alone, and how to get ours
+    rc, out, _ = _run(capsys, summarize_steps, [str(log)])
+    assert "  MFU: not computed; give --flops-per-device-step-tflop and --peak-tflops-per-device" in out
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--flops-per-device-step-tflop", "2"],
+     "error: --peak-tflops-per-device: is required with --flops-per-device-step-tflop"),
+    (["--peak-tflops-per-device", "2"],
+     "error: --flops-per-device-step-tflop: is required with --peak-tflops-per-device"),
+    (["--flops-per-device-step-tflop", "-1", "--peak-tflops-per-device", "2"],
+     "error: --flops-per-device-step-tflop: must be a positive number, got '-1'"),
+])
+def test_summarize_mfu_arguments_are_checked(tmp_path: Path, capsys: Any, argv: list[str],
+                                             match: str) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(NANOGPT)
+    rc, out, err = _run(capsys, summarize_steps, [str(log), *argv])
+    assert rc == 2 and out == "" and err.startswith(match), err

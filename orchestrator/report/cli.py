@@ -83,6 +83,12 @@ def _default_mlflow_uri(out_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from orchestrator.tools._cli import quiet_broken_pipe
+
+    return quiet_broken_pipe(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     root: Path = args.path

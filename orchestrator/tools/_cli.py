@@ -5,6 +5,9 @@
 - ``run(main, argv)``: calls ``main(args)``; a :class:`ToolError` (or ConfigError) becomes
   ``error: <key>: <message>`` on stderr and exit code 2, nothing else is printed.
 - ``emit(data, text_lines, as_json)``: JSON (sorted, indented) or the text lines, on stdout.
+- ``quiet_broken_pipe(fn)``: when the reader of stdout goes away (``tool | head -1``), stop
+  quietly as Unix tools do: no traceback, exit code 141 (128 + SIGPIPE, what a shell reports
+  for ``yes | head -1``). ``run`` applies it; the other entry points call it themselves.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -19,10 +23,24 @@ from typing import Any, NoReturn
 from orchestrator.errors import ConfigError
 
 EXIT_BAD_INPUT = 2
+EXIT_BROKEN_PIPE = 128 + 13  # a process killed by SIGPIPE, as a shell reports it
 
 
 class ToolError(ConfigError):
     """Bad input to a tool: names the argument (or file) and how to fix it; exit code 2."""
+
+
+def positive_number(flag: str, value: Any) -> float:
+    """A flag's (or file field's) value as a positive finite float; ToolError naming it else."""
+    if value is None:
+        raise ToolError(flag, "is required")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ToolError(flag, f"must be a number, got {value!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise ToolError(flag, f"must be a positive number, got {value!r}")
+    return x
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,11 +74,42 @@ def emit(data: Any, text_lines: Sequence[str], as_json: bool) -> None:
         print("\n".join(text_lines))
 
 
+def _stdout_to_devnull() -> None:
+    # the interpreter flushes stdout once more at exit; with the reader gone that flush would
+    # print "Exception ignored ... BrokenPipeError", so whatever is left goes nowhere
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout without a file descriptor (replaced, closed)
+        pass
+
+
+def quiet_broken_pipe(fn: Callable[[], int | None]) -> int:
+    """``fn()``'s exit code; 141 without a traceback when stdout's reader has gone away.
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError (at the write,
+    or in the final flush); a Unix tool would just stop. ``--help`` output (argparse's
+    SystemExit after printing) is covered too."""
+    try:
+        try:
+            rc = fn()
+        finally:
+            sys.stdout.flush()  # a late write fails here, inside the guard, not at shutdown
+        return rc or 0
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
+
+
 def run(main: Callable[[argparse.Namespace], int | None], parser: argparse.ArgumentParser,
         argv: Sequence[str] | None = None) -> int:
-    args = parser.parse_args(argv)
-    try:
-        return main(args) or 0
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    def body() -> int:
+        args = parser.parse_args(argv)
+        try:
+            return main(args) or 0
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+
+    return quiet_broken_pipe(body)

@@ -6,6 +6,13 @@ Built-in formats (see :mod:`orchestrator.logparse`): ``step 10 ... time 123.4ms`
 ``iter 10: loss 4.2, time 123.45ms``, key=value and JSON lines; ``--pattern`` takes a regex
 with named groups instead. Prints count, mean, median, min, max, standard deviation, p10/p90,
 coefficient of variation, and throughput when tokens or samples per step are logged (or given).
+
+MFU: a trainer that logs its own (nanoGPT's ``mfu 30.00%``) is reported as the
+"trainer-reported mfu (the trainer's own claim; its peak is unknown to us)": nanoGPT assumes an
+A100's bf16 peak of 312 TFLOP/s on any device, and logs -100 % before it has measured (left
+out, and counted). Beside it, with ``--flops-per-device-step-tflop`` (useful FLOPs of one step
+on one device) and ``--peak-tflops-per-device`` (the device's peak at the training precision),
+this tool gives MFU = FLOPs / (median step time x peak), naming the peak.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.logparse import LogParseError, StepRecord, parse_steps
-from orchestrator.tools._cli import ToolError, emit, make_parser, run
+from orchestrator.flops import utilization
+from orchestrator.logparse import LogParseError, StepRecord, parse_steps, reported_mfu
+from orchestrator.tools._cli import ToolError, emit, make_parser, positive_number, run
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
@@ -61,7 +69,18 @@ def summarize(records: Sequence[StepRecord], tokens_per_step: int | None = None,
             out[f"{unit}_per_s_source"] = "given" if given is not None else "logged"
         else:
             out[f"{unit}_per_s"] = None
+    out.update(reported_mfu(records))
     return out
+
+
+def our_mfu(summary: dict[str, Any], flops_tflop: float, peak_tflops: float,
+            peak_kind: str | None) -> dict[str, Any]:
+    """MFU from given useful FLOPs per device-step and a stated peak, at the median step time:
+    the orchestrator's definition (pure)."""
+    t = summary["step_time_median_s"]
+    return {"mfu": utilization(flops_tflop * 1e12, t, peak_tflops), "mfu_step_time_s": t,
+            "flops_per_device_step_tflop": flops_tflop, "mfu_peak_tflops_per_device": peak_tflops,
+            "mfu_peak_kind": peak_kind}
 
 
 def _text(s: dict[str, Any], path: str, skipped: int) -> list[str]:
@@ -78,6 +97,22 @@ def _text(s: dict[str, Any], path: str, skipped: int) -> list[str]:
         if s.get(f"{unit}_per_s") is not None:
             lines.append(f"  {unit}/s {s[f'{unit}_per_s']:,.1f} ({s[f'{unit}_per_s_source']}, "
                          "total over total time)")
+    if "trainer_reported_mfu_label" in s:
+        med = s["trainer_reported_mfu_median"]
+        left = s["trainer_reported_mfu_left_out"]
+        lines.append(f"  {s['trainer_reported_mfu_label']}: "
+                     + ("none usable" if med is None else
+                        f"median {med * 100:.2f}% over {s['trainer_reported_mfu_steps']} steps")
+                     + (f"; {left} negative value(s) left out" if left else ""))
+    if s.get("mfu") is not None:
+        kind = f" ({s['mfu_peak_kind']})" if s.get("mfu_peak_kind") else ""
+        lines.append(f"  MFU {s['mfu'] * 100:.2f}% (ours: {s['flops_per_device_step_tflop']:g} TFLOP "
+                     f"of useful FLOPs per device-step as given, median step "
+                     f"{s['mfu_step_time_s']:.3f} s, relative to a peak of "
+                     f"{s['mfu_peak_tflops_per_device']:g} TFLOP/s per device{kind})")
+    elif "trainer_reported_mfu_label" in s:
+        lines.append("  MFU: not computed; give --flops-per-device-step-tflop and "
+                     "--peak-tflops-per-device for a figure against a stated peak")
     return lines
 
 
@@ -90,6 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "step_time_s | time + unit (ms|s); optional loss, tokens, samples")
     p.add_argument("--tokens-per-step", type=int, help="tokens per step when the log has none")
     p.add_argument("--samples-per-step", type=int, help="samples per step when the log has none")
+    p.add_argument("--flops-per-device-step-tflop", type=str, metavar="F",
+                   help="useful (model) FLOPs of one step on one device, in TFLOP: with "
+                   "--peak-tflops-per-device, MFU at the median step time")
+    p.add_argument("--peak-tflops-per-device", type=str, metavar="P",
+                   help="peak of one device at the training precision, in TFLOP/s (dense)")
+    p.add_argument("--peak-kind", choices=("datasheet", "measured"), default=None,
+                   help="where the peak comes from (stated in the output)")
     return p
 
 
@@ -100,6 +142,15 @@ def main_args(args: argparse.Namespace) -> int:
         v = getattr(args, name)
         if v is not None and v <= 0:
             raise ToolError(f"--{name.replace('_', '-')}", f"must be > 0, got {v}")
+    flops_flag, peak_flag = "--flops-per-device-step-tflop", "--peak-tflops-per-device"
+    flops = peak = None
+    if args.flops_per_device_step_tflop is not None or args.peak_tflops_per_device is not None:
+        for flag, value, other in ((flops_flag, args.flops_per_device_step_tflop, peak_flag),
+                                   (peak_flag, args.peak_tflops_per_device, flops_flag)):
+            if value is None:
+                raise ToolError(flag, f"is required with {other} (MFU needs both)")
+        flops = positive_number(flops_flag, args.flops_per_device_step_tflop)
+        peak = positive_number(peak_flag, args.peak_tflops_per_device)
     try:
         if args.log == "-":
             lines = sys.stdin.read().splitlines()
@@ -116,6 +167,8 @@ def main_args(args: argparse.Namespace) -> int:
     if not kept:
         raise ToolError("--skip-first", f"skips all {len(records)} parsed steps; use a smaller N")
     s = summarize(kept, args.tokens_per_step, args.samples_per_step)
+    if flops is not None and peak is not None:
+        s.update(our_mfu(s, flops, peak, args.peak_kind))
     s["skipped_first"] = args.skip_first
     name = "stdin" if args.log == "-" else os.path.basename(args.log)  # no directories echoed
     s["log"] = name

@@ -75,6 +75,14 @@ class CommandTrainer:
             time_limit_s=limit,
         )
 
+    # the numerator of MFU when the workload declares it (workload.flops_per_step)
+    useful_flops_definition = ("useful FLOPs of one step on one device as declared by "
+                               "workload.flops_per_step (the user's figure; not counted here)")
+
+    def useful_flops_per_step(self) -> float | None:
+        f = self.workload.flops_per_step
+        return None if f is None else float(f)
+
     def parse(self, lines: list[str]) -> list[StepRecord]:
         return parse_steps(lines, self.workload.log.pattern)
 

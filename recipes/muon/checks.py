@@ -6,7 +6,8 @@ from typing import Any, Sequence
 
 from orchestrator.errors import ConfigError
 
-COEFFICIENT_SETS = ("simple", "quintic", "cubic")  # keys of newton_schulz.COEFFICIENT_SETS
+# keys of newton_schulz.COEFFICIENT_SETS (kept here: the pre-flight imports no torch)
+COEFFICIENT_SETS = ("simple", "quintic", "cubic", "polar_express", "cans")
 NS_DTYPES = ("fp32", "bf16")
 SCALE_MODES = ("shape_scaling", "spectral", "unit_rms_norm")
 TP_MODES = ("duplicated", "distributed", "auto")

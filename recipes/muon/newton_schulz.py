@@ -16,7 +16,9 @@ import torch.distributed as dist
 
 Coeffs = tuple[float, float, float]
 
-# (a, b, c) per step: X <- a X + b (X X^T) X + c (X X^T)^2 X; every set cycles
+# (a, b, c) per step: X <- a X + b (X X^T) X + c (X X^T)^2 X. A "cycle" set repeats from its
+# first tuple; a "repeat_last" set is a per-iteration schedule whose last tuple is the one to keep
+# applying (going back to its first, most aggressive tuple would undo the convergence).
 COEFFICIENT_SETS: dict[str, list[Coeffs]] = {
     # Keller Jordan's original quintic
     "simple": [(3.4445, -4.7750, 2.0315)],
@@ -31,20 +33,58 @@ COEFFICIENT_SETS: dict[str, list[Coeffs]] = {
     # the classic cubic Newton-Schulz step X <- 1.5 X - 0.5 X X^T X (converges to the polar
     # factor for singular values in (0, sqrt(3)); no A @ A product)
     "cubic": [(1.5, -0.5, 0.0)],
+    # Polar Express (Amsel, Persson, Musco, Gower 2025, arXiv:2505.16932): the minimax quintic
+    # per iteration. Values as NVIDIA-NeMo/Emerging-Optimizers ships them
+    # (emerging_optimizers/orthogonalized_optimizers/muon_utils.py, commit fd77292): the paper's
+    # optimal_composition(l=1e-3, num_iters=8, safety_factor_eps=1e-2, cushion=0.02) as listed in
+    # NoahAmsel/PolarExpress polar_express/basic.py, with the safety factor 1.01 folded in
+    # (a / 1.01, b / 1.01^3, c / 1.01^5, all but the last), to 4 decimals (the first a is
+    # Emerging-Optimizers' 8.2051; 8.28721.../1.01 = 8.20516: kept as the peer has it).
+    "polar_express": [
+        (8.2051, -22.9019, 16.4607),
+        (4.0664, -2.8612, 0.5184),
+        (3.9096, -2.8234, 0.5250),
+        (3.2856, -2.4153, 0.4853),
+        (2.2779, -1.6198, 0.3985),
+        (1.8726, -1.2307, 0.3585),
+        (1.8564, -1.2132, 0.3568),
+        (1.8750, -1.2500, 0.3750),
+    ],
+    # CANS (Grishina et al. 2025, "Accelerating Newton-Schulz Iteration for Orthogonalization via
+    # Chebyshev-type Polynomials", arXiv:2506.10935): Remez + adaptive-interval quintics. Values as
+    # NVIDIA-NeMo/Emerging-Optimizers ships them (muon_utils.py, commit fd77292), generated with
+    # the paper's GrishKate/accelerating_orthogonalization polynomials.py.
+    "cans": [
+        (8.4703, -25.1081, 18.6293),
+        (4.1828, -3.1087, 0.5806),
+        (3.9619, -2.9541, 0.5630),
+        (3.2866, -2.4647, 0.5074),
+        (2.2737, -1.6447, 0.4162),
+    ],
 }
+# per-iteration schedules: past their end the last tuple repeats (as in Emerging-Optimizers)
+REPEAT_LAST = frozenset({"polar_express", "cans"})
 
 SCALE_MODES = ("shape_scaling", "spectral", "unit_rms_norm")
 TP_MODES = ("duplicated", "distributed")
 NS_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# Frobenius normalisation floor, Emerging-Optimizers' default. It only guards the zero matrix: a
+# larger floor (1e-7 before) shrinks inputs whose norm is below it, so NS starts from singular
+# values far below 1 and ends elsewhere (at norm 1.8e-8: largest singular value 1.124, not 1.032).
+# Below ~1e-19 per entry the fp32 squares underflow and the input counts as zero.
+DEFAULT_EPS = 1e-15
 
 
 def coefficients(name: str, steps: int) -> list[Coeffs]:
-    """Exactly ``steps`` tuples of the named set, cycling through it."""
+    """Exactly ``steps`` tuples of the named set: cycling through it, or for a per-iteration
+    schedule (:data:`REPEAT_LAST`) repeating its last tuple once it is used up."""
     if name not in COEFFICIENT_SETS:
         raise ValueError(f"unknown coefficient set {name!r}; choose one of {sorted(COEFFICIENT_SETS)}")
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     sets = COEFFICIENT_SETS[name]
+    if name in REPEAT_LAST:
+        return [sets[min(i, len(sets) - 1)] for i in range(steps)]
     return [sets[i % len(sets)] for i in range(steps)]
 
 
@@ -71,7 +111,7 @@ def newton_schulz(
     steps: int,
     coefficient_set: str = "quintic",
     *,
-    eps: float = 1e-7,
+    eps: float = DEFAULT_EPS,
     transpose: Optional[bool] = None,
     group: Optional[dist.ProcessGroup] = None,
     compute_dtype: torch.dtype = torch.float32,
@@ -118,7 +158,7 @@ def newton_schulz_tp(
     group: Optional[dist.ProcessGroup] = None,
     partition_dim: Optional[int] = None,
     mode: str = "duplicated",
-    eps: float = 1e-7,
+    eps: float = DEFAULT_EPS,
     compute_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """Newton-Schulz of a matrix sharded over ``group`` along ``partition_dim``; returns this

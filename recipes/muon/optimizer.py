@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from recipes.muon.cost import Choice, ModeResolver
-from recipes.muon.newton_schulz import NS_DTYPES, newton_schulz_tp, scale_factor
+from recipes.muon.newton_schulz import DEFAULT_EPS, NS_DTYPES, newton_schulz_tp, scale_factor
 
 PARTITION_ATTR = "tp_partition_dim"
 TP_MODES = ("duplicated", "distributed", "auto")
@@ -41,7 +41,7 @@ class MuonSettings:
     weight_decay: float = 0.0
     ns_steps: int = 5
     coefficients: str = "quintic"
-    eps: float = 1e-7
+    eps: float = DEFAULT_EPS
     ns_dtype: str = "fp32"
     scale_mode: str = "spectral"
     extra_scale_factor: float = 0.2
