@@ -8,8 +8,8 @@ the trials spent per campaign and per decisive verdict.
 
 A planted speedup s is made by giving the variant (1/s - 1) extra work (rounded to whole work
 units; the fraction actually planted is printed). Correct: retain for s > 1, reject for s < 1,
-inconclusive for A/A. Wrong direction: retain for s < 1 or reject for s > 1 (or any decisive
-verdict for A/A, counted separately).
+equivalent for A/A (and, inside the +-min_effect band, for any planted effect). Wrong
+direction: retain for s < 1 or reject for s > 1; a retain or reject of A/A is a false decision.
 
     python bench/planted_effects.py                       # inline launcher (trials in-process)
     python bench/planted_effects.py --launcher local      # each trial a fresh process
@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.campaign import run_campaign
 from orchestrator.cli import compose
+from orchestrator.simulate import correct
 
 
 def planted_fraction(effect_pct: float) -> float:
@@ -65,33 +66,30 @@ def run_one(effect_pct: float, protocol: str, launcher: str, run_dir: Path, seed
             "rounds": c.paired_rounds}
 
 
-def outcome(effect_pct: float, verdict: str) -> str:
-    if verdict not in ("retain", "reject"):
-        return "correct" if effect_pct == 0 and verdict == "inconclusive" else "undecided"
-    if effect_pct == 0:
-        return "false-decision"
-    good = "retain" if effect_pct > 0 else "reject"
-    return "correct" if verdict == good else "wrong-direction"
+def outcome(effect_pct: float, verdict: str, min_effect: float = 0.02) -> str:
+    """correct | wrong-direction | false-decision | undecided (orchestrator.simulate.correct)."""
+    return correct(1 + effect_pct / 100 if effect_pct else 1.0, verdict, min_effect)
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
     groups: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[(r["protocol"], r["effect_pct"])].append(r)
-    out = [("| protocol | planted speedup | campaigns | retain | reject | inconclusive | invalid "
-            "| correct | wrong direction | trials/campaign | trials/decisive verdict |"),
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [("| protocol | planted speedup | campaigns | retain | reject | equivalent | inconclusive "
+            "| invalid | correct | wrong direction | false decision | trials/campaign "
+            "| trials/decision |"),
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (proto, eff), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], abs(kv[0][1]), kv[0][1])):
         n = Counter(r["verdict"] for r in rs)
         o = Counter(outcome(eff, r["verdict"]) for r in rs)
         trials = sum(r["trials"] for r in rs)
-        decisive = n["retain"] + n["reject"]
-        wrong = o["wrong-direction"] + o["false-decision"]
+        decided = n["retain"] + n["reject"] + n["equivalent"]
         label = "A/A" if eff == 0 else f"{eff:+g}%"
         out.append(
             f"| {proto} | {label} | {len(rs)} | {n['retain']} | {n['reject']} | "
-            f"{n['inconclusive']} | {n['invalid']} | {o['correct']}/{len(rs)} | {wrong} | "
-            f"{trials / len(rs):.1f} | {f'{trials / decisive:.1f}' if decisive else '—'} |")
+            f"{n['equivalent']} | {n['inconclusive']} | {n['invalid']} | "
+            f"{o['correct']}/{len(rs)} | {o['wrong-direction']} | {o['false-decision']} | "
+            f"{trials / len(rs):.1f} | {f'{trials / decided:.1f}' if decided else '—'} |")
     for proto in sorted({r["protocol"] for r in rows}):
         rs = [r for r in rows if r["protocol"] == proto]
         acc = sum(outcome(r["effect_pct"], r["verdict"]) == "correct" for r in rs)

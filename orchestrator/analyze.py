@@ -1,21 +1,24 @@
 """From trial records to per-bucket and mixture comparisons (pure over DataFrames).
 
 Per bucket and arm: a summary (median and MAD of step time, spread of trial medians, warm-up
-and stability warnings). Per bucket and variant: the speedup over the baseline with its paired
-bootstrap interval, a Mann-Whitney U rank test as a second opinion, and the noise floor measured
-by the A/A control arm (the baseline run twice per round). With several buckets, the same for
-the weighted mixture (total work over total time).
+and stability warnings). Per bucket and variant: the speedup over the baseline from the block
+fit of log trial medians over rounds (orchestrator.paired: rounds are blocks, the residual
+variance pooled over every arm, the A/A control included, one contaminated trial left out),
+a Mann-Whitney U rank test shown as a second opinion, and the A/A control's own effect. With
+several buckets, the same for the weighted mixture (total work over total time), which is the
+objective a verdict decides on (orchestrator.decide).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from orchestrator import stats
+from orchestrator import paired, stats
 from orchestrator.config import ProtocolConfig
 from orchestrator.sweep import Arm
 
@@ -54,6 +57,7 @@ class Comparison:
     rank: stats.RankTest | None = None  # Mann-Whitney U over the paired rounds' steps
     # the effect the A/A control shows in this bucket, |A/A speedup - 1| (0.012 = 1.2 %); None without A/A
     noise_floor: float | None = None
+    effect: paired.Effect | None = None  # the block fit's estimate (orchestrator.paired)
 
 
 @dataclass
@@ -68,6 +72,9 @@ class Analysis:
     # speedups, intervals and the noise floor use host-speed-normalised step times
     # (orchestrator.reference); trial medians in summaries stay raw
     speed_normalised: bool = False
+    alpha_look: float = 0.05  # the error rate this look spends (orchestrator.paired.alpha_spent)
+    looks: int = 1  # planned looks (initial rounds, then each adaptive extension)
+    fits: dict[str, Any] = field(default_factory=dict)  # bucket or "mixture" -> BlockFit
 
 
 def _timed(trials: pd.DataFrame) -> pd.DataFrame:
@@ -141,35 +148,38 @@ def paired_rounds(
     return [by_trial[str(b[r])] for r in rounds], [by_trial[str(v[r])] for r in rounds]
 
 
-def _compare(
-    arm_id: str,
-    pairs: dict[str, tuple[list[list[float]], list[list[float]]]],
-    weights: dict[str, float],
-    protocol: ProtocolConfig,
-) -> dict[str, Comparison]:
-    """Per-bucket comparisons and, with several buckets, the mixture (paired rounds only)."""
-    out: dict[str, Comparison] = {}
-    boot: dict[str, Any] = {"confidence": protocol.confidence,
-                            "resamples": protocol.bootstrap_resamples, "seed": protocol.seed}
-    for bucket, (pb, pv) in pairs.items():
-        if len(pb) >= 2:
-            est = stats.bootstrap_speedup([pb], [pv], **boot)
-            rank = stats.mann_whitney_u([x for t in pb for x in t], [x for t in pv for x in t])
-            out[bucket] = Comparison(arm_id, bucket, est, len(pb), rank=rank)
-        else:
-            note = f"{len(pb)} paired round(s); an interval needs at least 2"
-            out[bucket] = Comparison(arm_id, bucket, None, len(pb), note)
-    if len(pairs) > 1:
-        if all(c.estimate for c in out.values()):
-            rounds = min(len(pb) for pb, _ in pairs.values())
-            # pair rounds by position across buckets: the first `rounds` of each
-            mb = [pb[:rounds] for pb, _ in pairs.values()]
-            mv = [pv[:rounds] for _, pv in pairs.values()]
-            est = stats.bootstrap_speedup(mb, mv, weights=[weights[b] for b in pairs], **boot)
-            out[MIXTURE] = Comparison(arm_id, MIXTURE, est, rounds)
-        else:
-            out[MIXTURE] = Comparison(arm_id, MIXTURE, None, 0, "not every bucket has paired rounds")
+def trial_medians(trials: pd.DataFrame, by_trial: dict[str, list[float]], bucket: str,
+                  arm_ids: Sequence[str]) -> dict[tuple[int, str], float]:
+    """(round, arm) -> median of the trial's measured (normalised, when the reference is on)
+    step times, for the ok timed trials of a bucket."""
+    if trials.empty:
+        return {}
+    ok = trials[(trials["status"] == "ok") & (trials["bucket"] == bucket)
+                & trials["arm_id"].isin(list(arm_ids))]
+    out = {}
+    for _, row in ok.iterrows():
+        steps = by_trial.get(str(row["trial_id"]))
+        if steps:
+            out[(int(row["round"]), str(row["arm_id"]))] = stats.median(steps)
     return out
+
+
+def _comparison(fit: paired.BlockFit | None, arm_id: str, key: str, alpha: float,
+                rank: stats.RankTest | None = None) -> Comparison:
+    eff = fit.effects.get(arm_id) if fit is not None else None
+    if eff is None:
+        return Comparison(arm_id, key, None, 0, "no paired round with the baseline")
+    if eff.se is None:
+        return Comparison(arm_id, key, None, eff.rounds,
+                          f"{eff.rounds} paired round(s); an interval needs at least 2", rank=rank,
+                          effect=eff)
+    low, high = eff.interval(alpha)
+    est = stats.SpeedupEstimate(eff.speedup, low, high, 1 - alpha, eff.rounds,
+                                eff.se * math.sqrt(max(eff.rounds, 1) / 2))
+    dropped = [f"r{r} {a}" for r, a in fit.dropped] if fit is not None else []
+    note = (f"left out as contaminated (studentized residual beyond its Bonferroni limit): "
+            f"{', '.join(dropped)}") if dropped else ""
+    return Comparison(arm_id, key, est, eff.rounds, note, rank=rank, effect=eff)
 
 
 def analyze(
@@ -181,9 +191,20 @@ def analyze(
     protocol: ProtocolConfig,
     control: Arm | None = None,
 ) -> Analysis:
-    """``arms``: baseline first, then the variants; ``control``: the A/A arm, if one ran."""
+    """``arms``: baseline first, then the variants; ``control``: the A/A arm, if one ran.
+
+    Per bucket, one block fit over every arm (orchestrator.paired); with several buckets, one
+    more over the weighted mixture. Intervals are at the per-look level
+    (orchestrator.paired.alpha_spent: this look's share of the error rate over the protocol's
+    planned looks)."""
     trials = _timed(trials)
     out = Analysis(list(buckets), list(arms), bucket_weights=dict(bucket_weights), control=control)
+    plan = paired.looks(protocol.repeats, max(protocol.max_rounds, protocol.repeats),
+                        protocol.adaptive_step_rounds)
+    rounds_done = int(trials["round"].max()) + 1 if not trials.empty else protocol.repeats
+    out.alpha_look = paired.alpha_spent(1 - protocol.confidence, plan, rounds_done,
+                                        protocol.alpha_spending)
+    out.looks = len(plan)
     by_trial = step_times_by_trial(steps)
     refs = reference_times_by_trial(steps) if protocol.speed_reference != "off" else {}
     if refs:
@@ -193,6 +214,7 @@ def analyze(
         out.speed_normalised = True
     base = arms[0]
     everyone = list(arms) + ([control] if control else [])
+    ids = [a.arm_id for a in everyone]
     for bucket in buckets:
         for arm in everyone:
             rows = trials[(trials["bucket"] == bucket) & (trials["arm_id"] == arm.arm_id)] if (
@@ -200,20 +222,40 @@ def analyze(
             ) else trials
             out.summaries[(bucket, arm.arm_id)] = summarize_arm(
                 rows, by_trial, arm, bucket, protocol.warn_cv)
-    floors: dict[str, float | None] = {}
-    if control is not None:
-        pairs = {b: paired_rounds(trials, by_trial, b, base.arm_id, control.arm_id)
-                 for b in buckets}
-        out.noise = _compare(control.arm_id, pairs, bucket_weights, protocol)
-        floors = {k: stats.noise_floor(c.estimate) for k, c in out.noise.items()}
-        for k, c in out.noise.items():
-            c.noise_floor = floors[k]
-    for arm in arms[1:]:
-        pairs = {b: paired_rounds(trials, by_trial, b, base.arm_id, arm.arm_id) for b in buckets}
-        for key, c in _compare(arm.arm_id, pairs, bucket_weights, protocol).items():
-            c.noise_floor = floors.get(key)
-            out.comparisons[(key, arm.arm_id)] = c
+    medians = {b: trial_medians(trials, by_trial, b, ids) for b in buckets}
+    fits: dict[str, paired.BlockFit | None] = {}
+    for b in buckets:
+        fits[b] = _fit(paired.trial_cells(medians[b]), base.arm_id)
+    if len(buckets) > 1:
+        mix = paired.mixture_cells(medians, bucket_weights)
+        fits[MIXTURE] = _fit(mix, base.arm_id)
+    out.fits = fits
+    a = out.alpha_look
+    for key, fit in fits.items():
+        for arm in everyone[1:]:
+            rank = None
+            if key != MIXTURE:
+                pb, pv = paired_rounds(trials, by_trial, key, base.arm_id, arm.arm_id)
+                if pb:
+                    rank = stats.mann_whitney_u([x for t in pb for x in t],
+                                                [x for t in pv for x in t])
+            c = _comparison(fit, arm.arm_id, key, a, rank)
+            if control is not None and arm.arm_id == control.arm_id:
+                c.noise_floor = stats.noise_floor(c.estimate)
+                out.noise[key] = c
+            else:
+                out.comparisons[(key, arm.arm_id)] = c
+    for key, c in out.noise.items():
+        for arm in arms[1:]:
+            if (key, arm.arm_id) in out.comparisons:
+                out.comparisons[(key, arm.arm_id)].noise_floor = c.noise_floor
     return out
+
+
+def _fit(cells: dict[tuple[int, str], float], baseline: str) -> paired.BlockFit | None:
+    if not any(a == baseline for _, a in cells) or len({a for _, a in cells}) < 2:
+        return None
+    return paired.fit_blocks(cells, baseline)
 
 
 def comparison_rows(analysis: Analysis) -> list[dict[str, Any]]:

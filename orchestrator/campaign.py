@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import provenance, stats
+from orchestrator import paired, provenance, stats
 from orchestrator.analyze import Analysis, analyze, comparison_rows
 from orchestrator.config import Config, SCHEMA_VERSION, to_dict
-from orchestrator.decide import Verdict, decide
+from orchestrator.decide import Rule, Verdict, aa_calibration, decide
 from orchestrator.launch import make_launcher
 from orchestrator.launch.base import INFRA_STATUS, Launcher
 from orchestrator.levers import lever_sections, loss_trajectory_gates
@@ -78,8 +78,9 @@ def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[Planne
                 workload=apply_overrides(workload, arm.overrides),
                 device=cfg.device,
                 warmup_steps=cfg.protocol.warmup_steps,
-                measured_steps=cfg.protocol.measured_steps,
-                measured_min_s=cfg.protocol.measured_min_s,
+                # the planner's trial length for adaptive rounds, else the protocol's
+                measured_steps=p.measured_steps or cfg.protocol.measured_steps,
+                measured_min_s=0.0 if p.measured_steps else cfg.protocol.measured_min_s,
                 env=dict(arm.env),
                 hardware=to_dict(cfg.hardware),
                 timeout_s=cfg.protocol.trial_timeout_s,
@@ -118,18 +119,9 @@ def with_control(cfg: Config, arms: list[Arm]) -> list[Arm]:
     return [arms[0], control_arm(arms[0]), *arms[1:]]
 
 
-def _progress(analysis: Analysis, verdicts: list[Verdict], min_effect: float) -> list[ArmProgress]:
-    from orchestrator.decide import threshold
-
-    out = []
-    for v in verdicts:
-        intervals = tuple(
-            (c.estimate.speedup, c.estimate.low, c.estimate.high, threshold(c, min_effect))
-            for (key, arm_id), c in analysis.comparisons.items()
-            if arm_id == v.arm_id and c.estimate is not None
-        )
-        out.append(ArmProgress(v.arm_id, v.verdict, v.timing_based, intervals, v.rounds_to_resolve))
-    return out
+def _progress(verdicts: list[Verdict]) -> list[ArmProgress]:
+    return [ArmProgress(v.arm_id, v.verdict, v.timing_based, v.rounds_to_resolve)
+            for v in verdicts]
 
 
 def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
@@ -141,6 +133,8 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     arms = expand_arms(cfg)
     launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
     launcher.recover()  # a resume: trials of a killed earlier invocation stop before replanning
+    if cfg.launcher.name != "slurm":  # Slurm: the trials run on other machines
+        check_quiet(cfg, run_dir)
     # refuses a resume on a different environment before anything is written
     session = provenance.start(cfg, run_dir, arms, list(completed_trials(run_dir).values()),
                                overrides)
@@ -190,24 +184,63 @@ def _run_rounds(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
         _run_missing(cfg, run_dir, running, planned, launcher, session, progress)
         if rounds_done >= max_rounds:
             break
-        analysis, verdicts = _analyze_decide(cfg, run_dir, arms)
+        analysis, verdicts = _analyze_decide(cfg, run_dir, arms, final=False)
+        calibration = aa_calibration(analysis)
         reasons = {
-            pr.arm_id: r for pr in _progress(analysis, verdicts, p.min_effect)
-            if (r := more_rounds_reason(pr, rounds_done, max_rounds, p.adaptive_gain_below,
-                                        stats.rounds_for_median_interval(p.confidence)))
+            pr.arm_id: r for pr in _progress(verdicts)
+            if (r := more_rounds_reason(pr, rounds_done, max_rounds, calibration))
         }
         if not reasons:
             break
         rounds = next_rounds(rounds_done, max_rounds, p.adaptive_step_rounds)
         keep = [a.arm_id for a in running if a.is_baseline or a.arm_id in reasons
                 or (p.aa_arm and a.arm_id == running[1].arm_id)]
+        steps, planner = trial_length(cfg, run_dir, analysis) if p.plan_trial_length else ({}, {})
         planned += plan_rounds(keep, bucket_names, rounds,
                                reverse_every_other_round=p.reverse_every_other_round,
-                               start_position=len(planned))
+                               start_position=len(planned), steps=steps)
         adaptive_log.append({"after_rounds": rounds_done, "added_rounds": rounds,
-                             "arms": keep, "reasons": reasons})
+                             "arms": keep, "reasons": reasons, "planner": planner})
         log.info("adaptive: adding rounds %s for %s", rounds, ", ".join(sorted(reasons)))
         rounds_done = rounds[-1] + 1
+
+
+def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
+        dict[str, int], dict[str, Any]]:
+    """Measured steps per trial for the next rounds, per bucket, from the variance components
+    of the rounds so far (orchestrator.paired.optimal_steps), and the planner's record for
+    plan.json: the components, the measured fixed cost and step time, the choice and why."""
+    from orchestrator.analyze import reference_times_by_trial, step_times_by_trial
+    from orchestrator.trial import MAX_MEASURED_STEPS
+
+    trials_df, steps_df = load_trials(run_dir)
+    by_trial = step_times_by_trial(steps_df)
+    if analysis.speed_normalised:
+        from orchestrator.reference import normalise
+
+        by_trial = normalise(by_trial, reference_times_by_trial(steps_df))
+    ok = trials_df[(trials_df["status"] == "ok") & (trials_df.get("kind", "timed") == "timed")]
+    steps: dict[str, int] = {}
+    doc: dict[str, Any] = {}
+    for bucket in analysis.buckets:
+        fit = analysis.fits.get(bucket)
+        rows = ok[ok["bucket"] == bucket]
+        series = [by_trial.get(str(t), []) for t in rows["trial_id"]]
+        if fit is None or fit.resid_sd is None or rows.empty or not any(len(x) > 1 for x in series):
+            doc[bucket] = {"choice": None, "why": "no residual variance yet"}
+            continue
+        measured = [sum(x) for x in series]
+        wall = (rows["finished_at"] - rows["started_at"]).astype(float).tolist()
+        start = rows.get("startup_to_first_step_s")
+        starts = [float(v) if v == v and v is not None else 0.0
+                  for v in (start.tolist() if start is not None else [0.0] * len(wall))]
+        fixed = stats.median([w + s0 - m for w, s0, m in zip(wall, starts, measured)])
+        comp = paired.variance_components(fit.resid_sd, series, max(fixed, 0.0))
+        n, why = paired.optimal_steps(comp, cfg.protocol.measured_steps, MAX_MEASURED_STEPS)
+        steps[bucket] = n
+        doc[bucket] = {"choice": n, "why": why, **comp.__dict__}
+        log.info("planner: %s: %d measured steps per trial (%s)", bucket, n, why)
+    return steps, doc
 
 
 def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
@@ -262,34 +295,43 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
         session.sanitize_trial(Path(spec.trial_dir))  # stderr tails sanitized as recorded
         progress.on_done(spec, session.sanitizer.data(record))
 
-    infra: list[TrialSpec] = []
+    retry: list[TrialSpec] = []
+    attempts: dict[str, int] = {}
+    p = cfg.protocol
+
+    def needs_rerun(spec: TrialSpec, record: dict[str, Any]) -> bool:
+        n = attempts.get(spec.trial_id, 0)
+        if record.get("status") == INFRA_STATUS:
+            return n < p.infra_retries
+        return interfered(record, p.interference_cores) and n < p.interference_retries
 
     def on_done_retrying(spec: TrialSpec, record: dict[str, Any]) -> None:
-        if record.get("status") == INFRA_STATUS:
-            infra.append(spec)
+        if needs_rerun(spec, record):
+            retry.append(spec)
         on_done(spec, record)
 
     try:
         with sigterm_as_interrupt():
-            launcher.run(specs, on_done_retrying, cfg.protocol.trial_timeout_s,
-                         on_start=progress.on_start)
-            # a harness failure (ranks out of step, a lost peer) says nothing of the variant:
-            # the trial runs again, its earlier attempts kept beside the new record
-            for attempt in range(1, cfg.protocol.infra_retries + 1):
-                again, infra[:] = list(infra), []
-                if not again:
-                    break
-                earlier = {s.trial_id: _keep_attempt(Path(s.trial_dir), attempt) for s in again}
-                log.warning("re-running %d trial(s) that failed in the harness: %s",
-                            len(again), ", ".join(s.trial_id for s in again))
+            launcher.run(specs, on_done_retrying, p.trial_timeout_s, on_start=progress.on_start)
+            # a harness failure (ranks out of step, a lost peer) says nothing of the variant,
+            # and a trial measured while other processes took the CPU is not pooled: each runs
+            # again after the others of this pass, its earlier attempts kept beside it
+            while retry:
+                again, retry[:] = list(retry), []
+                earlier = {}
+                for s in again:
+                    attempts[s.trial_id] = attempts.get(s.trial_id, 0) + 1
+                    earlier[s.trial_id] = _keep_attempt(Path(s.trial_dir), attempts[s.trial_id])
+                log.warning("re-running %d trial(s) (%s): %s", len(again),
+                            "; ".join(sorted({str(e[-1].get("why")) for e in earlier.values()})),
+                            ", ".join(s.trial_id for s in again))
                 progress.plan(progress.total + len(again), progress.done)
 
                 def on_retry_done(spec: TrialSpec, record: dict[str, Any]) -> None:
                     record = _with_attempts(Path(spec.trial_dir), record, earlier[spec.trial_id])
                     on_done_retrying(spec, record)
 
-                launcher.run(again, on_retry_done, cfg.protocol.trial_timeout_s,
-                             on_start=progress.on_start)
+                launcher.run(again, on_retry_done, p.trial_timeout_s, on_start=progress.on_start)
     except BaseException:  # interrupted: what is on disk stays, sanitized
         session.seal(run_dir)
         raise
@@ -298,31 +340,92 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
             progress.close()
 
 
-def rerun_section(records: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
-    """decisions.md: the trials re-run after a harness failure, and why (none: no section)."""
+def check_quiet(cfg: Config, run_dir: Path) -> None:
+    """Sample the machine's load before any trial: other processes busy on the CPU or the GPUs
+    are a warning, or with protocol.require_quiet a refusal (exit 2). Kept in
+    machine_load.json for decisions.md."""
+    from orchestrator.errors import ConfigError
+    from orchestrator.interference import machine_load
+
+    ml = machine_load(0.5)
+    problems = ml.problems(cfg.protocol.interference_cores)
+    atomic_write_json(run_dir / "machine_load.json", {**ml.__dict__, "problems": problems})
+    if not problems:
+        return
+    what = "; ".join(problems)
+    if cfg.protocol.require_quiet:
+        raise ConfigError("protocol.require_quiet", f"the machine is busy ({what}): wait until "
+                          "it is quiet, or run with protocol.require_quiet=false (trials "
+                          "measured under interference are then re-run)")
+    log.warning("the machine is busy before the campaign (%s): timings will be noisier; "
+                "trials measured under interference are re-run", what)
+
+
+def interfered(record: dict[str, Any], cores: float) -> bool:
+    """A timed trial during whose measured steps other processes took more than ``cores``."""
+    got = (record.get("interference") or {}).get("others_cores")
+    return record.get("status") == "ok" and got is not None and got > cores
+
+
+def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
+                  machine: dict[str, Any] | None = None) -> list[tuple[str, list[str]]]:
+    """decisions.md: the trials re-run after a harness failure or under interference, and
+    why; the trials still under interference after their last attempt (none: no section)."""
     rows = [r for r in records if isinstance(r.get("earlier_attempts"), list)
             and r["earlier_attempts"]]
-    if not rows:
-        return []
-    lines = [f"{len(rows)} trial(s) failed in the harness (ranks out of step, a lost peer: not "
-             "on the variant's account) and were re-run (protocol.infra_retries); a trial "
-             "still failing so makes its variant's verdict invalid, never reject.", ""]
+    still = [r for r in records if interfered(r, cores)]
+    shares = [c for r in records if (c := (r.get("interference") or {}).get("others_cores"))
+              is not None]
+    load = [f"other processes' CPU during the measured steps: median {stats.median(shares):.2f}"
+            f", max {max(shares):.2f} cores over {len(shares)} trials"] if shares else []
+    if machine is not None:
+        load.insert(0, "before the campaign: " + (
+            "; ".join(machine.get("problems") or []) or
+            f"quiet (other processes {machine.get('others_cores') or 0:.2f} cores, load "
+            f"average {machine.get('load_average', 0):.2f} on {machine.get('cores')} cores)"))
+    if not rows and not still:
+        return [("Interference", [f"- {x}" for x in load])] if load else []
+    infra = sum(1 for r in rows if any(a.get("status") == INFRA_STATUS
+                                       for a in r["earlier_attempts"]))
+    lines = [f"{len(rows)} trial(s) re-run: {infra} after a harness failure (ranks out of step, "
+             "a lost peer: not on the variant's account; protocol.infra_retries; still failing "
+             "so makes the verdict invalid, never reject), "
+             f"{len(rows) - infra} measured while other processes took more than {cores:g} "
+             "cores (protocol.interference_cores; the earlier attempt is not pooled).", ""]
     for r in sorted(rows, key=lambda r: str(r["trial_id"])):
-        why = "; ".join(sorted({str(a.get("infra_reason") or a.get("status"))
-                                for a in r["earlier_attempts"]}))
+        why = "; ".join(sorted({str(a.get("why")) for a in r["earlier_attempts"]}))
         lines.append(f"- `{r['trial_id']}` ({r.get('arm_label')}, {r.get('bucket')}): "
                      f"{len(r['earlier_attempts'])} earlier attempt(s) ({why}); now "
                      f"**{r.get('status')}**")
-    return [("Trials re-run after a harness failure", lines)]
+    for r in sorted(still, key=lambda r: str(r["trial_id"])):
+        lines.append(f"- `{r['trial_id']}` ({r.get('arm_label')}, {r.get('bucket')}): still "
+                     f"under interference ({r['interference']['others_cores']:.2f} cores) "
+                     "after its last attempt: pooled; quiet the machine")
+    return [("Interference", [f"- {x}" for x in load]),
+            ("Trials re-run (harness failures, interference)", lines)]
+
+
+def _read_optional(path: Path) -> dict[str, Any] | None:
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _keep_attempt(tdir: Path, attempt: int) -> list[dict[str, Any]]:
-    """Before a re-run: the failed attempt's record moves aside (``attempt<N>.json``, never
-    read as a trial); returns the summaries of every earlier attempt."""
+    """Before a re-run: the earlier attempt's record moves aside (``attempt<N>.json``, never
+    read as a trial); returns the summaries of every earlier attempt, each with why."""
     rec = read_json(tdir / "trial.json")
     (tdir / "trial.json").replace(tdir / f"attempt{attempt}.json")
     prior = list(rec.get("earlier_attempts") or [])
-    return prior + [{k: rec.get(k) for k in ("status", "raw_status", "infra_reason", "error")}]
+    cores = (rec.get("interference") or {}).get("others_cores")
+    why = (rec.get("infra_reason") if rec.get("status") == INFRA_STATUS else
+           f"interference: other processes took {cores:.2f} cores" if cores is not None else
+           rec.get("status"))
+    return prior + [{"status": rec.get("status"), "raw_status": rec.get("raw_status"),
+                     "infra_reason": rec.get("infra_reason"), "error": rec.get("error"),
+                     "others_cores": cores, "why": why}]
 
 
 def _with_attempts(tdir: Path, record: dict[str, Any],
@@ -332,7 +435,14 @@ def _with_attempts(tdir: Path, record: dict[str, Any],
     return record
 
 
-def _analyze_decide(cfg: Config, run_dir: Path, arms: list[Arm]) -> tuple[Analysis, list[Verdict]]:
+def rule_for(cfg: Config, final: bool = True) -> Rule:
+    p = cfg.protocol
+    return Rule(min_effect=p.min_effect, ni_margin=p.ni_margin,
+                max_rounds=max(p.max_rounds, p.repeats), final=final)
+
+
+def _analyze_decide(cfg: Config, run_dir: Path, arms: list[Arm],
+                    final: bool = True) -> tuple[Analysis, list[Verdict]]:
     buckets = selected_buckets(cfg)
     trials_df, steps_df = load_trials(run_dir)
     weights = {b["name"]: float(b["weight"]) for b in buckets}
@@ -341,7 +451,7 @@ def _analyze_decide(cfg: Config, run_dir: Path, arms: list[Arm]) -> tuple[Analys
     analysis = analyze(trials_df, steps_df, arms, [b["name"] for b in buckets], weights,
                        cfg.protocol, control=control)
     gates = loss_trajectory_gates(cfg, trials_df, steps_df, arms)
-    return analysis, decide(analysis, cfg.protocol.min_effect, gates)
+    return analysis, decide(analysis, rule_for(cfg, final), gates)
 
 
 def speedup_table(analysis: Analysis, arm_id: str) -> dict[str, Any]:
@@ -401,7 +511,7 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
     gates = load_gates(run_dir, arms, cfg.protocol.correctness.mode)
     for arm_id, extra in loss_trajectory_gates(cfg, trials_df, steps_df, arms).items():
         gates[arm_id] = gates.get(arm_id, []) + extra
-    verdicts = decide(analysis, cfg.protocol.min_effect, gates)
+    verdicts = decide(analysis, rule_for(cfg), gates)
     records = trials_df.to_dict("records") if not trials_df.empty else []
     peaks, util = campaign_utilization(records, analysis)
     write_csv(run_dir / "results.csv", add_utilization_columns(comparison_rows(analysis), peaks, util))
@@ -452,7 +562,8 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
                         provenance_section,
                         *report_sections(cfg.workload.kind, records),
                         *profiles_section(cfg, run_dir, arms, analysis, records),
-                        *rerun_section(records)],
+                        *rerun_section(records, cfg.protocol.interference_cores,
+                                       _read_optional(run_dir / "machine_load.json"))],
     )
     atomic_write_text(run_dir / "decisions.md", md)
     _render_summary(run_dir)

@@ -295,23 +295,46 @@ class ProtocolConfig:
     # cache per trial, so compile_time_s is a first run's cost; warm = the machine's own caches
     compile_cache: str = "cold"  # cold | warm
     repeats: int = 3  # initial rounds; each round runs every arm once, in a fresh process
-    # adaptive rounds: while a variant is undecided (or decided on a gain under
-    # adaptive_gain_below) add adaptive_step_rounds rounds, up to max_rounds in all
+    # adaptive rounds: while a variant is inconclusive and a decision on the objective (the
+    # mixture) is within reach, add adaptive_step_rounds rounds, up to max_rounds in all; a
+    # decided variant drops out. Each look (the first rounds, then each extension) spends
+    # (1 - confidence) / looks of the error rate (orchestrator.paired)
     max_rounds: int = 3  # >= repeats; == repeats: a fixed protocol of `repeats` rounds
     adaptive_step_rounds: int = 2
-    adaptive_gain_below: float = 0.03  # 0.03 = 3 %
-    aa_arm: bool = False  # run the baseline twice per round (A/A) to measure the noise floor
+    # adaptive rounds run the trial length the variance components of the rounds so far make
+    # cheapest for the precision (Kalibera and Jones; orchestrator.paired.optimal_steps,
+    # recorded in plan.json); false: every round runs measured_steps / measured_min_s
+    plan_trial_length: bool = True
+    # the A/A control (the baseline run twice per round) checks that the intervals are
+    # calibrated: it must cover 1, else more rounds, and at the cap the verdicts are invalid
+    aa_arm: bool = False
     reverse_every_other_round: bool = True  # A B C, C B A, ...
-    confidence: float = 0.95  # of the bootstrap interval on the speedup
-    bootstrap_resamples: int = 2000
-    min_effect: float = 0.02  # smallest speedup worth keeping (0.02 = 2 %)
+    confidence: float = 0.95  # 1 - the error rate of a campaign's decisions, over all looks
+    # how the error rate is spread over the looks: alpha * (rounds / max_rounds)^alpha_spending
+    # (Lan-DeMets power family; 0 = the same share at every look, Bonferroni; 3 = strict early
+    # looks, most of it left to the last, chosen with the campaign simulator, docs/protocol.md)
+    alpha_spending: float = 3.0
+    # equivalence band: a speedup within [1 / (1 + min_effect), 1 + min_effect] is no difference
+    # that matters (0.02 = 2 %); retain needs the mixture significantly faster and outside it
+    min_effect: float = 0.02
+    # non-inferiority: every bucket's lower bound must stay above 1 - ni_margin for a retain,
+    # and a bucket significantly slower than that rejects (0.05 = 5 %)
+    ni_margin: float = 0.05
     warn_cv: float = 0.10  # robust coefficient of variation above which a warning is shown
     trial_timeout_s: float = 900.0
     # a distributed trial whose ranks fell out of step (collective mismatch, lost peer) failed
     # in the harness, not on the variant's account: re-run it this many times, then the
     # variant's verdict is invalid (never reject) if it still fails so
     infra_retries: int = 1
-    seed: int = 0  # of the bootstrap
+    # interference (orchestrator.interference): a single-process trial during whose measured
+    # steps other processes took more than interference_cores cores on average is re-run (up
+    # to interference_retries times; the first attempt kept aside, never pooled)
+    interference_cores: float = 0.25
+    interference_retries: int = 2
+    # before the campaign the machine's load is sampled: busy (other processes above
+    # interference_cores, or on the GPUs) is a warning, or with require_quiet a refusal (exit 2)
+    require_quiet: bool = False
+    seed: int = 0  # a campaign label for multiruns and benchmarks; the verdicts use no random draw
     # time-to-train projections (one-off warm-up/compile cost + N x steady step time) in reports
     projection_steps: list[int] = field(default_factory=lambda: [100, 1000, 10000])
     # numerics and checkpoint gate (orchestrator/correctness): once per campaign, or off
@@ -765,11 +788,10 @@ def validate_protocol(p: ProtocolConfig) -> None:
             f"lower protocol.repeats",
         )
     _positive("protocol.adaptive_step_rounds", p.adaptive_step_rounds)
-    _positive("protocol.adaptive_gain_below", p.adaptive_gain_below, allow_zero=True)
+    _positive("protocol.ni_margin", p.ni_margin, allow_zero=True)
+    _positive("protocol.alpha_spending", p.alpha_spending, allow_zero=True)
+    _positive("protocol.interference_cores", p.interference_cores)
     _positive("protocol.warn_cv", p.warn_cv)
-    if p.bootstrap_resamples < 100:
-        raise ConfigError("protocol.bootstrap_resamples",
-                          f"must be >= 100 for a usable interval, got {p.bootstrap_resamples}")
 
 
 def validate_profile(p: ProfileConfig) -> None:

@@ -1,32 +1,49 @@
-"""Verdicts (pure). One function, thresholds from the protocol config, every verdict with reasons.
+"""Verdicts (pure). One function, thresholds from the protocol, every verdict with a headline.
 
-Rule (speedup = baseline time / variant time, interval from the paired bootstrap; per bucket
-the threshold is T = 1 + max(min_effect, noise floor), the noise floor being the effect the A/A
-control shows in that bucket, |A/A speedup - 1|):
+The objective is the mixture: total work over total time with the workload's bucket weights
+(the single bucket when there is one), because that is the throughput a training run sees.
+Speedup = baseline time / variant time, from the block fit of orchestrator.paired; each look
+spends its share alpha' of (1 - confidence) (orchestrator.paired.alpha_spent; the shares sum to
+it, so the error rates hold over the initial rounds and every adaptive extension).
+
 - ``invalid``: the comparison cannot be made: the baseline has no measurement in a bucket, the
-  variant's backend is unavailable here, a gate could not be evaluated, or a trial failed in
-  the harness (ranks out of step, a lost peer) and again when re-run;
-- ``reject``: the variant failed (crash, OOM, timeout) in any trial, a gate failed, or its
-  interval lies wholly below 1 in any bucket or in the mixture (a regression anywhere blocks
-  it, whatever the mixture says), with the rank test agreeing;
-- ``retain``: the interval's lower end clears T in every bucket and in the mixture, the rank
-  test (Mann-Whitney U at 1 - confidence) agrees in every bucket, and every gate passed;
-- ``inconclusive``: anything else, with the rounds estimated to resolve it.
+  variant's backend is unavailable here, a gate could not be evaluated, a trial failed in the
+  harness and again when re-run, or (at the final look) the A/A control shows two identical
+  arms apart, so the intervals are not calibrated on this machine;
+- ``reject``: the variant failed (crash, OOM, timeout), a gate failed, the objective is
+  significantly slower (its 1 - alpha' interval lies below 1), or a bucket is significantly
+  slower beyond the non-inferiority margin (its one-sided alpha' upper bound below
+  1 - ni_margin);
+- ``equivalent``: no difference that matters: the objective's and every bucket's 1 - 2 alpha'
+  interval (two one-sided tests at alpha') lie inside [1 / (1 + min_effect), 1 + min_effect];
+- ``retain``: the objective is significantly faster (its interval above 1), every bucket is
+  non-inferior (its one-sided alpha' lower bound above 1 - ni_margin), and every gate passed;
+- ``inconclusive``: anything else, with what would resolve it: the rounds in all, when that is
+  within reach, or what else would help.
 
 Gates (correctness, memory budget, ...) are evaluated elsewhere and passed in.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator import stats
+from orchestrator import paired
 from orchestrator.analyze import MIXTURE, Analysis, Comparison
 
-VERDICTS = ("retain", "reject", "inconclusive", "invalid")
+VERDICTS = ("retain", "reject", "equivalent", "inconclusive", "invalid")
 FAILED = ("failed", "oom", "timeout", "crashed", "killed")
 INFRA = "infra_failed"  # a multi-rank trial that failed in the harness (launch.base)
+# rounds to resolve are promised only up to this multiple of protocol.max_rounds
+REACH = 3
+
+RULE = ("the mixture decides (total work / total time): **retain** if significantly faster "
+        "and no bucket worse than the non-inferiority margin; **reject** if significantly "
+        "slower, or a bucket significantly slower beyond the margin, or a trial or gate failed; "
+        "**equivalent** if the mixture and every bucket lie within ±min_effect (two one-sided "
+        "tests); **invalid** if the comparison cannot be made; else **inconclusive**")
 
 
 @dataclass(frozen=True)
@@ -44,85 +61,106 @@ class Verdict:
     label: str
     verdict: str
     reasons: list[str] = field(default_factory=list)
-    # total rounds estimated to reach a decisive verdict at the observed effect (inconclusive)
+    # total rounds estimated to reach a decisive verdict at the observed effect (inconclusive),
+    # only when within REACH x max_rounds
     rounds_to_resolve: int | None = None
     timing_based: bool = True  # False when a failure or a gate decided it
+    headline: str = ""  # one sentence with the figure that decided it
+    warnings: list[str] = field(default_factory=list)  # grouped, de-duplicated
+    final: bool = True  # False: more rounds may change it (an adaptive campaign's early look)
 
     def to_dict(self) -> dict[str, Any]:
         return {"arm_id": self.arm_id, "label": self.label, "verdict": self.verdict,
-                "reasons": self.reasons, "rounds_to_resolve": self.rounds_to_resolve}
+                "headline": self.headline, "reasons": self.reasons, "warnings": self.warnings,
+                "rounds_to_resolve": self.rounds_to_resolve}
 
 
-def _fmt(e: Any) -> str:
-    return f"{e.speedup:.3f}x [{e.low:.3f}, {e.high:.3f}]"
+@dataclass(frozen=True)
+class Rule:
+    """The thresholds a verdict uses (from the protocol)."""
+
+    min_effect: float = 0.02  # the equivalence band's half-width (ratio - 1)
+    ni_margin: float = 0.05  # a bucket may be this much slower (1 - ni_margin) and still pass
+    max_rounds: int = 7
+    final: bool = True  # the last look: no more rounds will run
+
+    @property
+    def band(self) -> tuple[float, float]:
+        return 1 / (1 + self.min_effect), 1 + self.min_effect
 
 
-def threshold(c: Comparison, min_effect: float) -> float:
-    return 1 + max(min_effect, c.noise_floor or 0.0)
+def _fmt(s: float, lo: float, hi: float) -> str:
+    return f"{s:.3f}x [{lo:.3f}, {hi:.3f}]"
 
 
-def _floor_note(c: Comparison, min_effect: float) -> str:
-    if c.noise_floor is None:
-        return f"min_effect {min_effect:g}; no A/A noise floor"
-    return f"max(min_effect {min_effect:g}, noise floor {c.noise_floor:.3f})"
+def _faster(s: float) -> str:
+    return f"{s:.2f}x faster" if s >= 1 else f"{1 / s:.2f}x slower"
 
 
-def rounds_needed(e: stats.SpeedupEstimate, t: float) -> int | None:
-    """Total rounds for a decisive verdict if the observed effect and spread hold: to clear T
-    when the speedup is above it, to fall below 1 when under 1; None between 1 and T."""
-    if e.round_log_sd is None:
+@dataclass
+class Scope:
+    """One bucket's (or the mixture's) effect with its intervals at a look's alpha'."""
+
+    key: str
+    eff: paired.Effect
+    two: tuple[float, float]  # 1 - alpha' two-sided
+    tost: tuple[float, float]  # 1 - 2 alpha' two-sided (each side one-sided alpha')
+
+
+def scope_of(c: Comparison | None, alpha: float) -> Scope | None:
+    if c is None or c.effect is None or c.effect.se is None:
         return None
-    boundary = t if e.speedup > t else 1.0 if e.speedup < 1 else None
-    if boundary is None:
+    return effect_scope(c.bucket, c.effect, alpha)
+
+
+def effect_scope(key: str, eff: paired.Effect | None, alpha: float) -> Scope | None:
+    if eff is None or eff.se is None:
         return None
-    return stats.rounds_to_resolve(e.speedup, max(e.round_log_sd, 1e-9), boundary, e.confidence)
+    return Scope(key, eff, eff.interval(alpha), eff.interval(2 * alpha))
 
 
-def _judge(c: Comparison, min_effect: float, alpha: float) -> tuple[str, str, int | None]:
-    """(good | bad | unsure, reason, rounds to resolve) for one bucket's timing comparison."""
-    e = c.estimate
-    name = c.bucket
-    if e is None:
-        return "unsure", f"{name}: no interval ({c.note})", None
-    t = threshold(c, min_effect)
-    rank = c.rank
-    rank_ok = rank is None or rank.p_value < alpha
-    rank_txt = f"; rank test p={rank.p_value:.2g}" if rank else ""
-    need = stats.rounds_for_median_interval(e.confidence)
-    if e.rounds < need:  # decisive here is provisional: the interval cannot reach its confidence
-        rank_txt += (f"; provisional: {e.rounds} rounds, an interval of a median needs {need} "
-                     f"for {e.confidence:.0%}")
-    if e.high < 1 and rank_ok:
-        return "bad", f"{name}: slower, speedup {_fmt(e)} lies below 1{rank_txt}", None
-    if e.low > t and rank_ok:
-        return "good", (f"{name}: faster, speedup {_fmt(e)} clears {t:.3f} "
-                        f"({_floor_note(c, min_effect)}){rank_txt}"), None
-    n = rounds_needed(e, t)
-    if (e.high < 1 or e.low > t) and not rank_ok:
-        why = f"the interval is decisive but the rank test does not confirm it{rank_txt}"
-    elif 1 <= e.speedup <= t:
-        why = (f"the observed effect is under the threshold {t:.3f} "
-               f"({_floor_note(c, min_effect)}): no number of rounds makes it a retain at this "
-               "effect")
-    else:
-        more = f"~{n} rounds in all (have {e.rounds}) may resolve it" if n else (
-            "more rounds may resolve it")
-        why = f"does not clear {t:.3f} ({_floor_note(c, min_effect)}) nor lie below 1; {more}"
-    return "unsure", f"{name}: speedup {_fmt(e)} {why}", n
+def _every_round(analysis: Analysis, bucket: str, arm_id: str) -> bool:
+    """True when the variant was faster than the baseline in every paired round (a fact for
+    the headline, not a rule)."""
+    fit = analysis.fits.get(bucket)
+    if fit is None:
+        return False
+    base = fit.baseline
+    res = fit.residuals
+    # the fitted round effects cancel in the within-round difference of the raw cells
+    rounds = {r for r, a in res if a == arm_id} & {r for r, a in res if a == base}
+    eff = fit.effects.get(arm_id)
+    if not rounds or eff is None:
+        return False
+    return all(eff.log_speedup + res[(r, base)] - res[(r, arm_id)] > 0 for r in rounds)
 
 
-def decide(
-    analysis: Analysis, min_effect: float, gates: dict[str, list[Gate]] | None = None
-) -> list[Verdict]:
+def _resolve(obj: Scope, alpha: float, rule: Rule) -> int | None:
+    """Rounds in all that would decide the objective if its effect and noise held; None beyond
+    REACH x max_rounds."""
+    return paired.rounds_for(obj.eff.log_speedup, obj.eff.se or 0.0, max(obj.eff.rounds, 2),
+                             obj.eff.df, alpha, math.log(1 + rule.min_effect),
+                             REACH * rule.max_rounds)
+
+
+def decide(analysis: Analysis, rule: Rule | float = Rule(),
+           gates: dict[str, list[Gate]] | None = None) -> list[Verdict]:
     """One verdict per variant (the A/A control gets none). ``gates`` maps arm_id to the gates
-    evaluated for that arm."""
-    out = []
+    evaluated for that arm. A bare float ``rule`` is taken as min_effect (older callers)."""
+    if not isinstance(rule, Rule):
+        rule = Rule(min_effect=float(rule))
     gates = gates or {}
+    alpha = analysis.alpha_look
     base = analysis.arms[0]
+    objective = MIXTURE if len(analysis.buckets) > 1 else analysis.buckets[0]
+    calibration = aa_calibration(analysis)
+    out = []
     for arm in analysis.arms[1:]:
-        invalid, reject, unsure, good, notes = [], [], [], [], []
-        timing_reject = False
-        needed: list[int | None] = []
+        invalid: list[str] = []
+        reject: list[str] = []
+        passed: list[str] = []
+        warnings: list[str] = []
+        headline = ""
         for bucket in analysis.buckets:
             bs = analysis.summaries[(bucket, base.arm_id)]
             vs = analysis.summaries[(bucket, arm.arm_id)]
@@ -144,56 +182,191 @@ def decide(
             if failed:
                 what = ", ".join(f"{n} {k}" for k, n in sorted(failed.items()))
                 reject.append(f"{bucket}: {what} of {vs.trials} trials ({_errs(vs)})")
-                continue
-        keys = list(analysis.buckets)
-        if (MIXTURE, arm.arm_id) in analysis.comparisons:
-            keys.append(MIXTURE)
-        for key in keys:
-            c = analysis.comparisons.get((key, arm.arm_id))
-            if c is None:
-                continue
-            conf = c.estimate.confidence if c.estimate else 0.95
-            kind, reason, n = _judge(c, min_effect, 1 - conf)
-            if kind == "bad":
-                reject.append(reason)
-                timing_reject = True
-            elif kind == "good":
-                good.append(reason)
-            else:
-                unsure.append(reason)
-                needed.append(n)
-            for w in (analysis.summaries[(key, arm.arm_id)].warnings
-                      if (key, arm.arm_id) in analysis.summaries else []):
-                notes.append(f"{key}: warning: {w}")
-        gate_bad = False
+                headline = headline or f"reject: {what} of {vs.trials} trials at {bucket}"
+            for w in vs.warnings:
+                warnings.append(f"{bucket}: {w}")
         for g in gates.get(arm.arm_id, []):
             if g.status == "fail":
                 reject.append(f"{g.name} gate failed: {g.detail}")
-                gate_bad = True
+                headline = headline or f"reject: the {g.name} gate failed ({g.detail})"
             elif g.status == "error":
                 invalid.append(f"{g.name} gate could not be evaluated: {g.detail}")
-                gate_bad = True
             else:
-                good.append(f"{g.name} gate passed" + (f": {g.detail}" if g.detail else ""))
-        timing_based = not gate_bad and not invalid and (timing_reject or not reject)
-        resolve = None
-        if unsure and needed and all(n is not None for n in needed):
-            resolve = max(n for n in needed if n is not None)
-        if invalid:
-            v = Verdict(arm.arm_id, arm.label, "invalid", invalid + reject + unsure, None, False)
-        elif reject:
-            v = Verdict(arm.arm_id, arm.label, "reject", reject + unsure + good + notes, None,
-                        timing_based)
-        elif unsure:
-            v = Verdict(arm.arm_id, arm.label, "inconclusive", unsure + good + notes, resolve)
+                passed.append(f"{g.name} gate passed" + (f": {g.detail}" if g.detail else ""))
+        if calibration and rule.final:
+            invalid.append(calibration)
+        scopes = {key: scope_of(analysis.comparisons.get((key, arm.arm_id)), alpha)
+                  for key in [*analysis.buckets, *([MIXTURE] if objective == MIXTURE else [])]}
+        obj = scopes.get(objective)
+        for key, c in ((k, analysis.comparisons.get((k, arm.arm_id))) for k in scopes):
+            if c is not None and c.note and c.effect is not None and c.effect.se is not None:
+                warnings.append(f"{key}: {c.note}")
+        if obj is None:
+            note = (analysis.comparisons.get((objective, arm.arm_id)) or
+                    Comparison(arm.arm_id, objective, None, 0, "no comparison")).note
+            kind, timing, resolve, why = "unsure", [f"{objective}: no interval ({note})"], None, ""
         else:
-            v = Verdict(arm.arm_id, arm.label, "retain", good + notes)
+            kind, timing, resolve, why = judge(scopes, objective, alpha, rule)
+        if not headline and kind != "unsure":
+            headline = _headline(analysis, arm.arm_id, kind, scopes, objective, why)
+        if not headline:
+            headline = _unsure_headline(analysis, arm.arm_id, obj, scopes, objective, rule, resolve)
+        rounds = resolve
+        if invalid:
+            v = Verdict(arm.arm_id, arm.label, "invalid", invalid + reject + timing, None, False)
+            v.headline = f"invalid: {invalid[0]}"
+        elif reject:
+            v = Verdict(arm.arm_id, arm.label, "reject", reject + timing + passed, None, False,
+                        headline)
+        elif kind == "bad":
+            v = Verdict(arm.arm_id, arm.label, "reject", timing + passed, None, True, headline)
+        elif kind == "good":
+            v = Verdict(arm.arm_id, arm.label, "retain", timing + passed, None, True, headline)
+        elif kind == "equivalent":
+            v = Verdict(arm.arm_id, arm.label, "equivalent", timing + passed, None, True, headline)
+        else:
+            v = Verdict(arm.arm_id, arm.label, "inconclusive", timing + passed, rounds, True,
+                        headline)
+        v.warnings = _dedupe(warnings)
+        v.final = rule.final
         out.append(v)
     return out
+
+
+def judge(scopes: dict[str, Scope | None], objective: str, alpha: float,
+          rule: Rule) -> tuple[str, list[str], int | None, str]:
+    """The timing rule alone: (good | bad | equivalent | unsure, reasons, rounds in all to
+    resolve it (unsure), the scope that decided it). ``scopes`` has every bucket and, with
+    several buckets, the mixture; the objective's scope is not None."""
+    lo_band, hi_band = rule.band
+    obj = scopes[objective]
+    assert obj is not None
+    s, (lo, hi), (tlo, thi) = obj.eff.speedup, obj.two, obj.tost
+    timing: list[str] = []
+    resolve = None
+    slow_buckets = [(k, sc) for k, sc in scopes.items()
+                    if sc is not None and k != MIXTURE and sc.tost[1] < 1 - rule.ni_margin]
+    ni_fail = [k for k, sc in scopes.items() if k != MIXTURE
+               and (sc is None or sc.tost[0] <= 1 - rule.ni_margin)]
+    within = all(sc is not None and lo_band < sc.tost[0] and sc.tost[1] < hi_band
+                 for sc in scopes.values())
+    lvl = f"{1 - alpha:.1%}"
+    why = objective
+    if within:
+        kind = "equivalent"
+        timing.append(f"{objective}: {_fmt(s, tlo, thi)} ({1 - 2 * alpha:.1%}, two one-sided "
+                      f"tests) lies within ±{rule.min_effect:.0%} [{lo_band:.3f}, "
+                      f"{hi_band:.3f}], and so does every bucket")
+    elif hi < 1 or slow_buckets:
+        kind = "bad"
+        if hi < 1:
+            timing.append(f"{objective}: slower, {_fmt(s, lo, hi)} ({lvl}) lies below 1")
+        else:
+            why = slow_buckets[0][0]
+        for k, sc in slow_buckets:
+            timing.append(f"{k}: slower beyond the non-inferiority margin: "
+                          f"{_fmt(sc.eff.speedup, *sc.tost)} lies below {1 - rule.ni_margin:.3f}")
+    elif lo > 1 and not ni_fail:
+        kind = "good"
+        timing.append(f"{objective}: faster, {_fmt(s, lo, hi)} ({lvl}) lies above 1; every "
+                      f"bucket non-inferior (above {1 - rule.ni_margin:.3f})")
+    else:
+        kind = "unsure"
+        if lo > 1:
+            timing.append(f"{objective}: faster, {_fmt(s, lo, hi)} ({lvl}), but "
+                          f"{', '.join(ni_fail)} cannot yet rule out a slowdown beyond "
+                          f"{rule.ni_margin:.0%}")
+        else:
+            timing.append(f"{objective}: {_fmt(s, lo, hi)} ({lvl}) straddles 1 and is not "
+                          f"within ±{rule.min_effect:.0%}")
+        resolve = _resolve(obj, alpha, rule)
+    for k, sc in scopes.items():
+        if sc is not None and k != objective:
+            timing.append(f"{k}: {_fmt(sc.eff.speedup, *sc.two)}")
+    return kind, timing, resolve, why
+
+
+def _headline(analysis: Analysis, arm_id: str, kind: str, scopes: dict[str, Scope | None],
+              objective: str, why: str) -> str:
+    obj = scopes[objective]
+    assert obj is not None
+    s = obj.eff.speedup
+    if kind == "equivalent":
+        return (f"equivalent: no difference that matters ({objective} {_fmt(s, *obj.tost)}, "
+                "within the band); keep whichever is simpler")
+    if kind == "bad":
+        sc = scopes[why]
+        assert sc is not None
+        return f"reject: {_faster(sc.eff.speedup)} at {why} {_fmt(sc.eff.speedup, *sc.two)}"
+    best = max(((k, sc) for k, sc in scopes.items() if sc is not None and k != MIXTURE),
+               key=lambda x: x[1].eff.log_speedup)
+    every = " in every round" if _every_round(analysis, best[0], arm_id) else ""
+    if objective == MIXTURE:
+        return (f"retain: {_faster(s)} on the mixture {_fmt(s, *obj.two)}; "
+                f"{_faster(best[1].eff.speedup)} at {best[0]}{every}")
+    return f"retain: {_faster(s)} {_fmt(s, *obj.two)}{every}"
+
+
+def _unsure_headline(analysis: Analysis, arm_id: str, obj: Scope | None,
+                     scopes: dict[str, Scope | None], objective: str, rule: Rule,
+                     resolve: int | None) -> str:
+    if obj is None:
+        return f"inconclusive: no interval on the {objective} yet"
+    fast = [(k, sc) for k, sc in scopes.items() if sc is not None and k != MIXTURE
+            and sc.two[0] > 1]
+    parts = []
+    if fast:
+        k, sc = max(fast, key=lambda x: x[1].eff.log_speedup)
+        every = " in every round" if _every_round(analysis, k, arm_id) else ""
+        parts.append(f"{_faster(sc.eff.speedup)} at {k}{every}")
+    noisy = [k for k, sc in scopes.items() if k != MIXTURE
+             and (sc is None or sc.tost[0] <= 1 - rule.ni_margin)]
+    if noisy and fast:
+        parts.append(f"but {', '.join(noisy)} too noisy to rule out a slowdown")
+    elif not fast:
+        parts.append(f"{objective} {_fmt(obj.eff.speedup, *obj.two)}")
+    if resolve is not None and resolve <= REACH * rule.max_rounds:
+        more = (f"~{resolve} rounds in all may resolve it" if resolve > rule.max_rounds else
+                f"~{resolve} rounds in all should resolve it")
+        if resolve > rule.max_rounds:
+            more += f" (protocol.max_rounds={resolve})"
+    else:
+        more = ("no number of rounds within reach resolves it at this noise: quiet the machine, "
+                "lengthen trials (protocol.measured_steps / measured_min_s) or widen "
+                "protocol.min_effect")
+    return "inconclusive: " + ", ".join(parts) + "; " + more
+
+
+def aa_calibration(analysis: Analysis) -> str:
+    """A reason when the A/A control (the baseline run twice per round) shows the two identical
+    arms apart in some scope, i.e. the intervals are not calibrated on this machine (an order
+    or position effect, or more noise than the model assumes); "" when calibrated or no A/A."""
+    off = []
+    for key, c in analysis.noise.items():
+        if c.estimate is not None and (c.estimate.low > 1 or c.estimate.high < 1):
+            off.append(f"{key} {_fmt(c.estimate.speedup, c.estimate.low, c.estimate.high)}")
+    if not off:
+        return ""
+    return ("the A/A control (the baseline against itself) does not cover 1 at "
+            f"{'; '.join(off)}: the intervals are not calibrated on this machine (an order or "
+            "position effect, or interference); quiet the machine and re-run")
+
+
+def _dedupe(items: list[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for w in items:
+        seen.setdefault(w, None)
+    return list(seen)
 
 
 def _errs(s: Any) -> str:
     return "; ".join(s.errors[:2]) if s.errors else "no error text"
 
 
-__all__ = ["VERDICTS", "Gate", "Verdict", "decide", "rounds_needed", "threshold"]
+def threshold(c: Comparison, min_effect: float) -> float:
+    """The upper edge of the equivalence band (kept for the reports' plots)."""
+    return 1 + min_effect
+
+
+__all__ = ["RULE", "VERDICTS", "Gate", "Rule", "Verdict", "aa_calibration", "decide",
+           "effect_scope", "judge", "threshold"]

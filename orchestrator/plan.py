@@ -13,7 +13,7 @@ A/A control and the variants still undecided, up to ``max_rounds``.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,6 +27,9 @@ class PlannedTrial:
     round: int
     bucket: str
     arm_id: str
+    # measured steps the planner chose for this trial (orchestrator.paired.optimal_steps);
+    # None: the protocol's measured_steps / measured_min_s
+    measured_steps: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,14 +57,17 @@ def plan_rounds(
     *,
     reverse_every_other_round: bool = True,
     start_position: int = 0,
+    steps: Mapping[str, int] | None = None,
 ) -> list[PlannedTrial]:
-    """Trials for the given round numbers, in execution order."""
+    """Trials for the given round numbers, in execution order (``steps``: measured steps per
+    bucket chosen by the planner, for every arm alike)."""
     out: list[PlannedTrial] = []
     pos = start_position
     for r in rounds:
         for b in buckets:
             for a in arm_order(arm_ids, r, reverse_every_other_round):
-                out.append(PlannedTrial(trial_id(r, b, a), pos, r, b, a))
+                out.append(PlannedTrial(trial_id(r, b, a), pos, r, b, a,
+                                        (steps or {}).get(b)))
                 pos += 1
     return out
 
@@ -98,46 +104,30 @@ class ArmProgress:
     """What the adaptive rule needs to know about one variant after the rounds run so far."""
 
     arm_id: str
-    verdict: str  # retain | reject | inconclusive | invalid
+    verdict: str  # retain | reject | equivalent | inconclusive | invalid
     timing_based: bool  # False when a failure or a gate (not the timing) made the verdict
-    # per bucket (and mixture): (speedup, low, high, threshold) of the timing comparison
-    intervals: tuple[tuple[float, float, float, float], ...] = ()
-    rounds_to_resolve: int | None = None  # total rounds estimated to resolve it, if known
+    # total rounds estimated to resolve the objective at the observed effect and noise; None
+    # when out of reach (orchestrator.decide.REACH x max_rounds) or unknown
+    rounds_to_resolve: int | None = None
 
 
-def more_rounds_reason(p: ArmProgress, rounds_done: int, max_rounds: int, gain_below: float,
-                       min_decisive_rounds: int = 0) -> str:
-    """Why this variant needs more rounds ("" = it does not).
-
-    - a failure- or gate-based verdict, or the round cap reached: no;
-    - inconclusive with an interval straddling the retain threshold or 1: yes, unless no
-      decisive verdict is in reach (the effect lies between 1 and the threshold with the
-      interval below the threshold, or the rounds estimated to resolve it exceed the cap);
-    - retain or reject on an observed effect under ``gain_below``, or after fewer than
-      ``min_decisive_rounds`` rounds (too few for the interval to reach its confidence, see
-      :func:`orchestrator.stats.rounds_for_median_interval`): yes, to confirm it.
-    """
+def more_rounds_reason(p: ArmProgress, rounds_done: int, max_rounds: int,
+                       calibration: str = "") -> str:
+    """Why this variant needs more rounds ("" = it does not). Sequential stopping: a variant
+    decided at this look (retain, reject, equivalent: the error rate is spent per look, see
+    orchestrator.paired.alpha_per_look) drops out; an inconclusive one goes on while a decision
+    on the objective is within reach (futility is judged on the objective only); an A/A control
+    that does not cover 1 (``calibration``, a reason) keeps every timing-based variant running
+    to the cap, where the verdicts become invalid if it still does not."""
     if rounds_done >= max_rounds or not p.timing_based or p.verdict == "invalid":
         return ""
-    if p.verdict in ("retain", "reject"):
-        small = [s for s, _, _, _ in p.intervals if abs(s - 1) < gain_below]
-        if small:
-            return f"{p.verdict} on a gain under {gain_below:.0%} ({min(small):.3f}x): confirming"
-        if rounds_done < min_decisive_rounds:
-            return (f"{p.verdict} after {rounds_done} rounds, fewer than the {min_decisive_rounds} "
-                    "an interval of a median needs at this confidence: confirming")
+    if calibration:
+        return "the A/A control is not calibrated yet: more rounds"
+    if p.verdict != "inconclusive":
         return ""
-    straddle = [(s, lo, hi, t) for s, lo, hi, t in p.intervals if lo <= t and hi >= 1]
-    if not straddle:
-        return ""
-    reachable = [(s, lo, hi, t) for s, lo, hi, t in straddle if hi > t or s < 1]
-    if not reachable:
-        return ""
-    if p.rounds_to_resolve is not None and p.rounds_to_resolve > max_rounds:
-        return ""
-    _, lo, hi, t = reachable[0]
-    what = f"the retain threshold {t:.3f}" if lo <= t <= hi else "1"
-    return f"interval [{lo:.3f}, {hi:.3f}] straddles {what}"
+    if p.rounds_to_resolve is None:
+        return ""  # futile: no decision on the objective within reach
+    return f"undecided: ~{p.rounds_to_resolve} rounds in all may resolve it"
 
 
 def next_rounds(rounds_done: int, max_rounds: int, step: int) -> list[int]:

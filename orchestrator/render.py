@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from orchestrator.analyze import Analysis, ArmSummary
-from orchestrator.decide import Verdict
+from orchestrator.decide import RULE, Verdict
 
 
 def _ms(x: float | None) -> str:
@@ -32,17 +32,17 @@ def _ci(e: Any) -> str:
 
 
 def noise_line(analysis: Analysis, key: str, min_effect: float | None = None) -> str:
-    """One line on the A/A noise floor of a bucket (or the mixture)."""
+    """One line on the A/A control of a bucket (or the mixture): does it cover 1?"""
     c = analysis.noise.get(key)
     if analysis.control is None:
-        return "Noise floor: not measured (protocol.aa_arm=false)."
+        return "A/A control: not run (protocol.aa_arm=false): calibration not checked."
     if c is None or c.estimate is None or c.noise_floor is None:
-        return f"Noise floor: not available ({c.note if c else 'no A/A rounds'})."
-    t = "" if min_effect is None else (
-        f"; retain threshold 1 + max({min_effect:g}, {c.noise_floor:.3f}) = "
-        f"{1 + max(min_effect, c.noise_floor):.3f}")
-    return (f"Noise floor (A/A control, {c.paired_rounds} paired rounds): "
-            f"**{c.noise_floor:.1%}**; A/A speedup {_ci(c.estimate)}{t}.")
+        return f"A/A control: no interval ({c.note if c else 'no A/A rounds'})."
+    ok = c.estimate.low <= 1 <= c.estimate.high
+    return (f"A/A control ({c.paired_rounds} rounds): {_ci(c.estimate)}, "
+            + ("covers 1: the intervals are calibrated here" if ok else
+               "**does not cover 1: the intervals are not calibrated here**")
+            + f" (two identical arms {c.noise_floor:.1%} apart).")
 
 
 def bucket_table(
@@ -113,8 +113,8 @@ def mixture_table(
 
     lines = [
         f"Weighted by step share ({w}); speedup = total baseline time / total variant time "
-        "for the same mix of steps (never a mean of per-bucket speedups); a regression in any "
-        "bucket blocks retention even when the mixture improves.",
+        "for the same mix of steps (never a mean of per-bucket speedups). The mixture is the "
+        "objective the verdicts decide on; each bucket must also pass non-inferiority.",
         "",
         noise_line(analysis, "mixture", min_effect),
         "",
@@ -148,7 +148,6 @@ def render_decisions(
     extra_sections: Sequence[tuple[str, list[str]]] = (),
 ) -> str:
     base = analysis.arms[0]
-    conf = int(round(protocol.confidence * 100))
     out = [
         f"# Decision: {sweep.name}",
         "",
@@ -165,13 +164,15 @@ def render_decisions(
         + f", each trial a fresh process ({launcher} launcher)"
         + (" — note: the inline launcher runs trials in this process" if launcher == "inline"
            else ""),
-        f"- rule: speedup = baseline step time / variant step time (ratio of trial medians), "
-        f"{conf}% paired bootstrap interval over rounds; **retain** when the lower end clears "
-        f"1 + max(min_effect {protocol.min_effect:g}, A/A noise floor) in every bucket and the "
-        "mixture and a Mann-Whitney U rank test agrees, **reject** when the interval lies below 1 "
-        "in any bucket (rank test agreeing), a trial failed or a gate failed, **invalid** when "
-        "the comparison cannot be made, else **inconclusive** with the rounds estimated to "
-        "resolve it",
+        f"- rule: {RULE}; speedup = baseline step time / variant step time from a block fit "
+        f"of log trial medians over rounds (rounds as blocks, residual variance pooled over the "
+        f"arms, one contaminated trial left out), Student-t intervals; this look (of "
+        f"{analysis.looks} planned) spends {analysis.alpha_look:.2%} of the "
+        f"{1 - protocol.confidence:.0%} error rate (alpha spending, protocol.alpha_spending; "
+        f"intervals at {1 - analysis.alpha_look:.1%}, equivalence at "
+        f"{1 - 2 * analysis.alpha_look:.1%}); "
+        f"equivalence band ±{protocol.min_effect:.0%}, non-inferiority margin "
+        f"{getattr(protocol, 'ni_margin', 0.05):.0%}",
         *([("- host-speed reference: speedups, intervals and the noise floor use step times "
             "each divided by the time of a fixed host workload run just before the step, "
             "outside the timed window (protocol.speed_reference: a host's speed changes between "
@@ -180,11 +181,16 @@ def render_decisions(
         "",
         "## Verdicts",
         "",
-        "| variant | verdict | reasons |",
+        "| variant | verdict | in one line |",
         "|---|---|---|",
     ]
     for v in verdicts:
-        out.append(f"| {v.label} | **{v.verdict}** | {'<br>'.join(v.reasons)} |")
+        out.append(f"| {v.label} | **{v.verdict}** | {v.headline or (v.reasons or [''])[0]} |")
+    for v in verdicts:
+        out += ["", f"### {v.label}: {v.verdict}", "", "Reasons:", ""]
+        out += [f"- {r}" for r in v.reasons]
+        if v.warnings:
+            out += ["", "Warnings:", ""] + [f"- {w}" for w in group_warnings(v.warnings)]
     for bucket in analysis.buckets:
         out += ["", f"## Bucket `{bucket}`", ""] + bucket_table(
             analysis, bucket, verdicts, protocol.min_effect)
@@ -213,6 +219,19 @@ def render_decisions(
     return "\n".join(out)
 
 
+def group_warnings(warnings: Sequence[str]) -> list[str]:
+    """Warnings of the form "scope: text" with the same text grouped: "s128, s512: text"."""
+    by_text: dict[str, list[str]] = {}
+    for w in warnings:
+        scope, sep, text = w.partition(": ")
+        if not sep or " " in scope:
+            scope, text = "", w
+        by_text.setdefault(text, [])
+        if scope and scope not in by_text[text]:
+            by_text[text].append(scope)
+    return [(f"{', '.join(scopes)}: " if scopes else "") + text for text, scopes in by_text.items()]
+
+
 def protocol_line(p: Any) -> str:
     warm = (f"{p.warmup_steps} warm-up" if getattr(p, "warmup_policy", "fixed") == "fixed" else
             f"automatic warm-up (at least {p.warmup_steps}, at most {p.warmup_max_steps} steps, "
@@ -230,5 +249,5 @@ def protocol_line(p: Any) -> str:
 def terminal_summary(sweep_name: str, verdicts: Sequence[Verdict], run_dir: str) -> str:
     lines = [f"{sweep_name}: {len(verdicts)} variant(s) decided; run dir {run_dir}"]
     for v in verdicts:
-        lines.append(f"  {v.verdict:<12} {v.label}: {v.reasons[0] if v.reasons else ''}")
+        lines.append(f"  {v.verdict:<12} {v.label}: {v.headline or (v.reasons or [''])[0]}")
     return "\n".join(lines)

@@ -1,16 +1,18 @@
 """The "Sensitivity" section of decisions.md (pure): what this machine and protocol can resolve.
 
-From the A/A control: the noise floor and the per-round spread of log speedups, hence the
-minimum detectable effect (95 % two-sided at the protocol's confidence, 80 % power) at the rounds
-run and at ``max_rounds``. For the calibration sweep (variable ``workload.extra_work_fraction``)
+From the A/A control's contrast in the block fit (orchestrator.paired): its effect, its standard
+error and residual degrees of freedom, hence the minimum detectable effect (two-sided at the
+per-look level, 80 % power) at the rounds run and at ``max_rounds``. For the calibration sweep (variable ``workload.extra_work_fraction``)
 it also sets each planted effect beside the measured one.
 """
 
 from __future__ import annotations
 
+import math
+from statistics import NormalDist
 from typing import Any
 
-from orchestrator import stats
+from orchestrator import paired
 from orchestrator.analyze import Analysis
 
 PLANTED_VARIABLE = "workload.extra_work_fraction"
@@ -18,24 +20,27 @@ PLANTED_VARIABLE = "workload.extra_work_fraction"
 
 def sensitivity_lines(analysis: Analysis, protocol: Any, variable: str) -> list[str]:
     if analysis.control is None:
-        return [("No A/A control arm ran (protocol.aa_arm=false): noise floor and minimum "
+        return [("No A/A control arm ran (protocol.aa_arm=false): calibration and minimum "
                 "detectable effect not measured.")]
     max_rounds = max(protocol.max_rounds, protocol.repeats)
-    out = [("| bucket | A/A rounds | noise floor | per-round spread (SD of log speedup) "
-           f"| min detectable effect now | at {max_rounds} rounds | retain needs at least |"),
+    a = analysis.alpha_look
+    out = [("| scope | A/A rounds | A/A effect | SE of a contrast (log) | residual df "
+           f"| min detectable effect now | at {max_rounds} rounds |"),
            "|---|---:|---:|---:|---:|---:|---:|"]
     for key, c in analysis.noise.items():
-        e = c.estimate
-        if e is None or e.round_log_sd is None or c.noise_floor is None:
+        eff = c.effect
+        if eff is None or eff.se is None or c.noise_floor is None:
             out.append(f"| {key} | {c.paired_rounds} | — | — | — | — | — |")
             continue
-        now = stats.min_detectable_effect(e.round_log_sd, e.rounds, e.confidence)
-        cap = stats.min_detectable_effect(e.round_log_sd, max_rounds, e.confidence)
-        need = max(protocol.min_effect, c.noise_floor)
-        out.append(f"| {key} | {e.rounds} | {c.noise_floor:.1%} | {e.round_log_sd:.3f} | "
-                   f"{now:.1%} | {cap:.1%} | {need:.1%} |")
-    out += ["", ("Minimum detectable effect: exp((z_conf + z_0.8) * SD / sqrt(rounds)) - 1 from "
-            "the A/A rounds (80 % power); the retain threshold adds the noise floor on top.")]
+        z = paired.t_quantile(1 - a / 2, eff.df) + NormalDist().inv_cdf(0.8)
+        now = math.exp(z * eff.se) - 1
+        cap = math.exp(z * eff.se * math.sqrt(eff.rounds / max_rounds)) - 1
+        out.append(f"| {key} | {eff.rounds} | {c.noise_floor:.1%} | {eff.se:.4f} | {eff.df} | "
+                   f"{now:.1%} | {cap:.1%} |")
+    out += ["", ("Minimum detectable effect: exp((t_(1-alpha'/2, df) + z_0.8) * SE) - 1 of the A/A "
+            "contrast (80 % power at the per-look level alpha'); at the cap the SE shrinks as "
+            "sqrt(rounds / max_rounds). An effect within the equivalence band "
+            f"(±{protocol.min_effect:.0%}) is a difference that does not matter.")]
     if variable == PLANTED_VARIABLE:
         out += ["", ("| variant | bucket | planted extra work | expected speedup | measured speedup "
                 "[CI] |"), "|---|---|---:|---:|---|"]

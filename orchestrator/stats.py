@@ -4,15 +4,11 @@ Each process launch is the unit of replication: a trial is summarised by the med
 measured steps, and arms are compared over rounds. ``speedup`` = baseline time / variant time
 (the inverse of the ratio of medians variant/baseline), so > 1 means the variant is faster.
 
-- :func:`bootstrap_speedup`: ratio of medians with a two-level bootstrap interval paired by
-  round (rounds are resampled together for both arms, so a slow round hurts both; then the steps
-  inside each picked trial are resampled). Several buckets give the weighted mixture: total
-  work over total time, never a mean of per-bucket speedups.
+- the speedup and its interval come from the block fit in :mod:`orchestrator.paired`.
 - :func:`mann_whitney_u`: a rank test as a second opinion (normal approximation with tie and
   continuity corrections; matches ``scipy.stats.mannwhitneyu(method="asymptotic")``).
 - :func:`noise_floor`: the effect an A/A comparison (baseline against itself) shows.
 - :func:`stability_warnings`: high spread, outliers, drift, a trial far from the others.
-- :func:`rounds_to_resolve` / :func:`min_detectable_effect`: how many rounds an effect needs.
 """
 
 from __future__ import annotations
@@ -67,68 +63,6 @@ class SpeedupEstimate:
         return 1 / self.speedup
 
 
-def _trial_median_draws(steps: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    picks = rng.integers(0, steps.size, size=(resamples, steps.size))
-    return np.median(steps[picks], axis=1)  # type: ignore[no-any-return]
-
-
-def _group_draws(
-    trials: list[np.ndarray], round_idx: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
-    """Per bootstrap row: the median over the picked rounds of each picked trial's resampled
-    step median. ``round_idx`` is (B, R) indices into ``trials``."""
-    b = round_idx.shape[0]
-    draws = np.stack([_trial_median_draws(t, b, rng) for t in trials])  # (R, B)
-    return np.median(draws[round_idx, np.arange(b)[:, None]], axis=1)  # type: ignore[no-any-return]
-
-
-def bootstrap_speedup(
-    baseline_steps: Sequence[Sequence[Sequence[float]]],
-    variant_steps: Sequence[Sequence[Sequence[float]]],
-    *,
-    weights: Sequence[float] | None = None,
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> SpeedupEstimate:
-    """Speedup of the variant over the baseline with a paired two-level bootstrap interval.
-
-    ``baseline_steps[g][r]`` is the array of measured step times of the baseline trial of round
-    r in group g (a bucket); same for ``variant_steps``: the rounds must be paired. For one bucket
-    pass one group. The mixture over groups is total work over total time:
-    sum_g w_g * t_g(baseline) / sum_g w_g * t_g(variant).
-    """
-    groups_b = [[np.asarray(x, dtype=float) for x in g] for g in baseline_steps]
-    groups_v = [[np.asarray(x, dtype=float) for x in g] for g in variant_steps]
-    if len(groups_b) != len(groups_v) or not groups_b:
-        raise ValueError("baseline and variant need the same, non-zero number of groups")
-    w = np.ones(len(groups_b)) if weights is None else np.asarray(weights, dtype=float)
-    rng = np.random.default_rng(seed)
-    point_b = point_v = 0.0
-    tot_b = np.zeros(resamples)
-    tot_v = np.zeros(resamples)
-    for wg, gb, gv in zip(w, groups_b, groups_v):
-        if len(gb) != len(gv) or not gb:
-            raise ValueError("baseline and variant need one trial per round (paired)")
-        point_b += wg * median([median(t) for t in gb])
-        point_v += wg * median([median(t) for t in gv])
-        idx = rng.integers(0, len(gb), size=(resamples, len(gb)))
-        tot_b += wg * _group_draws(gb, idx, rng)
-        tot_v += wg * _group_draws(gv, idx, rng)
-    ratios = tot_b / tot_v
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(ratios, [alpha, 1 - alpha])
-    rounds = min(len(g) for g in groups_b)
-    # per-round speedup of the mixture (rounds paired by position across groups)
-    per_round = [
-        sum(wg * median(gb[r]) for wg, gb in zip(w, groups_b))
-        / sum(wg * median(gv[r]) for wg, gv in zip(w, groups_v))
-        for r in range(rounds)
-    ]
-    sd = float(np.std(np.log(per_round), ddof=1)) if rounds >= 2 else None
-    return SpeedupEstimate(float(point_b / point_v), float(low), float(high), confidence, rounds, sd)
-
-
 # --------------------------------------------------------------------------- rank test
 
 
@@ -178,7 +112,7 @@ def mann_whitney_u(x: Values, y: Values) -> RankTest:
     return RankTest(u1, p, n1, n2)
 
 
-# --------------------------------------------------------------------------- noise, rounds
+# --------------------------------------------------------------------------- noise
 
 
 def noise_floor(aa: SpeedupEstimate | None) -> float | None:
@@ -190,39 +124,6 @@ def noise_floor(aa: SpeedupEstimate | None) -> float | None:
     if aa is None:
         return None
     return abs(aa.speedup - 1)
-
-
-def rounds_for_median_interval(confidence: float) -> int:
-    """Fewest rounds whose median a percentile interval can bracket at ``confidence``.
-
-    Any bootstrap interval of a median lies within the smallest and largest of the n round
-    values, and those bracket the true median with probability 1 - 2 ** (1 - n): 75 % with 3
-    rounds, 94 % with 5, 97 % with 6. So a decisive verdict needs n with
-    1 - 2 ** (1 - n) >= confidence: 6 rounds at 95 %, 8 at 99 %."""
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    return max(2, math.ceil(1 + math.log2(1 / (1 - confidence)) - 1e-12))
-
-
-def rounds_to_resolve(
-    speedup: float, round_log_sd: float, boundary: float, confidence: float
-) -> int | None:
-    """Rounds for an interval around ``speedup`` to exclude ``boundary``, if the effect and the
-    per-round spread stay as observed: ceil((z * sd / |log(speedup / boundary)|)^2), at least 2.
-    None when the effect sits on the boundary (no number of rounds resolves it)."""
-    d = abs(math.log(speedup / boundary))
-    if d == 0:
-        return None
-    return max(2, math.ceil((z_value(confidence) * round_log_sd / d) ** 2))
-
-
-def min_detectable_effect(
-    round_log_sd: float, rounds: int, confidence: float, power: float = 0.8
-) -> float:
-    """Smallest relative speedup that ``rounds`` rounds resolve from 1 with the given power:
-    exp((z_{1-a/2} + z_power) * sd / sqrt(rounds)) - 1."""
-    z = z_value(confidence) + NormalDist().inv_cdf(power)
-    return math.exp(z * round_log_sd / math.sqrt(rounds)) - 1
 
 
 # --------------------------------------------------------------------------- warnings

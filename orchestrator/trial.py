@@ -24,6 +24,7 @@ from typing import Any
 from orchestrator import device as devmod
 from orchestrator import distributed as distmod
 from orchestrator.errors import BackendUnavailable
+from orchestrator.interference import CpuWindow
 from orchestrator.results import atomic_write_json, trial_record, write_csv
 from orchestrator.steady import WarmupPolicy, warmup_complete
 
@@ -224,6 +225,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     cs_start = cs_warm = compile_stats.snapshot()
     compiled_before = compile_stats.activity()
     warm_snapped = False
+    window = CpuWindow()
     sync(dev)
     i = 0
     measured_s = 0.0
@@ -235,6 +237,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
             )
         if warm_done and not warm_snapped:  # compile counters at the end of the warm-up
             cs_warm, warm_snapped = compile_stats.snapshot(), True
+            window.start()  # other processes' CPU time over the measured steps
         ref_s = ref() if ref is not None else None  # host speed now, outside the timed window
         t0 = clock()
         if first_step_at is None:
@@ -282,6 +285,9 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         )
         i += 1
     cs_end = compile_stats.snapshot()
+    interference = window.stop() if world <= 1 else {
+        "others_cpu_s": None, "others_cores": None,
+        "note": "not measured for multi-rank trials (the other ranks are not others)"}
     for row, loss in zip(rows, losses):  # read outside the timed window
         row["loss"] = float(loss.float().item()) if hasattr(loss, "item") else float(loss)
     dist_fields: dict[str, Any] = {}
@@ -364,6 +370,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         data_wait_share=sum(r["data_wait_s"] for r in rows if r["phase"] == "measured")
         / sum(measured),
         **compile_stats.trial_fields(cs_start, cs_warm, cs_end),
+        interference=interference,
         **dist_fields,
         **extra,
     )

@@ -1,96 +1,172 @@
-"""Verdict rules with numbers worked out by hand (pure: no trials run)."""
+"""Verdict rules with numbers worked out by hand (pure: no trials run).
+
+Every case uses 3 looks at 95 %: alpha' = 0.05 / 3, 8 residual degrees of freedom, so the
+two-sided 1 - alpha' interval is log s +- 3.0158 SE and the two one-sided tests' (TOST)
+1 - 2 alpha' interval is log s +- 2.5660 SE (t quantiles from scipy.stats.t.ppf). The band is
++-2 % (log 1.02 = 0.0198), the non-inferiority margin 5 % (log 0.95 = -0.0513).
+"""
 
 from __future__ import annotations
 
-from orchestrator import stats
+import math
+
+from orchestrator import paired, stats
 from orchestrator.analyze import Analysis, ArmSummary, Comparison
-from orchestrator.decide import Gate, decide, rounds_needed, threshold
+from orchestrator.decide import RULE, Gate, Rule, aa_calibration, decide
 from orchestrator.plan import control_arm
 from orchestrator.sweep import Arm
 
 ARMS = [Arm("a0", "base", 0, True), Arm("a1", "var", 1, False)]
+ALPHA = 0.05 / 3
+RULE7 = Rule(min_effect=0.02, ni_margin=0.05, max_rounds=7, final=True)
 
 
-def _analysis(
-    est: dict[str, tuple[float, float, float]],
-    *,
-    floor: float | None = None,
-    rank_p: float | None = None,
-    mixture: tuple[float, float, float] | None = None,
-    sd: float | None = 0.02,
-) -> Analysis:
-    a = Analysis(list(est), ARMS, bucket_weights={b: 1.0 for b in est})
-    a.control = control_arm(ARMS[0]) if floor is not None else None
-    for b, (sp, lo, hi) in est.items():
+def _cmp(key: str, log_s: float, se: float, arm: str = "a1", df: int = 8) -> Comparison:
+    eff = paired.Effect(arm, log_s, se, df, 3)
+    lo, hi = eff.interval(ALPHA)
+    return Comparison(arm, key, stats.SpeedupEstimate(eff.speedup, lo, hi, 1 - ALPHA, 3), 3,
+                      effect=eff)
+
+
+def _analysis(scopes: dict[str, tuple[float, float]], aa: dict[str, tuple[float, float]]
+              | None = None) -> Analysis:
+    buckets = [k for k in scopes if k != "mixture"]
+    a = Analysis(buckets, ARMS, bucket_weights={b: 1.0 for b in buckets})
+    a.alpha_look, a.looks = ALPHA, 3
+    for b in buckets:
         for arm in ARMS:
             a.summaries[(b, arm.arm_id)] = ArmSummary(arm.arm_id, arm.label, b, 3, 3, {"ok": 3}, [])
-        rank = stats.RankTest(0.0, rank_p, 30, 30) if rank_p is not None else None
-        a.comparisons[(b, "a1")] = Comparison(
-            "a1", b, stats.SpeedupEstimate(sp, lo, hi, 0.95, 3, sd), 3, rank=rank,
-            noise_floor=floor)
-    if mixture:
-        a.comparisons[("mixture", "a1")] = Comparison(
-            "a1", "mixture", stats.SpeedupEstimate(*mixture, 0.95, 3, sd), 3, noise_floor=floor)
+    for k, (log_s, se) in scopes.items():
+        a.comparisons[(k, "a1")] = _cmp(k, log_s, se)
+    if aa is not None:
+        a.control = control_arm(ARMS[0])
+        for k, (log_s, se) in aa.items():
+            c = _cmp(k, log_s, se, arm="aa")
+            c.noise_floor = stats.noise_floor(c.estimate)
+            a.noise[k] = c
     return a
 
 
-def test_noise_floor_raises_the_retain_threshold() -> None:
-    # floor 0.04 > min_effect 0.02: threshold 1.04; [1.03, 1.09] no longer clears it
-    assert decide(_analysis({"s": (1.06, 1.03, 1.09)}), 0.02)[0].verdict == "retain"
-    v = decide(_analysis({"s": (1.06, 1.03, 1.09)}, floor=0.04), 0.02)[0]
+def test_retain_a_significant_gain() -> None:
+    # 0.10 +- 3.0158 x 0.02 = [0.0397, 0.1603]: above 0 -> 1.040x at the low end
+    (v,) = decide(_analysis({"s": (0.10, 0.02)}), RULE7)
+    assert v.verdict == "retain" and v.timing_based
+    assert v.headline.startswith("retain: 1.11x faster 1.105x [1.040, 1.174]")
+
+
+def test_equivalent_inside_the_band_and_not_just_outside() -> None:
+    # 0.002 +- 2.566 x 0.005 = [-0.0108, 0.0148] inside +-0.0198 -> equivalent
+    (v,) = decide(_analysis({"s": (0.002, 0.005)}), RULE7)
+    assert v.verdict == "equivalent"
+    assert "no difference that matters" in v.headline
+    # 0.008 + 0.0128 = 0.0208 > 0.0198: not equivalent, and 0.008 - 3.0158 x 0.005 < 0: not
+    # significant either -> inconclusive
+    (v,) = decide(_analysis({"s": (0.008, 0.005)}), RULE7)
     assert v.verdict == "inconclusive"
-    assert "noise floor 0.040" in v.reasons[0] and "1.040" in v.reasons[0]
-    assert decide(_analysis({"s": (1.10, 1.05, 1.15)}, floor=0.04), 0.02)[0].verdict == "retain"
-    c = Comparison("a1", "s", None, 0, noise_floor=0.01)
-    assert threshold(c, 0.02) == 1.02
-
-
-def test_rank_test_must_agree() -> None:
-    assert decide(_analysis({"s": (1.10, 1.05, 1.15)}, rank_p=0.001), 0.02)[0].verdict == "retain"
-    v = decide(_analysis({"s": (1.10, 1.05, 1.15)}, rank_p=0.2), 0.02)[0]
-    assert v.verdict == "inconclusive" and "rank test does not confirm" in v.reasons[0]
-    v = decide(_analysis({"s": (0.9, 0.85, 0.95)}, rank_p=0.2), 0.02)[0]
+    # the lower side: -0.008 - 0.0128 = -0.0208 < -0.0198
+    (v,) = decide(_analysis({"s": (-0.008, 0.005)}), RULE7)
     assert v.verdict == "inconclusive"
+    (v,) = decide(_analysis({"s": (-0.006, 0.005)}), RULE7)  # -0.0188: inside
+    assert v.verdict == "equivalent"
 
 
-def test_mixture_gain_cannot_hide_a_bucket_regression() -> None:
-    v = decide(_analysis({"s": (1.3, 1.2, 1.4), "l": (0.95, 0.92, 0.98)},
-                         mixture=(1.1, 1.05, 1.15)), 0.02)[0]
-    assert v.verdict == "reject"
-    assert any(r.startswith("l: slower") for r in v.reasons)
-    assert any(r.startswith("s: faster") for r in v.reasons)
-    assert any(r.startswith("mixture: faster") for r in v.reasons)
-
-
-def test_mixture_must_clear_too() -> None:
-    v = decide(_analysis({"s": (1.1, 1.05, 1.15), "l": (1.1, 1.05, 1.15)},
-                         mixture=(1.04, 1.01, 1.07)), 0.02)[0]
-    assert v.verdict == "inconclusive" and any(r.startswith("mixture:") for r in v.reasons)
-
-
-def test_inconclusive_states_rounds_to_resolve() -> None:
-    # s = 1.03 above T = 1.02, sd 0.02 -> 17 rounds in all (see test_rounds_to_resolve_by_hand)
-    v = decide(_analysis({"s": (1.03, 1.01, 1.05)}), 0.02)[0]
-    assert v.verdict == "inconclusive" and v.rounds_to_resolve == 17
-    assert "~17 rounds in all (have 3)" in v.reasons[0]
-    assert v.to_dict()["rounds_to_resolve"] == 17
-    # between 1 and T: no decisive verdict at this effect
-    v = decide(_analysis({"s": (1.01, 0.99, 1.03)}), 0.02)[0]
-    assert v.rounds_to_resolve is None and "under the threshold" in v.reasons[0]
-    # |log 0.99| = 0.01005 -> (1.95996 * 0.02 / 0.01005)^2 = 15.2 -> 16
-    assert rounds_needed(stats.SpeedupEstimate(0.99, 0.97, 1.01, 0.95, 3, 0.02), 1.02) == 16
-
-
-def test_gates_and_failures_are_not_timing_verdicts() -> None:
-    g = {"a1": [Gate("memory", "fail", "peak 9 GiB > budget 8 GiB")]}
-    v = decide(_analysis({"s": (1.10, 1.05, 1.15)}), 0.02, g)[0]
-    assert v.verdict == "reject" and not v.timing_based
-    assert "memory gate failed: peak 9 GiB > budget 8 GiB" in v.reasons
-    v = decide(_analysis({"s": (0.9, 0.85, 0.95)}), 0.02)[0]
+def test_reject_a_significant_slowdown() -> None:
+    # -0.05 +- 3.0158 x 0.01 = [-0.0802, -0.0198]: below 0
+    (v,) = decide(_analysis({"s": (-0.05, 0.01)}), RULE7)
     assert v.verdict == "reject" and v.timing_based
+    assert v.headline.startswith("reject: 1.05x slower at s")
 
 
-def test_control_arm_gets_no_verdict() -> None:
-    a = _analysis({"s": (1.10, 1.05, 1.15)}, floor=0.01)
-    assert a.control is not None and a.control.arm_id == "aa"
-    assert [v.arm_id for v in decide(a, 0.02)] == ["a1"]
+def test_the_mixture_decides_and_every_bucket_must_be_non_inferior() -> None:
+    # mixture 0.3 +- 0.0603: faster. s128 0 +- 2.566 x 0.03 -> lower bound exp(-0.077) = 0.926
+    # < 0.95: a slowdown beyond the margin is not ruled out -> inconclusive
+    scopes = {"s128": (0.0, 0.03), "s512": (0.6, 0.03), "mixture": (0.3, 0.02)}
+    (v,) = decide(_analysis(scopes), RULE7)
+    assert v.verdict == "inconclusive"
+    assert "s128 too noisy to rule out a slowdown" in v.headline
+    assert "1.82x faster at s512" in v.headline
+    # s128 with SE 0.015: lower bound exp(-0.0385) = 0.962 > 0.95 -> retain on the mixture
+    scopes["s128"] = (0.0, 0.015)
+    (v,) = decide(_analysis(scopes), RULE7)
+    assert v.verdict == "retain"
+    assert v.headline.startswith("retain: 1.35x faster on the mixture")
+    # a bucket slower but within the margin: -0.03 - 2.566 x 0.005 = -0.0428 -> 0.958 > 0.95
+    scopes["s128"] = (-0.03, 0.005)
+    assert decide(_analysis(scopes), RULE7)[0].verdict == "retain"
+
+
+def test_a_bucket_significantly_slower_beyond_the_margin_rejects() -> None:
+    # s128: -0.15 + 2.566 x 0.02 = -0.0987 -> upper bound 0.906 < 0.95, whatever the mixture
+    scopes = {"s128": (-0.15, 0.02), "s512": (0.6, 0.03), "mixture": (0.3, 0.02)}
+    (v,) = decide(_analysis(scopes), RULE7)
+    assert v.verdict == "reject"
+    assert any(r.startswith("s128: slower beyond the non-inferiority margin") for r in v.reasons)
+
+
+def test_equivalence_needs_every_bucket_in_the_band() -> None:
+    scopes = {"s128": (0.0, 0.004), "s512": (0.0, 0.02), "mixture": (0.0, 0.004)}
+    assert decide(_analysis(scopes), RULE7)[0].verdict == "inconclusive"
+    scopes["s512"] = (0.0, 0.004)
+    assert decide(_analysis(scopes), RULE7)[0].verdict == "equivalent"
+
+
+def test_the_aa_control_checks_calibration_and_does_not_set_a_threshold() -> None:
+    # the A/A effect 0.03 +- 3.0158 x 0.02 covers 0: calibrated; no threshold moves
+    a = _analysis({"s": (0.10, 0.02)}, aa={"s": (0.03, 0.02)})
+    assert aa_calibration(a) == ""
+    assert decide(a, RULE7)[0].verdict == "retain"
+    # 0.08 +- 0.0603 = [0.0197, 0.1403]: two identical arms apart -> invalid at the last look
+    a = _analysis({"s": (0.10, 0.02)}, aa={"s": (0.08, 0.02)})
+    assert "not calibrated" in aa_calibration(a)
+    (v,) = decide(a, RULE7)
+    assert v.verdict == "invalid" and "A/A control" in v.headline
+    # at an earlier look it does not decide the verdict (the campaign adds rounds instead)
+    early = Rule(0.02, 0.05, 7, final=False)
+    assert decide(a, early)[0].verdict == "retain"
+
+
+def test_inconclusive_promises_rounds_only_within_reach() -> None:
+    # 0.012 +- 0.0151 (SE 0.005) straddles 0, and 0.012 + 0.0128 > 0.0198: inconclusive;
+    # significance needs t x 0.005 sqrt(3 / R) < 0.012: within 21 rounds
+    (v,) = decide(_analysis({"s": (0.012, 0.005)}), RULE7)
+    assert v.verdict == "inconclusive" and v.rounds_to_resolve is not None
+    assert v.rounds_to_resolve <= 21 and f"~{v.rounds_to_resolve} rounds in all" in v.headline
+    # exactly on the band's edge with a wide interval: out of reach -> what would help instead
+    (v,) = decide(_analysis({"s": (math.log(1.02), 0.05)}), RULE7)
+    assert v.verdict == "inconclusive" and v.rounds_to_resolve is None
+    assert "quiet the machine" in v.headline and "rounds" not in v.headline.split(";")[0]
+
+
+def test_failures_and_gates() -> None:
+    a = _analysis({"s": (0.10, 0.02)})
+    a.summaries[("s", "a1")] = ArmSummary("a1", "var", "s", 3, 2, {"ok": 2, "oom": 1},
+                                          ["CUDA out of memory"])
+    (v,) = decide(a, RULE7)
+    assert v.verdict == "reject" and not v.timing_based and "1 oom of 3" in v.headline
+    a = _analysis({"s": (0.10, 0.02)})
+    (v,) = decide(a, RULE7, {"a1": [Gate("correctness", "fail", "grads differ")]})
+    assert v.verdict == "reject" and "correctness gate failed" in v.headline
+    (v,) = decide(a, RULE7, {"a1": [Gate("correctness", "error", "no baseline probe")]})
+    assert v.verdict == "invalid"
+    # a harness failure (ranks out of step) is never a reject
+    a.summaries[("s", "a1")] = ArmSummary("a1", "var", "s", 3, 2, {"ok": 2, "infra_failed": 1},
+                                          ["rank 1: Connection reset by peer"])
+    (v,) = decide(a, RULE7)
+    assert v.verdict == "invalid" and "harness" in v.headline
+    # the baseline with no measurement
+    a = _analysis({"s": (0.10, 0.02)})
+    a.summaries[("s", "a0")] = ArmSummary("a0", "base", "s", 3, 0, {"failed": 3}, ["boom"])
+    assert decide(a, RULE7)[0].verdict == "invalid"
+
+
+def test_the_rule_is_stated_in_one_line() -> None:
+    assert "\n" not in RULE and "mixture decides" in RULE and "equivalent" in RULE
+    assert "non-inferiority" in RULE
+
+
+def test_warnings_are_grouped_and_deduplicated() -> None:
+    a = _analysis({"s": (0.10, 0.02)})
+    a.summaries[("s", "a1")].warnings = ["steps vary 20%", "steps vary 20%"]
+    (v,) = decide(a, RULE7)
+    assert v.warnings == ["s: steps vary 20%"]
+    assert all("warning" not in r for r in v.reasons)

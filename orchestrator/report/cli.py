@@ -23,7 +23,7 @@ from orchestrator.report.summary import build_document, to_html, to_markdown
 
 log = logging.getLogger("orchestrator.report")
 
-VERDICTS = ("retain", "reject", "inconclusive", "invalid")
+VERDICTS = ("retain", "reject", "equivalent", "inconclusive", "invalid")
 
 
 def _date(text: str) -> str:

@@ -3,10 +3,13 @@ one PNG and returns its path, or None when the data for it does not exist."""
 
 from __future__ import annotations
 
+import math
+
 import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
@@ -27,6 +30,16 @@ def _arm_order(steps: pd.DataFrame, arms: Sequence[dict[str, Any]]) -> list[str]
     return [a for a in labels if a in present] + [a for a in present if a not in labels]
 
 
+def clip_limit(data: Sequence[Any]) -> tuple[float, int]:
+    """(limit, how many values lie above it): 1.5 x the 99th percentile of all values, so a
+    violin shows the bulk of the steps when one stall is many times longer."""
+    allv = np.concatenate([np.asarray(d, dtype=float) for d in data]) if data else np.array([])
+    if allv.size == 0:
+        return math.inf, 0
+    lim = 1.5 * float(np.percentile(allv, 99))
+    return lim, int((allv > lim).sum())
+
+
 def step_distributions(steps: pd.DataFrame, arms: Sequence[dict[str, Any]], out: Path) -> Path | None:
     measured = steps[steps["phase"] == "measured"] if not steps.empty else steps
     if measured.empty:
@@ -39,12 +52,15 @@ def step_distributions(steps: pd.DataFrame, arms: Sequence[dict[str, Any]], out:
         sel = measured[measured["bucket"] == bucket]
         data = [sel[sel["arm_label"] == a]["step_time_s"].to_numpy() * 1e3 for a in order]
         keep = [(a, d) for a, d in zip(order, data) if len(d)]
-        parts = ax.violinplot([d for _, d in keep], showmedians=True)
+        # the bulk of the steps, not one stall: clip at 1.5 x the 99th percentile of all arms
+        lim, clipped = clip_limit([d for _, d in keep])
+        parts = ax.violinplot([np.minimum(d, lim) for _, d in keep], showmedians=True)
         for i, body in enumerate(parts["bodies"]):
             body.set_facecolor(COLORS[i % len(COLORS)])
             body.set_alpha(0.6)
         ax.set_xticks(range(1, len(keep) + 1), [a for a, _ in keep], rotation=30, ha="right")
-        ax.set_title(f"bucket {bucket}")
+        ax.set_title(f"bucket {bucket}" + (f"\n{clipped} step(s) above {lim:.3g} ms drawn at it"
+                                           if clipped else ""), fontsize=9 if clipped else None)
         ax.set_ylabel("step time (ms)")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("Measured step times per arm (warm-up excluded)")
@@ -90,7 +106,8 @@ def forest(
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.4))
     ys = list(range(len(rows)))[::-1]
-    verdict_color = {"retain": "#55a868", "reject": "#c44e52", "inconclusive": "#8c8c8c",
+    verdict_color = {"retain": "#55a868", "reject": "#c44e52", "equivalent": "#4c72b0",
+                     "inconclusive": "#8c8c8c",
                      "invalid": "#937860", "aa": "#555555"}
     everywhere, per_scope = _floors(noise_floor)
     if everywhere:

@@ -21,7 +21,7 @@ from orchestrator.report.load import Campaign, load_steps
 
 @dataclass
 class Block:
-    kind: str  # h1 | h2 | p | table | img | ul
+    kind: str  # h1 | h2 | p | table | img | ul | details (collapsible list in HTML)
     text: str = ""
     headers: list[str] = field(default_factory=list)
     rows: list[list[str]] = field(default_factory=list)
@@ -42,8 +42,22 @@ def verdict_table(decisions: Sequence[dict[str, Any]]) -> Block:
         head = sp.get("mixture") or next((v for v in sp.values() if v), None)
         ratio = f"{head['speedup']:.3f}x [{head['low']:.3f}, {head['high']:.3f}]" if head else "—"
         rows.append([str(d.get("label")), str(d.get("verdict")), ratio,
-                     "; ".join(d.get("reasons", []))])
-    return Block("table", headers=["variant", "verdict", "speedup [CI]", "reasons"], rows=rows)
+                     str(d.get("headline") or "; ".join(d.get("reasons", [])[:1]))])
+    return Block("table", headers=["variant", "verdict", "speedup [CI]", "in one line"], rows=rows)
+
+
+def verdict_details(decisions: Sequence[dict[str, Any]]) -> list[Block]:
+    """Per variant: its reasons, then its warnings (grouped), each list collapsible in HTML."""
+    from orchestrator.render import group_warnings
+
+    out = []
+    for d in decisions:
+        label = f"{d.get('label')}: {d.get('verdict')}"
+        out.append(Block("details", f"{label}: reasons", items=list(d.get("reasons") or [])))
+        warns = group_warnings(list(d.get("warnings") or []))
+        if warns:
+            out.append(Block("details", f"{label}: warnings ({len(warns)})", items=warns))
+    return out
 
 
 def results_table(results: pd.DataFrame) -> Block:
@@ -82,11 +96,13 @@ def build_document(c: Campaign, *, with_plots: bool = True) -> list[Block]:
         ]),
         Block("h2", "Verdicts"),
         verdict_table(c.decisions),
+        *verdict_details(c.decisions),
     ]
     floors = next((d.get("noise_floor") for d in c.decisions if d.get("noise_floor")), None)
     if isinstance(floors, dict):
-        doc.append(Block("p", "A/A noise floor (|A/A speedup - 1|): " + ", ".join(
-            f"{k} {v:.1%}" for k, v in floors.items() if v is not None)))
+        doc.append(Block("p", "A/A control (the baseline against itself), |A/A speedup - 1|: "
+                         + ", ".join(f"{k} {v:.1%}" for k, v in floors.items() if v is not None)
+                         + " (a calibration check, not a threshold)"))
     if not c.results.empty:
         doc += [Block("h2", "Per bucket and arm"), results_table(c.results)]
     if with_plots:
@@ -145,6 +161,8 @@ def to_markdown(doc: Sequence[Block]) -> str:
             out.append("")
         elif b.kind == "img":
             out += [f"### {b.text}", "", f"![{b.text}]({b.path})", ""]
+        elif b.kind == "details":
+            out += [f"**{b.text}**", ""] + [f"- {i}" for i in b.items] + [""]
     return "\n".join(out)
 
 
@@ -152,7 +170,8 @@ _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto
 color:#222}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;
 padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}img{max-width:100%}
 .retain{color:#1b7a3a;font-weight:bold}.reject{color:#b22;font-weight:bold}
-.inconclusive{color:#666;font-weight:bold}.invalid{color:#8a5a00;font-weight:bold}"""
+.inconclusive{color:#666;font-weight:bold}.invalid{color:#8a5a00;font-weight:bold}
+.equivalent{color:#2a5db0;font-weight:bold}details{margin:.3em 0}summary{cursor:pointer}"""
 
 
 def to_html(doc: Sequence[Block], base: Path) -> str:
@@ -177,6 +196,9 @@ def to_html(doc: Sequence[Block], base: Path) -> str:
                     cells.append(f"<td{cls}>{e(c)}</td>")
                 body.append("<tr>" + "".join(cells) + "</tr>")
             out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+        elif b.kind == "details":
+            out.append(f"<details><summary>{e(b.text)}</summary><ul>"
+                       + "".join(f"<li>{e(i)}</li>" for i in b.items) + "</ul></details>")
         elif b.kind == "img":
             data = base64.b64encode((base / b.path).read_bytes()).decode("ascii")
             out.append(f"<h3>{e(b.text)}</h3><img alt='{e(b.text)}' "

@@ -1,0 +1,261 @@
+"""Campaign simulator (pure: numpy and the standard library): the verdict rule's error rates
+over thousands of simulated campaigns, in seconds.
+
+Step times are drawn from a noise model measured on a real machine (``NoiseModel``, kept as
+small JSON files in ``tests/data/``; ``bench/noise_model.py`` fits one from run directories):
+
+- the host's speed switches between a fast and a slow state (``slow_ratio`` x slower), each
+  state lasting an exponential time with its own mean (seconds), running on through the whole
+  campaign, so adjacent trials share spells the way a round's arms do on the machine;
+  a host-speed reference (``normalised``) divides it out, leaving ``reference_sd_log`` noise;
+- a per-process offset (log-normal, ``process_sd_log``);
+- independent per-step noise (log-normal, ``step_sd_log``);
+- interference: with probability ``outlier_trial_p`` a trial runs ``outlier_factor`` x slower
+  for a random share of its steps (another job on the machine).
+
+Each trial also spends ``fixed_s`` seconds (process start, warm-up), during which the host's
+speed goes on changing. The campaign follows the real protocol: the plan's interleaved,
+reversed rounds, the block fit (orchestrator.paired), the timing rule
+(orchestrator.decide.judge) with the A/A calibration check, and the sequential rule
+(orchestrator.plan.more_rounds_reason) at each look.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orchestrator import paired
+from orchestrator.analyze import MIXTURE
+from orchestrator.decide import Rule, effect_scope, judge
+from orchestrator.plan import ArmProgress, arm_order, more_rounds_reason
+
+BASE, AA, VAR = "a0", "aa", "a1"
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    name: str
+    step_s: float = 0.005  # typical step time
+    step_sd_log: float = 0.03
+    process_sd_log: float = 0.01
+    slow_ratio: float = 1.6
+    mean_fast_s: float = 2.0
+    mean_slow_s: float = 1.0
+    normalised: bool = False  # a host-speed reference divides the host's speed out
+    reference_sd_log: float = 0.0  # what the reference leaves per step
+    outlier_trial_p: float = 0.0
+    outlier_factor: float = 2.0
+    fixed_s: float = 1.0
+    steps: int = 100  # measured steps per trial
+    source: str = ""  # how it was measured
+
+    @classmethod
+    def load(cls, path: str | Path) -> NoiseModel:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+
+@dataclass
+class Host:
+    """The host's speed over time: a two-state process, fast (1) or slow (slow_ratio)."""
+
+    model: NoiseModel
+    rng: np.random.Generator
+    t: float = 0.0
+    slow: bool = False
+    until: float = 0.0
+
+    def __post_init__(self) -> None:
+        m = self.model
+        share = m.mean_slow_s / (m.mean_fast_s + m.mean_slow_s)
+        self.slow = bool(self.rng.random() < share)
+        self.until = self.rng.exponential(m.mean_slow_s if self.slow else m.mean_fast_s)
+
+    def run(self, durations: np.ndarray) -> np.ndarray:
+        """Run steps of the given nominal durations one after the other from now; returns the
+        speed factor each step ran at (its start's state) and advances the clock."""
+        m = self.model
+        out = np.empty(durations.size)
+        for i, d in enumerate(durations):
+            while self.t >= self.until:
+                self.slow = not self.slow
+                self.until += self.rng.exponential(m.mean_slow_s if self.slow else m.mean_fast_s)
+            f = m.slow_ratio if self.slow else 1.0
+            out[i] = f
+            self.t += d * f
+        return out
+
+    def idle(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def trial_median(model: NoiseModel, host: Host, log_effect: float, rng: np.random.Generator,
+                 steps: int) -> float:
+    """One simulated trial: its fixed cost, then ``steps`` measured steps; the median of the
+    step times as the campaign analyses them (normalised when the model says so)."""
+    host.idle(model.fixed_s)
+    base = model.step_s * math.exp(-log_effect) * math.exp(rng.normal(0, model.process_sd_log))
+    nominal = base * np.exp(rng.normal(0, model.step_sd_log, steps))
+    if model.outlier_trial_p and rng.random() < model.outlier_trial_p:
+        share = rng.uniform(0.2, 1.0)
+        start = rng.integers(0, max(1, int(steps * (1 - share)) + 1))
+        nominal[start:start + int(steps * share)] *= model.outlier_factor
+    speed = host.run(nominal)
+    times = nominal * speed
+    if model.normalised:  # step / reference: the host's speed divides out, the reference's
+        times = nominal * np.exp(rng.normal(0, model.reference_sd_log, steps))  # noise stays
+    return float(np.median(times))
+
+
+@dataclass(frozen=True)
+class Protocol:
+    repeats: int = 3
+    max_rounds: int = 7
+    step_rounds: int = 2
+    confidence: float = 0.95
+    min_effect: float = 0.02
+    ni_margin: float = 0.05
+    aa_arm: bool = True
+    steps: int | None = None  # measured steps per trial (None: the noise model's)
+    spend_rho: float = 3.0  # alpha spending over the looks (protocol.alpha_spending)
+
+
+@dataclass
+class Outcome:
+    verdict: str  # retain | reject | equivalent | inconclusive | invalid
+    trials: int
+    rounds: int
+
+
+def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
+             rng: np.random.Generator, weights: dict[str, float] | None = None) -> Outcome:
+    """One simulated campaign of one variant against the baseline (and the A/A control), on
+    the buckets of ``effects`` (bucket -> the variant's true speedup)."""
+    buckets = list(effects)
+    weights = weights or {b: 1.0 for b in buckets}
+    host = Host(model, rng)
+    steps = p.steps or model.steps
+    plan = paired.looks(p.repeats, p.max_rounds, p.step_rounds)
+    arms = [BASE, AA, VAR] if p.aa_arm else [BASE, VAR]
+    medians: dict[str, dict[tuple[int, str], float]] = {b: {} for b in buckets}
+    running = list(arms)
+    rounds_done, trials = 0, 0
+    planned = list(range(p.repeats))
+    while True:
+        for r in planned:
+            for b in buckets:
+                for arm in arm_order(running, r, True):
+                    eff = math.log(effects[b]) if arm == VAR else 0.0
+                    medians[b][(r, arm)] = trial_median(model, host, eff, rng, steps)
+                    trials += 1
+        rounds_done = planned[-1] + 1
+        final = rounds_done >= p.max_rounds
+        rule = Rule(p.min_effect, p.ni_margin, p.max_rounds, final)
+        alpha = paired.alpha_spent(1 - p.confidence, plan, rounds_done, p.spend_rho)
+        kind, resolve, calibration = _judge(medians, weights, alpha, rule)
+        if calibration and final:
+            return Outcome("invalid", trials, rounds_done)
+        verdict = {"good": "retain", "bad": "reject", "equivalent": "equivalent"}.get(
+            kind, "inconclusive")
+        why = more_rounds_reason(ArmProgress(VAR, verdict, True, resolve), rounds_done,
+                                 p.max_rounds, calibration)
+        if not why:
+            return Outcome(verdict, trials, rounds_done)
+        planned = list(range(rounds_done, min(p.max_rounds, rounds_done + p.step_rounds)))
+
+
+def _judge(medians: dict[str, dict[tuple[int, str], float]], weights: dict[str, float],
+           alpha: float, rule: Rule) -> tuple[str, int | None, str]:
+    fits = {b: paired.fit_blocks(paired.trial_cells(m), BASE) for b, m in medians.items()}
+    if len(medians) > 1:
+        fits[MIXTURE] = paired.fit_blocks(paired.mixture_cells(medians, weights), BASE)
+    objective = MIXTURE if len(medians) > 1 else next(iter(medians))
+    scopes = {k: effect_scope(k, f.effects.get(VAR), alpha) for k, f in fits.items()}
+    calibration = ""
+    for k, f in fits.items():
+        aa = effect_scope(k, f.effects.get(AA), alpha)
+        if aa is not None and not aa.two[0] <= 1 <= aa.two[1]:
+            calibration = f"A/A off at {k}"
+    if scopes[objective] is None:
+        return "unsure", None, calibration
+    kind, _, resolve, _ = judge(scopes, objective, alpha, rule)
+    return kind, resolve, calibration
+
+
+def correct(planted: float, verdict: str, min_effect: float) -> str:
+    """correct | wrong-direction | false-decision | undecided for a planted speedup (1 = A/A):
+    A/A is correct when equivalent (inconclusive counts as undecided, any retain or reject as
+    a false decision); a planted speedup outside the band is correct when retained (faster) or
+    rejected (slower); inside it, equivalent is correct too."""
+    if planted == 1.0:
+        return {"equivalent": "correct", "retain": "false-decision",
+                "reject": "false-decision"}.get(verdict, "undecided")
+    good = "retain" if planted > 1 else "reject"
+    bad = "reject" if planted > 1 else "retain"
+    inside = 1 / (1 + min_effect) < planted < 1 + min_effect
+    if verdict == good or (inside and verdict == "equivalent"):
+        return "correct"
+    if verdict == bad:
+        return "wrong-direction"
+    return "undecided"
+
+
+@dataclass
+class Cell:
+    planted: float
+    outcomes: Counter = field(default_factory=Counter)
+    kinds: Counter = field(default_factory=Counter)
+    trials: int = 0
+    n: int = 0
+
+
+def error_table(model: NoiseModel, p: Protocol, planted: Sequence[float], campaigns: int,
+                seed: int = 0) -> list[Cell]:
+    """Per planted speedup (one bucket): verdict counts, outcome kinds and trials spent."""
+    rng = np.random.default_rng(seed)
+    cells = []
+    for s in planted:
+        cell = Cell(s)
+        for _ in range(campaigns):
+            o = campaign(model, {"b": s}, p, rng)
+            cell.outcomes[o.verdict] += 1
+            cell.kinds[correct(s, o.verdict, p.min_effect)] += 1
+            cell.trials += o.trials
+            cell.n += 1
+        cells.append(cell)
+    return cells
+
+
+def format_table(cells: Sequence[Cell]) -> list[str]:
+    out = [("| planted speedup | campaigns | retain | reject | equivalent | inconclusive "
+            "| invalid | correct | wrong direction | false decision | trials/campaign |"),
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in cells:
+        o, k = c.outcomes, c.kinds
+        label = "A/A" if c.planted == 1.0 else f"{c.planted:.3f}x"
+        out.append(f"| {label} | {c.n} | {o['retain']} | {o['reject']} | {o['equivalent']} | "
+                   f"{o['inconclusive']} | {o['invalid']} | {k['correct'] / c.n:.0%} | "
+                   f"{k['wrong-direction']} | {k['false-decision']} | {c.trials / c.n:.1f} |")
+    return out
+
+
+def summary(cells: Sequence[Cell]) -> dict[str, Any]:
+    return {f"{c.planted:g}": {"n": c.n, **dict(c.outcomes), "correct": c.kinds["correct"],
+                               "wrong_direction": c.kinds["wrong-direction"],
+                               "false_decision": c.kinds["false-decision"],
+                               "trials_per_campaign": c.trials / c.n} for c in cells}
+
+
+__all__ = ["Host", "NoiseModel", "Outcome", "Protocol", "campaign", "correct", "error_table",
+           "format_table", "summary", "trial_median"]

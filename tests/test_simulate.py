@@ -1,0 +1,92 @@
+"""The verdict rule's error rates over simulated campaigns (orchestrator.simulate), drawn from
+noise models measured on the project's 2-core VM (tests/data/noise_*.json, fitted from real
+run directories by bench/noise_model.py; each file says which runs in its `source`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestrator import simulate
+from orchestrator.simulate import NoiseModel, Protocol
+
+DATA = Path(__file__).parent / "data"
+MODELS = sorted(DATA.glob("noise_*.json"))
+PLANTED = [1.0, 1.02, 1 / 1.02, 1.05, 1 / 1.05, 1.10, 1 / 1.10]
+
+
+def test_noise_models_are_present_and_measured() -> None:
+    assert len(MODELS) >= 2, MODELS
+    for path in MODELS:
+        m = NoiseModel.load(path)
+        assert m.source.startswith("bench/noise_model.py over"), (path, m.source)
+        assert m.step_s > 0 and m.steps > 0 and m.slow_ratio >= 1
+
+
+@pytest.mark.parametrize("path", MODELS, ids=[p.stem for p in MODELS])
+def test_error_rates_hold_under_every_measured_noise_model(path: Path) -> None:
+    """Decided A/A campaigns (retain or reject of two identical arms) at most 5 %, wrong-
+    direction verdicts at most 1 % at every planted effect, whatever the noise."""
+    model = NoiseModel.load(path)
+    cells = simulate.error_table(model, Protocol(), PLANTED, campaigns=400, seed=1)
+    by = {c.planted: c for c in cells}
+    aa = by[1.0]
+    assert aa.kinds["false-decision"] / aa.n <= 0.05, simulate.format_table(cells)
+    for c in cells:
+        assert c.kinds["wrong-direction"] / c.n <= 0.01, simulate.format_table(cells)
+
+
+def test_quiet_machine_targets() -> None:
+    """On the quiet machine's noise (the synthetic load with the host-speed reference): A/A
+    comes out equivalent at least 80 % of the time and is decided at most 5 %; +-5 % planted
+    at least 95 % correct; +-2 % at least 80 %."""
+    model = NoiseModel.load(DATA / "noise_synthetic_quiet.json")
+    cells = simulate.error_table(model, Protocol(), PLANTED, campaigns=400, seed=2)
+    by = {c.planted: c for c in cells}
+    table = "\n".join(simulate.format_table(cells))
+    assert by[1.0].outcomes["equivalent"] / by[1.0].n >= 0.80, table
+    assert by[1.0].kinds["false-decision"] / by[1.0].n <= 0.05, table
+    for s in (1.05, 1 / 1.05):
+        assert by[s].kinds["correct"] / by[s].n >= 0.95, table
+    for s in (1.02, 1 / 1.02):
+        assert by[s].kinds["correct"] / by[s].n >= 0.80, table
+
+
+def test_adaptive_spends_fewer_trials_than_a_fixed_protocol_of_equal_accuracy() -> None:
+    model = NoiseModel.load(DATA / "noise_synthetic_quiet.json")
+    effects = [1.05, 1 / 1.05, 1.10, 1 / 1.10]
+    adaptive = simulate.error_table(model, Protocol(), effects, campaigns=200, seed=3)
+    fixed = simulate.error_table(model, Protocol(repeats=7, max_rounds=7), effects,
+                                 campaigns=200, seed=3)
+    acc = [sum(c.kinds["correct"] for c in t) / sum(c.n for c in t) for t in (adaptive, fixed)]
+    trials = [sum(c.trials for c in t) / sum(c.n for c in t) for t in (adaptive, fixed)]
+    assert acc[0] >= acc[1] - 0.01, (acc, trials)
+    assert trials[0] <= 0.6 * trials[1], (acc, trials)
+
+
+def test_the_simulated_host_alternates_speed_and_the_reference_divides_it_out() -> None:
+    rng = np.random.default_rng(0)
+    m = NoiseModel("t", step_s=0.01, step_sd_log=0.0, process_sd_log=0.0, slow_ratio=1.6,
+                   mean_fast_s=0.5, mean_slow_s=0.5, steps=2000, fixed_s=0.0)
+    host = simulate.Host(m, rng)
+    speed = host.run(np.full(2000, 0.01))
+    assert set(np.unique(speed)) == {1.0, 1.6}
+    share = float((speed > 1).mean())
+    assert 0.3 < share < 0.8  # slow about half of the steps' count (longer in time)
+    raw = [simulate.trial_median(m, simulate.Host(m, rng), 0.0, rng, 50) for _ in range(50)]
+    norm = NoiseModel(**{**m.__dict__, "normalised": True})
+    flat = [simulate.trial_median(norm, simulate.Host(norm, rng), 0.0, rng, 50) for _ in range(50)]
+    assert np.std(np.log(raw)) > 0.1 and np.std(np.log(flat)) < 1e-9
+
+
+def test_correct_counts_by_hand() -> None:
+    assert simulate.correct(1.0, "equivalent", 0.02) == "correct"
+    assert simulate.correct(1.0, "inconclusive", 0.02) == "undecided"
+    assert simulate.correct(1.0, "retain", 0.02) == "false-decision"
+    assert simulate.correct(1.05, "retain", 0.02) == "correct"
+    assert simulate.correct(1.05, "reject", 0.02) == "wrong-direction"
+    assert simulate.correct(1 / 1.05, "reject", 0.02) == "correct"
+    assert simulate.correct(1.01, "equivalent", 0.02) == "correct"  # inside the band
+    assert simulate.correct(1.05, "equivalent", 0.02) == "undecided"
