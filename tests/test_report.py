@@ -282,3 +282,40 @@ def test_mlflow_tells_apart_campaigns_in_equally_named_folders(tmp_path: Path) -
     assert report_main([str(tmp_path / "copy"), "--no-plots", "--no-summaries",
                         "--mlflow", uri]) == 0
     assert len(mlflow.search_runs(experiment_names=["throughput-orchestrator"])) == 2
+
+
+def test_equivalent_is_carried_by_the_log_the_summary_and_the_csv_export(tmp_path: Path) -> None:
+    """The fifth verdict through every report: decision log (and its --verdict filter),
+    summary.md / summary.html (headline, collapsible reasons and grouped warnings), CSV."""
+    import json
+
+    root = tmp_path / "tree"
+    run = write_campaign(root / "aa", sweep="tp_mode", workload="muon_tp", variable="workload.tp.mode",
+                         variants=(("auto", "equivalent", 1.0),), buckets=("s64",))
+    line = json.loads((run / "decisions.jsonl").read_text())
+    line.update(headline="equivalent: no difference that matters (s64 1.000x [0.990, 1.010], "
+                         "within the band); keep whichever is simpler",
+                warnings=["s64: steps vary 12% within a trial", "s64: steps vary 12% within a trial"])
+    (run / "decisions.jsonl").write_text(json.dumps(line) + "\n")
+    campaigns, _ = load_campaigns(root)
+    assert [r.verdict for r in build_log(campaigns, base=root, verdict="equivalent")] == ["equivalent"]
+    assert report_main([str(root), "--no-plots", "--verdict", "equivalent"]) == 0
+    assert "**equivalent**" in (root / "decision_log.md").read_text()
+    assert list(pd.read_csv(root / "decision_log.csv")["verdict"]) == ["equivalent"]
+    md = (run / "summary.md").read_text()
+    assert "| auto | equivalent | 1.000x [0.950, 1.050] | equivalent: no difference that matters" in md
+    html = (run / "summary.html").read_text()
+    assert "<details><summary>auto: equivalent: reasons</summary>" in html
+    # the two identical warnings are one, under its scope
+    assert "<details><summary>auto: equivalent: warnings (1)</summary><ul><li>s64: steps vary" in html
+    assert "class='equivalent'" in html
+
+
+def test_violins_are_clipped_to_the_bulk_of_the_steps() -> None:
+    import numpy as np
+
+    from orchestrator.report.plots import clip_limit
+
+    steps = [np.full(199, 10.0), np.array([10.0] * 200 + [3000.0])]
+    lim, clipped = clip_limit(steps)
+    assert lim == pytest.approx(15.0) and clipped == 1  # 1.5 x the 99th percentile (10 ms)

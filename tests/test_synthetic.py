@@ -161,3 +161,59 @@ def test_measured_min_s_times_short_steps_in_larger_numbers(tmp_path: Path) -> N
     rec, times = run(0.05)
     assert rec["status"] == "ok" and rec["measured_steps_run"] == len(times) > 3
     assert sum(times) >= 0.05 and sum(times[:-1]) < 0.05  # stops as soon as the window is full
+
+
+def test_a_trial_measured_under_interference_is_re_run_not_pooled(
+        compose: Any, run_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A real busy process shares the machine during the variant's first attempt
+    (tests/helpers/noisy.py): its trial records the other processes' CPU, is re-run after the
+    others of its pass, and the first attempt is kept aside, not pooled."""
+    monkeypatch.setenv("NOISY_MARKER_DIR", str(tmp_path))
+    cfg = compose(["workload=synthetic", "+sweep=calibrate", "protocol=quick", "launcher=local",
+                   "workload.recipe=tests.helpers.noisy:build", "sweep.values=[0.5]",
+                   "sweep.labels=[noisy]", "protocol.repeats=1", "protocol.max_rounds=1",
+                   "protocol.measured_steps=30", "protocol.measured_min_s=0",
+                   "protocol.warmup_policy=fixed", "protocol.warmup_steps=3"])
+    run_campaign(cfg, run_dir)
+    recs = {json.loads(p.read_text())["arm_label"]: json.loads(p.read_text())
+            for p in run_dir.glob("trials/*/trial.json")}
+    noisy = recs["noisy"]
+    assert noisy["status"] == "ok"
+    first = noisy["earlier_attempts"][0]  # later ones only if the machine is busy anyway
+    assert first["others_cores"] > 0.5 and first["why"].startswith("interference: other")
+    assert len(noisy["earlier_attempts"]) <= cfg.protocol.interference_retries
+    assert (run_dir / "trials" / noisy["trial_id"] / "attempt1.json").exists()
+    base = recs[next(k for k in recs if k != "noisy")]
+    assert base["interference"]["others_cores"] is not None  # measured for every trial
+    md = (run_dir / "decisions.md").read_text()
+    assert "## Interference" in md and "measured while other processes took more than" in md
+    assert json.loads((run_dir / "machine_load.json").read_text())["cores"] >= 1
+
+
+def test_cpu_window_sees_another_process_and_require_quiet_refuses(
+        compose: Any, run_dir: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from orchestrator.campaign import check_quiet
+    from orchestrator.errors import ConfigError
+    from orchestrator.interference import CpuWindow
+
+    busy = subprocess.Popen([sys.executable, "-c",
+                             "import time\nt = time.time() + 20\nwhile time.time() < t: pass"])
+    try:
+        time.sleep(0.3)
+        w = CpuWindow()
+        w.start()
+        time.sleep(0.6)
+        got = w.stop()
+        assert got["others_cores"] > 0.6, got  # the busy loop's core
+        cfg = compose(["workload=synthetic", "+sweep=calibrate", "protocol=quick",
+                       "protocol.require_quiet=true"])
+        with pytest.raises(ConfigError, match=r"protocol\.require_quiet: the machine is busy "
+                                              r"\(other processes took"):
+            check_quiet(cfg, run_dir)
+    finally:
+        busy.kill()
+        busy.wait()
