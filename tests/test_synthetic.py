@@ -79,6 +79,14 @@ def test_adaptive_rounds_extend_the_plan_and_resume(
                          (4, "a0"), (4, "aa"), (4, "a1")]
     assert [a["added_rounds"] for a in plan["adaptive"]] == [[2, 3], [4]]
     assert len(_trials(run_dir)) == len(order) == 17
+    # the planner chose the adaptive rounds' trial length from the variance components
+    planner = plan["adaptive"][0]["planner"]["t1k"]
+    assert planner["choice"] >= 5 and planner["sigma_within"] > 0 and planner["fixed_s"] > 0
+    assert "n* = " in planner["why"] or "kept within" in planner["why"] or "step noise" in planner["why"]
+    later = [t for t in plan["trials"] if t["round"] >= 2]
+    assert {t["measured_steps"] for t in later if t["round"] in (2, 3)} == {planner["choice"]}
+    r2 = next(t for t in _trials(run_dir) if t["round"] == 2)
+    assert r2["measured_steps_run"] == planner["choice"]  # and the trial ran exactly that many
     mtimes = {p: p.stat().st_mtime for p in run_dir.glob("trials/*/trial.json")}
     run_campaign(cfg, run_dir)  # resume: everything is already there, nothing re-runs
     assert {p: p.stat().st_mtime for p in run_dir.glob("trials/*/trial.json")} == mtimes
