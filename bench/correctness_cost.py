@@ -15,10 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.campaign import selected_buckets  # noqa: E402
 from orchestrator.cli import compose  # noqa: E402
 from orchestrator.correctness.runner import run_gate  # noqa: E402
-from orchestrator.sweep import expand_arms  # noqa: E402
+from orchestrator.sweep import expand_arms, selected_buckets  # noqa: E402
 
 
 def main(argv: list[str]) -> None:

@@ -19,6 +19,7 @@ from orchestrator import provenance, stats
 from orchestrator.analyze import Analysis, analyze, comparison_rows
 from orchestrator.config import Config, SCHEMA_VERSION, to_dict
 from orchestrator.decide import Verdict, decide
+from orchestrator.jobs import TrialSpec, make_specs
 from orchestrator.launch import make_launcher
 from orchestrator.launch.base import INFRA_STATUS, Launcher
 from orchestrator.levers import lever_sections, loss_trajectory_gates
@@ -33,8 +34,7 @@ from orchestrator.plan import (
 from orchestrator.render import render_decisions, terminal_summary
 from orchestrator.sensitivity import sensitivity_lines
 from orchestrator.results import atomic_write_json, atomic_write_text, load_trials, read_json, write_csv
-from orchestrator.sweep import Arm, apply_overrides, expand_arms
-from orchestrator.trial import TrialSpec
+from orchestrator.sweep import Arm, expand_arms, selected_buckets
 from orchestrator.utilization import add_utilization_columns, campaign_utilization, utilization_section
 from recipes import report_sections
 
@@ -49,50 +49,6 @@ class CampaignResult:
     run_dir: Path
     analysis: Analysis
     verdicts: list[Verdict]
-
-
-def selected_buckets(cfg: Config) -> list[dict[str, Any]]:
-    buckets = [to_dict(b) for b in cfg.workload.buckets]
-    if cfg.sweep is not None and cfg.sweep.buckets is not None:
-        buckets = [b for b in buckets if b["name"] in cfg.sweep.buckets]
-    return buckets
-
-
-def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[PlannedTrial]) -> list[TrialSpec]:
-    workload = to_dict(cfg.workload)
-    by_arm = {a.arm_id: a for a in arms}
-    buckets = {b["name"]: b for b in selected_buckets(cfg)}
-    specs = []
-    for p in planned:
-        arm = by_arm[p.arm_id]
-        specs.append(
-            TrialSpec(
-                trial_id=p.trial_id,
-                trial_dir=str(run_dir / "trials" / p.trial_id),
-                bucket=buckets[p.bucket],
-                arm_id=arm.arm_id,
-                arm_label=arm.label,
-                is_baseline=arm.is_baseline,
-                round=p.round,
-                position=p.position,
-                workload=apply_overrides(workload, arm.overrides),
-                device=cfg.device,
-                warmup_steps=cfg.protocol.warmup_steps,
-                measured_steps=cfg.protocol.measured_steps,
-                measured_min_s=cfg.protocol.measured_min_s,
-                env=dict(arm.env),
-                hardware=to_dict(cfg.hardware),
-                timeout_s=cfg.protocol.trial_timeout_s,
-                warmup_policy=cfg.protocol.warmup_policy,
-                warmup_max_steps=cfg.protocol.warmup_max_steps,
-                warmup_window=cfg.protocol.warmup_window,
-                warmup_tolerance=cfg.protocol.warmup_tolerance,
-                clock=cfg.protocol.clock,
-                speed_reference=cfg.protocol.speed_reference,
-                compile_cache=cfg.protocol.compile_cache,
-            )
-        )
-    return specs
 
 
 def completed_trials(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -371,8 +327,8 @@ def _render_summary(run_dir: Path) -> None:
     """summary.md, summary.html and plots/ for this campaign; a failure here never loses the
     campaign's results (they are already on disk), it is logged."""
     try:
-        from orchestrator.report.cli import render_summary
         from orchestrator.report.load import load_campaign
+        from orchestrator.report.summary import render_summary
 
         render_summary(load_campaign(run_dir), with_plots=True, force=True)
     except Exception as exc:  # plotting must not take a finished campaign down

@@ -19,16 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError
+from orchestrator.paths import conf_dir
 
 log = logging.getLogger("orchestrator")
-
-CONF_ENV = "ORCHESTRATOR_CONF_DIR"
-
-
-def conf_dir() -> Path:
-    """``$ORCHESTRATOR_CONF_DIR``, else the ``conf/`` beside the installed packages."""
-    env = os.environ.get(CONF_ENV)
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "conf"
 
 
 def group_options(group: str) -> list[str]:
@@ -131,7 +124,8 @@ def to_config(cfg: Any) -> Any:
     """The composed DictConfig as validated plain dataclasses (crosses the boundary once)."""
     from omegaconf import OmegaConf
 
-    from orchestrator.config import Config, validate
+    from orchestrator.config import Config
+    from orchestrator.validate import validate
 
     try:
         obj = OmegaConf.to_object(cfg)

@@ -1,4 +1,5 @@
-"""The common levers: config checks, decisions.md sections and the external-loss gate (pure).
+"""The common levers: decisions.md sections and the external-loss gate (pure; their config
+checks are in :mod:`orchestrator.validate`).
 
 - torch.compile: compile time, graph breaks and recompiles per arm, and a time-to-train
   projection (one-off warm-up cost + N x steady step time) next to the steady-state ratio, so a
@@ -10,149 +11,13 @@
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.config import (
-    COMPILE_BACKENDS,
-    COMPILE_MODES,
-    DATA_KINDS,
-    CommandWorkloadConfig,
-    Config,
-    GPTWorkloadConfig,
-    LoaderConfig,
-    WorkloadConfig,
-)
-from orchestrator.errors import ConfigError
+from orchestrator.config import CommandWorkloadConfig, Config, GPTWorkloadConfig
 
-if TYPE_CHECKING:  # pandas is imported where reports are made, not by config checks
+if TYPE_CHECKING:  # pandas is imported where reports are made
     import pandas as pd
-
-# --------------------------------------------------------------------------- config checks
-
-
-def _choice(key: str, value: Any, choices: Sequence[Any]) -> None:
-    if value not in choices:
-        raise ConfigError(key, f"{value!r} is not a valid choice; choose one of: "
-                          f"{', '.join(map(str, choices))}")
-
-
-def validate_levers(w: WorkloadConfig) -> None:
-    if isinstance(w, GPTWorkloadConfig):
-        _validate_gpt(w)
-    elif isinstance(w, CommandWorkloadConfig):
-        _validate_command(w)
-
-
-def _validate_gpt(w: GPTWorkloadConfig) -> None:
-    c = w.model.compile
-    _choice("workload.model.compile.mode", c.mode, COMPILE_MODES)
-    _choice("workload.model.compile.backend", c.backend, COMPILE_BACKENDS)
-    if c.backend != "inductor" and c.mode not in ("off", "default"):
-        raise ConfigError("workload.model.compile.mode",
-                          f"{c.mode!r} is an inductor mode; with backend={c.backend} use "
-                          "mode=default, or set workload.model.compile.backend=inductor")
-    if c.mark_dynamic and c.mode == "off":
-        raise ConfigError("workload.model.compile.mark_dynamic",
-                          "needs torch.compile; set workload.model.compile.mode (e.g. default)")
-    d = w.data
-    _choice("workload.data.kind", d.kind, DATA_KINDS)
-    if not d.text_mib > 0:
-        raise ConfigError("workload.data.text_mib", f"must be > 0, got {d.text_mib}")
-    if d.text_path is not None and not os.path.isfile(d.text_path):
-        raise ConfigError("workload.data.text_path",
-                          f"no such file {os.path.basename(d.text_path)!r}; point it at a UTF-8 "
-                          "text file (one document per line) or null to generate one")
-    lo = w.loader
-    if lo.num_workers < 0:
-        raise ConfigError("workload.loader.num_workers", f"must be >= 0, got {lo.num_workers}")
-    if lo.epoch_batches < 0:
-        raise ConfigError("workload.loader.epoch_batches", f"must be >= 0, got {lo.epoch_batches}")
-    if lo.num_workers == 0:
-        for key in ("prefetch_factor", "persistent_workers"):
-            if getattr(lo, key) not in (None, False):
-                raise ConfigError(f"workload.loader.{key}",
-                                  "needs worker processes; set workload.loader.num_workers > 0")
-    if lo.prefetch_factor is not None and lo.prefetch_factor < 1:
-        raise ConfigError("workload.loader.prefetch_factor", f"must be >= 1, got {lo.prefetch_factor}")
-    if d.kind != "text" and lo != LoaderConfig():
-        raise ConfigError("workload.loader",
-                          "DataLoader settings apply to the text pipeline; set "
-                          "workload.data.kind=text (the synthetic stream has no loader)")
-
-
-def _validate_command(w: CommandWorkloadConfig) -> None:
-    from orchestrator.logparse import LogParseError, compile_pattern
-    from recipes.command.recipe import BUILTINS, template_fields
-
-    if not w.command.strip():
-        raise ConfigError("workload.command", "is empty; give the training command to run")
-    clash = sorted(set(w.params) & set(BUILTINS))
-    if clash:
-        raise ConfigError(f"workload.params.{clash[0]}",
-                          f"is a built-in placeholder; rename it (built-ins: {', '.join(BUILTINS)})")
-    known = set(BUILTINS) | set(w.params)
-    templates = {"workload.command": w.command, "workload.cwd": w.cwd or "",
-                 "workload.log.file": w.log.file or "",
-                 **{f"workload.env.{k}": str(v) for k, v in w.env.items()}}
-    for key, text in templates.items():
-        try:
-            fields = template_fields(text)
-        except ValueError as exc:
-            raise ConfigError(key, f"bad template ({exc}); write a literal brace as {{{{ or }}}}") from None
-        for name in fields:
-            if name not in known:
-                raise ConfigError(key, f"unknown placeholder {{{name}}}; declare it under "
-                                  f"workload.params or use one of: {', '.join(BUILTINS)}")
-    if w.log.pattern is not None:
-        try:
-            compile_pattern(w.log.pattern)
-        except LogParseError as exc:
-            raise ConfigError("workload.log.pattern", str(exc)) from None
-    if w.log.skip_steps is not None and w.log.skip_steps < 0:
-        raise ConfigError("workload.log.skip_steps", f"must be >= 0, got {w.log.skip_steps}")
-    if w.time_limit_s is not None and not w.time_limit_s > 0:
-        raise ConfigError("workload.time_limit_s", f"must be > 0, got {w.time_limit_s}")
-    if w.tokens_per_step is not None and w.tokens_per_step <= 0:
-        raise ConfigError("workload.tokens_per_step", f"must be > 0, got {w.tokens_per_step}")
-    if w.loss_rtol < 0:
-        raise ConfigError("workload.loss_rtol", f"must be >= 0, got {w.loss_rtol}")
-
-
-def check_lever_sweep(cfg: Config) -> None:
-    """Checks that need the protocol or launcher next to the arms."""
-    from orchestrator.config import to_dict, workload_from_dict
-    from orchestrator.sweep import apply_overrides, expand_arms
-
-    assert cfg.sweep is not None
-    arms = expand_arms(cfg)
-    base = to_dict(cfg.workload)
-    workloads = [workload_from_dict(apply_overrides(base, a.overrides)) for a in arms]
-    compiles = any(isinstance(w, GPTWorkloadConfig) and w.model.compile.mode != "off"
-                   for w in workloads)
-    if compiles and cfg.protocol.warmup_steps < 1:
-        raise ConfigError("protocol.warmup_steps",
-                          "must be >= 1 when an arm uses torch.compile: the first step compiles, "
-                          "and compile time must stay out of the measured steps")
-    visiting = [w for w in workloads
-                if isinstance(w, GPTWorkloadConfig) and w.model.compile.visit_buckets]
-    if visiting and all(w.model.compile.mode == "off" for w in visiting):
-        raise ConfigError("workload.model.compile.visit_buckets",
-                          "counts the recompiles of other bucket shapes, which needs torch.compile "
-                          "in some arm; set workload.model.compile.mode (e.g. default) or drop it")
-    env_swept = any(a.env != arms[0].env for a in arms)
-    if env_swept and cfg.launcher.name == "inline" and not isinstance(cfg.workload, CommandWorkloadConfig):
-        raise ConfigError("launcher.name",
-                          "inline runs trials inside this process, where an env.* switch read at "
-                          "start-up (threads, allocator) cannot take effect; use launcher=local")
-    w = cfg.workload
-    if isinstance(w, CommandWorkloadConfig) and w.time_limit_s is not None and (
-            w.time_limit_s >= cfg.protocol.trial_timeout_s):
-        raise ConfigError("workload.time_limit_s",
-                          f"{w.time_limit_s:g} s must be below protocol.trial_timeout_s="
-                          f"{cfg.protocol.trial_timeout_s:g} s so the command's log is kept")
-
 
 # --------------------------------------------------------------------------- report sections
 

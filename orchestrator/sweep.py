@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.config import Config, SweepConfig, to_dict, workload_from_dict
+from orchestrator.config import WORKLOAD_SCHEMAS, Config, SweepConfig, to_dict
 from orchestrator.errors import ConfigError
 
 ENV_PREFIX = "env."
@@ -159,8 +159,6 @@ def _check_workload_kind(cfg: Config) -> None:
     """A sweep about one kind of workload (tp_mode: muon_tp) on a workload of another kind is
     refused by name, before its variable is looked up (which would only say that the path does
     not exist in the workload)."""
-    from orchestrator.config import WORKLOAD_SCHEMAS
-
     sweep = cfg.sweep
     assert sweep is not None
     need = sweep.workload_kind
@@ -179,7 +177,8 @@ def _check_workload_kind(cfg: Config) -> None:
 
 
 def check_sweep(cfg: Config) -> None:
-    """Reject a sweep that is malformed, touches an invariant, or changes more than one knob."""
+    """Reject a sweep that is malformed, touches an invariant, or changes more than one knob.
+    (That every arm is still a valid workload is checked by :mod:`orchestrator.validate`.)"""
     sweep = cfg.sweep
     assert sweep is not None
     _check_workload_kind(cfg)
@@ -215,12 +214,10 @@ def check_sweep(cfg: Config) -> None:
                 raise ConfigError(
                     "sweep.buckets", f"{b!r} is not a workload bucket; choose from {names}"
                 )
-    # every arm must still be a valid workload (catches e.g. a misspelt backend name)
-    from orchestrator.config import validate_workload
 
-    for arm in expand_arms(cfg):
-        key = "sweep.baseline" if arm.is_baseline else f"sweep.values[{int(arm.arm_id[1:]) - 1}]"
-        try:
-            validate_workload(workload_from_dict(apply_overrides(workload, arm.overrides)))
-        except ConfigError as exc:
-            raise ConfigError(key, f"arm {arm.label!r} sets {exc.key}: {exc.message}") from None
+
+def selected_buckets(cfg: Config) -> list[dict[str, Any]]:
+    buckets = [to_dict(b) for b in cfg.workload.buckets]
+    if cfg.sweep is not None and cfg.sweep.buckets is not None:
+        buckets = [b for b in buckets if b["name"] in cfg.sweep.buckets]
+    return buckets

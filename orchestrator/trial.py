@@ -10,71 +10,25 @@ this module only, so its fixed cost stays close to ``python -c "import torch"``.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator import device as devmod
 from orchestrator import distributed as distmod
 from orchestrator.errors import BackendUnavailable
+from orchestrator.jobs import LAUNCH_T0_VAR, TrialSpec
+from orchestrator.processes import die_with_parent
 from orchestrator.results import atomic_write_json, trial_record, write_csv
-from orchestrator.steady import WarmupPolicy, warmup_complete
+from orchestrator.steady import warmup_complete
 
 # the most measured steps protocol.measured_min_s may ask for
 MAX_MEASURED_STEPS = 2000
-
-# set by the launcher just before it starts the process: start-to-first-step is measured from it
-LAUNCH_T0_VAR = "ORCHESTRATOR_LAUNCH_T0"
-
-
-@dataclass
-class TrialSpec:
-    trial_id: str
-    trial_dir: str
-    bucket: dict[str, Any]
-    arm_id: str
-    arm_label: str
-    is_baseline: bool
-    round: int
-    position: int  # place in the plan (execution order)
-    workload: dict[str, Any]
-    device: str = "auto"
-    warmup_steps: int = 3
-    measured_steps: int = 10
-    measured_min_s: float = 0.0  # keep measuring past measured_steps until this much step time
-    env: dict[str, str] = field(default_factory=dict)
-    kind: str = "timed"  # timed | profile (a profiled trial: never in timing statistics)
-    profile: dict[str, Any] = field(default_factory=dict)  # layer and settings, kind=profile
-    hardware: dict[str, Any] = field(default_factory=dict)  # HardwareConfig as a dict
-    timeout_s: float | None = None  # the launcher's limit for this trial (external commands stop sooner)
-    warmup_policy: str = "fixed"  # fixed | auto (see orchestrator.steady)
-    warmup_max_steps: int = 30
-    warmup_window: int = 3
-    warmup_tolerance: float = 0.05
-    clock: str = "wall"  # wall | cpu (process CPU time; host-CPU recipes only)
-    speed_reference: str = "off"  # auto | host | off (orchestrator.reference)
-    compile_cache: str = "warm"  # cold | warm (orchestrator.compile_stats.cache_scope)
-    env_report: bool = False  # also write the full environment.json (the campaign's first trial)
-
-    def warmup(self) -> WarmupPolicy:
-        return WarmupPolicy(self.warmup_policy, self.warmup_steps, self.warmup_max_steps,
-                            self.warmup_window, self.warmup_tolerance)
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=2)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> TrialSpec:
-        with open(path, encoding="utf-8") as fh:
-            return cls(**json.load(fh))
-
 
 def one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
@@ -375,8 +329,6 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m orchestrator.trial SPEC.json", file=sys.stderr)
         return 2
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
-        from orchestrator.launch.local import die_with_parent
-
         die_with_parent()
     import logging
 

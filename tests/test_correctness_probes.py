@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from orchestrator.campaign import run_campaign, selected_buckets
+from orchestrator.campaign import run_campaign
 from orchestrator.correctness.runner import run_gate
-from orchestrator.sweep import expand_arms
+from orchestrator.sweep import expand_arms, selected_buckets
 
 BROKEN = "tests.helpers.broken"
 

@@ -10,7 +10,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from orchestrator.campaign import make_specs, run_campaign
+from orchestrator.campaign import run_campaign
+from orchestrator.jobs import make_specs
 from orchestrator.external import LogProblem, check_steps
 from orchestrator.levers import loss_trajectory_gates
 from orchestrator.logparse import StepRecord
@@ -211,7 +212,7 @@ def test_command_workload_cwd_env_log_file_pattern_and_skip(compose: Any, run_di
     """The example trainer run from its trial directory (workload.cwd), a templated
     workload.env value and the swept env.OMP_NUM_THREADS reaching it, step lines read from
     workload.log.file in a format only the custom pattern reads, and skip_steps."""
-    from orchestrator.config import validate
+    from orchestrator.validate import validate
     from orchestrator.logparse import LogParseError, parse_steps
 
     script = Path(__file__).resolve().parents[1] / "recipes" / "examples" / "train_example.py"

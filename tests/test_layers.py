@@ -144,7 +144,6 @@ def test_cycle_finder_on_a_small_graph() -> None:
     assert cycles({"x": {"y"}, "y": set()}) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15: the layers are not one-way yet")
 def test_no_import_cycle_among_project_modules() -> None:
     edges: dict[str, set[str]] = {}
     for imp in all_imports():

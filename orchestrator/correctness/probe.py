@@ -44,6 +44,7 @@ from typing import Any
 from orchestrator import device as devmod
 from orchestrator.config import SCHEMA_VERSION
 from orchestrator.errors import BackendUnavailable
+from orchestrator.processes import die_with_parent
 from orchestrator.results import atomic_write_json
 
 REQUIRED_HOOKS = (
@@ -442,8 +443,6 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m orchestrator.correctness.probe SPEC.json", file=sys.stderr)
         return 2
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
-        from orchestrator.launch.local import die_with_parent
-
         die_with_parent()
     record = run_probe(ProbeSpec.from_file(argv[0]))
     if record.get("world_size", 1) > 1 and record["status"] != "ok":

@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -35,6 +34,9 @@ from orchestrator.correctness.gate import ArmGate, evaluate
 from orchestrator.correctness.probe import ProbeSpec, run_probe
 from orchestrator.decide import Gate
 from orchestrator.envvars import env_overrides
+from orchestrator.launch.base import stderr_tail
+from orchestrator.paths import package_root
+from orchestrator.processes import run_child
 from orchestrator.results import atomic_write_json, read_json
 from orchestrator.sweep import Arm, apply_overrides
 
@@ -117,9 +119,6 @@ def _run_in_process(spec: ProbeSpec) -> dict[str, Any]:
 
 
 def _run_subprocess(spec: ProbeSpec, timeout_s: float, python: str | None) -> dict[str, Any]:
-    from orchestrator.launch.base import stderr_tail
-    from orchestrator.launch.local import _kill_group, package_root
-
     pdir = Path(spec.probe_dir)
     pdir.mkdir(parents=True, exist_ok=True)
     (pdir / "probe.json").unlink(missing_ok=True)
@@ -136,15 +135,7 @@ def _run_subprocess(spec: ProbeSpec, timeout_s: float, python: str | None) -> di
                *cmd[1:]]
     t0 = time.perf_counter()
     with open(pdir / "stdout.log", "wb") as out, open(pdir / "stderr.log", "wb") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
-        try:
-            rc: int | None = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            rc = None
-        except BaseException:
-            _kill_group(proc)
-            raise
+        rc = run_child(cmd, stdout=out, stderr=err, env=env, timeout_s=timeout_s, preexec_fn=None)
     wall = time.perf_counter() - t0
     path = pdir / "probe.json"
     if rc is not None and rc >= 0 and path.exists():

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Config, to_dict
+from orchestrator.jobs import TrialSpec, make_specs
 from orchestrator.launch.base import Launcher
 from orchestrator.plan import PlannedTrial, _slug
-from orchestrator.trial import TrialSpec
+from orchestrator.sweep import selected_buckets
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +35,6 @@ def profile_specs(cfg: Config, run_dir: Path, arms: Sequence[Any]) -> list[Trial
     layer = cfg.profile.mode
     if layer == "off":
         return []
-    from orchestrator.campaign import make_specs, selected_buckets
-
     planned = []
     pos = 100_000  # after every timed trial in plan order
     for b in selected_buckets(cfg):
