@@ -17,12 +17,14 @@ from typing import Any
 
 from orchestrator import provenance, stats
 from orchestrator.analyze import Analysis, analyze, comparison_rows
-from orchestrator.config import Config, SCHEMA_VERSION, to_dict
+from orchestrator.config import Config
+from orchestrator.convert import to_dict
 from orchestrator.decide import Verdict, decide
 from orchestrator.jobs import TrialSpec, make_specs
 from orchestrator.launch import make_launcher
 from orchestrator.launch.base import INFRA_STATUS, Launcher
-from orchestrator.levers import lever_sections, loss_trajectory_gates
+from orchestrator.levers import lever_sections
+from orchestrator.loss_gate import loss_trajectory_gates
 from orchestrator.plan import (
     ArmProgress,
     PlannedTrial,
@@ -33,10 +35,10 @@ from orchestrator.plan import (
 )
 from orchestrator.render import render_decisions, terminal_summary
 from orchestrator.sensitivity import sensitivity_lines
-from orchestrator.results import atomic_write_json, atomic_write_text, load_trials, read_json, write_csv
+from orchestrator.results import SCHEMA_VERSION, atomic_write_json, atomic_write_text, load_trials, read_json, write_csv
 from orchestrator.sweep import Arm, expand_arms, selected_buckets
 from orchestrator.utilization import add_utilization_columns, campaign_utilization, utilization_section
-from recipes import report_sections
+from recipes.registry import report_sections
 
 log = logging.getLogger(__name__)
 

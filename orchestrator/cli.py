@@ -142,13 +142,31 @@ def to_config(cfg: Any) -> Any:
     return obj
 
 
+def register_configs() -> None:
+    """Register every schema with Hydra's ConfigStore (idempotent): the core groups, and one
+    ``schema/workload/<kind>`` per registered workload kind (each recipe's own schema)."""
+    from hydra.core.config_store import ConfigStore
+
+    from orchestrator import config as c
+    from recipes.registry import workload_kinds
+
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=c.Config)
+    for kind in workload_kinds():
+        cs.store(group="schema/workload", name=kind, node=c.WORKLOAD_SCHEMAS[kind])
+    cs.store(group="schema/protocol", name="protocol", node=c.ProtocolConfig)
+    cs.store(group="schema/invariants", name="invariants", node=c.InvariantsConfig)
+    cs.store(group="schema/sweep", name="sweep", node=c.SweepConfig)
+    cs.store(group="schema/launcher", name="launcher", node=c.LauncherConfig)
+    cs.store(group="schema/hardware", name="hardware", node=c.HardwareConfig)
+    cs.store(group="schema/profile", name="profile", node=c.ProfileConfig)
+
+
 def compose(overrides: list[str]) -> Any:
     """Compose and validate one configuration (tests, notebooks, pre-flight)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-
-    from orchestrator.config import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -293,8 +311,6 @@ def _main(argv: list[str]) -> None:
         sys.exit(exc.exit_code)
 
     import hydra
-
-    from orchestrator.config import register_configs
 
     register_configs()
 

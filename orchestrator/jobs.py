@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Config, to_dict
+from orchestrator.config import Config
+from orchestrator.convert import to_dict
 from orchestrator.plan import PlannedTrial
 from orchestrator.steady import WarmupPolicy
 from orchestrator.sweep import Arm, apply_overrides, selected_buckets

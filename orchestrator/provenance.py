@@ -99,7 +99,7 @@ def package_versions(recipes: Sequence[str] = ()) -> dict[str, str]:
     except metadata.PackageNotFoundError:
         out["throughput-orchestrator"] = f"{orchestrator.__version__} (from source, not installed)"
     dists = metadata.packages_distributions()
-    from recipes import REGISTRY
+    from recipes.registry import REGISTRY
 
     for name in recipes:
         target = REGISTRY.get(name, name)
@@ -381,7 +381,7 @@ def start(cfg: Any, run_dir: Path, arms: Sequence[Any], records: Sequence[dict[s
           overrides: Sequence[str] | None = None) -> Session:
     """Before any trial: refuse a resume on a different environment, then write source.txt
     (+ source.diff) and command.txt."""
-    from orchestrator.config import to_dict
+    from orchestrator.convert import to_dict
     from orchestrator.sanitize import Sanitizer, reserve_run_dir
 
     # the arms' env.* switches reach the trial processes only: their secret values count too

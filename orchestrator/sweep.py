@@ -12,8 +12,10 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.config import WORKLOAD_SCHEMAS, Config, SweepConfig, to_dict
+from orchestrator.config import Config, SweepConfig
+from orchestrator.convert import to_dict
 from orchestrator.errors import ConfigError
+from recipes.registry import workload_kinds
 
 ENV_PREFIX = "env."
 
@@ -164,9 +166,10 @@ def _check_workload_kind(cfg: Config) -> None:
     need = sweep.workload_kind
     if need is None:
         return
-    if need not in WORKLOAD_SCHEMAS:
+    kinds = workload_kinds()
+    if need not in kinds:
         raise ConfigError("sweep.workload_kind", f"{need!r} is not a valid choice; choose one of: "
-                          f"{', '.join(WORKLOAD_SCHEMAS)}, or null for any kind")
+                          f"{', '.join(kinds)}, or null for any kind")
     w = cfg.workload
     if w.kind != need:
         example = (f" (e.g. workload={sweep.workload_example}, its default)"

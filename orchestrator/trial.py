@@ -116,8 +116,9 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
 
 
 def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> dict[str, Any]:
-    from orchestrator.config import BucketConfig, from_dict, workload_from_dict
-    from recipes import get_builder
+    from orchestrator.config import BucketConfig
+    from orchestrator.convert import from_dict
+    from recipes.registry import get_builder, workload_from_dict
     from recipes.base import is_external
 
     workload = workload_from_dict(spec.workload)

@@ -10,59 +10,34 @@ vocabularies (warm-up policies, speed-reference and compile-cache modes).
 
 from __future__ import annotations
 
-import os
 import re
-import typing
-from typing import Any
 
 from orchestrator.compile_stats import CACHE_MODES
 from orchestrator.config import (
-    ATTENTION_BACKENDS,
-    COMPILE_BACKENDS,
-    COMPILE_MODES,
     CORRECTNESS_MODES,
-    DATA_KINDS,
     DEVICES,
     LAUNCHERS,
     ON_MISMATCH,
     PRECISIONS,
     PROFILE_MODES,
-    SDPA_KERNELS,
     TOLERANCE_PRECISIONS,
-    CommandWorkloadConfig,
     Config,
-    GPTWorkloadConfig,
-    LoaderConfig,
-    MuonTPWorkloadConfig,
     ProfileConfig,
     ProtocolConfig,
-    SyntheticWorkloadConfig,
     WorkloadConfig,
-    to_dict,
-    workload_from_dict,
 )
+from orchestrator.convert import to_dict
 from orchestrator.errors import ConfigError
+from orchestrator.errors import check_choice as _choice
+from orchestrator.errors import check_positive as _positive
 from orchestrator.hardware import validate_hardware
 from orchestrator.launch.checks import validate_launcher
-from orchestrator.logparse import LogParseError, compile_pattern
 from orchestrator.reference import MODES as SPEED_REFERENCE_MODES
 from orchestrator.steady import WARMUP_POLICIES
 from orchestrator.sweep import apply_overrides, check_sweep, expand_arms
-from recipes import REGISTRY, check_import_path
-from recipes.command.recipe import BUILTINS, template_fields
-from recipes.muon.checks import validate_muon_tp
-
-
-def _choice(key: str, value: Any, choices: typing.Sequence[Any]) -> None:
-    if value not in choices:
-        raise ConfigError(
-            key, f"{value!r} is not a valid choice; choose one of: {', '.join(map(str, choices))}"
-        )
-
-
-def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(key, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+from recipes.command.config import CommandWorkloadConfig
+from recipes.gpt.config import GPTWorkloadConfig
+from recipes.registry import REGISTRY, check_import_path, workload_from_dict
 
 
 def validate_workload(w: WorkloadConfig) -> None:
@@ -87,38 +62,7 @@ def validate_workload(w: WorkloadConfig) -> None:
         _positive(f"workload.buckets[{i}].seq_len", b.seq_len)
         _positive(f"workload.buckets[{i}].micro_batch", b.micro_batch)
         _positive(f"workload.buckets[{i}].weight", b.weight)
-    if isinstance(w, GPTWorkloadConfig):
-        m = w.model
-        _choice("workload.model.attention.backend", m.attention.backend, ATTENTION_BACKENDS)
-        _choice("workload.model.attention.sdpa_kernel", m.attention.sdpa_kernel, SDPA_KERNELS)
-        _positive("workload.model.attention.block_q", m.attention.block_q)
-        _positive("workload.model.attention.block_k", m.attention.block_k)
-        _positive("workload.model.vocab_size", m.vocab_size)
-        _positive("workload.model.n_layer", m.n_layer)
-        if not 0 <= m.dropout < 1:
-            raise ConfigError("workload.model.dropout", f"must be in [0, 1), got {m.dropout}")
-        if m.d_model % m.n_head:
-            raise ConfigError(
-                "workload.model.n_head",
-                f"d_model={m.d_model} must be divisible by n_head={m.n_head}",
-            )
-        for i, b in enumerate(w.buckets):
-            if b.seq_len < 2:
-                raise ConfigError(f"workload.buckets[{i}].seq_len", "must be >= 2")
-    if isinstance(w, CommandWorkloadConfig) and w.flops_per_step is not None:
-        _positive("workload.flops_per_step", w.flops_per_step)
-    if isinstance(w, SyntheticWorkloadConfig):
-        _positive("workload.matrix_size", w.matrix_size)
-        _positive("workload.units_per_token", w.units_per_token)
-        if not -0.9 <= w.extra_work_fraction <= 10:
-            raise ConfigError("workload.extra_work_fraction",
-                              f"must be in [-0.9, 10], got {w.extra_work_fraction}")
-        _positive("workload.slow_first_steps", w.slow_first_steps, allow_zero=True)
-        _positive("workload.slow_factor", w.slow_factor)
-        _positive("workload.epoch_steps", w.epoch_steps, allow_zero=True)
-    validate_levers(w)
-    if isinstance(w, MuonTPWorkloadConfig):
-        validate_muon_tp(w)
+    w.validate()  # the kind's own checks (its schema, recipes/<recipe>/config.py)
 
 
 def validate_correctness(cfg: Config) -> None:
@@ -249,86 +193,7 @@ def validate_arms(cfg: Config) -> None:
             raise ConfigError(key, f"arm {arm.label!r} sets {exc.key}: {exc.message}") from None
 
 
-# --------------------------------------------------------------------------- levers
-
-
-def validate_levers(w: WorkloadConfig) -> None:
-    if isinstance(w, GPTWorkloadConfig):
-        _validate_gpt(w)
-    elif isinstance(w, CommandWorkloadConfig):
-        _validate_command(w)
-
-
-def _validate_gpt(w: GPTWorkloadConfig) -> None:
-    c = w.model.compile
-    _choice("workload.model.compile.mode", c.mode, COMPILE_MODES)
-    _choice("workload.model.compile.backend", c.backend, COMPILE_BACKENDS)
-    if c.backend != "inductor" and c.mode not in ("off", "default"):
-        raise ConfigError("workload.model.compile.mode",
-                          f"{c.mode!r} is an inductor mode; with backend={c.backend} use "
-                          "mode=default, or set workload.model.compile.backend=inductor")
-    if c.mark_dynamic and c.mode == "off":
-        raise ConfigError("workload.model.compile.mark_dynamic",
-                          "needs torch.compile; set workload.model.compile.mode (e.g. default)")
-    d = w.data
-    _choice("workload.data.kind", d.kind, DATA_KINDS)
-    if not d.text_mib > 0:
-        raise ConfigError("workload.data.text_mib", f"must be > 0, got {d.text_mib}")
-    if d.text_path is not None and not os.path.isfile(d.text_path):
-        raise ConfigError("workload.data.text_path",
-                          f"no such file {os.path.basename(d.text_path)!r}; point it at a UTF-8 "
-                          "text file (one document per line) or null to generate one")
-    lo = w.loader
-    if lo.num_workers < 0:
-        raise ConfigError("workload.loader.num_workers", f"must be >= 0, got {lo.num_workers}")
-    if lo.epoch_batches < 0:
-        raise ConfigError("workload.loader.epoch_batches", f"must be >= 0, got {lo.epoch_batches}")
-    if lo.num_workers == 0:
-        for key in ("prefetch_factor", "persistent_workers"):
-            if getattr(lo, key) not in (None, False):
-                raise ConfigError(f"workload.loader.{key}",
-                                  "needs worker processes; set workload.loader.num_workers > 0")
-    if lo.prefetch_factor is not None and lo.prefetch_factor < 1:
-        raise ConfigError("workload.loader.prefetch_factor", f"must be >= 1, got {lo.prefetch_factor}")
-    if d.kind != "text" and lo != LoaderConfig():
-        raise ConfigError("workload.loader",
-                          "DataLoader settings apply to the text pipeline; set "
-                          "workload.data.kind=text (the synthetic stream has no loader)")
-
-
-def _validate_command(w: CommandWorkloadConfig) -> None:
-    if not w.command.strip():
-        raise ConfigError("workload.command", "is empty; give the training command to run")
-    clash = sorted(set(w.params) & set(BUILTINS))
-    if clash:
-        raise ConfigError(f"workload.params.{clash[0]}",
-                          f"is a built-in placeholder; rename it (built-ins: {', '.join(BUILTINS)})")
-    known = set(BUILTINS) | set(w.params)
-    templates = {"workload.command": w.command, "workload.cwd": w.cwd or "",
-                 "workload.log.file": w.log.file or "",
-                 **{f"workload.env.{k}": str(v) for k, v in w.env.items()}}
-    for key, text in templates.items():
-        try:
-            fields = template_fields(text)
-        except ValueError as exc:
-            raise ConfigError(key, f"bad template ({exc}); write a literal brace as {{{{ or }}}}") from None
-        for name in fields:
-            if name not in known:
-                raise ConfigError(key, f"unknown placeholder {{{name}}}; declare it under "
-                                  f"workload.params or use one of: {', '.join(BUILTINS)}")
-    if w.log.pattern is not None:
-        try:
-            compile_pattern(w.log.pattern)
-        except LogParseError as exc:
-            raise ConfigError("workload.log.pattern", str(exc)) from None
-    if w.log.skip_steps is not None and w.log.skip_steps < 0:
-        raise ConfigError("workload.log.skip_steps", f"must be >= 0, got {w.log.skip_steps}")
-    if w.time_limit_s is not None and not w.time_limit_s > 0:
-        raise ConfigError("workload.time_limit_s", f"must be > 0, got {w.time_limit_s}")
-    if w.tokens_per_step is not None and w.tokens_per_step <= 0:
-        raise ConfigError("workload.tokens_per_step", f"must be > 0, got {w.tokens_per_step}")
-    if w.loss_rtol < 0:
-        raise ConfigError("workload.loss_rtol", f"must be >= 0, got {w.loss_rtol}")
+# --------------------------------------------------------------------------- levers across the arms
 
 
 def check_lever_sweep(cfg: Config) -> None:

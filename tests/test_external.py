@@ -13,7 +13,7 @@ import pytest
 from orchestrator.campaign import run_campaign
 from orchestrator.jobs import make_specs
 from orchestrator.external import LogProblem, check_steps
-from orchestrator.levers import loss_trajectory_gates
+from orchestrator.loss_gate import loss_trajectory_gates
 from orchestrator.logparse import StepRecord
 from orchestrator.plan import plan
 from orchestrator.sweep import Arm, expand_arms

@@ -219,7 +219,6 @@ def test_every_module_has_its_layer() -> None:
     assert not doubled, f"modules in more than one layer entry: {doubled}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15: the layers are not one-way yet")
 def test_lint_imports_passes() -> None:
     need_module("importlinter", "pip install import-linter (the dev extra)")
     exe = Path(sys.executable).with_name("lint-imports")

@@ -42,10 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import device as devmod
-from orchestrator.config import SCHEMA_VERSION
 from orchestrator.errors import BackendUnavailable
 from orchestrator.processes import die_with_parent
-from orchestrator.results import atomic_write_json
+from orchestrator.results import SCHEMA_VERSION, atomic_write_json
 
 REQUIRED_HOOKS = (
     "model",
@@ -390,8 +389,9 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
         import torch
 
         from orchestrator import distributed as distmod
-        from orchestrator.config import BucketConfig, from_dict, workload_from_dict
-        from recipes import get_builder
+        from orchestrator.config import BucketConfig
+        from orchestrator.convert import from_dict
+        from recipes.registry import get_builder, workload_from_dict
 
         workload = workload_from_dict(spec.workload)
         _, world, local_rank = distmod.env_rank()

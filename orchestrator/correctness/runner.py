@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import SCHEMA_VERSION, Config, to_dict
+from orchestrator.config import Config
+from orchestrator.convert import to_dict
 from orchestrator.correctness.gate import ArmGate, evaluate
 from orchestrator.correctness.probe import ProbeSpec, run_probe
 from orchestrator.decide import Gate
@@ -37,7 +38,7 @@ from orchestrator.envvars import env_overrides
 from orchestrator.launch.base import stderr_tail
 from orchestrator.paths import package_root
 from orchestrator.processes import run_child
-from orchestrator.results import atomic_write_json, read_json
+from orchestrator.results import SCHEMA_VERSION, atomic_write_json, read_json
 from orchestrator.sweep import Arm, apply_overrides
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def data_order_declared(cfg: Config) -> bool:
 
 def external_reason(cfg: Config, arms: Sequence[Arm]) -> str | None:
     """Why no arm can be probed in-process (an external command), else None."""
-    from recipes import get_builder
+    from recipes.registry import get_builder
     from recipes.base import is_external
 
     workload = to_dict(cfg.workload)

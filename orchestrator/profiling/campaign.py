@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Config, to_dict
+from orchestrator.config import Config
+from orchestrator.convert import to_dict
 from orchestrator.jobs import TrialSpec, make_specs
 from orchestrator.launch.base import Launcher
 from orchestrator.plan import PlannedTrial, _slug

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import device as devmod
-from orchestrator.config import SCHEMA_VERSION
-from orchestrator.results import atomic_write_json, trial_record, write_csv
+from orchestrator.results import SCHEMA_VERSION, atomic_write_json, trial_record, write_csv
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +36,9 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     """Run the profiled trial; returns its record (the caller writes trial.json)."""
     import torch
 
-    from orchestrator.config import BucketConfig, from_dict, workload_from_dict
-    from recipes import get_builder
+    from orchestrator.config import BucketConfig
+    from orchestrator.convert import from_dict
+    from recipes.registry import get_builder, workload_from_dict
 
     from orchestrator import distributed as distmod
 

@@ -139,8 +139,9 @@ def run_tool_layer(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
 
 def run_bounded(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     """The run a vendor tool wraps: warm-up plus a few steps, nothing else in the process."""
-    from orchestrator.config import BucketConfig, from_dict, workload_from_dict
-    from recipes import get_builder
+    from orchestrator.config import BucketConfig
+    from orchestrator.convert import from_dict
+    from recipes.registry import get_builder, workload_from_dict
 
     dev = devmod.resolve(spec.device)
     workload = workload_from_dict(spec.workload)
