@@ -19,12 +19,16 @@ from orchestrator import provenance, stats
 from orchestrator.analyze import Analysis, analyze, comparison_rows
 from orchestrator.config import Config
 from orchestrator.convert import to_dict
+from orchestrator.correctness.runner import load_gates, run_gate
+from orchestrator.correctness.runner import section as correctness_section
 from orchestrator.decide import Verdict, decide
 from orchestrator.jobs import TrialSpec, make_specs
 from orchestrator.launch import make_launcher
 from orchestrator.launch.base import INFRA_STATUS, Launcher
 from orchestrator.levers import lever_sections
 from orchestrator.loss_gate import loss_trajectory_gates
+from orchestrator.profiling.campaign import profiles_section, run_profiled_trials
+from orchestrator.progress import Progress
 from orchestrator.plan import (
     ArmProgress,
     PlannedTrial,
@@ -34,9 +38,20 @@ from orchestrator.plan import (
     plan_rounds,
 )
 from orchestrator.render import render_decisions, terminal_summary
+from orchestrator.report.load import load_campaign
+from orchestrator.report.summary import render_summary
+from orchestrator.results import (
+    SCHEMA_VERSION,
+    atomic_write_json,
+    atomic_write_text,
+    load_trials,
+    read_json,
+    write_csv,
+)
+from orchestrator.resume import check_same_plan, completed_on_disk, sigterm_as_interrupt
+from orchestrator.sanitize import Sanitizer
 from orchestrator.sensitivity import sensitivity_lines
-from orchestrator.results import SCHEMA_VERSION, atomic_write_json, atomic_write_text, load_trials, read_json, write_csv
-from orchestrator.sweep import Arm, expand_arms, selected_buckets
+from orchestrator.sweep import ResolvedArm, like, resolve_arms, selected_buckets
 from orchestrator.utilization import add_utilization_columns, campaign_utilization, utilization_section
 from recipes.registry import report_sections
 
@@ -54,8 +69,6 @@ class CampaignResult:
 
 
 def completed_trials(run_dir: Path) -> dict[str, dict[str, Any]]:
-    from orchestrator.resume import completed_on_disk
-
     return completed_on_disk(run_dir)
 
 
@@ -69,11 +82,12 @@ def env_line(trials: list[dict[str, Any]]) -> str:
             f"python {t.get('python_version')}")
 
 
-def with_control(cfg: Config, arms: list[Arm]) -> list[Arm]:
-    """The arms that run: baseline, the A/A control when the protocol asks for it, variants."""
+def with_control(cfg: Config, arms: list[ResolvedArm]) -> list[ResolvedArm]:
+    """The arms that run: baseline, the A/A control when the protocol asks for it (the
+    baseline's workload under another arm id), variants."""
     if not cfg.protocol.aa_arm:
         return list(arms)
-    return [arms[0], control_arm(arms[0]), *arms[1:]]
+    return [arms[0], like(control_arm(arms[0]), arms[0]), *arms[1:]]
 
 
 def _progress(analysis: Analysis, verdicts: list[Verdict], min_effect: float) -> list[ArmProgress]:
@@ -91,12 +105,15 @@ def _progress(analysis: Analysis, verdicts: list[Verdict], min_effect: float) ->
 
 
 def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
-                 overrides: list[str] | None = None) -> CampaignResult:
+                 overrides: list[str] | None = None,
+                 arms: list[ResolvedArm] | None = None) -> CampaignResult:
+    """Plan, launch, collect, analyze, decide, render. ``arms``: the sweep's arms already
+    resolved (:func:`orchestrator.sweep.resolve_arms`), else they are resolved here, once."""
     assert cfg.sweep is not None, "a campaign needs a sweep (+sweep=NAME)"
     run_dir.mkdir(parents=True, exist_ok=True)
     p = cfg.protocol
     max_rounds = max(p.max_rounds, p.repeats)  # validate() refuses max_rounds < repeats
-    arms = expand_arms(cfg)
+    arms = arms if arms is not None else resolve_arms(cfg)
     launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
     launcher.recover()  # a resume: trials of a killed earlier invocation stop before replanning
     # refuses a resume on a different environment before anything is written
@@ -111,12 +128,8 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     )
     adaptive_log: list[dict[str, Any]] = []
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
-    from orchestrator.correctness.runner import run_gate  # once per campaign, not per round
-
-    run_gate(cfg, run_dir, arms, buckets, in_process=cfg.launcher.name == "inline")
+    run_gate(cfg, run_dir, arms, buckets, in_process=cfg.launcher.name == "inline")  # once
     rounds_done = p.repeats
-    from orchestrator.progress import Progress
-
     # one display for the whole invocation: the total is the plan (done trials included),
     # raised as adaptive rounds extend it
     progress = Progress(cfg.sweep.name, len(planned))
@@ -126,14 +139,12 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     finally:
         progress.close()
     # profiled trials: a separate step after the timed ones, never in timing statistics
-    from orchestrator.profiling.campaign import run_profiled_trials
-
     run_profiled_trials(cfg, run_dir, arms, launcher, set(completed_trials(run_dir)))
     session.sanitizer.add_hostnames(launcher.seen_hostnames)  # before the seal
     return finalize(cfg, run_dir, arms, session)
 
 
-def _run_rounds(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
+def _run_rounds(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: list[ResolvedArm],
                 buckets: list[dict[str, Any]], bucket_names: list[str],
                 planned: list[PlannedTrial], adaptive_log: list[dict[str, Any]],
                 launcher: Launcher, session: provenance.Session, progress: Any,
@@ -168,19 +179,17 @@ def _run_rounds(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
         rounds_done = rounds[-1] + 1
 
 
-def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
+def _write_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: list[ResolvedArm],
                 buckets: list[dict[str, Any]], planned: list[PlannedTrial],
                 adaptive_log: list[dict[str, Any]], check: bool = False) -> None:
-    from orchestrator.resume import check_same_plan
-
     assert cfg.sweep is not None
     p = cfg.protocol
     control = [a for a in running if a not in arms]
     plan_doc = {
             "schema_version": SCHEMA_VERSION,
             "sweep": cfg.sweep.name,
-            "arms": [a.__dict__ for a in arms],
-            "control_arm": control[0].__dict__ if control else None,
+            "arms": [a.plan_dict() for a in arms],
+            "control_arm": control[0].plan_dict() if control else None,
             "buckets": buckets,
             "rounds": {"initial": p.repeats, "max": max(p.max_rounds, p.repeats),
                        "adaptive_step": p.adaptive_step_rounds},
@@ -192,7 +201,8 @@ def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
     atomic_write_json(run_dir / "plan.json", plan_doc)
 
 
-def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[PlannedTrial],
+def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
+                 planned: list[PlannedTrial],
                  launcher: Launcher, session: provenance.Session, progress: Any = None) -> None:
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
@@ -201,8 +211,6 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
                  len(planned) - len(todo), len(planned))
     own_progress = progress is None
     if own_progress:
-        from orchestrator.progress import Progress
-
         progress = Progress(cfg.sweep.name if cfg.sweep else "campaign", len(planned))
     progress.plan(len(planned), len(planned) - len(todo))
     if not todo:
@@ -212,8 +220,6 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
     specs = make_specs(cfg, run_dir, running, todo)
     if specs:  # the first trial of each invocation also writes the full environment report
         specs[0].env_report = True
-    from orchestrator.resume import sigterm_as_interrupt
-
     def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
         # a compute node's host name (Slurm) is replaced like this machine's own
         session.sanitizer.add_hostnames(launcher.seen_hostnames)
@@ -290,7 +296,8 @@ def _with_attempts(tdir: Path, record: dict[str, Any],
     return record
 
 
-def _analyze_decide(cfg: Config, run_dir: Path, arms: list[Arm]) -> tuple[Analysis, list[Verdict]]:
+def _analyze_decide(cfg: Config, run_dir: Path,
+                    arms: list[ResolvedArm]) -> tuple[Analysis, list[Verdict]]:
     buckets = selected_buckets(cfg)
     trials_df, steps_df = load_trials(run_dir)
     weights = {b["name"]: float(b["weight"]) for b in buckets}
@@ -329,23 +336,18 @@ def _render_summary(run_dir: Path) -> None:
     """summary.md, summary.html and plots/ for this campaign; a failure here never loses the
     campaign's results (they are already on disk), it is logged."""
     try:
-        from orchestrator.report.load import load_campaign
-        from orchestrator.report.summary import render_summary
-
         render_summary(load_campaign(run_dir), with_plots=True, force=True)
     except Exception as exc:  # plotting must not take a finished campaign down
         log.warning("summary.md not rendered: %s: %s", type(exc).__name__, exc)
 
 
-def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
+def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
              session: provenance.Session | None = None) -> CampaignResult:
     """Collect the trials on disk, analyze, decide and write the campaign's artifacts; the
     last step sanitizes every file of the run directory."""
     assert cfg.sweep is not None
-    arms = arms or expand_arms(cfg)
+    arms = arms if arms is not None else resolve_arms(cfg)
     if session is None:
-        from orchestrator.sanitize import Sanitizer
-
         session = provenance.Session(Sanitizer.from_config(cfg.sanitize))
     buckets = selected_buckets(cfg)
     trials_df, steps_df = load_trials(run_dir)
@@ -353,9 +355,6 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
     control = with_control(cfg, arms)[1] if cfg.protocol.aa_arm else None
     analysis = analyze(trials_df, steps_df, arms, [b["name"] for b in buckets], weights,
                        cfg.protocol, control=control)
-    from orchestrator.correctness.runner import load_gates
-    from orchestrator.correctness.runner import section as correctness_section
-
     gates = load_gates(run_dir, arms, cfg.protocol.correctness.mode)
     for arm_id, extra in loss_trajectory_gates(cfg, trials_df, steps_df, arms).items():
         gates[arm_id] = gates.get(arm_id, []) + extra
@@ -367,7 +366,7 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
         "schema_version": SCHEMA_VERSION, "peaks": [p.__dict__ for p in peaks],
         "rows": [u.__dict__ for u in util]})
     provenance_section = provenance.environment_section(cfg, run_dir, records, verdicts,
-                                                        session.git)
+                                                        session.git, arms=arms)
     base = arms[0]
     atomic_write_json(
         run_dir / "baseline.json",
@@ -392,7 +391,6 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
     atomic_write_text(run_dir / "decisions.jsonl", "\n".join(lines) + "\n")
     failures = [r for r in records if r.get("status") not in ("ok", None)
                 and r.get("kind", "timed") != "profile"]  # profiled: in their own section
-    from orchestrator.profiling.campaign import profiles_section
     md = render_decisions(
         sweep=cfg.sweep,
         workload_name=cfg.workload.name,

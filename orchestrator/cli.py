@@ -240,9 +240,11 @@ def setup_logging(run_dir: Path | None = None) -> logging.Handler | None:
     return fh
 
 
-def end_logging(handler: logging.Handler | None, run_dir: Path, config: Any = None) -> None:
+def end_logging(handler: logging.Handler | None, run_dir: Path, config: Any = None,
+                arms: Any = ()) -> None:
     """Remove and close the campaign's file handler, then sanitize campaign.log once more (lines
-    logged after the campaign's seal, e.g. an error, carry paths too)."""
+    logged after the campaign's seal, e.g. an error, carry paths too; ``arms``: the campaign's,
+    whose env.* values are secrets too)."""
     if handler is None:
         return
     logging.getLogger().removeHandler(handler)
@@ -252,9 +254,8 @@ def end_logging(handler: logging.Handler | None, run_dir: Path, config: Any = No
         return
     try:
         from orchestrator.sanitize import Sanitizer, reserve_run_dir
-        from orchestrator.sweep import expand_arms
 
-        pairs = [(k, v) for a in expand_arms(config) for k, v in a.env.items()]
+        pairs = [(k, v) for a in arms for k, v in a.env.items()]
         sanitizer = Sanitizer.from_config(config.sanitize, environ={**os.environ, **dict(pairs)})
         sanitizer.add_secret_env(pairs)
         reserve_run_dir(run_dir, sanitizer)
@@ -268,6 +269,7 @@ def run_job(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
 
     from orchestrator.campaign import run_campaign
+    from orchestrator.sweep import resolve_arms
 
     config = to_config(cfg)
     check_device(config)  # again: Hydra's own flags (--config-dir ...) skip the pre-flight
@@ -280,12 +282,14 @@ def run_job(cfg: Any) -> Any:
     else:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    arms = resolve_arms(config)  # once: the campaign and the log's sanitizer share them
     handler = setup_logging(run_dir)
     try:
         log.info("campaign %s on %s -> %s", config.sweep.name, config.workload.name, run_dir)
-        result = run_campaign(config, run_dir, overrides=list(HydraConfig.get().overrides.task))
+        result = run_campaign(config, run_dir, overrides=list(HydraConfig.get().overrides.task),
+                              arms=arms)
     finally:
-        end_logging(handler, run_dir, config)
+        end_logging(handler, run_dir, config, arms)
     return {"run_dir": str(run_dir), "verdicts": [v.to_dict() for v in result.verdicts]}
 
 

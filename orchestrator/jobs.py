@@ -8,8 +8,10 @@ machinery beyond the schemas.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from orchestrator.config import Config
 from orchestrator.convert import to_dict
 from orchestrator.plan import PlannedTrial
 from orchestrator.steady import WarmupPolicy
-from orchestrator.sweep import Arm, apply_overrides, selected_buckets
+from orchestrator.sweep import ResolvedArm, selected_buckets
 
 # set by the launcher just before it starts the process: start-to-first-step is measured from it
 LAUNCH_T0_VAR = "ORCHESTRATOR_LAUNCH_T0"
@@ -66,8 +68,9 @@ class TrialSpec:
             return cls(**json.load(fh))
 
 
-def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[PlannedTrial]) -> list[TrialSpec]:
-    workload = to_dict(cfg.workload)
+def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
+               planned: Sequence[PlannedTrial]) -> list[TrialSpec]:
+    """One spec per planned trial, each carrying its arm's resolved workload."""
     by_arm = {a.arm_id: a for a in arms}
     buckets = {b["name"]: b for b in selected_buckets(cfg)}
     specs = []
@@ -83,7 +86,7 @@ def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[Planne
                 is_baseline=arm.is_baseline,
                 round=p.round,
                 position=p.position,
-                workload=apply_overrides(workload, arm.overrides),
+                workload=copy.deepcopy(arm.workload),
                 device=cfg.device,
                 warmup_steps=cfg.protocol.warmup_steps,
                 measured_steps=cfg.protocol.measured_steps,

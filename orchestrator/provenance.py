@@ -291,17 +291,14 @@ def write_environment(run_dir: Path, records: Sequence[dict[str, Any]], device: 
 
 def environment_section(
     cfg: Any, run_dir: Path, records: Sequence[dict[str, Any]], verdicts: Sequence[Any],
-    git: GitState | None = None,
+    git: GitState | None = None, arms: Sequence[Any] = (),
 ) -> tuple[str, list[str]]:
     """Write environment.json, apply the mismatch policy to ``verdicts`` (in place) and return
-    the decisions.md section that says where everything came from."""
+    the decisions.md section that says where everything came from. ``arms``: the campaign's
+    arms (their env.* switches are listed per arm)."""
     from orchestrator.environment import compare
 
-    arm_env = None
-    if getattr(cfg, "sweep", None) is not None:
-        from orchestrator.sweep import expand_arms
-
-        arm_env = env_switches_by_arm(expand_arms(cfg), records)
+    arm_env = env_switches_by_arm(arms, records) if arms else None
     source = write_environment(run_dir, records, cfg.device, arm_env)
     diff = compare([(str(r["trial_id"]), _fp(r)) for r in records if _fp(r)])
     body = [f"- environment report: `environment.json` (gathered in {source})"]

@@ -11,6 +11,7 @@ vocabularies (warm-up policies, speed-reference and compile-cache modes).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from orchestrator.compile_stats import CACHE_MODES
 from orchestrator.config import (
@@ -26,7 +27,6 @@ from orchestrator.config import (
     ProtocolConfig,
     WorkloadConfig,
 )
-from orchestrator.convert import to_dict
 from orchestrator.errors import ConfigError
 from orchestrator.errors import check_choice as _choice
 from orchestrator.errors import check_positive as _positive
@@ -34,10 +34,10 @@ from orchestrator.hardware import validate_hardware
 from orchestrator.launch.checks import validate_launcher
 from orchestrator.reference import MODES as SPEED_REFERENCE_MODES
 from orchestrator.steady import WARMUP_POLICIES
-from orchestrator.sweep import apply_overrides, check_sweep, expand_arms
+from orchestrator.sweep import ResolvedArm, arm_key, check_sweep, resolve_arms
 from recipes.command.config import CommandWorkloadConfig
 from recipes.gpt.config import GPTWorkloadConfig
-from recipes.registry import REGISTRY, check_import_path, workload_from_dict
+from recipes.registry import REGISTRY, check_import_path
 
 
 def validate_workload(w: WorkloadConfig) -> None:
@@ -131,8 +131,9 @@ def validate(cfg: Config) -> None:
     validate_profile(cfg.profile)
     if cfg.sweep is not None:
         check_sweep(cfg)
-        validate_arms(cfg)
-        check_lever_sweep(cfg)
+        arms = resolve_arms(cfg)
+        validate_arms(arms)
+        check_lever_sweep(cfg, arms)
 
 
 def validate_protocol(p: ProtocolConfig) -> None:
@@ -181,27 +182,24 @@ def validate_profile(p: ProfileConfig) -> None:
         )
 
 
-def validate_arms(cfg: Config) -> None:
+def validate_arms(arms: Sequence[ResolvedArm]) -> None:
     """Every arm of the sweep must still be a valid workload (catches e.g. a misspelt backend
     name); the error names the sweep value that sets the bad key."""
-    workload = to_dict(cfg.workload)
-    for arm in expand_arms(cfg):
-        key = "sweep.baseline" if arm.is_baseline else f"sweep.values[{int(arm.arm_id[1:]) - 1}]"
+    for arm in arms:
+        assert arm.workload_config is not None
         try:
-            validate_workload(workload_from_dict(apply_overrides(workload, arm.overrides)))
+            validate_workload(arm.workload_config)
         except ConfigError as exc:
-            raise ConfigError(key, f"arm {arm.label!r} sets {exc.key}: {exc.message}") from None
+            raise ConfigError(arm_key(arm), f"arm {arm.label!r} sets {exc.key}: {exc.message}"
+                              ) from None
 
 
 # --------------------------------------------------------------------------- levers across the arms
 
 
-def check_lever_sweep(cfg: Config) -> None:
+def check_lever_sweep(cfg: Config, arms: Sequence[ResolvedArm]) -> None:
     """Checks that need the protocol or launcher next to the arms."""
-    assert cfg.sweep is not None
-    arms = expand_arms(cfg)
-    base = to_dict(cfg.workload)
-    workloads = [workload_from_dict(apply_overrides(base, a.overrides)) for a in arms]
+    workloads = [a.workload_config for a in arms]
     compiles = any(isinstance(w, GPTWorkloadConfig) and w.model.compile.mode != "off"
                    for w in workloads)
     if compiles and cfg.protocol.warmup_steps < 1:

@@ -16,7 +16,7 @@ from orchestrator.external import LogProblem, check_steps
 from orchestrator.loss_gate import loss_trajectory_gates
 from orchestrator.logparse import StepRecord
 from orchestrator.plan import plan
-from orchestrator.sweep import Arm, expand_arms
+from orchestrator.sweep import Arm, resolve_arms
 from orchestrator.trial import run_trial
 
 CMD = ["workload=command_example", "protocol=quick", "launcher=inline"]
@@ -115,7 +115,7 @@ def test_faulty_commands_become_statuses(compose: Any, run_dir: Path, code: str,
 def test_a_command_that_cannot_start_is_a_status(compose: Any, run_dir: Path) -> None:
     cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1",
                    "workload.command='/no/such/trainer --steps {steps}'"])
-    spec = make_specs(cfg, run_dir, expand_arms(cfg),
+    spec = make_specs(cfg, run_dir, resolve_arms(cfg),
                       plan(["a0"], ["s32"], 1, reverse_every_other_round=False))[0]
     rec = run_trial(spec)
     assert rec["status"] == "failed" and rec["failure_kind"] == "cannot_start"

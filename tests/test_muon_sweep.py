@@ -89,13 +89,13 @@ def test_tp_mode_gate_rejects_a_planted_distributed_error(compose: Any, run_dir:
     """distributed scaled by 1 + 5e-4 (tests/helpers/muon_planted.py): the gate, with the
     sweep's 1e-4 update tolerance, must reject it and name the sharded weights' updates."""
     from orchestrator.correctness.runner import run_gate
-    from orchestrator.sweep import expand_arms, selected_buckets
+    from orchestrator.sweep import resolve_arms, selected_buckets
 
     cfg = compose(["workload=muon_tp_test", "protocol=quick", "launcher=local",
                    "+sweep=tp_mode", "sweep.values=[distributed]",
                    "workload.recipe=tests.helpers.muon_planted:build",
                    "protocol.correctness.steps=4"])
-    doc = run_gate(cfg, run_dir, expand_arms(cfg), selected_buckets(cfg))
+    doc = run_gate(cfg, run_dir, resolve_arms(cfg), selected_buckets(cfg))
     assert {p["status"] for p in doc["probes"].values()} == {"ok"}, doc["probes"]
     (g,) = doc["arms"].values()
     assert g["status"] == "fail", g

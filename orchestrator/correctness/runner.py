@@ -19,6 +19,7 @@ Artifacts, under the run directory::
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -39,7 +40,9 @@ from orchestrator.launch.base import stderr_tail
 from orchestrator.paths import package_root
 from orchestrator.processes import run_child
 from orchestrator.results import SCHEMA_VERSION, atomic_write_json, read_json
-from orchestrator.sweep import Arm, apply_overrides
+from orchestrator.sweep import Arm, ResolvedArm
+from recipes.base import is_external
+from recipes.registry import get_builder
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +60,10 @@ def data_order_declared(cfg: Config) -> bool:
     return any(p == k or p.startswith(k + ".") for p in paths for k in keys)
 
 
-def external_reason(cfg: Config, arms: Sequence[Arm]) -> str | None:
+def external_reason(cfg: Config, arms: Sequence[ResolvedArm]) -> str | None:
     """Why no arm can be probed in-process (an external command), else None."""
-    from recipes.registry import get_builder
-    from recipes.base import is_external
-
-    workload = to_dict(cfg.workload)
     for arm in arms:
-        recipe = apply_overrides(workload, arm.overrides).get("recipe", "")
+        recipe = arm.workload.get("recipe", "")
         try:
             builder = get_builder(recipe)
         except Exception:  # noqa: BLE001 (an unknown recipe fails its own probe, as data)
@@ -77,20 +76,19 @@ def external_reason(cfg: Config, arms: Sequence[Arm]) -> str | None:
 
 
 def probe_specs(
-    cfg: Config, run_dir: Path, arms: Sequence[Arm], buckets: Sequence[dict[str, Any]]
+    cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm], buckets: Sequence[dict[str, Any]]
 ) -> list[ProbeSpec]:
     root = run_dir / DIR
-    workload = to_dict(cfg.workload)
     steps = cfg.protocol.correctness.steps
 
-    def spec(arm: Arm, name: str, role: str, cross: dict[str, str] | None = None) -> ProbeSpec:
+    def spec(arm: ResolvedArm, name: str, role: str, cross: dict[str, str] | None = None) -> ProbeSpec:
         return ProbeSpec(
             name=name,
             arm_id=arm.arm_id,
             arm_label=arm.label,
             role=role,
             probe_dir=str(root / name),
-            workload=apply_overrides(workload, arm.overrides),
+            workload=copy.deepcopy(arm.workload),
             buckets=list(buckets),
             init_checkpoint=str(root / "init.pt"),
             batch_dir=str(root / "batches"),
@@ -186,7 +184,7 @@ def _fingerprint(specs: Sequence[ProbeSpec], cfg: Config) -> str:
 def run_gate(
     cfg: Config,
     run_dir: Path,
-    arms: Sequence[Arm],
+    arms: Sequence[ResolvedArm],
     buckets: Sequence[dict[str, Any]],
     in_process: bool = False,
 ) -> dict[str, Any]:
