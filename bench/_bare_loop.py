@@ -8,7 +8,9 @@ import time
 
 import torch
 
-from orchestrator.config import BucketConfig, from_dict, workload_from_dict
+from orchestrator.config import BucketConfig
+from orchestrator.convert import from_dict
+from recipes.registry import workload_from_dict
 from recipes.gpt.recipe import build
 
 spec = json.load(open(sys.argv[1]))

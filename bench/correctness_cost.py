@@ -15,16 +15,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.campaign import selected_buckets  # noqa: E402
 from orchestrator.cli import compose  # noqa: E402
 from orchestrator.correctness.runner import run_gate  # noqa: E402
-from orchestrator.sweep import expand_arms  # noqa: E402
+from orchestrator.sweep import resolve_arms, selected_buckets  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
     overrides = argv or ["+sweep=fa2", "workload=gpt_tiny"]
     cfg = compose(["launcher=local", *overrides])
-    arms = expand_arms(cfg)
+    arms = resolve_arms(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         doc = run_gate(cfg, Path(tmp), arms, selected_buckets(cfg))
     print(f"workload {cfg.workload.name} ({cfg.workload.precision}), buckets "

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.cli import compose  # noqa: E402
-from orchestrator.config import to_dict  # noqa: E402
+from orchestrator.convert import to_dict  # noqa: E402
 from orchestrator.launch.local import LocalLauncher  # noqa: E402
 from orchestrator.trial import LAUNCH_T0_VAR, TrialSpec  # noqa: E402
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.cli import compose
-from orchestrator.config import to_dict
+from orchestrator.convert import to_dict
 from orchestrator.launch.local import LocalLauncher
 from orchestrator.profiling.phases import FORWARD, phase
 from orchestrator.trial import TrialSpec

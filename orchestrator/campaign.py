@@ -16,12 +16,28 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import paired, provenance, stats
-from orchestrator.analyze import Analysis, analyze, comparison_rows
-from orchestrator.config import Config, SCHEMA_VERSION, to_dict
+from orchestrator.analyze import (
+    Analysis,
+    analyze,
+    comparison_rows,
+    reference_times_by_trial,
+    step_times_by_trial,
+)
+from orchestrator.config import Config
+from orchestrator.convert import to_dict
+from orchestrator.correctness.runner import load_gates, run_gate
+from orchestrator.correctness.runner import section as correctness_section
 from orchestrator.decide import Rule, Verdict, aa_calibration, decide
+from orchestrator.errors import ConfigError
+from orchestrator.interference import machine_load
+from orchestrator.jobs import TrialSpec, make_specs
 from orchestrator.launch import make_launcher
 from orchestrator.launch.base import INFRA_STATUS, Launcher
-from orchestrator.levers import lever_sections, loss_trajectory_gates
+from orchestrator.levers import lever_sections
+from orchestrator.loss_gate import loss_trajectory_gates
+from orchestrator.profiling.campaign import profiles_section, run_profiled_trials
+from orchestrator.progress import Progress
+from orchestrator.reference import normalise
 from orchestrator.plan import (
     ArmProgress,
     PlannedTrial,
@@ -31,12 +47,23 @@ from orchestrator.plan import (
     plan_rounds,
 )
 from orchestrator.render import render_decisions, terminal_summary
+from orchestrator.report.load import load_campaign
+from orchestrator.report.summary import render_summary
+from orchestrator.results import (
+    SCHEMA_VERSION,
+    atomic_write_json,
+    atomic_write_text,
+    load_trials,
+    read_json,
+    write_csv,
+)
+from orchestrator.resume import check_same_plan, completed_on_disk, sigterm_as_interrupt
+from orchestrator.sanitize import Sanitizer
 from orchestrator.sensitivity import sensitivity_lines
-from orchestrator.results import atomic_write_json, atomic_write_text, load_trials, read_json, write_csv
-from orchestrator.sweep import Arm, apply_overrides, expand_arms
-from orchestrator.trial import TrialSpec
+from orchestrator.sweep import ResolvedArm, like, resolve_arms, selected_buckets
+from orchestrator.trial import MAX_MEASURED_STEPS
 from orchestrator.utilization import add_utilization_columns, campaign_utilization, utilization_section
-from recipes import report_sections
+from recipes.registry import report_sections
 
 log = logging.getLogger(__name__)
 
@@ -51,54 +78,7 @@ class CampaignResult:
     verdicts: list[Verdict]
 
 
-def selected_buckets(cfg: Config) -> list[dict[str, Any]]:
-    buckets = [to_dict(b) for b in cfg.workload.buckets]
-    if cfg.sweep is not None and cfg.sweep.buckets is not None:
-        buckets = [b for b in buckets if b["name"] in cfg.sweep.buckets]
-    return buckets
-
-
-def make_specs(cfg: Config, run_dir: Path, arms: list[Arm], planned: list[PlannedTrial]) -> list[TrialSpec]:
-    workload = to_dict(cfg.workload)
-    by_arm = {a.arm_id: a for a in arms}
-    buckets = {b["name"]: b for b in selected_buckets(cfg)}
-    specs = []
-    for p in planned:
-        arm = by_arm[p.arm_id]
-        specs.append(
-            TrialSpec(
-                trial_id=p.trial_id,
-                trial_dir=str(run_dir / "trials" / p.trial_id),
-                bucket=buckets[p.bucket],
-                arm_id=arm.arm_id,
-                arm_label=arm.label,
-                is_baseline=arm.is_baseline,
-                round=p.round,
-                position=p.position,
-                workload=apply_overrides(workload, arm.overrides),
-                device=cfg.device,
-                warmup_steps=cfg.protocol.warmup_steps,
-                # the planner's trial length for adaptive rounds, else the protocol's
-                measured_steps=p.measured_steps or cfg.protocol.measured_steps,
-                measured_min_s=0.0 if p.measured_steps else cfg.protocol.measured_min_s,
-                env=dict(arm.env),
-                hardware=to_dict(cfg.hardware),
-                timeout_s=cfg.protocol.trial_timeout_s,
-                warmup_policy=cfg.protocol.warmup_policy,
-                warmup_max_steps=cfg.protocol.warmup_max_steps,
-                warmup_window=cfg.protocol.warmup_window,
-                warmup_tolerance=cfg.protocol.warmup_tolerance,
-                clock=cfg.protocol.clock,
-                speed_reference=cfg.protocol.speed_reference,
-                compile_cache=cfg.protocol.compile_cache,
-            )
-        )
-    return specs
-
-
 def completed_trials(run_dir: Path) -> dict[str, dict[str, Any]]:
-    from orchestrator.resume import completed_on_disk
-
     return completed_on_disk(run_dir)
 
 
@@ -112,11 +92,12 @@ def env_line(trials: list[dict[str, Any]]) -> str:
             f"python {t.get('python_version')}")
 
 
-def with_control(cfg: Config, arms: list[Arm]) -> list[Arm]:
-    """The arms that run: baseline, the A/A control when the protocol asks for it, variants."""
+def with_control(cfg: Config, arms: list[ResolvedArm]) -> list[ResolvedArm]:
+    """The arms that run: baseline, the A/A control when the protocol asks for it (the
+    baseline's workload under another arm id), variants."""
     if not cfg.protocol.aa_arm:
         return list(arms)
-    return [arms[0], control_arm(arms[0]), *arms[1:]]
+    return [arms[0], like(control_arm(arms[0]), arms[0]), *arms[1:]]
 
 
 def _progress(verdicts: list[Verdict]) -> list[ArmProgress]:
@@ -125,12 +106,15 @@ def _progress(verdicts: list[Verdict]) -> list[ArmProgress]:
 
 
 def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
-                 overrides: list[str] | None = None) -> CampaignResult:
+                 overrides: list[str] | None = None,
+                 arms: list[ResolvedArm] | None = None) -> CampaignResult:
+    """Plan, launch, collect, analyze, decide, render. ``arms``: the sweep's arms already
+    resolved (:func:`orchestrator.sweep.resolve_arms`), else they are resolved here, once."""
     assert cfg.sweep is not None, "a campaign needs a sweep (+sweep=NAME)"
     run_dir.mkdir(parents=True, exist_ok=True)
     p = cfg.protocol
     max_rounds = max(p.max_rounds, p.repeats)  # validate() refuses max_rounds < repeats
-    arms = expand_arms(cfg)
+    arms = arms if arms is not None else resolve_arms(cfg)
     launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
     launcher.recover()  # a resume: trials of a killed earlier invocation stop before replanning
     if cfg.launcher.name != "slurm":  # Slurm: the trials run on other machines
@@ -147,12 +131,8 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     )
     adaptive_log: list[dict[str, Any]] = []
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
-    from orchestrator.correctness.runner import run_gate  # once per campaign, not per round
-
-    run_gate(cfg, run_dir, arms, buckets, in_process=cfg.launcher.name == "inline")
+    run_gate(cfg, run_dir, arms, buckets, in_process=cfg.launcher.name == "inline")  # once
     rounds_done = p.repeats
-    from orchestrator.progress import Progress
-
     # one display for the whole invocation: the total is the plan (done trials included),
     # raised as adaptive rounds extend it
     progress = Progress(cfg.sweep.name, len(planned))
@@ -162,14 +142,12 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     finally:
         progress.close()
     # profiled trials: a separate step after the timed ones, never in timing statistics
-    from orchestrator.profiling.campaign import run_profiled_trials
-
     run_profiled_trials(cfg, run_dir, arms, launcher, set(completed_trials(run_dir)))
     session.sanitizer.add_hostnames(launcher.seen_hostnames)  # before the seal
     return finalize(cfg, run_dir, arms, session)
 
 
-def _run_rounds(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
+def _run_rounds(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: list[ResolvedArm],
                 buckets: list[dict[str, Any]], bucket_names: list[str],
                 planned: list[PlannedTrial], adaptive_log: list[dict[str, Any]],
                 launcher: Launcher, session: provenance.Session, progress: Any,
@@ -210,14 +188,9 @@ def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     """Measured steps per trial for the next rounds, per bucket, from the variance components
     of the rounds so far (orchestrator.paired.optimal_steps), and the planner's record for
     plan.json: the components, the measured fixed cost and step time, the choice and why."""
-    from orchestrator.analyze import reference_times_by_trial, step_times_by_trial
-    from orchestrator.trial import MAX_MEASURED_STEPS
-
     trials_df, steps_df = load_trials(run_dir)
     by_trial = step_times_by_trial(steps_df)
     if analysis.speed_normalised:
-        from orchestrator.reference import normalise
-
         by_trial = normalise(by_trial, reference_times_by_trial(steps_df))
     ok = trials_df[(trials_df["status"] == "ok") & (trials_df.get("kind", "timed") == "timed")]
     steps: dict[str, int] = {}
@@ -243,19 +216,17 @@ def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     return steps, doc
 
 
-def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
+def _write_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: list[ResolvedArm],
                 buckets: list[dict[str, Any]], planned: list[PlannedTrial],
                 adaptive_log: list[dict[str, Any]], check: bool = False) -> None:
-    from orchestrator.resume import check_same_plan
-
     assert cfg.sweep is not None
     p = cfg.protocol
     control = [a for a in running if a not in arms]
     plan_doc = {
             "schema_version": SCHEMA_VERSION,
             "sweep": cfg.sweep.name,
-            "arms": [a.__dict__ for a in arms],
-            "control_arm": control[0].__dict__ if control else None,
+            "arms": [a.plan_dict() for a in arms],
+            "control_arm": control[0].plan_dict() if control else None,
             "buckets": buckets,
             "rounds": {"initial": p.repeats, "max": max(p.max_rounds, p.repeats),
                        "adaptive_step": p.adaptive_step_rounds},
@@ -267,7 +238,8 @@ def _write_plan(cfg: Config, run_dir: Path, arms: list[Arm], running: list[Arm],
     atomic_write_json(run_dir / "plan.json", plan_doc)
 
 
-def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[PlannedTrial],
+def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
+                 planned: list[PlannedTrial],
                  launcher: Launcher, session: provenance.Session, progress: Any = None) -> None:
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
@@ -276,8 +248,6 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
                  len(planned) - len(todo), len(planned))
     own_progress = progress is None
     if own_progress:
-        from orchestrator.progress import Progress
-
         progress = Progress(cfg.sweep.name if cfg.sweep else "campaign", len(planned))
     progress.plan(len(planned), len(planned) - len(todo))
     if not todo:
@@ -287,8 +257,6 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[Arm], planned: list[P
     specs = make_specs(cfg, run_dir, running, todo)
     if specs:  # the first trial of each invocation also writes the full environment report
         specs[0].env_report = True
-    from orchestrator.resume import sigterm_as_interrupt
-
     def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
         # a compute node's host name (Slurm) is replaced like this machine's own
         session.sanitizer.add_hostnames(launcher.seen_hostnames)
@@ -344,9 +312,6 @@ def check_quiet(cfg: Config, run_dir: Path) -> None:
     """Sample the machine's load before any trial: other processes busy on the CPU or the GPUs
     are a warning, or with protocol.require_quiet a refusal (exit 2). Kept in
     machine_load.json for decisions.md."""
-    from orchestrator.errors import ConfigError
-    from orchestrator.interference import machine_load
-
     ml = machine_load(0.5)
     problems = ml.problems(cfg.protocol.interference_cores)
     atomic_write_json(run_dir / "machine_load.json", {**ml.__dict__, "problems": problems})
@@ -441,7 +406,7 @@ def rule_for(cfg: Config, final: bool = True) -> Rule:
                 max_rounds=max(p.max_rounds, p.repeats), final=final)
 
 
-def _analyze_decide(cfg: Config, run_dir: Path, arms: list[Arm],
+def _analyze_decide(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
                     final: bool = True) -> tuple[Analysis, list[Verdict]]:
     buckets = selected_buckets(cfg)
     trials_df, steps_df = load_trials(run_dir)
@@ -481,23 +446,18 @@ def _render_summary(run_dir: Path) -> None:
     """summary.md, summary.html and plots/ for this campaign; a failure here never loses the
     campaign's results (they are already on disk), it is logged."""
     try:
-        from orchestrator.report.cli import render_summary
-        from orchestrator.report.load import load_campaign
-
         render_summary(load_campaign(run_dir), with_plots=True, force=True)
     except Exception as exc:  # plotting must not take a finished campaign down
         log.warning("summary.md not rendered: %s: %s", type(exc).__name__, exc)
 
 
-def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
+def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
              session: provenance.Session | None = None) -> CampaignResult:
     """Collect the trials on disk, analyze, decide and write the campaign's artifacts; the
     last step sanitizes every file of the run directory."""
     assert cfg.sweep is not None
-    arms = arms or expand_arms(cfg)
+    arms = arms if arms is not None else resolve_arms(cfg)
     if session is None:
-        from orchestrator.sanitize import Sanitizer
-
         session = provenance.Session(Sanitizer.from_config(cfg.sanitize))
     buckets = selected_buckets(cfg)
     trials_df, steps_df = load_trials(run_dir)
@@ -505,9 +465,6 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
     control = with_control(cfg, arms)[1] if cfg.protocol.aa_arm else None
     analysis = analyze(trials_df, steps_df, arms, [b["name"] for b in buckets], weights,
                        cfg.protocol, control=control)
-    from orchestrator.correctness.runner import load_gates
-    from orchestrator.correctness.runner import section as correctness_section
-
     gates = load_gates(run_dir, arms, cfg.protocol.correctness.mode)
     for arm_id, extra in loss_trajectory_gates(cfg, trials_df, steps_df, arms).items():
         gates[arm_id] = gates.get(arm_id, []) + extra
@@ -519,7 +476,7 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
         "schema_version": SCHEMA_VERSION, "peaks": [p.__dict__ for p in peaks],
         "rows": [u.__dict__ for u in util]})
     provenance_section = provenance.environment_section(cfg, run_dir, records, verdicts,
-                                                        session.git)
+                                                        session.git, arms=arms)
     base = arms[0]
     atomic_write_json(
         run_dir / "baseline.json",
@@ -544,7 +501,6 @@ def finalize(cfg: Config, run_dir: Path, arms: list[Arm] | None = None,
     atomic_write_text(run_dir / "decisions.jsonl", "\n".join(lines) + "\n")
     failures = [r for r in records if r.get("status") not in ("ok", None)
                 and r.get("kind", "timed") != "profile"]  # profiled: in their own section
-    from orchestrator.profiling.campaign import profiles_section
     md = render_decisions(
         sweep=cfg.sweep,
         workload_name=cfg.workload.name,

@@ -19,16 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError
+from orchestrator.paths import conf_dir
 
 log = logging.getLogger("orchestrator")
-
-CONF_ENV = "ORCHESTRATOR_CONF_DIR"
-
-
-def conf_dir() -> Path:
-    """``$ORCHESTRATOR_CONF_DIR``, else the ``conf/`` beside the installed packages."""
-    env = os.environ.get(CONF_ENV)
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "conf"
 
 
 def group_options(group: str) -> list[str]:
@@ -131,7 +124,8 @@ def to_config(cfg: Any) -> Any:
     """The composed DictConfig as validated plain dataclasses (crosses the boundary once)."""
     from omegaconf import OmegaConf
 
-    from orchestrator.config import Config, validate
+    from orchestrator.config import Config
+    from orchestrator.validate import validate
 
     try:
         obj = OmegaConf.to_object(cfg)
@@ -148,13 +142,31 @@ def to_config(cfg: Any) -> Any:
     return obj
 
 
+def register_configs() -> None:
+    """Register every schema with Hydra's ConfigStore (idempotent): the core groups, and one
+    ``schema/workload/<kind>`` per registered workload kind (each recipe's own schema)."""
+    from hydra.core.config_store import ConfigStore
+
+    from orchestrator import config as c
+    from recipes.registry import workload_kinds
+
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=c.Config)
+    for kind in workload_kinds():
+        cs.store(group="schema/workload", name=kind, node=c.WORKLOAD_SCHEMAS[kind])
+    cs.store(group="schema/protocol", name="protocol", node=c.ProtocolConfig)
+    cs.store(group="schema/invariants", name="invariants", node=c.InvariantsConfig)
+    cs.store(group="schema/sweep", name="sweep", node=c.SweepConfig)
+    cs.store(group="schema/launcher", name="launcher", node=c.LauncherConfig)
+    cs.store(group="schema/hardware", name="hardware", node=c.HardwareConfig)
+    cs.store(group="schema/profile", name="profile", node=c.ProfileConfig)
+
+
 def compose(overrides: list[str]) -> Any:
     """Compose and validate one configuration (tests, notebooks, pre-flight)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-
-    from orchestrator.config import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -228,9 +240,11 @@ def setup_logging(run_dir: Path | None = None) -> logging.Handler | None:
     return fh
 
 
-def end_logging(handler: logging.Handler | None, run_dir: Path, config: Any = None) -> None:
+def end_logging(handler: logging.Handler | None, run_dir: Path, config: Any = None,
+                arms: Any = ()) -> None:
     """Remove and close the campaign's file handler, then sanitize campaign.log once more (lines
-    logged after the campaign's seal, e.g. an error, carry paths too)."""
+    logged after the campaign's seal, e.g. an error, carry paths too; ``arms``: the campaign's,
+    whose env.* values are secrets too)."""
     if handler is None:
         return
     logging.getLogger().removeHandler(handler)
@@ -240,9 +254,8 @@ def end_logging(handler: logging.Handler | None, run_dir: Path, config: Any = No
         return
     try:
         from orchestrator.sanitize import Sanitizer, reserve_run_dir
-        from orchestrator.sweep import expand_arms
 
-        pairs = [(k, v) for a in expand_arms(config) for k, v in a.env.items()]
+        pairs = [(k, v) for a in arms for k, v in a.env.items()]
         sanitizer = Sanitizer.from_config(config.sanitize, environ={**os.environ, **dict(pairs)})
         sanitizer.add_secret_env(pairs)
         reserve_run_dir(run_dir, sanitizer)
@@ -256,6 +269,7 @@ def run_job(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
 
     from orchestrator.campaign import run_campaign
+    from orchestrator.sweep import resolve_arms
 
     config = to_config(cfg)
     check_device(config)  # again: Hydra's own flags (--config-dir ...) skip the pre-flight
@@ -268,12 +282,14 @@ def run_job(cfg: Any) -> Any:
     else:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    arms = resolve_arms(config)  # once: the campaign and the log's sanitizer share them
     handler = setup_logging(run_dir)
     try:
         log.info("campaign %s on %s -> %s", config.sweep.name, config.workload.name, run_dir)
-        result = run_campaign(config, run_dir, overrides=list(HydraConfig.get().overrides.task))
+        result = run_campaign(config, run_dir, overrides=list(HydraConfig.get().overrides.task),
+                              arms=arms)
     finally:
-        end_logging(handler, run_dir, config)
+        end_logging(handler, run_dir, config, arms)
     return {"run_dir": str(run_dir), "verdicts": [v.to_dict() for v in result.verdicts]}
 
 
@@ -299,8 +315,6 @@ def _main(argv: list[str]) -> None:
         sys.exit(exc.exit_code)
 
     import hydra
-
-    from orchestrator.config import register_configs
 
     register_configs()
 

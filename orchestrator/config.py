@@ -1,25 +1,19 @@
-"""Typed configuration: one dataclass per config group, registered with Hydra's ConfigStore.
+"""The core configuration schemas: one dataclass per config group.
 
-The YAML files under ``conf/`` extend these schemas (``defaults: [/schema/<group>/<name>@_here_]``),
-so a misspelt key or a wrong type fails at composition time with the dotted key in the message.
-Semantic checks that a type cannot express live in :func:`validate`, which raises
-:class:`~orchestrator.errors.ConfigError` naming the key, the valid choices and the fix.
+The CLI registers them with Hydra's ConfigStore and the YAML files under ``conf/`` extend them
+(``defaults: [/schema/<group>/<name>@_here_]``), so a misspelt key or a wrong type fails at
+composition time with the dotted key in the message. Each workload kind's own schema lives with
+its recipe (``recipes/<recipe>/config.py``) and registers itself here with
+:func:`workload_schema`; :mod:`recipes.registry` imports the bundled ones. Semantic checks that
+a type cannot express live in :mod:`orchestrator.validate`.
 
 Below the Hydra entry point the code works on these plain dataclasses only (no omegaconf).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
-
-from orchestrator.errors import ConfigError
-
-SCHEMA_VERSION = 1
+from typing import Any, Optional, TypeVar
 
 # omegaconf's marker for a required value; spelled out so trial processes need not import it
 MISSING: Any = "???"
@@ -27,12 +21,8 @@ MISSING: Any = "???"
 PRECISIONS = ("fp32", "bf16", "fp16")
 TOLERANCE_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # tf32: fp32 with tf32 matmuls
 CORRECTNESS_MODES = ("once", "off")
-ATTENTION_BACKENDS = ("eager", "sdpa", "tiled", "flash_attn")
-SDPA_KERNELS = ("auto", "math", "flash", "efficient", "cudnn")
 DEVICES = ("auto", "cpu", "cuda", "musa")
 LAUNCHERS = ("inline", "local", "slurm")
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
-COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 DATA_KINDS = ("synthetic", "text")
 ON_MISMATCH = ("refuse", "flag")
 PROFILE_MODES = ("off", "framework", "system", "compute")
@@ -53,56 +43,6 @@ class BucketConfig:
 
 
 @dataclass
-class AttentionConfig:
-    backend: str = "sdpa"  # eager | sdpa | tiled | flash_attn
-    sdpa_kernel: str = "auto"  # auto | math | flash | efficient | cudnn (sdpa only)
-    block_q: int = 64  # tiled only: query rows per tile
-    block_k: int = 64  # tiled only: key/value rows per tile
-
-
-@dataclass
-class CompileConfig:
-    """torch.compile of the loss function (model forward + loss; backward through AOTAutograd).
-
-    Compile and autotune happen in the warm-up steps, which are excluded from steady state; the
-    trial records their cost as ``compile_time_s`` with graph breaks and recompiles."""
-
-    mode: str = "off"  # off (eager) | default | reduce-overhead | max-autotune-no-cudagraphs | ...
-    backend: str = "inductor"  # inductor | aot_eager | eager (aot_eager/eager: dynamo only, no codegen)
-    fullgraph: bool = False  # a graph break becomes an error (the trial fails) instead of a split
-    dynamic: Optional[bool] = None  # None = torch's automatic dynamic shapes; True/False forces it
-    mark_dynamic: bool = False  # mark the sequence dimension of every batch dynamic
-    # in the first (excluded) step, also run forward + backward once on every other bucket
-    # shape of the workload, so the shape policy's recompiles are counted and paid for up front
-    visit_buckets: bool = False
-
-
-@dataclass
-class GPTModelConfig:
-    vocab_size: int = 512
-    n_layer: int = 2
-    n_head: int = 4
-    d_model: int = 128
-    d_ff: int = 512
-    dropout: float = 0.0
-    # recompute each block's activations in the backward (torch.utils.checkpoint): executed
-    # FLOPs then exceed useful FLOPs by the recomputed forward, so HFU > MFU
-    activation_checkpointing: bool = False
-    attention: AttentionConfig = field(default_factory=AttentionConfig)
-    compile: CompileConfig = field(default_factory=CompileConfig)
-
-
-@dataclass
-class OptimizerConfig:
-    name: str = "adamw"
-    lr: float = 3e-4
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0  # 0 disables clipping
-
-
-@dataclass
 class DataConfig:
     # synthetic: deterministic seeded token stream, made in the training process;
     # text: a text file tokenized (byte-pair encoding) and packed on the fly by a DataLoader
@@ -111,19 +51,6 @@ class DataConfig:
     text_path: Optional[str] = None  # text only: a UTF-8 file, one document per line; None = generated
     text_mib: float = 2.0  # text only: size of the generated file (MiB); also the read cap for a given one
     cache_dir: Optional[str] = None  # generated text and trained tokenizer (default: system temp dir)
-
-
-@dataclass
-class LoaderConfig:
-    """torch DataLoader settings for ``data.kind=text`` (how batches are made, not which)."""
-
-    num_workers: int = 0  # 0 = batches are made in the training process
-    pin_memory: bool = False  # page-locked host buffers (no effect without an accelerator)
-    prefetch_factor: Optional[int] = None  # batches in flight per worker (needs num_workers > 0)
-    persistent_workers: bool = False  # keep workers across epochs (needs num_workers > 0)
-    # batches per loader epoch; 0 = one endless epoch. With N > 0 the loader is re-iterated every
-    # N batches (the stream continues), so worker start-up recurs unless persistent_workers
-    epoch_batches: int = 0
 
 
 @dataclass
@@ -140,115 +67,23 @@ class WorkloadConfig:
     world_size: int = 1
     buckets: list[BucketConfig] = MISSING
 
-
-@dataclass
-class GPTWorkloadConfig(WorkloadConfig):
-    kind: str = "gpt"
-    recipe: str = "gpt"
-    model: GPTModelConfig = field(default_factory=GPTModelConfig)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    loader: LoaderConfig = field(default_factory=LoaderConfig)
+    def validate(self) -> None:
+        """This kind's own checks (a recipe's schema overrides it); raise ConfigError naming
+        the dotted key and the fix. The fields above are checked by orchestrator.validate."""
 
 
-@dataclass
-class CommandLogConfig:
-    """How step records are read from an external command's log."""
+# workload kind -> its schema; each recipe's config module registers its own
+WORKLOAD_SCHEMAS: dict[str, type[WorkloadConfig]] = {}
 
-    # a regex with named groups step, step_time_s | step_time_ms | time+unit, and optionally
-    # loss, tokens, samples; None = the built-in formats of orchestrator.logparse
-    pattern: Optional[str] = None
-    # read this file (template, relative to cwd) instead of the command's stdout+stderr
-    file: Optional[str] = None
-    skip_steps: Optional[int] = None  # warm-up step lines skipped by count; None = protocol.warmup_steps
+W = TypeVar("W", bound=type[WorkloadConfig])
 
 
-@dataclass
-class CommandWorkloadConfig(WorkloadConfig):
-    """Any external training command as a trial; steps come from its log.
-
-    ``command`` is a template: ``{name}`` is replaced by a value of ``params`` or a built-in
-    (python, steps, warmup_steps, measured_steps, bucket, seq_len, micro_batch, seed,
-    world_size, trial_dir). ``env`` values are templates too. A sweep varies
-    ``workload.params.NAME`` (interpolated as an argument) or ``env.NAME`` (set for the trial)."""
-
-    kind: str = "command"
-    recipe: str = "command"
-    command: str = MISSING
-    shell: bool = False  # run through /bin/sh (pipes, &&); default: split like a shell, no shell
-    cwd: Optional[str] = None  # working directory (template); None = the orchestrator's
-    env: dict[str, str] = field(default_factory=dict)
-    params: dict[str, Any] = field(default_factory=dict)
-    time_limit_s: Optional[float] = None  # None = 95 % of protocol.trial_timeout_s
-    log: CommandLogConfig = field(default_factory=CommandLogConfig)
-    tokens_per_step: Optional[int] = None  # None = from the log, else bucket seq_len x micro_batch x world_size
-    loss_rtol: float = 0.01  # correctness: largest relative loss difference per logged step
-    # useful (model) FLOPs of one training step on one device, declared (e.g. nanoGPT's
-    # estimate_mfu numerator: (6 N + 12 L H Q T) x tokens per device-step): MFU is then given
-    # against the peak of hardware= at workload.precision, beside any MFU the trainer logs
-    # (its own claim). One figure for every bucket, so one bucket per campaign. None = no MFU
-    flops_per_step: Optional[float] = None
-
-
-@dataclass
-class CustomWorkloadConfig(WorkloadConfig):
-    """An in-process user recipe (``recipe: my_pkg.module:build``) with its own parameters."""
-
-    kind: str = "custom"
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class MuonTPModelConfig:
-    """A tensor-parallel transformer: its matrices are Muon's tall, wide and square shapes."""
-
-    vocab_size: int = 128
-    n_layer: int = 1
-    n_head: int = 4  # d_model must divide by it
-    d_model: int = 64
-    d_ff: int = 256
-    n_experts: int = 0  # >0 adds expert FC1/FC2 pairs behind a dense soft router
-    d_expert: int = 128
-    sharding: str = "megatron"  # megatron (QKV/FC1 on dim 0, proj/FC2 on dim 1) | dim0 (all)
-
-
-@dataclass
-class MuonOptimizerConfig:
-    name: str = "muon"
-    lr: float = 0.02
-    momentum: float = 0.95
-    nesterov: bool = True
-    weight_decay: float = 0.0  # decoupled
-    ns_steps: int = 5
-    coefficients: str = "quintic"  # simple | quintic | cubic | polar_express | cans
-    # Frobenius normalisation floor: X / max(||X||_F, eps). Emerging-Optimizers' 1e-15; a larger
-    # floor shrinks small-norm updates and changes their orthogonalisation
-    eps: float = 1e-15
-    ns_dtype: str = "fp32"  # fp32 | bf16 (state stays fp32)
-    scale_mode: str = "spectral"  # shape_scaling | spectral | unit_rms_norm
-    extra_scale_factor: float = 0.2
-    adamw_lr: float = 3e-3  # embeddings, norms, head
-    adamw_beta1: float = 0.9
-    adamw_beta2: float = 0.95
-    adamw_weight_decay: float = 0.0
-
-
-@dataclass
-class TPConfig:
-    mode: str = "duplicated"  # duplicated | distributed | auto (opt-in)
-    cost_profile: str = "measured"  # auto only: measured (calibrated on the group) | registry | none
-    crosses_domain: Optional[bool] = None  # None = from topology; true/false overrides it
-    syrk: bool = False  # cost model only: price the Gram and A*A as SYRK (half the FLOPs)
-
-
-@dataclass
-class MuonTPWorkloadConfig(WorkloadConfig):
-    kind: str = "muon_tp"
-    recipe: str = "muon_tp"
-    model: MuonTPModelConfig = field(default_factory=MuonTPModelConfig)
-    optimizer: MuonOptimizerConfig = field(default_factory=MuonOptimizerConfig)
-    tp: TPConfig = field(default_factory=TPConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+def workload_schema(schema: W) -> W:
+    """Class decorator: register a workload schema under its ``kind`` (the field's default)."""
+    kind = schema.__dataclass_fields__["kind"].default
+    assert isinstance(kind, str) and kind != MISSING, f"{schema.__name__} needs a kind default"
+    WORKLOAD_SCHEMAS[kind] = schema
+    return schema
 
 
 # --------------------------------------------------------------------------- protocol
@@ -564,306 +399,3 @@ class Config:
     resume: Optional[str] = None  # a run dir whose completed trials are kept
     sanitize: SanitizeConfig = field(default_factory=SanitizeConfig)
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
-
-
-@dataclass
-class SyntheticWorkloadConfig(WorkloadConfig):
-    """Calibrated load (recipes/synthetic): each step does a known number of real work units
-    (matmuls of matrix_size x matrix_size on the host CPU) for the sensitivity calibration."""
-
-    kind: str = "synthetic"
-    recipe: str = "synthetic"
-    matrix_size: int = 32  # one work unit = a (matrix_size x matrix_size) matmul + tanh
-    units_per_token: float = 1.0  # work units per token of the bucket (seq_len * micro_batch)
-    # planted effect: the step does (1 + extra_work_fraction) times the work (rounded to units)
-    extra_work_fraction: float = 0.0
-    slow_first_steps: int = 0  # simulated warm-up: the first N steps do slow_factor times the work
-    slow_factor: float = 3.0
-    epoch_steps: int = 0  # > 0: every N-th step is an epoch boundary (tagged, extra work)
-
-
-WORKLOAD_SCHEMAS: dict[str, type[WorkloadConfig]] = {
-    "gpt": GPTWorkloadConfig,
-    "command": CommandWorkloadConfig,
-    "custom": CustomWorkloadConfig,
-    "synthetic": SyntheticWorkloadConfig,
-    "muon_tp": MuonTPWorkloadConfig,
-}
-
-
-def register_configs() -> None:
-    """Register every schema with Hydra's ConfigStore (idempotent)."""
-    from hydra.core.config_store import ConfigStore
-
-    cs = ConfigStore.instance()
-    cs.store(name="base_config", node=Config)
-    for recipe, schema in WORKLOAD_SCHEMAS.items():
-        cs.store(group="schema/workload", name=recipe, node=schema)
-    cs.store(group="schema/protocol", name="protocol", node=ProtocolConfig)
-    cs.store(group="schema/invariants", name="invariants", node=InvariantsConfig)
-    cs.store(group="schema/sweep", name="sweep", node=SweepConfig)
-    cs.store(group="schema/launcher", name="launcher", node=LauncherConfig)
-    cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)
-    cs.store(group="schema/profile", name="profile", node=ProfileConfig)
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def _choice(key: str, value: Any, choices: typing.Sequence[Any]) -> None:
-    if value not in choices:
-        raise ConfigError(
-            key, f"{value!r} is not a valid choice; choose one of: {', '.join(map(str, choices))}"
-        )
-
-
-def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(key, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-
-
-def validate_workload(w: WorkloadConfig) -> None:
-    from recipes import REGISTRY, check_import_path
-
-    if w.recipe not in REGISTRY and ":" not in w.recipe:
-        raise ConfigError(
-            "workload.recipe",
-            f"unknown recipe {w.recipe!r}; choose one of: {', '.join(sorted(REGISTRY))}, "
-            "or an import path pkg.module:build",
-        )
-    if w.recipe not in REGISTRY:
-        problem = check_import_path(w.recipe)
-        if problem:
-            raise ConfigError("workload.recipe", problem)
-    _choice("workload.precision", w.precision, PRECISIONS)
-    _positive("workload.world_size", w.world_size)
-    if not w.buckets:
-        raise ConfigError("workload.buckets", "needs at least one bucket (name, seq_len, micro_batch)")
-    names = [b.name for b in w.buckets]
-    if len(set(names)) != len(names):
-        raise ConfigError("workload.buckets", f"bucket names must be unique, got {names}")
-    for i, b in enumerate(w.buckets):
-        _positive(f"workload.buckets[{i}].seq_len", b.seq_len)
-        _positive(f"workload.buckets[{i}].micro_batch", b.micro_batch)
-        _positive(f"workload.buckets[{i}].weight", b.weight)
-    if isinstance(w, GPTWorkloadConfig):
-        m = w.model
-        _choice("workload.model.attention.backend", m.attention.backend, ATTENTION_BACKENDS)
-        _choice("workload.model.attention.sdpa_kernel", m.attention.sdpa_kernel, SDPA_KERNELS)
-        _positive("workload.model.attention.block_q", m.attention.block_q)
-        _positive("workload.model.attention.block_k", m.attention.block_k)
-        _positive("workload.model.vocab_size", m.vocab_size)
-        _positive("workload.model.n_layer", m.n_layer)
-        if not 0 <= m.dropout < 1:
-            raise ConfigError("workload.model.dropout", f"must be in [0, 1), got {m.dropout}")
-        if m.d_model % m.n_head:
-            raise ConfigError(
-                "workload.model.n_head",
-                f"d_model={m.d_model} must be divisible by n_head={m.n_head}",
-            )
-        for i, b in enumerate(w.buckets):
-            if b.seq_len < 2:
-                raise ConfigError(f"workload.buckets[{i}].seq_len", "must be >= 2")
-    if isinstance(w, CommandWorkloadConfig) and w.flops_per_step is not None:
-        _positive("workload.flops_per_step", w.flops_per_step)
-    if isinstance(w, SyntheticWorkloadConfig):
-        _positive("workload.matrix_size", w.matrix_size)
-        _positive("workload.units_per_token", w.units_per_token)
-        if not -0.9 <= w.extra_work_fraction <= 10:
-            raise ConfigError("workload.extra_work_fraction",
-                              f"must be in [-0.9, 10], got {w.extra_work_fraction}")
-        _positive("workload.slow_first_steps", w.slow_first_steps, allow_zero=True)
-        _positive("workload.slow_factor", w.slow_factor)
-        _positive("workload.epoch_steps", w.epoch_steps, allow_zero=True)
-    from orchestrator.levers import validate_levers
-
-    validate_levers(w)
-    if isinstance(w, MuonTPWorkloadConfig):
-        from recipes.muon.checks import validate_muon_tp
-
-        validate_muon_tp(w)
-
-
-def validate_correctness(cfg: Config) -> None:
-    c = cfg.protocol.correctness
-    _choice("protocol.correctness.mode", c.mode, CORRECTNESS_MODES)
-    if c.steps < 2:
-        raise ConfigError("protocol.correctness.steps", f"must be >= 2 (the checkpoint round "
-                          f"trip resumes half-way), got {c.steps}")
-    _positive("protocol.correctness.timeout_s", c.timeout_s)
-    tols = cfg.invariants.tolerances
-    for name, tol in tols.items():
-        _choice(f"invariants.tolerances.{name}", name, TOLERANCE_PRECISIONS)
-        for f in ("rel_l2", "atol", "rtol", "trajectory_rtol", "update_rel_l2"):
-            _positive(f"invariants.tolerances.{name}.{f}", getattr(tol, f), allow_zero=True)
-    if c.mode != "off" and cfg.workload.precision not in tols:
-        raise ConfigError(
-            "invariants.tolerances",
-            f"has no entry for workload.precision={cfg.workload.precision}; add "
-            f"invariants.tolerances.{cfg.workload.precision} or set protocol.correctness.mode=off",
-        )
-
-
-def validate(cfg: Config) -> None:
-    """Semantic checks a type cannot express. Raises ConfigError on the first problem."""
-    w = cfg.workload
-    if not isinstance(w, WorkloadConfig):
-        raise ConfigError("workload", "no workload selected; choose one with workload=NAME")
-    _choice("device", cfg.device, DEVICES)
-    _choice("launcher.name", cfg.launcher.name, LAUNCHERS)
-    validate_workload(w)
-    p = cfg.protocol
-    _positive("protocol.warmup_steps", p.warmup_steps, allow_zero=True)
-    _positive("protocol.measured_steps", p.measured_steps)
-    if p.measured_steps < 3:
-        raise ConfigError("protocol.measured_steps", "must be >= 3 to give a median with a spread")
-    _positive("protocol.measured_min_s", p.measured_min_s, allow_zero=True)
-    _positive("protocol.repeats", p.repeats)
-    validate_protocol(p)
-    if not 0.5 <= p.confidence < 1:
-        raise ConfigError("protocol.confidence", f"must be in [0.5, 1), got {p.confidence}")
-    _positive("protocol.min_effect", p.min_effect, allow_zero=True)
-    _positive("protocol.trial_timeout_s", p.trial_timeout_s)
-    _positive("launcher.max_parallel", cfg.launcher.max_parallel)
-    from orchestrator.hardware import validate_hardware
-
-    validate_hardware(cfg.hardware)
-    for i, n in enumerate(p.projection_steps):
-        _positive(f"protocol.projection_steps[{i}]", n)
-    _choice("environment.on_mismatch", cfg.environment.on_mismatch, ON_MISMATCH)
-    for i, pattern in enumerate(cfg.sanitize.extra_patterns):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ConfigError(f"sanitize.extra_patterns[{i}]",
-                              f"{pattern!r} is not a valid regular expression ({exc}); "
-                              "quote it or escape special characters") from None
-    if isinstance(w, CommandWorkloadConfig) and w.flops_per_step is not None:
-        chosen = [b.name for b in w.buckets
-                  if cfg.sweep is None or cfg.sweep.buckets is None or b.name in cfg.sweep.buckets]
-        if len(chosen) > 1:
-            raise ConfigError(
-                "workload.flops_per_step",
-                f"is one figure for every bucket, but {len(chosen)} buckets are selected "
-                f"({', '.join(chosen)}) and their steps differ in FLOPs; select one with "
-                f"sweep.buckets=[{chosen[0]}] (a campaign per bucket), or drop it")
-    from orchestrator.launch.checks import validate_launcher
-
-    validate_launcher(cfg)
-    validate_correctness(cfg)
-    validate_profile(cfg.profile)
-    if cfg.sweep is not None:
-        from orchestrator.sweep import check_sweep
-
-        check_sweep(cfg)
-        from orchestrator.levers import check_lever_sweep
-
-        check_lever_sweep(cfg)
-
-
-def validate_protocol(p: ProtocolConfig) -> None:
-    from orchestrator.steady import WARMUP_POLICIES
-
-    _choice("protocol.warmup_policy", p.warmup_policy, WARMUP_POLICIES)
-    _choice("protocol.clock", p.clock, ("wall", "cpu"))
-    from orchestrator.reference import MODES as SPEED_REFERENCE_MODES
-
-    _choice("protocol.speed_reference", p.speed_reference, SPEED_REFERENCE_MODES)
-    from orchestrator.compile_stats import CACHE_MODES
-
-    _choice("protocol.compile_cache", p.compile_cache, CACHE_MODES)
-    _positive("protocol.warmup_window", p.warmup_window)
-    _positive("protocol.warmup_tolerance", p.warmup_tolerance)
-    if p.warmup_max_steps < p.warmup_steps:
-        raise ConfigError("protocol.warmup_max_steps",
-                          f"must be >= protocol.warmup_steps ({p.warmup_steps}), got "
-                          f"{p.warmup_max_steps}")
-    _positive("protocol.max_rounds", p.max_rounds)
-    if p.max_rounds < p.repeats:
-        # the campaign would run `repeats` rounds anyway: a silent max() hid the contradiction
-        raise ConfigError(
-            "protocol.max_rounds",
-            f"{p.max_rounds} is below protocol.repeats={p.repeats} (the initial rounds); set "
-            f"protocol.max_rounds={p.repeats} for a fixed protocol without adaptive rounds, or "
-            f"lower protocol.repeats",
-        )
-    _positive("protocol.adaptive_step_rounds", p.adaptive_step_rounds)
-    _positive("protocol.ni_margin", p.ni_margin, allow_zero=True)
-    _positive("protocol.alpha_spending", p.alpha_spending, allow_zero=True)
-    _positive("protocol.interference_cores", p.interference_cores)
-    _positive("protocol.warn_cv", p.warn_cv)
-
-
-def validate_profile(p: ProfileConfig) -> None:
-    _choice("profile.mode", p.mode, PROFILE_MODES)
-    _positive("profile.wait_steps", p.wait_steps, allow_zero=True)
-    _positive("profile.warmup_steps", p.warmup_steps, allow_zero=True)
-    _positive("profile.active_steps", p.active_steps)
-    _positive("profile.system_steps", p.system_steps)
-    _positive("profile.launch_skip", p.launch_skip, allow_zero=True)
-    _positive("profile.launch_count", p.launch_count)
-    _positive("profile.tool_timeout_s", p.tool_timeout_s)
-    if p.mode == "compute" and not (p.kernel_filter or "").strip():
-        raise ConfigError(
-            "profile.kernel_filter",
-            "required for profile=compute: mcu/ncu replay and serialise every kernel, so an "
-            "unfiltered end-to-end capture measures the tool, not throughput; set e.g. "
-            "profile.kernel_filter=gemm profile.launch_count=5",
-        )
-
-
-# --------------------------------------------------------------------------- dict <-> dataclass
-
-
-def to_dict(obj: Any) -> Any:
-    """A dataclass tree as plain JSON-able data."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, dict):
-        return {k: to_dict(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_dict(v) for v in obj]
-    return obj
-
-
-def from_dict(cls: type, data: Any, key: str = "") -> Any:
-    """Rebuild a dataclass tree from :func:`to_dict` output (used in trial processes, which
-    must not pay for importing omegaconf). Unknown keys raise ConfigError."""
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    extra = set(data) - names
-    if extra:
-        raise ConfigError(f"{key}{sorted(extra)[0]}", f"unknown key; valid keys: {sorted(names)}")
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in data:
-            kwargs[f.name] = _convert(hints[f.name], data[f.name], f"{key}{f.name}")
-    return cls(**kwargs)
-
-
-def _convert(tp: Any, value: Any, key: str) -> Any:
-    if value is None:
-        return None
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _convert(args[0], value, key) if len(args) == 1 else value
-    if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, key + ".")
-    if origin is list:
-        (arg,) = typing.get_args(tp) or (Any,)
-        return [_convert(arg, v, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        args = typing.get_args(tp)
-        return {k: _convert(args[1] if args else Any, v, f"{key}.{k}") for k, v in value.items()}
-    return value
-
-
-def workload_from_dict(data: dict[str, Any]) -> WorkloadConfig:
-    schema = WORKLOAD_SCHEMAS.get(data.get("kind", ""))
-    if schema is None:
-        raise ConfigError(
-            "workload.kind",
-            f"unknown workload kind {data.get('kind')!r}; choose one of: {', '.join(WORKLOAD_SCHEMAS)}",
-        )
-    return from_dict(schema, data, "workload.")  # type: ignore[no-any-return]

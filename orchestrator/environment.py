@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import device as devmod
+from orchestrator.results import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
 TOOL_TIMEOUT_S = 3.0
 
 # environment switches worth recording (the allow-list): exact names and prefixes

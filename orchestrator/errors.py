@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class ConfigError(Exception):
     """Bad input: names the dotted key and how to fix it. The CLI prints it and exits 2."""
@@ -17,3 +19,17 @@ class ConfigError(Exception):
 class BackendUnavailable(Exception):
     """The requested backend (kernel, package, device) is missing here: the trial is recorded
     with status ``unavailable`` and this reason, and the campaign goes on."""
+
+
+def check_choice(key: str, value: object, choices: Sequence[object]) -> None:
+    """ConfigError naming ``key`` and the valid choices unless ``value`` is one of them."""
+    if value not in choices:
+        raise ConfigError(
+            key, f"{value!r} is not a valid choice; choose one of: {', '.join(map(str, choices))}"
+        )
+
+
+def check_positive(key: str, value: float, *, allow_zero: bool = False) -> None:
+    """ConfigError naming ``key`` unless ``value`` > 0 (>= 0 with ``allow_zero``)."""
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(key, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")

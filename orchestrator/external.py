@@ -26,11 +26,9 @@ import math
 import os
 import platform
 import resource
-import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,12 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.logparse import LogParseError, MalformedStepLine, StepRecord, reported_mfu
+from orchestrator.processes import run_child
 from orchestrator.results import trial_record, write_csv
 
 log = logging.getLogger(__name__)
 
 MIN_MEASURED = 3
-_GRACE_S = 5.0
 _TAIL_LINES = 30
 
 
@@ -88,19 +86,6 @@ def check_steps(records: Sequence[StepRecord], skip: int) -> CheckedSteps:
     return CheckedSteps(kept[:skip], kept[skip:], notes)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            proc.wait(timeout=_GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def _redact(text: str, trial_dir: str) -> str:
     """No interpreter, trial or home paths in the record (they name users and machines)."""
     home = os.path.expanduser("~")
@@ -115,30 +100,12 @@ def run_command(argv: list[str] | str, cwd: str | None, env: dict[str, str], log
     full_env = {**os.environ, **env}
     with open(log_path, "wb") as out:
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    shell=isinstance(argv, str), start_new_session=True)
+            # the launcher stops a trial with SIGTERM to its group: take the command down too
+            return run_child(argv, cwd=cwd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, timeout_s=time_limit_s, preexec_fn=None,
+                             stop_on_sigterm=True), None
         except OSError as exc:
             return None, f"{type(exc).__name__}: {exc.strerror or exc}"
-        previous = None
-        if threading.current_thread() is threading.main_thread():
-            # the launcher stops a trial with SIGTERM to its group; take the command down too
-            def _on_term(signum: int, frame: Any) -> None:
-                _kill_group(proc)
-                raise SystemExit(128 + signum)
-
-            previous = signal.signal(signal.SIGTERM, _on_term)
-        try:
-            return proc.wait(timeout=time_limit_s), None
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return None, None
-        except BaseException:
-            _kill_group(proc)
-            raise
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
 
 
 def _read_lines(path: Path) -> list[str]:

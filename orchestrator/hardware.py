@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError
+from orchestrator.paths import conf_dir
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,6 @@ class HardwareEntry:
 
 
 def registry_dir() -> Path:
-    from orchestrator.cli import conf_dir
-
     return conf_dir() / "hardware"
 
 

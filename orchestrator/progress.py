@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, TextIO
 
-from orchestrator.trial import TrialSpec
+from orchestrator.jobs import TrialSpec
 
 log = logging.getLogger("orchestrator.campaign")
 

@@ -99,7 +99,7 @@ def package_versions(recipes: Sequence[str] = ()) -> dict[str, str]:
     except metadata.PackageNotFoundError:
         out["throughput-orchestrator"] = f"{orchestrator.__version__} (from source, not installed)"
     dists = metadata.packages_distributions()
-    from recipes import REGISTRY
+    from recipes.registry import REGISTRY
 
     for name in recipes:
         target = REGISTRY.get(name, name)
@@ -291,17 +291,14 @@ def write_environment(run_dir: Path, records: Sequence[dict[str, Any]], device: 
 
 def environment_section(
     cfg: Any, run_dir: Path, records: Sequence[dict[str, Any]], verdicts: Sequence[Any],
-    git: GitState | None = None,
+    git: GitState | None = None, arms: Sequence[Any] = (),
 ) -> tuple[str, list[str]]:
     """Write environment.json, apply the mismatch policy to ``verdicts`` (in place) and return
-    the decisions.md section that says where everything came from."""
+    the decisions.md section that says where everything came from. ``arms``: the campaign's
+    arms (their env.* switches are listed per arm)."""
     from orchestrator.environment import compare
 
-    arm_env = None
-    if getattr(cfg, "sweep", None) is not None:
-        from orchestrator.sweep import expand_arms
-
-        arm_env = env_switches_by_arm(expand_arms(cfg), records)
+    arm_env = env_switches_by_arm(arms, records) if arms else None
     source = write_environment(run_dir, records, cfg.device, arm_env)
     diff = compare([(str(r["trial_id"]), _fp(r)) for r in records if _fp(r)])
     body = [f"- environment report: `environment.json` (gathered in {source})"]
@@ -381,7 +378,7 @@ def start(cfg: Any, run_dir: Path, arms: Sequence[Any], records: Sequence[dict[s
           overrides: Sequence[str] | None = None) -> Session:
     """Before any trial: refuse a resume on a different environment, then write source.txt
     (+ source.diff) and command.txt."""
-    from orchestrator.config import to_dict
+    from orchestrator.convert import to_dict
     from orchestrator.sanitize import Sanitizer, reserve_run_dir
 
     # the arms' env.* switches reach the trial processes only: their secret values count too

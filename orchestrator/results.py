@@ -14,10 +14,14 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from orchestrator.config import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# the version of every record format a run directory holds (trial.json, plan.json, config.json,
+# decisions.jsonl, correctness.json, probe.json, environment.json, utilization.json ...): the
+# reports refuse to mix records of different versions
+SCHEMA_VERSION = 1
 
 # statuses a trial can end with; only `ok` trials enter timing statistics
 STATUSES = ("ok", "failed", "unavailable", "oom", "timeout", "crashed", "killed", "infra_failed")

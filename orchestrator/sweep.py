@@ -3,6 +3,11 @@
 An arm is the baseline or one variant: a label plus the overrides it applies to the workload
 (dotted paths) and to the trial's environment (``env.NAME``). Everything else is identical
 across arms, which is what makes the comparison mean something.
+
+Arms are resolved once (:func:`resolve_arms`): each :class:`ResolvedArm` carries its workload
+with the overrides applied, as plain data (what a trial or probe spec carries) and as its
+kind's dataclass. The stages after planning (trial specs, the correctness gate's probes,
+profiled trials, the pre-flight's checks) read these instead of applying the overrides again.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.config import Config, SweepConfig, to_dict, workload_from_dict
+from orchestrator.config import Config, SweepConfig, WorkloadConfig
+from orchestrator.convert import to_dict
 from orchestrator.errors import ConfigError
+from recipes.registry import workload_from_dict, workload_kinds
 
 ENV_PREFIX = "env."
 
@@ -26,6 +33,24 @@ class Arm:
     is_baseline: bool
     overrides: dict[str, Any] = field(default_factory=dict)  # workload.* paths -> value
     env: dict[str, str] = field(default_factory=dict)
+
+    def plan_dict(self) -> dict[str, Any]:
+        """The arm as plan.json records it (what a resume must find unchanged)."""
+        return {"arm_id": self.arm_id, "label": self.label, "value": self.value,
+                "is_baseline": self.is_baseline, "overrides": self.overrides, "env": self.env}
+
+
+@dataclass(frozen=True)
+class ResolvedArm(Arm):
+    """An arm with its workload resolved (overrides applied) once, when the campaign plans."""
+
+    workload: dict[str, Any] = field(default_factory=dict)  # plain data, as a spec carries it
+    workload_config: WorkloadConfig | None = None  # the same, as its kind's dataclass
+
+    @classmethod
+    def of(cls, arm: Arm, workload: dict[str, Any], config: WorkloadConfig) -> ResolvedArm:
+        return cls(arm.arm_id, arm.label, arm.value, arm.is_baseline, dict(arm.overrides),
+                   dict(arm.env), workload, config)
 
 
 def _paths(sweep: SweepConfig) -> dict[str, str]:
@@ -155,20 +180,47 @@ def apply_overrides(workload: dict[str, Any], overrides: dict[str, Any]) -> dict
     return out
 
 
+def arm_key(arm: Arm) -> str:
+    """The sweep entry an arm comes from (for error messages)."""
+    return "sweep.baseline" if arm.is_baseline else f"sweep.values[{int(arm.arm_id[1:]) - 1}]"
+
+
+def resolve_arms(cfg: Config) -> list[ResolvedArm]:
+    """The sweep's arms, baseline first, each with its workload resolved: the one place the
+    overrides are applied. A workload an arm's overrides make unreadable raises ConfigError
+    naming the sweep entry (the sweep's structure is :func:`check_sweep`'s to refuse)."""
+    base = to_dict(cfg.workload)
+    out = []
+    for arm in expand_arms(cfg):
+        workload = apply_overrides(base, arm.overrides)
+        try:
+            config = workload_from_dict(workload)
+        except ConfigError as exc:
+            raise ConfigError(arm_key(arm), f"arm {arm.label!r} sets {exc.key}: {exc.message}"
+                              ) from None
+        out.append(ResolvedArm.of(arm, workload, config))
+    return out
+
+
+def like(arm: Arm, resolved: ResolvedArm) -> ResolvedArm:
+    """``arm`` (e.g. the A/A control, a copy of the baseline) with ``resolved``'s workload."""
+    assert resolved.workload_config is not None
+    return ResolvedArm.of(arm, resolved.workload, resolved.workload_config)
+
+
 def _check_workload_kind(cfg: Config) -> None:
     """A sweep about one kind of workload (tp_mode: muon_tp) on a workload of another kind is
     refused by name, before its variable is looked up (which would only say that the path does
     not exist in the workload)."""
-    from orchestrator.config import WORKLOAD_SCHEMAS
-
     sweep = cfg.sweep
     assert sweep is not None
     need = sweep.workload_kind
     if need is None:
         return
-    if need not in WORKLOAD_SCHEMAS:
+    kinds = workload_kinds()
+    if need not in kinds:
         raise ConfigError("sweep.workload_kind", f"{need!r} is not a valid choice; choose one of: "
-                          f"{', '.join(WORKLOAD_SCHEMAS)}, or null for any kind")
+                          f"{', '.join(kinds)}, or null for any kind")
     w = cfg.workload
     if w.kind != need:
         example = (f" (e.g. workload={sweep.workload_example}, its default)"
@@ -179,7 +231,8 @@ def _check_workload_kind(cfg: Config) -> None:
 
 
 def check_sweep(cfg: Config) -> None:
-    """Reject a sweep that is malformed, touches an invariant, or changes more than one knob."""
+    """Reject a sweep that is malformed, touches an invariant, or changes more than one knob.
+    (That every arm is still a valid workload is checked by :mod:`orchestrator.validate`.)"""
     sweep = cfg.sweep
     assert sweep is not None
     _check_workload_kind(cfg)
@@ -215,12 +268,10 @@ def check_sweep(cfg: Config) -> None:
                 raise ConfigError(
                     "sweep.buckets", f"{b!r} is not a workload bucket; choose from {names}"
                 )
-    # every arm must still be a valid workload (catches e.g. a misspelt backend name)
-    from orchestrator.config import validate_workload
 
-    for arm in expand_arms(cfg):
-        key = "sweep.baseline" if arm.is_baseline else f"sweep.values[{int(arm.arm_id[1:]) - 1}]"
-        try:
-            validate_workload(workload_from_dict(apply_overrides(workload, arm.overrides)))
-        except ConfigError as exc:
-            raise ConfigError(key, f"arm {arm.label!r} sets {exc.key}: {exc.message}") from None
+
+def selected_buckets(cfg: Config) -> list[dict[str, Any]]:
+    buckets = [to_dict(b) for b in cfg.workload.buckets]
+    if cfg.sweep is not None and cfg.sweep.buckets is not None:
+        buckets = [b for b in buckets if b["name"] in cfg.sweep.buckets]
+    return buckets

@@ -10,71 +10,33 @@ this module only, so its fixed cost stays close to ``python -c "import torch"``.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator import compile_stats
 from orchestrator import device as devmod
 from orchestrator import distributed as distmod
+from orchestrator import reference as refmod
+from orchestrator.environment import record_facts
 from orchestrator.errors import BackendUnavailable
+from orchestrator.external import measure_external
+from orchestrator.flops import trial_flops
 from orchestrator.interference import CpuWindow
+from orchestrator.jobs import LAUNCH_T0_VAR, TrialSpec
+from orchestrator.processes import die_with_parent
+from orchestrator.profiling.runner import run_profiled
 from orchestrator.results import atomic_write_json, trial_record, write_csv
-from orchestrator.steady import WarmupPolicy, warmup_complete
+from orchestrator.steady import warmup_complete
+from orchestrator.worker import start_worker
 
 # the most measured steps protocol.measured_min_s may ask for
 MAX_MEASURED_STEPS = 2000
-
-# set by the launcher just before it starts the process: start-to-first-step is measured from it
-LAUNCH_T0_VAR = "ORCHESTRATOR_LAUNCH_T0"
-
-
-@dataclass
-class TrialSpec:
-    trial_id: str
-    trial_dir: str
-    bucket: dict[str, Any]
-    arm_id: str
-    arm_label: str
-    is_baseline: bool
-    round: int
-    position: int  # place in the plan (execution order)
-    workload: dict[str, Any]
-    device: str = "auto"
-    warmup_steps: int = 3
-    measured_steps: int = 10
-    measured_min_s: float = 0.0  # keep measuring past measured_steps until this much step time
-    env: dict[str, str] = field(default_factory=dict)
-    kind: str = "timed"  # timed | profile (a profiled trial: never in timing statistics)
-    profile: dict[str, Any] = field(default_factory=dict)  # layer and settings, kind=profile
-    hardware: dict[str, Any] = field(default_factory=dict)  # HardwareConfig as a dict
-    timeout_s: float | None = None  # the launcher's limit for this trial (external commands stop sooner)
-    warmup_policy: str = "fixed"  # fixed | auto (see orchestrator.steady)
-    warmup_max_steps: int = 30
-    warmup_window: int = 3
-    warmup_tolerance: float = 0.05
-    clock: str = "wall"  # wall | cpu (process CPU time; host-CPU recipes only)
-    speed_reference: str = "off"  # auto | host | off (orchestrator.reference)
-    compile_cache: str = "warm"  # cold | warm (orchestrator.compile_stats.cache_scope)
-    env_report: bool = False  # also write the full environment.json (the campaign's first trial)
-
-    def warmup(self) -> WarmupPolicy:
-        return WarmupPolicy(self.warmup_policy, self.warmup_steps, self.warmup_max_steps,
-                            self.warmup_window, self.warmup_tolerance)
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=2)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> TrialSpec:
-        with open(path, encoding="utf-8") as fh:
-            return cls(**json.load(fh))
 
 
 def one_line(exc: BaseException) -> str:
@@ -127,13 +89,9 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
         base["layer"] = spec.profile.get("layer")
     try:
         if spec.kind == "profile":
-            from orchestrator.profiling.runner import run_profiled
-
             record = run_profiled(spec, base)
         else:
-            from orchestrator.compile_stats import cache_scope
-
-            with cache_scope(spec.compile_cache):
+            with compile_stats.cache_scope(spec.compile_cache):
                 record = _measure(spec, base, launch_t0)
             record["compile_cache"] = spec.compile_cache
     except BackendUnavailable as exc:
@@ -151,8 +109,6 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
             distmod.shutdown()
     # after the timed steps, so neither the timing nor start-to-first-step pays for it
     if rank == 0:
-        from orchestrator.environment import record_facts
-
         record_facts(record, spec.device, tdir, full=spec.env_report)
     record["finished_at"] = time.time()
     if rank == 0:  # distributed: rank 0 is the only writer; other ranks leave only failures
@@ -163,33 +119,17 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
 
 
 def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> dict[str, Any]:
-    from orchestrator.config import BucketConfig, from_dict, workload_from_dict
-    from recipes import get_builder
-    from recipes.base import is_external
-
-    workload = workload_from_dict(spec.workload)
-    bucket = from_dict(BucketConfig, spec.bucket)
-    builder = get_builder(workload.recipe)
-    if is_external(builder):  # another program trains; its log gives the steps
-        from orchestrator.external import measure_external
-
-        return measure_external(spec, base, builder(workload, bucket, spec.device))
-
-    from orchestrator import compile_stats
-
+    worker = start_worker(spec.workload, spec.device)
+    if worker.external:  # another program trains; its log gives the steps
+        return measure_external(spec, base, worker.trainer(spec.bucket))
+    workload, dev, ctx, world = worker.workload, worker.device, worker.group, worker.world_size
+    assert dev is not None
     # a host-only recipe (the synthetic load) needs no torch device and never imports torch
-    host_only = bool(getattr(builder, "host_only", False))
-    _, world, local_rank = distmod.env_rank()
-    if host_only:
-        dev = devmod.host_cpu(spec.device)
-    else:
-        dev = devmod.resolve(spec.device, index=local_rank if world > 1 else None)
-        devmod.set_current(dev)
-    ctx = distmod.setup(dev.kind)  # before the recipe: it just uses the default process group
+    host_only = worker.host_only
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is not None:  # inline trials share a process: compile cold, as a fresh one does
         dynamo.reset()
-    trainer = builder(workload, bucket, dev.torch_device)
+    trainer = worker.trainer(spec.bucket)
     devmod.reset_peak_memory(dev)
     batches = trainer.batches()
     policy = spec.warmup()
@@ -216,8 +156,6 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         if dev.kind != "cpu":
             raise BackendUnavailable(f"protocol.clock=cpu times host CPU work only, not {dev.kind}")
         clock = time.process_time
-    from orchestrator import reference as refmod
-
     torch_mod = None if host_only else sys.modules.get("torch")
     pool = torch_mod.get_num_threads() if torch_mod is not None else 1
     ref_on, ref_why = refmod.resolve(spec.speed_reference, dev.kind, world, pool)
@@ -314,8 +252,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     if writer:
         write_csv(Path(spec.trial_dir) / "steps.csv", rows)
     flops = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
-    from orchestrator.flops import trial_flops  # after the timed steps: an extra counted step
-
+    # FLOPs after the timed steps: an extra counted step
     if host_only:  # numpy work: torch's FLOP counter and peak table do not apply, torch stays out
         utilization: dict[str, Any] = {
             "flops": {"useful_per_step": flops,
@@ -382,8 +319,6 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m orchestrator.trial SPEC.json", file=sys.stderr)
         return 2
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
-        from orchestrator.launch.local import die_with_parent
-
         die_with_parent()
     import logging
 

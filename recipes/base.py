@@ -4,8 +4,8 @@ In-process recipes (the orchestrator times the steps)
 ------------------------------------------------------
 A recipe is a function ``build(workload, bucket, device) -> Trainer``:
 
-- ``workload`` is the workload's dataclass (:class:`orchestrator.config.GPTWorkloadConfig` for
-  ``kind: gpt``, :class:`orchestrator.config.CustomWorkloadConfig` for ``kind: custom``, whose
+- ``workload`` is the workload's dataclass (:class:`recipes.gpt.config.GPTWorkloadConfig` for
+  ``kind: gpt``, :class:`recipes.custom.config.CustomWorkloadConfig` for ``kind: custom``, whose
   ``params`` mapping carries the recipe's own settings and can be swept as
   ``workload.params.NAME``);
 - ``bucket`` is the :class:`orchestrator.config.BucketConfig` being measured (name, seq_len,

@@ -2,11 +2,14 @@
 # Sets up the environment and runs the whole test suite (CPU only, hermetic).
 # A single-node Slurm (scripts/slurm_local.sh) is started for the `slurm` tests when this
 # machine allows it (root, Debian's slurm-wlm) and stopped afterwards; without it those tests
-# are skipped with the reason. ORCH_SLURM=0 skips starting it.
+# are skipped with the reason. ORCH_SLURM=0 skips starting it. First, lint-imports checks that
+# imports run one way (the contracts in pyproject.toml; docs/architecture.md): a broken
+# contract fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/install_test_deps.sh
+.venv/bin/lint-imports --no-cache
 if [ "${ORCH_SLURM:-1}" = 1 ] && bash scripts/slurm_local.sh start; then
   trap 'bash scripts/slurm_local.sh stop' EXIT
   eval "$(bash scripts/slurm_local.sh env)"

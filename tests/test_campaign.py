@@ -110,3 +110,45 @@ def test_rerun_on_same_run_dir_resumes(compose: Any, run_dir: Path) -> None:
     assert set(after) == set(first)
     changed = [p for p in after if p == victim or after[p] != first[p]]
     assert changed == [victim]
+
+
+def test_arms_are_resolved_once_and_carry_their_workload(compose: Any, run_dir: Path,
+                                                         monkeypatch: Any) -> None:
+    """Planning resolves every arm's workload once; trial specs, the gate's probes and the
+    A/A control read it from the arm (no stage applies the overrides again), and plan.json
+    records the arms exactly as before."""
+    from orchestrator import sweep
+    from orchestrator.convert import to_dict
+    from recipes.gpt.config import GPTWorkloadConfig
+
+    cfg = compose([*TINY, "launcher=local", "+sweep=fa2", "sweep.buckets=[s32]",
+                   "protocol.aa_arm=true"])
+    arms = sweep.resolve_arms(cfg)
+    base = to_dict(cfg.workload)
+    for arm in arms:
+        assert arm.workload == sweep.apply_overrides(base, arm.overrides)
+        assert isinstance(arm.workload_config, GPTWorkloadConfig)
+        assert to_dict(arm.workload_config) == arm.workload
+    calls = {"expand_arms": 0, "apply_overrides": 0}
+    for name in calls:
+        real = getattr(sweep, name)
+
+        def counted(*a: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            calls[_name] += 1
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(sweep, name, counted)
+    run_campaign(cfg, run_dir)
+    assert calls == {"expand_arms": 1, "apply_overrides": len(arms)}
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert [list(a) for a in plan["arms"]] == [
+        ["arm_id", "label", "value", "is_baseline", "overrides", "env"]] * len(arms)
+    assert plan["control_arm"]["arm_id"] != "a0" and plan["control_arm"]["overrides"] == \
+        plan["arms"][0]["overrides"]
+    specs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/spec.json")]
+    probes = [json.loads(p.read_text()) for p in run_dir.glob("correctness/*/spec.json")]
+    by_arm = {a.arm_id: a.workload for a in arms}
+    by_arm[plan["control_arm"]["arm_id"]] = by_arm["a0"]
+    assert len(specs) == 2 * (len(arms) + 1) and len(probes) == len(arms) + 1
+    for s in specs + probes:
+        assert s["workload"] == by_arm[s["arm_id"]]

@@ -15,7 +15,9 @@ import pandas as pd
 import pytest
 
 from orchestrator.campaign import run_campaign
-from orchestrator.config import BucketConfig, CustomWorkloadConfig, SweepConfig, validate
+from orchestrator.config import BucketConfig, SweepConfig
+from recipes.custom.config import CustomWorkloadConfig
+from orchestrator.validate import validate
 from orchestrator.levers import break_even_steps, projected_time_s
 from tests.conftest import TINY
 

@@ -10,15 +10,12 @@ from typing import Any
 import pytest
 
 from orchestrator.cli import group_options
-from orchestrator.config import (
-    Config,
-    GPTWorkloadConfig,
-    MuonTPWorkloadConfig,
-    SyntheticWorkloadConfig,
-    from_dict,
-    to_dict,
-    workload_from_dict,
-)
+from orchestrator.config import Config
+from orchestrator.convert import from_dict, to_dict
+from recipes.gpt.config import GPTWorkloadConfig
+from recipes.muon.config import MuonTPWorkloadConfig
+from recipes.registry import workload_from_dict
+from recipes.synthetic.config import SyntheticWorkloadConfig
 from orchestrator.errors import ConfigError
 
 

@@ -190,7 +190,7 @@ def test_bad_correctness_config_names_the_key(compose: Any, overrides: list[str]
 
 
 def test_tolerance_for_an_unknown_precision_is_refused(compose: Any) -> None:
-    from orchestrator.config import validate
+    from orchestrator.validate import validate
 
     cfg = compose(["workload=gpt_test", "+sweep=fa2"])
     cfg.invariants.tolerances["fp8"] = ToleranceConfig(1.0, 0.0, 0.0, 0.0, 1.0)

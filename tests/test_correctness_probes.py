@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from orchestrator.campaign import run_campaign, selected_buckets
+from orchestrator.campaign import run_campaign
 from orchestrator.correctness.runner import run_gate
-from orchestrator.sweep import expand_arms
+from orchestrator.sweep import resolve_arms, selected_buckets
 
 BROKEN = "tests.helpers.broken"
 
@@ -30,7 +30,7 @@ def _recipe_sweep(values: list[str], labels: list[str], launcher: str = "inline"
 def test_honest_attention_backends_pass(compose: Any, run_dir: Path, precision: str) -> None:
     cfg = compose(["workload=gpt_test", "protocol=quick", "+sweep=fa2", "sweep.buckets=[s32]",
                    f"workload.precision={precision}"])
-    doc = run_gate(cfg, run_dir, expand_arms(cfg), selected_buckets(cfg), in_process=True)
+    doc = run_gate(cfg, run_dir, resolve_arms(cfg), selected_buckets(cfg), in_process=True)
     gates = {g["label"]: g for g in doc["arms"].values()}
     assert {k: g["status"] for k, g in gates.items()} == {
         "eager": "pass", "sdpa-flash": "pass", "tiled": "pass"}, [
@@ -89,7 +89,7 @@ def test_compiled_checkpoint_keys_are_caught_and_the_fix_passes(compose: Any,
     """Fresh processes; one tiny torch.compile(backend="eager") per compiled arm."""
     cfg = compose(_recipe_sweep([f"{BROKEN}:build_compiled_keys", f"{BROKEN}:build_compiled"],
                                 ["compiled-keys", "compiled-fixed"], launcher="local"))
-    doc = run_gate(cfg, run_dir, expand_arms(cfg), selected_buckets(cfg))
+    doc = run_gate(cfg, run_dir, resolve_arms(cfg), selected_buckets(cfg))
     gates = {g["label"]: g for g in doc["arms"].values()}
     bad = gates["compiled-keys"]
     assert bad["status"] == "fail"

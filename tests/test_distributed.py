@@ -129,7 +129,7 @@ def test_two_rank_profiled_trial_keeps_one_trace_per_rank(compose: Any, run_dir:
     import dataclasses
     import gzip
 
-    from orchestrator.config import to_dict
+    from orchestrator.convert import to_dict
 
     cfg = compose([*TINY, "+sweep=fa2", "profile=framework"])
     out = run_dir / "profiles" / "framework"

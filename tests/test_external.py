@@ -10,12 +10,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from orchestrator.campaign import make_specs, run_campaign
+from orchestrator.campaign import run_campaign
+from orchestrator.jobs import make_specs
 from orchestrator.external import LogProblem, check_steps
-from orchestrator.levers import loss_trajectory_gates
+from orchestrator.loss_gate import loss_trajectory_gates
 from orchestrator.logparse import StepRecord
 from orchestrator.plan import plan
-from orchestrator.sweep import Arm, expand_arms
+from orchestrator.sweep import Arm, resolve_arms
 from orchestrator.trial import run_trial
 
 CMD = ["workload=command_example", "protocol=quick", "launcher=inline"]
@@ -114,7 +115,7 @@ def test_faulty_commands_become_statuses(compose: Any, run_dir: Path, code: str,
 def test_a_command_that_cannot_start_is_a_status(compose: Any, run_dir: Path) -> None:
     cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1",
                    "workload.command='/no/such/trainer --steps {steps}'"])
-    spec = make_specs(cfg, run_dir, expand_arms(cfg),
+    spec = make_specs(cfg, run_dir, resolve_arms(cfg),
                       plan(["a0"], ["s32"], 1, reverse_every_other_round=False))[0]
     rec = run_trial(spec)
     assert rec["status"] == "failed" and rec["failure_kind"] == "cannot_start"
@@ -211,7 +212,7 @@ def test_command_workload_cwd_env_log_file_pattern_and_skip(compose: Any, run_di
     """The example trainer run from its trial directory (workload.cwd), a templated
     workload.env value and the swept env.OMP_NUM_THREADS reaching it, step lines read from
     workload.log.file in a format only the custom pattern reads, and skip_steps."""
-    from orchestrator.config import validate
+    from orchestrator.validate import validate
     from orchestrator.logparse import LogParseError, parse_steps
 
     script = Path(__file__).resolve().parents[1] / "recipes" / "examples" / "train_example.py"

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import CommandWorkloadConfig, GPTWorkloadConfig
+from recipes.command.config import CommandWorkloadConfig
+from recipes.gpt.config import GPTWorkloadConfig
 from orchestrator.errors import ConfigError
 
 CMD = ["workload=command_example", "+sweep=example_delay"]

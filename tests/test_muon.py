@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from orchestrator import device as devmod
-from orchestrator.config import MuonOptimizerConfig
+from recipes.muon.config import MuonOptimizerConfig
 from orchestrator.errors import ConfigError
 from recipes.muon import checks, topology
 from recipes.muon.calibrate import fit_line

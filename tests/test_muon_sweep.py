@@ -88,15 +88,14 @@ def test_tp_mode_sweep_two_ranks_end_to_end(compose: Any, run_dir: Path) -> None
 def test_tp_mode_gate_rejects_a_planted_distributed_error(compose: Any, run_dir: Path) -> None:
     """distributed scaled by 1 + 5e-4 (tests/helpers/muon_planted.py): the gate, with the
     sweep's 1e-4 update tolerance, must reject it and name the sharded weights' updates."""
-    from orchestrator.campaign import selected_buckets
     from orchestrator.correctness.runner import run_gate
-    from orchestrator.sweep import expand_arms
+    from orchestrator.sweep import resolve_arms, selected_buckets
 
     cfg = compose(["workload=muon_tp_test", "protocol=quick", "launcher=local",
                    "+sweep=tp_mode", "sweep.values=[distributed]",
                    "workload.recipe=tests.helpers.muon_planted:build",
                    "protocol.correctness.steps=4"])
-    doc = run_gate(cfg, run_dir, expand_arms(cfg), selected_buckets(cfg))
+    doc = run_gate(cfg, run_dir, resolve_arms(cfg), selected_buckets(cfg))
     assert {p["status"] for p in doc["probes"].values()} == {"ok"}, doc["probes"]
     (g,) = doc["arms"].values()
     assert g["status"] == "fail", g

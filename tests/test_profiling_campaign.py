@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator import device as devmod
 from orchestrator.campaign import run_campaign
-from orchestrator.config import to_dict
+from orchestrator.convert import to_dict
 from orchestrator.errors import BackendUnavailable, ConfigError
 from orchestrator.profiling import tools
 from orchestrator.trial import TrialSpec, run_trial

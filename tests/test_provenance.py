@@ -97,11 +97,11 @@ def test_campaign_writes_provenance_and_resume_appends_command(compose: Any, run
 
 
 def test_secret_set_by_a_sweep_arm_is_masked(compose: Any, run_dir: Path) -> None:
-    from orchestrator.sweep import expand_arms
+    from orchestrator.sweep import resolve_arms
 
     cfg = compose([*TINY, "+sweep=fa2", "sweep.buckets=[s32]",
                    "+sweep.fixed={env.WANDB_API_KEY: k3y-from-the-sweep-0042}"])
-    session = provenance.start(cfg, run_dir, expand_arms(cfg), [])
+    session = provenance.start(cfg, run_dir, resolve_arms(cfg), [])
     assert "k3y-from" not in (run_dir / "command.txt").read_text()
     assert session.sanitizer.text("wandb: k3y-from-the-sweep-0042") == \
         "wandb: <secret-env-WANDB_API_KEY>"

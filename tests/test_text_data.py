@@ -10,7 +10,8 @@ import pandas as pd
 import torch
 
 from orchestrator.campaign import run_campaign
-from orchestrator.config import BucketConfig, DataConfig, LoaderConfig
+from orchestrator.config import BucketConfig, DataConfig
+from recipes.gpt.config import LoaderConfig
 from recipes.gpt.text_data import (
     BPETokenizer,
     PackedText,

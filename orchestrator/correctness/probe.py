@@ -42,9 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import device as devmod
-from orchestrator.config import SCHEMA_VERSION
+from orchestrator import distributed as distmod
+from orchestrator.config import BucketConfig
+from orchestrator.convert import from_dict
 from orchestrator.errors import BackendUnavailable
-from orchestrator.results import atomic_write_json
+from orchestrator.processes import die_with_parent
+from orchestrator.results import SCHEMA_VERSION, atomic_write_json
+from orchestrator.worker import Worker, start_worker
 
 REQUIRED_HOOKS = (
     "model",
@@ -215,18 +219,18 @@ def _steps(trainer: Any, stream: Iterator[Any], first: int, last: int, seed: int
 
 def probe_bucket(
     spec: ProbeSpec,
-    build: Any,
-    workload: Any,
-    bucket: Any,
-    dev: Any,
+    worker: Worker,
+    bucket: BucketConfig,
     first: bool,
     record: dict[str, Any],
 ) -> dict[str, Any]:
     import torch
 
-    seed = int(getattr(workload, "seed", 0))
+    seed = worker.workload.seed
+    dev = worker.device
+    assert dev is not None
     out_dir = Path(spec.probe_dir)
-    trainer = build(workload, bucket, dev.torch_device)
+    trainer = worker.trainer(bucket)
     missing = [h for h in REQUIRED_HOOKS if not hasattr(trainer, h)]
     if missing:
         raise Unsupported(f"the recipe's trainer lacks the hooks {missing} (see recipes/base.py)")
@@ -305,7 +309,7 @@ def probe_bucket(
     res.update(batch_hashes=hashes, batch_ids=ids, losses=losses)
 
     # round trip: a fresh trainer resumes from the step-k checkpoint and replays the rest
-    fresh = build(workload, bucket, dev.torch_device)
+    fresh = worker.trainer(bucket)
     state = _load(resume_path, dev.torch_device)
     fresh.load_state_dict(state["model"])
     fresh.optimizer.load_state_dict(state["optimizer"])
@@ -388,30 +392,22 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
     try:
         import torch
 
-        from orchestrator import distributed as distmod
-        from orchestrator.config import BucketConfig, from_dict, workload_from_dict
-        from recipes import get_builder
-
-        workload = workload_from_dict(spec.workload)
-        _, world, local_rank = distmod.env_rank()
-        dev = devmod.resolve(spec.device, index=local_rank if world > 1 else None)
-        if world > 1:
-            devmod.set_current(dev)
-        ctx = distmod.setup(dev.kind)  # None on one rank
+        worker = start_worker(spec.workload, spec.device)  # device, then the process group
+        dev, ctx = worker.device, worker.group  # ctx: None on one rank
+        if dev is None:
+            raise Unsupported(f"recipe {worker.workload.recipe!r} runs an external command: "
+                              "there is no model in this process to probe")
         if ctx is not None:
             record["world_size"] = ctx.world_size
-        build = get_builder(workload.recipe)
         record.update(
             device={"kind": dev.kind, "name": dev.name},
             torch_version=torch.__version__,
             python_version=platform.python_version(),
-            precision=workload.precision,
+            precision=worker.workload.precision,
         )
         for i, b in enumerate(spec.buckets):
             bucket = from_dict(BucketConfig, b)
-            record["buckets"][bucket.name] = probe_bucket(
-                spec, build, workload, bucket, dev, i == 0, record
-            )
+            record["buckets"][bucket.name] = probe_bucket(spec, worker, bucket, i == 0, record)
         record["matmul_precision"] = matmul_precision()
         record["status"] = "ok"
     except BackendUnavailable as exc:
@@ -430,8 +426,6 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
     if ctx is None or ctx.is_writer:
         atomic_write_json(Path(spec.probe_dir) / "probe.json", record)
     if ctx is not None and record["status"] == "ok":
-        from orchestrator import distributed as distmod
-
         distmod.shutdown()
     return record
 
@@ -442,8 +436,6 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m orchestrator.correctness.probe SPEC.json", file=sys.stderr)
         return 2
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
-        from orchestrator.launch.local import die_with_parent
-
         die_with_parent()
     record = run_probe(ProbeSpec.from_file(argv[0]))
     if record.get("world_size", 1) > 1 and record["status"] != "ok":

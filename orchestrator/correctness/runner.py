@@ -19,24 +19,30 @@ Artifacts, under the run directory::
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import SCHEMA_VERSION, Config, to_dict
+from orchestrator.config import Config
+from orchestrator.convert import to_dict
 from orchestrator.correctness.gate import ArmGate, evaluate
 from orchestrator.correctness.probe import ProbeSpec, run_probe
 from orchestrator.decide import Gate
 from orchestrator.envvars import env_overrides
-from orchestrator.results import atomic_write_json, read_json
-from orchestrator.sweep import Arm, apply_overrides
+from orchestrator.launch.base import stderr_tail
+from orchestrator.paths import package_root
+from orchestrator.processes import run_child
+from orchestrator.results import SCHEMA_VERSION, atomic_write_json, read_json
+from orchestrator.sweep import Arm, ResolvedArm
+from recipes.base import is_external
+from recipes.registry import get_builder
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +60,10 @@ def data_order_declared(cfg: Config) -> bool:
     return any(p == k or p.startswith(k + ".") for p in paths for k in keys)
 
 
-def external_reason(cfg: Config, arms: Sequence[Arm]) -> str | None:
+def external_reason(cfg: Config, arms: Sequence[ResolvedArm]) -> str | None:
     """Why no arm can be probed in-process (an external command), else None."""
-    from recipes import get_builder
-    from recipes.base import is_external
-
-    workload = to_dict(cfg.workload)
     for arm in arms:
-        recipe = apply_overrides(workload, arm.overrides).get("recipe", "")
+        recipe = arm.workload.get("recipe", "")
         try:
             builder = get_builder(recipe)
         except Exception:  # noqa: BLE001 (an unknown recipe fails its own probe, as data)
@@ -74,20 +76,19 @@ def external_reason(cfg: Config, arms: Sequence[Arm]) -> str | None:
 
 
 def probe_specs(
-    cfg: Config, run_dir: Path, arms: Sequence[Arm], buckets: Sequence[dict[str, Any]]
+    cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm], buckets: Sequence[dict[str, Any]]
 ) -> list[ProbeSpec]:
     root = run_dir / DIR
-    workload = to_dict(cfg.workload)
     steps = cfg.protocol.correctness.steps
 
-    def spec(arm: Arm, name: str, role: str, cross: dict[str, str] | None = None) -> ProbeSpec:
+    def spec(arm: ResolvedArm, name: str, role: str, cross: dict[str, str] | None = None) -> ProbeSpec:
         return ProbeSpec(
             name=name,
             arm_id=arm.arm_id,
             arm_label=arm.label,
             role=role,
             probe_dir=str(root / name),
-            workload=apply_overrides(workload, arm.overrides),
+            workload=copy.deepcopy(arm.workload),
             buckets=list(buckets),
             init_checkpoint=str(root / "init.pt"),
             batch_dir=str(root / "batches"),
@@ -117,9 +118,6 @@ def _run_in_process(spec: ProbeSpec) -> dict[str, Any]:
 
 
 def _run_subprocess(spec: ProbeSpec, timeout_s: float, python: str | None) -> dict[str, Any]:
-    from orchestrator.launch.base import stderr_tail
-    from orchestrator.launch.local import _kill_group, package_root
-
     pdir = Path(spec.probe_dir)
     pdir.mkdir(parents=True, exist_ok=True)
     (pdir / "probe.json").unlink(missing_ok=True)
@@ -136,15 +134,7 @@ def _run_subprocess(spec: ProbeSpec, timeout_s: float, python: str | None) -> di
                *cmd[1:]]
     t0 = time.perf_counter()
     with open(pdir / "stdout.log", "wb") as out, open(pdir / "stderr.log", "wb") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
-        try:
-            rc: int | None = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            rc = None
-        except BaseException:
-            _kill_group(proc)
-            raise
+        rc = run_child(cmd, stdout=out, stderr=err, env=env, timeout_s=timeout_s, preexec_fn=None)
     wall = time.perf_counter() - t0
     path = pdir / "probe.json"
     if rc is not None and rc >= 0 and path.exists():
@@ -194,7 +184,7 @@ def _fingerprint(specs: Sequence[ProbeSpec], cfg: Config) -> str:
 def run_gate(
     cfg: Config,
     run_dir: Path,
-    arms: Sequence[Arm],
+    arms: Sequence[ResolvedArm],
     buckets: Sequence[dict[str, Any]],
     in_process: bool = False,
 ) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from orchestrator.results import read_json, trial_record
-from orchestrator.trial import TrialSpec
+from orchestrator.jobs import TrialSpec
 
 OnDone = Callable[[TrialSpec, dict[str, Any]], None]
 OnStart = Callable[[TrialSpec], None]

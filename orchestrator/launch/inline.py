@@ -12,7 +12,8 @@ from typing import Optional, Sequence
 from orchestrator.envvars import env_overrides
 from orchestrator.launch.base import Launcher, OnDone, OnStart, record_or_failure, world_size
 from orchestrator.results import atomic_write_json
-from orchestrator.trial import TrialSpec, run_trial
+from orchestrator.jobs import TrialSpec
+from orchestrator.trial import run_trial
 
 
 class InlineLauncher(Launcher):

@@ -12,11 +12,8 @@ down with it (parent-death signal), so a resumed campaign never races an orphan.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -35,52 +32,12 @@ from orchestrator.launch.base import (
     world_size,
 )
 from orchestrator.launch.slots import DeviceSlots, Inventory, inventory
+from orchestrator.paths import package_root
+from orchestrator.processes import die_with_parent, ignore_job_signals, run_child
 from orchestrator.results import atomic_write_json, atomic_write_text
-from orchestrator.trial import LAUNCH_T0_VAR, TrialSpec
+from orchestrator.jobs import LAUNCH_T0_VAR, TrialSpec
 
 log = logging.getLogger(__name__)
-
-_GRACE_S = 5.0
-_PR_SET_PDEATHSIG = 1
-
-
-def package_root() -> str:
-    """The directory holding the orchestrator package: children import the same code."""
-    return str(Path(__file__).resolve().parents[2])
-
-
-def die_with_parent() -> None:
-    """Linux: have the kernel SIGKILL this process when its parent dies (no-op elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _ignore_sigterm_child() -> None:  # runs in the forked child, before exec
-    die_with_parent()
-    # Slurm signals every process of the job: SIGTERM on preemption or cancel, and submitit's
-    # SIGUSR2 (checkpoint and requeue). The job process decides and takes the trial down itself;
-    # a trial dying from USR2 first would otherwise leave a final 'crashed' record that the
-    # requeued job skips.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=_GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def trial_command(python: str, spec_path: Path, nproc: int) -> list[str]:
@@ -128,17 +85,9 @@ def run_trial_process(
     cmd = trial_command(python, spec_path, nproc)
     err_path = tdir / f"stderr{log_suffix}.log"
     with open(tdir / f"stdout{log_suffix}.log", "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True,
-                                preexec_fn=_ignore_sigterm_child if ignore_sigterm
-                                else die_with_parent)
-        try:
-            rc: Optional[int] = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            rc = None
-        except BaseException:  # Ctrl-C or SIGTERM: take the child down with us, lose nothing else
-            _kill_group(proc)
-            raise
+        # Ctrl-C or SIGTERM while it runs: the child goes down with us, nothing else is lost
+        rc = run_child(cmd, stdout=out, stderr=err, env=env, timeout_s=timeout_s,
+                       preexec_fn=ignore_job_signals if ignore_sigterm else die_with_parent)
     tail = stderr_tail(err_path)
     status, error = status_from_returncode(rc, timeout_s, (tdir / "trial.json").exists())
     record = mark_infrastructure(spec, record_or_failure(spec, status, error, tail))

@@ -49,7 +49,7 @@ from orchestrator.launch.base import (
     world_size,
 )
 from orchestrator.results import atomic_write_json, atomic_write_text
-from orchestrator.trial import TrialSpec
+from orchestrator.jobs import TrialSpec
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Config, to_dict
+from orchestrator.config import Config
+from orchestrator.convert import to_dict
+from orchestrator.jobs import TrialSpec, make_specs
 from orchestrator.launch.base import Launcher
 from orchestrator.plan import PlannedTrial, _slug
-from orchestrator.trial import TrialSpec
+from orchestrator.profiling.diff import diff_traces
+from orchestrator.profiling.framework import trace_name
+from orchestrator.profiling.report import profile_section
+from orchestrator.results import write_csv
+from orchestrator.sweep import ResolvedArm, selected_buckets
+from orchestrator.utilization import summarize_peaks
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +36,11 @@ def profile_trial_id(layer: str, bucket: str, arm_id: str) -> str:
     return f"prof-{layer}-{_slug(bucket)}-{arm_id}"
 
 
-def profile_specs(cfg: Config, run_dir: Path, arms: Sequence[Any]) -> list[TrialSpec]:
+def profile_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm]) -> list[TrialSpec]:
     """The profiled trials of this campaign (none when ``profile.mode == off``)."""
     layer = cfg.profile.mode
     if layer == "off":
         return []
-    from orchestrator.campaign import make_specs, selected_buckets
-
     planned = []
     pos = 100_000  # after every timed trial in plan order
     for b in selected_buckets(cfg):
@@ -49,7 +54,7 @@ def profile_specs(cfg: Config, run_dir: Path, arms: Sequence[Any]) -> list[Trial
             for s in make_specs(cfg, run_dir, list(arms), planned)]
 
 
-def run_profiled_trials(cfg: Config, run_dir: Path, arms: Sequence[Any], launcher: Launcher,
+def run_profiled_trials(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm], launcher: Launcher,
                         done: set[str]) -> list[dict[str, Any]]:
     """Run the profiled trials not already final in ``done``; returns their records."""
     specs = [s for s in profile_specs(cfg, run_dir, arms) if s.trial_id not in done]
@@ -74,9 +79,6 @@ def run_profiled_trials(cfg: Config, run_dir: Path, arms: Sequence[Any], launche
 
 def write_diffs(run_dir: Path, records: Sequence[dict[str, Any]], arms: Sequence[Any]) -> None:
     """``profiles/framework/diff-<bucket>-<arm>.csv``: each variant's operators vs baseline."""
-    from orchestrator.profiling.diff import diff_traces
-    from orchestrator.results import write_csv
-
     fw = run_dir / "profiles" / "framework"
     ok = {(r["bucket"], r["arm_id"]): r for r in records
           if r.get("kind") == "profile" and r.get("layer") == "framework" and r["status"] == "ok"}
@@ -85,8 +87,6 @@ def write_diffs(run_dir: Path, records: Sequence[dict[str, Any]], arms: Sequence
         b = ok.get((bucket, base))
         if arm_id == base or b is None:
             continue
-        from orchestrator.profiling.framework import trace_name
-
         d = diff_traces(fw / trace_name(b["trial_id"]), fw / trace_name(r["trial_id"]))
         write_csv(fw / f"diff-{_slug(bucket)}-{arm_id}.csv", d["ops"])
 
@@ -94,9 +94,6 @@ def write_diffs(run_dir: Path, records: Sequence[dict[str, Any]], arms: Sequence
 def profiles_section(cfg: Config, run_dir: Path, arms: Sequence[Any], analysis: Any,
                      records: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     """decisions.md's ``Profiles`` section (an ``extra_sections`` entry), or nothing."""
-    from orchestrator.profiling.report import profile_section
-    from orchestrator.utilization import summarize_peaks
-
     if not any(r.get("kind") == "profile" for r in records) and cfg.profile.mode == "off":
         return []
     try:

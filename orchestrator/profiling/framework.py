@@ -19,14 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import device as devmod
-from orchestrator.config import SCHEMA_VERSION
-from orchestrator.results import atomic_write_json, trial_record, write_csv
+from orchestrator.errors import BackendUnavailable
+from orchestrator.flops import DEFINITIONS, PROFILER, USEFUL, profile_trainer_flops
+from orchestrator.profiling.trace import events_frame, load_trace, save_trace
+from orchestrator.results import SCHEMA_VERSION, atomic_write_json, trial_record, write_csv
+from orchestrator.worker import start_worker
 
 log = logging.getLogger(__name__)
 
 # the named phases must cover at least 1 - this share of the profiled step
 PHASE_TOLERANCE = 0.10
 TOP_OPS = 15
+
+
 def trace_name(trial_id: str, rank: int = 0) -> str:
     """Rank 0's trace (or a single-process trial's) keeps the plain name; rank r > 0 of a
     distributed trial gets ``.rank<r>`` so every rank's trace is kept."""
@@ -36,26 +41,18 @@ def trace_name(trial_id: str, rank: int = 0) -> str:
 def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     """Run the profiled trial; returns its record (the caller writes trial.json)."""
     import torch
-
-    from orchestrator.config import BucketConfig, from_dict, workload_from_dict
-    from recipes import get_builder
-
-    from orchestrator import distributed as distmod
+    from torch.profiler import profile, schedule
 
     p = spec.profile
     out_dir = Path(p["out_dir"])
-    workload = workload_from_dict(spec.workload)
-    bucket = from_dict(BucketConfig, spec.bucket)
-    rank, world, local_rank = distmod.env_rank()
-    # imports torch_musa first when present; one device per rank like a timed trial
-    dev = devmod.resolve(spec.device, index=local_rank if world > 1 else None)
-    if world > 1:
-        devmod.set_current(dev)
-    ctx = distmod.setup(dev.kind)  # before the recipe, as in a timed trial
+    # one device per rank and the process group, as in a timed trial
+    worker = start_worker(spec.workload, spec.device)
+    dev, ctx, rank = worker.device, worker.group, worker.rank
+    if dev is None:
+        raise BackendUnavailable(f"recipe {worker.workload.recipe!r} runs an external command: "
+                                 "torch.profiler has no trainer in this process to profile")
     activities = devmod.profiler_activities_for(dev)
-    from torch.profiler import profile, schedule
-
-    trainer = get_builder(workload.recipe)(workload, bucket, dev.torch_device)
+    trainer = worker.trainer(spec.bucket)
     batches = trainer.batches()
     sync, clock = devmod.synchronize, time.perf_counter
     for _ in range(spec.warmup_steps):  # the protocol's warm-up, outside the profiler
@@ -87,11 +84,7 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
             prof.step()
     losses_ok = bool(torch.isfinite(loss).all())
     if p["with_flops"]:  # the FLOPs issue's counter, in its own untimed window after the trace
-        from orchestrator.flops import profile_trainer_flops
-
         captured["flops"] = profile_trainer_flops(trainer, dev, steps=active, warmup=0).to_dict()
-    from orchestrator.profiling.trace import load_trace, save_trace
-
     trace = load_trace(tmp)
     trace_path = save_trace(trace, out_dir / trace_name(spec.trial_id, rank))
     os.unlink(tmp)
@@ -147,8 +140,8 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
 def per_rank_summary(traces: list[Path]) -> list[dict[str, Any]]:
     """One row per rank from its own trace: the temporal breakdown and the rank's profiled
     step relative to the fastest rank (skew)."""
+    # start-up cost: pandas is imported when a trace is summarised, not by every trial process
     from orchestrator.profiling import analysis as A
-    from orchestrator.profiling.trace import events_frame, load_trace
 
     frames = {k: events_frame(load_trace(t)) for k, t in enumerate(traces)}
     table = A.per_rank(frames)
@@ -159,8 +152,8 @@ def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | 
               analytic_flops_per_step: float | None,
               useful_definition: str | None = None) -> dict[str, Any]:
     """The summary of one framework trace (pure apart from pandas)."""
+    # start-up cost: pandas is imported when a trace is summarised, not by every trial process
     from orchestrator.profiling import analysis as A
-    from orchestrator.profiling.trace import events_frame
 
     df = events_frame(trace)
     steps = A.step_windows(df)
@@ -190,8 +183,6 @@ def flops_summary(flops: dict[str, Any] | None, analytic_flops_per_step: float |
     """The profiled trial's FLOPs, each labelled by its kind (orchestrator.flops): the
     recipe's ``useful`` (analytic) count and the ``profiler-attributed`` count with its
     coverage. Keyed by kind, so no figure is ever read without its definition."""
-    from orchestrator.flops import DEFINITIONS, PROFILER, USEFUL
-
     out: dict[str, Any] = {
         "useful": {"kind": USEFUL, "per_step": analytic_flops_per_step,
                    "definition": useful_definition or DEFINITIONS[USEFUL]},

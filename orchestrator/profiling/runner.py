@@ -4,21 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.profiling.framework import run_framework
+from orchestrator.profiling.tools import run_bounded, run_tool_layer
+
 LAYERS = ("framework", "system", "compute", "bounded")
 
 
 def run_profiled(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     layer = spec.profile.get("layer")
     if layer == "framework":
-        from orchestrator.profiling.framework import run_framework
-
         return run_framework(spec, base)
     if layer in ("system", "compute"):
-        from orchestrator.profiling.tools import run_tool_layer
-
         return run_tool_layer(spec, base)
     if layer == "bounded":
-        from orchestrator.profiling.tools import run_bounded
-
         return run_bounded(spec, base)
     raise ValueError(f"profile layer {layer!r} is not one of {', '.join(LAYERS)}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -28,7 +27,9 @@ from typing import Any
 
 from orchestrator import device as devmod
 from orchestrator.errors import BackendUnavailable
+from orchestrator.processes import run_child
 from orchestrator.results import trial_record
+from orchestrator.worker import start_worker
 
 # per layer and device kind: the tools to try, in order
 TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -118,11 +119,10 @@ def run_tool_layer(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     (tdir / "tool_command.json").write_text(json.dumps([Path(cmd[0]).name, *cmd[1:]]))
     t0 = time.time()
     with open(tdir / "tool_stdout.log", "wb") as so, open(tdir / "tool_stderr.log", "wb") as se:
-        try:
-            rc: int | None = subprocess.run(cmd, stdout=so, stderr=se, check=False,
-                                            timeout=float(p["tool_timeout_s"])).returncode
-        except subprocess.TimeoutExpired:
-            rc = None
+        # None on time-out: the tool and the run it wraps are killed as one process group (so
+        # they are when the launcher stops this trial with SIGTERM)
+        rc = run_child(cmd, stdout=so, stderr=se, timeout_s=float(p["tool_timeout_s"]),
+                       stop_on_sigterm=True)
     reports = sorted(x for x in out_dir.glob(f"{spec.trial_id}*") if x.is_file())
     common = dict(base, tool=tool, tool_wall_s=time.time() - t0,
                   device={"kind": dev.kind, "name": dev.name, "count": dev.count},
@@ -139,13 +139,12 @@ def run_tool_layer(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
 
 def run_bounded(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     """The run a vendor tool wraps: warm-up plus a few steps, nothing else in the process."""
-    from orchestrator.config import BucketConfig, from_dict, workload_from_dict
-    from recipes import get_builder
-
-    dev = devmod.resolve(spec.device)
-    workload = workload_from_dict(spec.workload)
-    bucket = from_dict(BucketConfig, spec.bucket)
-    trainer = get_builder(workload.recipe)(workload, bucket, dev.torch_device)
+    worker = start_worker(spec.workload, spec.device)
+    dev = worker.device
+    if dev is None:
+        raise BackendUnavailable(f"recipe {worker.workload.recipe!r} runs an external command: "
+                                 "there is no trainer in this process for the tool to wrap")
+    trainer = worker.trainer(spec.bucket)
     batches = trainer.batches()
     for _ in range(spec.warmup_steps + spec.measured_steps):
         trainer.train_step(next(batches))

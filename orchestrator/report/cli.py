@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from orchestrator.report.export import ExportError, export_mlflow, log_frame, results_frame, write_tables
-from orchestrator.report.load import Campaign, SchemaMismatch, load_campaigns
+from orchestrator.report.load import SchemaMismatch, load_campaigns
 from orchestrator.report.log import build_log, render_log
-from orchestrator.report.summary import build_document, to_html, to_markdown
+from orchestrator.report.summary import render_summary
 
 log = logging.getLogger("orchestrator.report")
 
@@ -56,18 +56,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="exit 2 when a campaign is skipped (incompatible schema, unreadable)")
     return p
-
-
-def render_summary(c: Campaign, *, with_plots: bool, force: bool) -> bool:
-    """Write summary.md/html unless they are newer than the campaign's files. True if written."""
-    md_path, html_path = c.run_dir / "summary.md", c.run_dir / "summary.html"
-    if not force and md_path.exists() and html_path.exists():
-        if md_path.stat().st_mtime >= c.input_mtime():
-            return False
-    doc = build_document(c, with_plots=with_plots)
-    md_path.write_text(to_markdown(doc), encoding="utf-8")
-    html_path.write_text(to_html(doc, c.run_dir), encoding="utf-8")
-    return True
 
 
 def _default_mlflow_uri(out_dir: Path) -> str:

@@ -205,3 +205,15 @@ def to_html(doc: Sequence[Block], base: Path) -> str:
                        f"src='data:image/png;base64,{data}'>")
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def render_summary(c: Campaign, *, with_plots: bool, force: bool) -> bool:
+    """Write summary.md/html unless they are newer than the campaign's files. True if written."""
+    md_path, html_path = c.run_dir / "summary.md", c.run_dir / "summary.html"
+    if not force and md_path.exists() and html_path.exists():
+        if md_path.stat().st_mtime >= c.input_mtime():
+            return False
+    doc = build_document(c, with_plots=with_plots)
+    md_path.write_text(to_markdown(doc), encoding="utf-8")
+    html_path.write_text(to_html(doc, c.run_dir), encoding="utf-8")
+    return True

@@ -9,21 +9,13 @@ one argument; with ``shell: true`` values are shell-quoted into the string.
 from __future__ import annotations
 
 import shlex
-import string
 import sys
 from typing import Any
 
-from orchestrator.config import BucketConfig, CommandWorkloadConfig
+from orchestrator.config import BucketConfig
 from orchestrator.logparse import StepRecord, compile_pattern, parse_steps
 from recipes.base import Invocation, external_recipe
-
-BUILTINS = ("python", "steps", "warmup_steps", "measured_steps", "bucket", "seq_len",
-            "micro_batch", "seed", "world_size", "trial_dir", "device")
-
-
-def template_fields(template: str) -> list[str]:
-    """The ``{name}`` fields of a template (raises ValueError on unbalanced braces)."""
-    return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+from recipes.command.config import CommandWorkloadConfig
 
 
 class CommandTrainer:

@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from orchestrator.config import BucketConfig, GPTWorkloadConfig
+from orchestrator.config import BucketConfig
+from recipes.gpt.config import GPTWorkloadConfig
 from orchestrator.profiling.phases import BACKWARD, CLIP, DATA, FORWARD, OPTIMIZER, phase
 from recipes.gpt.attention import make_attention
 from recipes.gpt.model import GPT, lm_loss

@@ -29,7 +29,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from orchestrator.config import BucketConfig, DataConfig, LoaderConfig
+from orchestrator.config import BucketConfig, DataConfig
+from recipes.gpt.config import LoaderConfig
 
 EOS, UNK = 0, 1
 _PRETOKEN = re.compile(r" ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+")

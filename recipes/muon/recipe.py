@@ -17,7 +17,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from orchestrator import device as devmod
-from orchestrator.config import BucketConfig, MuonTPWorkloadConfig
+from orchestrator.config import BucketConfig
+from recipes.muon.config import MuonTPWorkloadConfig
 from orchestrator.errors import BackendUnavailable
 from recipes.muon.calibrate import calibrate, describe, measure_latency
 from recipes.muon.cost import CostProfile, ModeResolver, profile_from_registry

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from orchestrator.config import BucketConfig, SyntheticWorkloadConfig
+from orchestrator.config import BucketConfig
+from recipes.synthetic.config import SyntheticWorkloadConfig
 from orchestrator.errors import BackendUnavailable
 
 

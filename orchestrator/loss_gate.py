@@ -1,0 +1,124 @@
+"""The external-loss gate (pure): for ``command`` workloads, each variant's logged loss
+trajectory against the baseline's, round by round and bucket by bucket.
+
+An external trainer has no model in the orchestrator's process for the correctness probes to
+compare, so its numerics are judged on what it logs (``workload.loss_rtol``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.config import Config
+from orchestrator.decide import Gate
+from recipes.command.config import CommandWorkloadConfig
+
+if TYPE_CHECKING:  # pandas is imported where a campaign is analysed
+    import pandas as pd
+
+
+def _ok(trials: pd.DataFrame) -> pd.DataFrame:
+    if trials.empty or "status" not in trials:
+        return trials.iloc[0:0]
+    return trials[trials["status"] == "ok"]
+
+
+def _logged_losses(trial: Any, loss: Any) -> dict[int, float]:
+    """step -> logged loss of one trial, non-finite ones included. steps.csv cannot tell a
+    logged ``nan`` from a step without a loss, so the trial's ``nonfinite_loss_steps`` does."""
+    out: dict[int, float] = {}
+    try:
+        rows = loss.loc[trial["trial_id"]]
+    except KeyError:
+        rows = None
+    if rows is not None:
+        out = {int(s): float(v) for s, v in rows.items()}
+    nonfinite = trial.get("nonfinite_loss_steps")
+    if isinstance(nonfinite, list):
+        for s in map(int, nonfinite):
+            if s not in out or math.isfinite(out[s]):
+                out[s] = math.nan
+    return out
+
+
+def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame,
+                          arms: Sequence[Any]) -> dict[str, list[Any]]:
+    """Correctness for external commands: per round and bucket, each variant's logged loss at
+    every step both logs share must lie within ``workload.loss_rtol`` of the baseline's.
+
+    Fails when the variant logs a non-finite loss (nan/inf) at a step where the baseline's is
+    finite (naming the first such step); cannot be evaluated (``error``) when the baseline logs
+    losses and the variant logs none; no gate when neither logs a loss."""
+    w = cfg.workload
+    if not isinstance(w, CommandWorkloadConfig):
+        return {}
+    ok = _ok(trials)
+    if ok.empty:
+        return {}
+    if not steps.empty and "loss" in steps:
+        loss = steps.dropna(subset=["loss"]).set_index(["trial_id", "step"])["loss"]
+    else:
+        import pandas as pd  # start-up cost: pandas only where a campaign is analysed
+
+        loss = pd.Series(dtype=float, index=pd.MultiIndex.from_tuples([], names=["trial_id", "step"]))
+    logged = {r["trial_id"]: _logged_losses(r, loss) for _, r in ok.iterrows()}
+    base = arms[0]
+    out: dict[str, list[Any]] = {}
+    for arm in arms[1:]:
+        worst, worst_at, compared = 0.0, "", 0
+        nonfinite: list[str] = []
+        silent: list[str] = []
+        for _, brow in ok[ok["arm_id"] == base.arm_id].iterrows():
+            vrows = ok[(ok["arm_id"] == arm.arm_id) & (ok["bucket"] == brow["bucket"])
+                       & (ok["round"] == brow["round"])]
+            lb = logged[brow["trial_id"]]
+            where = f"{brow['bucket']} round {brow['round']}"
+            for _, vrow in vrows.iterrows():
+                lv = logged[vrow["trial_id"]]
+                if not lb:
+                    continue
+                if not lv:
+                    silent.append(where)
+                    continue
+                base_finite = all(math.isfinite(x) for x in lb.values())
+                for step in sorted(lv):
+                    v, b = lv[step], lb.get(step)
+                    if math.isfinite(v):
+                        continue
+                    shown = f"loss {'nan' if math.isnan(v) else f'{v:g}'} at {where} step {step}"
+                    if b is not None and math.isfinite(b):
+                        nonfinite.append(f"{shown} where the baseline's is {b:.6g}")
+                    elif b is None and base_finite:
+                        nonfinite.append(f"{shown} (the baseline logs no loss at that step, and "
+                                         "only finite ones elsewhere)")
+                for step in sorted(set(lb) & set(lv)):
+                    b, v = lb[step], lv[step]
+                    if not (math.isfinite(b) and math.isfinite(v)):
+                        continue
+                    rel = abs(v - b) / max(abs(b), 1e-12)
+                    compared += 1
+                    if rel > worst:
+                        worst, worst_at = rel, f"{where} step {step}"
+        if nonfinite:
+            more = f" (and {len(nonfinite) - 1} more non-finite step(s))" if len(nonfinite) > 1 else ""
+            out[arm.arm_id] = [Gate("loss trajectory", "fail",
+                                    f"non-finite {nonfinite[0]}{more}")]
+            continue
+        if silent:
+            out[arm.arm_id] = [Gate("loss trajectory", "error",
+                                    f"the baseline logs losses but the variant logs none "
+                                    f"({', '.join(sorted(set(silent))[:3])}); make the variant "
+                                    "print its loss, or set a workload.log.pattern with a "
+                                    "(?P<loss>...) group")]
+            continue
+        if compared == 0:
+            continue  # no logged losses to compare: no gate rather than a guess
+        detail = f"largest relative loss difference {worst:.2e} over {compared} logged steps"
+        if worst > w.loss_rtol:
+            out[arm.arm_id] = [Gate("loss trajectory", "fail",
+                                    f"{detail} (at {worst_at}) exceeds workload.loss_rtol={w.loss_rtol:g}")]
+        else:
+            out[arm.arm_id] = [Gate("loss trajectory", "pass", f"{detail} <= {w.loss_rtol:g}")]
+    return out

@@ -1,0 +1,103 @@
+"""Starting and stopping child processes: the one helper every process the orchestrator starts
+goes through (worker processes of the local and Slurm launchers, an external training command).
+
+A child runs in a session of its own, so that a time-out or an interrupt takes down its whole
+process group (a torchrun agent and its ranks, a shell and its pipeline), SIGTERM first and
+SIGKILL after a grace period. On Linux a child can also ask the kernel to SIGKILL it when its
+parent dies (:func:`die_with_parent`), so a killed orchestrator leaves no orphan to race a
+resumed campaign.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+GRACE_S = 5.0
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when its parent dies (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def ignore_job_signals() -> None:
+    """In the forked child, before exec: die with the parent, and leave SIGTERM and SIGUSR2 to
+    the parent. Slurm signals every process of a job (SIGTERM on preemption or cancel,
+    submitit's SIGUSR2 to checkpoint and requeue); the job process decides and takes its child
+    down itself, so a child dying from USR2 first cannot leave a final 'crashed' record that
+    the requeued job would skip."""
+    die_with_parent()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+def kill_group(proc: subprocess.Popen[Any], grace_s: float = GRACE_S) -> None:
+    """SIGTERM the child's process group, then SIGKILL it if it outlives ``grace_s``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_child(
+    argv: list[str] | str,
+    *,
+    stdout: IO[bytes] | int | None,
+    stderr: IO[bytes] | int | None,
+    timeout_s: float | None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    stdin: IO[bytes] | int | None = None,
+    preexec_fn: Callable[[], None] | None = die_with_parent,
+    stop_on_sigterm: bool = False,
+) -> int | None:
+    """Run ``argv`` (a string runs through /bin/sh) in its own session and wait for it.
+
+    Returns its exit code, or None when ``timeout_s`` passed (its group is killed then). Any
+    exception while waiting (Ctrl-C, SIGTERM turned into an interrupt) kills the group too and
+    is re-raised. ``stop_on_sigterm``: a SIGTERM to this process (its launcher stopping it)
+    kills the child's group and exits (main thread only). Raises OSError when the program
+    cannot be started."""
+    proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, stdin=stdin,
+                            env=dict(env) if env is not None else None, cwd=cwd,
+                            shell=isinstance(argv, str), start_new_session=True,
+                            preexec_fn=preexec_fn)
+    previous = None
+    if stop_on_sigterm and threading.current_thread() is threading.main_thread():
+        def _on_term(signum: int, frame: Any) -> None:
+            kill_group(proc)
+            raise SystemExit(128 + signum)
+
+        previous = signal.signal(signal.SIGTERM, _on_term)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        return None
+    except BaseException:
+        kill_group(proc)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,224 @@
+"""Pre-flight validation: the semantic checks a type cannot express.
+
+Composition (Hydra, the schemas of :mod:`orchestrator.config`) catches misspelt keys and wrong
+types; :func:`validate` checks what is left, before any work, and raises
+:class:`~orchestrator.errors.ConfigError` naming the dotted key, the valid choices and the fix.
+It stands above everything it asks: the recipes (is the recipe importable, is each arm a valid
+workload), the hardware registry, the launcher's settings, the sweep's structure, the protocol's
+vocabularies (warm-up policies, speed-reference and compile-cache modes).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from orchestrator.compile_stats import CACHE_MODES
+from orchestrator.config import (
+    CORRECTNESS_MODES,
+    DEVICES,
+    LAUNCHERS,
+    ON_MISMATCH,
+    PRECISIONS,
+    PROFILE_MODES,
+    TOLERANCE_PRECISIONS,
+    Config,
+    ProfileConfig,
+    ProtocolConfig,
+    WorkloadConfig,
+)
+from orchestrator.errors import ConfigError
+from orchestrator.errors import check_choice as _choice
+from orchestrator.errors import check_positive as _positive
+from orchestrator.hardware import validate_hardware
+from orchestrator.launch.checks import validate_launcher
+from orchestrator.reference import MODES as SPEED_REFERENCE_MODES
+from orchestrator.steady import WARMUP_POLICIES
+from orchestrator.sweep import ResolvedArm, arm_key, check_sweep, resolve_arms
+from recipes.command.config import CommandWorkloadConfig
+from recipes.gpt.config import GPTWorkloadConfig
+from recipes.registry import REGISTRY, check_import_path
+
+
+def validate_workload(w: WorkloadConfig) -> None:
+    if w.recipe not in REGISTRY and ":" not in w.recipe:
+        raise ConfigError(
+            "workload.recipe",
+            f"unknown recipe {w.recipe!r}; choose one of: {', '.join(sorted(REGISTRY))}, "
+            "or an import path pkg.module:build",
+        )
+    if w.recipe not in REGISTRY:
+        problem = check_import_path(w.recipe)
+        if problem:
+            raise ConfigError("workload.recipe", problem)
+    _choice("workload.precision", w.precision, PRECISIONS)
+    _positive("workload.world_size", w.world_size)
+    if not w.buckets:
+        raise ConfigError("workload.buckets", "needs at least one bucket (name, seq_len, micro_batch)")
+    names = [b.name for b in w.buckets]
+    if len(set(names)) != len(names):
+        raise ConfigError("workload.buckets", f"bucket names must be unique, got {names}")
+    for i, b in enumerate(w.buckets):
+        _positive(f"workload.buckets[{i}].seq_len", b.seq_len)
+        _positive(f"workload.buckets[{i}].micro_batch", b.micro_batch)
+        _positive(f"workload.buckets[{i}].weight", b.weight)
+    w.validate()  # the kind's own checks (its schema, recipes/<recipe>/config.py)
+
+
+def validate_correctness(cfg: Config) -> None:
+    c = cfg.protocol.correctness
+    _choice("protocol.correctness.mode", c.mode, CORRECTNESS_MODES)
+    if c.steps < 2:
+        raise ConfigError("protocol.correctness.steps", f"must be >= 2 (the checkpoint round "
+                          f"trip resumes half-way), got {c.steps}")
+    _positive("protocol.correctness.timeout_s", c.timeout_s)
+    tols = cfg.invariants.tolerances
+    for name, tol in tols.items():
+        _choice(f"invariants.tolerances.{name}", name, TOLERANCE_PRECISIONS)
+        for f in ("rel_l2", "atol", "rtol", "trajectory_rtol", "update_rel_l2"):
+            _positive(f"invariants.tolerances.{name}.{f}", getattr(tol, f), allow_zero=True)
+    if c.mode != "off" and cfg.workload.precision not in tols:
+        raise ConfigError(
+            "invariants.tolerances",
+            f"has no entry for workload.precision={cfg.workload.precision}; add "
+            f"invariants.tolerances.{cfg.workload.precision} or set protocol.correctness.mode=off",
+        )
+
+
+def validate(cfg: Config) -> None:
+    """Semantic checks a type cannot express. Raises ConfigError on the first problem."""
+    w = cfg.workload
+    if not isinstance(w, WorkloadConfig):
+        raise ConfigError("workload", "no workload selected; choose one with workload=NAME")
+    _choice("device", cfg.device, DEVICES)
+    _choice("launcher.name", cfg.launcher.name, LAUNCHERS)
+    validate_workload(w)
+    p = cfg.protocol
+    _positive("protocol.warmup_steps", p.warmup_steps, allow_zero=True)
+    _positive("protocol.measured_steps", p.measured_steps)
+    if p.measured_steps < 3:
+        raise ConfigError("protocol.measured_steps", "must be >= 3 to give a median with a spread")
+    _positive("protocol.measured_min_s", p.measured_min_s, allow_zero=True)
+    _positive("protocol.repeats", p.repeats)
+    validate_protocol(p)
+    if not 0.5 <= p.confidence < 1:
+        raise ConfigError("protocol.confidence", f"must be in [0.5, 1), got {p.confidence}")
+    _positive("protocol.min_effect", p.min_effect, allow_zero=True)
+    _positive("protocol.trial_timeout_s", p.trial_timeout_s)
+    _positive("launcher.max_parallel", cfg.launcher.max_parallel)
+    validate_hardware(cfg.hardware)
+    for i, n in enumerate(p.projection_steps):
+        _positive(f"protocol.projection_steps[{i}]", n)
+    _choice("environment.on_mismatch", cfg.environment.on_mismatch, ON_MISMATCH)
+    for i, pattern in enumerate(cfg.sanitize.extra_patterns):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"sanitize.extra_patterns[{i}]",
+                              f"{pattern!r} is not a valid regular expression ({exc}); "
+                              "quote it or escape special characters") from None
+    if isinstance(w, CommandWorkloadConfig) and w.flops_per_step is not None:
+        chosen = [b.name for b in w.buckets
+                  if cfg.sweep is None or cfg.sweep.buckets is None or b.name in cfg.sweep.buckets]
+        if len(chosen) > 1:
+            raise ConfigError(
+                "workload.flops_per_step",
+                f"is one figure for every bucket, but {len(chosen)} buckets are selected "
+                f"({', '.join(chosen)}) and their steps differ in FLOPs; select one with "
+                f"sweep.buckets=[{chosen[0]}] (a campaign per bucket), or drop it")
+    validate_launcher(cfg)
+    validate_correctness(cfg)
+    validate_profile(cfg.profile)
+    if cfg.sweep is not None:
+        check_sweep(cfg)
+        arms = resolve_arms(cfg)
+        validate_arms(arms)
+        check_lever_sweep(cfg, arms)
+
+
+def validate_protocol(p: ProtocolConfig) -> None:
+    _choice("protocol.warmup_policy", p.warmup_policy, WARMUP_POLICIES)
+    _choice("protocol.clock", p.clock, ("wall", "cpu"))
+    _choice("protocol.speed_reference", p.speed_reference, SPEED_REFERENCE_MODES)
+    _choice("protocol.compile_cache", p.compile_cache, CACHE_MODES)
+    _positive("protocol.warmup_window", p.warmup_window)
+    _positive("protocol.warmup_tolerance", p.warmup_tolerance)
+    if p.warmup_max_steps < p.warmup_steps:
+        raise ConfigError("protocol.warmup_max_steps",
+                          f"must be >= protocol.warmup_steps ({p.warmup_steps}), got "
+                          f"{p.warmup_max_steps}")
+    _positive("protocol.max_rounds", p.max_rounds)
+    if p.max_rounds < p.repeats:
+        # the campaign would run `repeats` rounds anyway: a silent max() hid the contradiction
+        raise ConfigError(
+            "protocol.max_rounds",
+            f"{p.max_rounds} is below protocol.repeats={p.repeats} (the initial rounds); set "
+            f"protocol.max_rounds={p.repeats} for a fixed protocol without adaptive rounds, or "
+            f"lower protocol.repeats",
+        )
+    _positive("protocol.adaptive_step_rounds", p.adaptive_step_rounds)
+    _positive("protocol.warn_cv", p.warn_cv)
+    _positive("protocol.ni_margin", p.ni_margin, allow_zero=True)
+    _positive("protocol.alpha_spending", p.alpha_spending, allow_zero=True)
+    _positive("protocol.interference_cores", p.interference_cores)
+
+
+def validate_profile(p: ProfileConfig) -> None:
+    _choice("profile.mode", p.mode, PROFILE_MODES)
+    _positive("profile.wait_steps", p.wait_steps, allow_zero=True)
+    _positive("profile.warmup_steps", p.warmup_steps, allow_zero=True)
+    _positive("profile.active_steps", p.active_steps)
+    _positive("profile.system_steps", p.system_steps)
+    _positive("profile.launch_skip", p.launch_skip, allow_zero=True)
+    _positive("profile.launch_count", p.launch_count)
+    _positive("profile.tool_timeout_s", p.tool_timeout_s)
+    if p.mode == "compute" and not (p.kernel_filter or "").strip():
+        raise ConfigError(
+            "profile.kernel_filter",
+            "required for profile=compute: mcu/ncu replay and serialise every kernel, so an "
+            "unfiltered end-to-end capture measures the tool, not throughput; set e.g. "
+            "profile.kernel_filter=gemm profile.launch_count=5",
+        )
+
+
+def validate_arms(arms: Sequence[ResolvedArm]) -> None:
+    """Every arm of the sweep must still be a valid workload (catches e.g. a misspelt backend
+    name); the error names the sweep value that sets the bad key."""
+    for arm in arms:
+        assert arm.workload_config is not None
+        try:
+            validate_workload(arm.workload_config)
+        except ConfigError as exc:
+            raise ConfigError(arm_key(arm), f"arm {arm.label!r} sets {exc.key}: {exc.message}"
+                              ) from None
+
+
+# --------------------------------------------------------------------------- levers across the arms
+
+
+def check_lever_sweep(cfg: Config, arms: Sequence[ResolvedArm]) -> None:
+    """Checks that need the protocol or launcher next to the arms."""
+    workloads = [a.workload_config for a in arms]
+    compiles = any(isinstance(w, GPTWorkloadConfig) and w.model.compile.mode != "off"
+                   for w in workloads)
+    if compiles and cfg.protocol.warmup_steps < 1:
+        raise ConfigError("protocol.warmup_steps",
+                          "must be >= 1 when an arm uses torch.compile: the first step compiles, "
+                          "and compile time must stay out of the measured steps")
+    visiting = [w for w in workloads
+                if isinstance(w, GPTWorkloadConfig) and w.model.compile.visit_buckets]
+    if visiting and all(w.model.compile.mode == "off" for w in visiting):
+        raise ConfigError("workload.model.compile.visit_buckets",
+                          "counts the recompiles of other bucket shapes, which needs torch.compile "
+                          "in some arm; set workload.model.compile.mode (e.g. default) or drop it")
+    env_swept = any(a.env != arms[0].env for a in arms)
+    if env_swept and cfg.launcher.name == "inline" and not isinstance(cfg.workload, CommandWorkloadConfig):
+        raise ConfigError("launcher.name",
+                          "inline runs trials inside this process, where an env.* switch read at "
+                          "start-up (threads, allocator) cannot take effect; use launcher=local")
+    w = cfg.workload
+    if isinstance(w, CommandWorkloadConfig) and w.time_limit_s is not None and (
+            w.time_limit_s >= cfg.protocol.trial_timeout_s):
+        raise ConfigError("workload.time_limit_s",
+                          f"{w.time_limit_s:g} s must be below protocol.trial_timeout_s="
+                          f"{cfg.protocol.trial_timeout_s:g} s so the command's log is kept")

@@ -1,0 +1,100 @@
+"""The ``command`` workload's schema (kind ``command``): an external training command, its
+template placeholders and how its log is read, and their checks.
+
+The schema registers itself under its kind; ``conf/workload/command_example.yaml`` extends it.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from orchestrator.config import MISSING, WorkloadConfig, workload_schema
+from orchestrator.errors import ConfigError, check_positive
+from orchestrator.logparse import LogParseError, compile_pattern
+
+# the template placeholders every command gets (besides workload.params)
+BUILTINS = ("python", "steps", "warmup_steps", "measured_steps", "bucket", "seq_len",
+            "micro_batch", "seed", "world_size", "trial_dir", "device")
+
+
+def template_fields(template: str) -> list[str]:
+    """The ``{name}`` fields of a template (raises ValueError on unbalanced braces)."""
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+
+
+@dataclass
+class CommandLogConfig:
+    """How step records are read from an external command's log."""
+
+    # a regex with named groups step, step_time_s | step_time_ms | time+unit, and optionally
+    # loss, tokens, samples; None = the built-in formats of orchestrator.logparse
+    pattern: Optional[str] = None
+    # read this file (template, relative to cwd) instead of the command's stdout+stderr
+    file: Optional[str] = None
+    skip_steps: Optional[int] = None  # warm-up step lines skipped by count; None = protocol.warmup_steps
+
+
+@workload_schema
+@dataclass
+class CommandWorkloadConfig(WorkloadConfig):
+    """Any external training command as a trial; steps come from its log.
+
+    ``command`` is a template: ``{name}`` is replaced by a value of ``params`` or a built-in
+    (python, steps, warmup_steps, measured_steps, bucket, seq_len, micro_batch, seed,
+    world_size, trial_dir). ``env`` values are templates too. A sweep varies
+    ``workload.params.NAME`` (interpolated as an argument) or ``env.NAME`` (set for the trial)."""
+
+    kind: str = "command"
+    recipe: str = "command"
+    command: str = MISSING
+    shell: bool = False  # run through /bin/sh (pipes, &&); default: split like a shell, no shell
+    cwd: Optional[str] = None  # working directory (template); None = the orchestrator's
+    env: dict[str, str] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    time_limit_s: Optional[float] = None  # None = 95 % of protocol.trial_timeout_s
+    log: CommandLogConfig = field(default_factory=CommandLogConfig)
+    tokens_per_step: Optional[int] = None  # None = from the log, else bucket seq_len x micro_batch x world_size
+    loss_rtol: float = 0.01  # correctness: largest relative loss difference per logged step
+    # useful (model) FLOPs of one training step on one device, declared (e.g. nanoGPT's
+    # estimate_mfu numerator: (6 N + 12 L H Q T) x tokens per device-step): MFU is then given
+    # against the peak of hardware= at workload.precision, beside any MFU the trainer logs
+    # (its own claim). One figure for every bucket, so one bucket per campaign. None = no MFU
+    flops_per_step: Optional[float] = None
+
+    def validate(self) -> None:
+        if self.flops_per_step is not None:
+            check_positive("workload.flops_per_step", self.flops_per_step)
+        if not self.command.strip():
+            raise ConfigError("workload.command", "is empty; give the training command to run")
+        clash = sorted(set(self.params) & set(BUILTINS))
+        if clash:
+            raise ConfigError(f"workload.params.{clash[0]}",
+                              f"is a built-in placeholder; rename it (built-ins: {', '.join(BUILTINS)})")
+        known = set(BUILTINS) | set(self.params)
+        templates = {"workload.command": self.command, "workload.cwd": self.cwd or "",
+                     "workload.log.file": self.log.file or "",
+                     **{f"workload.env.{k}": str(v) for k, v in self.env.items()}}
+        for key, text in templates.items():
+            try:
+                fields = template_fields(text)
+            except ValueError as exc:
+                raise ConfigError(key, f"bad template ({exc}); write a literal brace as {{{{ or }}}}") from None
+            for name in fields:
+                if name not in known:
+                    raise ConfigError(key, f"unknown placeholder {{{name}}}; declare it under "
+                                      f"workload.params or use one of: {', '.join(BUILTINS)}")
+        if self.log.pattern is not None:
+            try:
+                compile_pattern(self.log.pattern)
+            except LogParseError as exc:
+                raise ConfigError("workload.log.pattern", str(exc)) from None
+        if self.log.skip_steps is not None and self.log.skip_steps < 0:
+            raise ConfigError("workload.log.skip_steps", f"must be >= 0, got {self.log.skip_steps}")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ConfigError("workload.time_limit_s", f"must be > 0, got {self.time_limit_s}")
+        if self.tokens_per_step is not None and self.tokens_per_step <= 0:
+            raise ConfigError("workload.tokens_per_step", f"must be > 0, got {self.tokens_per_step}")
+        if self.loss_rtol < 0:
+            raise ConfigError("workload.loss_rtol", f"must be >= 0, got {self.loss_rtol}")

@@ -1,0 +1,157 @@
+"""The ``gpt`` workload's schema (kind ``gpt``): the embedded GPT, its attention kernels,
+torch.compile, optimizer, data and DataLoader settings, and their checks.
+
+Imported by the pre-flight and by every worker (no torch here); the schema registers itself
+under its kind, and ``conf/workload/gpt_*.yaml`` extend it (``/schema/workload/gpt``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from orchestrator.config import (
+    DATA_KINDS,
+    DataConfig,
+    WorkloadConfig,
+    workload_schema,
+)
+from orchestrator.errors import ConfigError, check_choice, check_positive
+
+ATTENTION_BACKENDS = ("eager", "sdpa", "tiled", "flash_attn")
+SDPA_KERNELS = ("auto", "math", "flash", "efficient", "cudnn")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+
+
+@dataclass
+class AttentionConfig:
+    backend: str = "sdpa"  # eager | sdpa | tiled | flash_attn
+    sdpa_kernel: str = "auto"  # auto | math | flash | efficient | cudnn (sdpa only)
+    block_q: int = 64  # tiled only: query rows per tile
+    block_k: int = 64  # tiled only: key/value rows per tile
+
+
+@dataclass
+class CompileConfig:
+    """torch.compile of the loss function (model forward + loss; backward through AOTAutograd).
+
+    Compile and autotune happen in the warm-up steps, which are excluded from steady state; the
+    trial records their cost as ``compile_time_s`` with graph breaks and recompiles."""
+
+    mode: str = "off"  # off (eager) | default | reduce-overhead | max-autotune-no-cudagraphs | ...
+    backend: str = "inductor"  # inductor | aot_eager | eager (aot_eager/eager: dynamo only, no codegen)
+    fullgraph: bool = False  # a graph break becomes an error (the trial fails) instead of a split
+    dynamic: Optional[bool] = None  # None = torch's automatic dynamic shapes; True/False forces it
+    mark_dynamic: bool = False  # mark the sequence dimension of every batch dynamic
+    # in the first (excluded) step, also run forward + backward once on every other bucket
+    # shape of the workload, so the shape policy's recompiles are counted and paid for up front
+    visit_buckets: bool = False
+
+
+@dataclass
+class GPTModelConfig:
+    vocab_size: int = 512
+    n_layer: int = 2
+    n_head: int = 4
+    d_model: int = 128
+    d_ff: int = 512
+    dropout: float = 0.0
+    # recompute each block's activations in the backward (torch.utils.checkpoint): executed
+    # FLOPs then exceed useful FLOPs by the recomputed forward, so HFU > MFU
+    activation_checkpointing: bool = False
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "adamw"
+    lr: float = 3e-4
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # 0 disables clipping
+
+
+@dataclass
+class LoaderConfig:
+    """torch DataLoader settings for ``data.kind=text`` (how batches are made, not which)."""
+
+    num_workers: int = 0  # 0 = batches are made in the training process
+    pin_memory: bool = False  # page-locked host buffers (no effect without an accelerator)
+    prefetch_factor: Optional[int] = None  # batches in flight per worker (needs num_workers > 0)
+    persistent_workers: bool = False  # keep workers across epochs (needs num_workers > 0)
+    # batches per loader epoch; 0 = one endless epoch. With N > 0 the loader is re-iterated every
+    # N batches (the stream continues), so worker start-up recurs unless persistent_workers
+    epoch_batches: int = 0
+
+
+@workload_schema
+@dataclass
+class GPTWorkloadConfig(WorkloadConfig):
+    kind: str = "gpt"
+    recipe: str = "gpt"
+    model: GPTModelConfig = field(default_factory=GPTModelConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
+
+    def validate(self) -> None:
+        m = self.model
+        check_choice("workload.model.attention.backend", m.attention.backend, ATTENTION_BACKENDS)
+        check_choice("workload.model.attention.sdpa_kernel", m.attention.sdpa_kernel, SDPA_KERNELS)
+        check_positive("workload.model.attention.block_q", m.attention.block_q)
+        check_positive("workload.model.attention.block_k", m.attention.block_k)
+        check_positive("workload.model.vocab_size", m.vocab_size)
+        check_positive("workload.model.n_layer", m.n_layer)
+        if not 0 <= m.dropout < 1:
+            raise ConfigError("workload.model.dropout", f"must be in [0, 1), got {m.dropout}")
+        if m.d_model % m.n_head:
+            raise ConfigError(
+                "workload.model.n_head",
+                f"d_model={m.d_model} must be divisible by n_head={m.n_head}",
+            )
+        for i, b in enumerate(self.buckets):
+            if b.seq_len < 2:
+                raise ConfigError(f"workload.buckets[{i}].seq_len", "must be >= 2")
+        _check_compile(m.compile)
+        _check_data(self.data, self.loader)
+
+
+def _check_compile(c: CompileConfig) -> None:
+    check_choice("workload.model.compile.mode", c.mode, COMPILE_MODES)
+    check_choice("workload.model.compile.backend", c.backend, COMPILE_BACKENDS)
+    if c.backend != "inductor" and c.mode not in ("off", "default"):
+        raise ConfigError("workload.model.compile.mode",
+                          f"{c.mode!r} is an inductor mode; with backend={c.backend} use "
+                          "mode=default, or set workload.model.compile.backend=inductor")
+    if c.mark_dynamic and c.mode == "off":
+        raise ConfigError("workload.model.compile.mark_dynamic",
+                          "needs torch.compile; set workload.model.compile.mode (e.g. default)")
+
+
+def _check_data(d: DataConfig, lo: LoaderConfig) -> None:
+    check_choice("workload.data.kind", d.kind, DATA_KINDS)
+    if not d.text_mib > 0:
+        raise ConfigError("workload.data.text_mib", f"must be > 0, got {d.text_mib}")
+    if d.text_path is not None and not os.path.isfile(d.text_path):
+        raise ConfigError("workload.data.text_path",
+                          f"no such file {os.path.basename(d.text_path)!r}; point it at a UTF-8 "
+                          "text file (one document per line) or null to generate one")
+    if lo.num_workers < 0:
+        raise ConfigError("workload.loader.num_workers", f"must be >= 0, got {lo.num_workers}")
+    if lo.epoch_batches < 0:
+        raise ConfigError("workload.loader.epoch_batches", f"must be >= 0, got {lo.epoch_batches}")
+    if lo.num_workers == 0:
+        for key in ("prefetch_factor", "persistent_workers"):
+            if getattr(lo, key) not in (None, False):
+                raise ConfigError(f"workload.loader.{key}",
+                                  "needs worker processes; set workload.loader.num_workers > 0")
+    if lo.prefetch_factor is not None and lo.prefetch_factor < 1:
+        raise ConfigError("workload.loader.prefetch_factor", f"must be >= 1, got {lo.prefetch_factor}")
+    if d.kind != "text" and lo != LoaderConfig():
+        raise ConfigError("workload.loader",
+                          "DataLoader settings apply to the text pipeline; set "
+                          "workload.data.kind=text (the synthetic stream has no loader)")
