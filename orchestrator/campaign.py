@@ -326,9 +326,15 @@ def check_quiet(cfg: Config, run_dir: Path) -> None:
                 "trials measured under interference are re-run", what)
 
 
+def _interference(record: dict[str, Any]) -> dict[str, Any]:
+    """The trial's interference record ({} when absent: a failure, or NaN from a DataFrame)."""
+    got = record.get("interference")
+    return got if isinstance(got, dict) else {}
+
+
 def interfered(record: dict[str, Any], cores: float) -> bool:
     """A timed trial during whose measured steps other processes took more than ``cores``."""
-    got = (record.get("interference") or {}).get("others_cores")
+    got = _interference(record).get("others_cores")
     return record.get("status") == "ok" and got is not None and got > cores
 
 
@@ -339,8 +345,7 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
     rows = [r for r in records if isinstance(r.get("earlier_attempts"), list)
             and r["earlier_attempts"]]
     still = [r for r in records if interfered(r, cores)]
-    shares = [c for r in records if (c := (r.get("interference") or {}).get("others_cores"))
-              is not None]
+    shares = [c for r in records if (c := _interference(r).get("others_cores")) is not None]
     load = [f"other processes' CPU during the measured steps: median {stats.median(shares):.2f}"
             f", max {max(shares):.2f} cores over {len(shares)} trials"] if shares else []
     if machine is not None:
@@ -364,7 +369,7 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
                      f"**{r.get('status')}**")
     for r in sorted(still, key=lambda r: str(r["trial_id"])):
         lines.append(f"- `{r['trial_id']}` ({r.get('arm_label')}, {r.get('bucket')}): still "
-                     f"under interference ({r['interference']['others_cores']:.2f} cores) "
+                     f"under interference ({_interference(r)['others_cores']:.2f} cores) "
                      "after its last attempt: pooled; quiet the machine")
     return [("Interference", [f"- {x}" for x in load]),
             ("Trials re-run (harness failures, interference)", lines)]
@@ -384,7 +389,7 @@ def _keep_attempt(tdir: Path, attempt: int) -> list[dict[str, Any]]:
     rec = read_json(tdir / "trial.json")
     (tdir / "trial.json").replace(tdir / f"attempt{attempt}.json")
     prior = list(rec.get("earlier_attempts") or [])
-    cores = (rec.get("interference") or {}).get("others_cores")
+    cores = _interference(rec).get("others_cores")
     why = (rec.get("infra_reason") if rec.get("status") == INFRA_STATUS else
            f"interference: other processes took {cores:.2f} cores" if cores is not None else
            rec.get("status"))
