@@ -232,7 +232,7 @@ def test_noise_floor_band_from_a_campaign_with_an_aa_arm(compose: Any, tmp_path:
     (kw,) = drawn
     assert kw["noise_floor"] == line["noise_floor"]
     assert set(kw["aa"]) == set(line["noise_floor"])
-    assert "A/A noise floor" in (run_dir / "summary.md").read_text()
+    assert "A/A control (the baseline against itself)" in (run_dir / "summary.md").read_text()
     assert "data:image/png;base64," in (run_dir / "summary.html").read_text()  # right away
     # and the band is really drawn: the render differs from the same plot without it
     import matplotlib.image as mpimg
