@@ -128,7 +128,7 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     )
     adaptive_log: list[dict[str, Any]] = []
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
-    run_gate(cfg, run_dir, arms, buckets, in_process=cfg.launcher.name == "inline")  # once
+    run_gate(cfg, run_dir, arms, buckets, launcher)  # once per campaign, through its launcher
     rounds_done = p.repeats
     # one display for the whole invocation: the total is the plan (done trials included),
     # raised as adaptive rounds extend it

@@ -197,6 +197,7 @@ def _layers() -> list[list[str]]:
     data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     contracts = data["tool"]["importlinter"]["contracts"]
     (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    assert {c["type"] for c in contracts} >= {"layers", "independence"}
     return [[m.strip().strip("()") for m in re.split(r"[|:]", entry)] for entry in layers]
 
 
