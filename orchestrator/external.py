@@ -188,7 +188,7 @@ def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: Checked
     losses = [(r.step, r.loss) for r in checked.warmup + checked.measured if r.loss is not None]
     rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     warm = [r.step_time_s for r in checked.warmup]
-    useful = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
+    useful = trainer.useful_flops_per_step()
     return trial_record(
         **{**common, "measured_steps": len(measured)},
         status="ok",

@@ -266,17 +266,18 @@ def utilization_entry(peak: dict[str, Any], useful: float | None, executed: floa
 
 def trial_flops(trainer: Any, batches: Iterable[Any], dev: Any, hardware: dict[str, Any],
                 precision: str, step_time_s: float) -> dict[str, Any]:
-    """FLOPs, peaks and utilization of a trial, measured after its timed steps.
+    """FLOPs, peaks and utilization of a trial, measured after its timed steps. ``trainer``
+    has the recipe hooks (recipes.base.TrainerHooks: useful_flops_per_step and its definition).
 
     Runs one extra, untimed step under the FLOP counter (unless
     ``hardware.count_executed_flops`` is false) and the peak calibration where asked. A
     failure of either becomes a stated reason in the record, never a failed trial."""
     from orchestrator import device as devmod
 
-    useful = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
+    useful = trainer.useful_flops_per_step()
     flops: dict[str, Any] = {
         "useful_per_step": useful,
-        "useful_definition": getattr(trainer, "useful_flops_definition", None)
+        "useful_definition": trainer.useful_flops_definition
         or (DEFINITIONS[USEFUL] + " (the recipe states no formula)"),
         "executed_per_step": None,
         "executed_definition": DEFINITIONS[EXECUTED],

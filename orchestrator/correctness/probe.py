@@ -48,17 +48,8 @@ from orchestrator.jobs import ProbeSpec
 from orchestrator.processes import die_with_parent
 from orchestrator.results import SCHEMA_VERSION, atomic_write_json
 from orchestrator.worker import Worker, start_worker
+from recipes.base import probe_hooks_missing
 
-REQUIRED_HOOKS = (
-    "model",
-    "optimizer",
-    "batches",
-    "forward_outputs",
-    "forward_loss",
-    "train_step",
-    "state_dict",
-    "load_state_dict",
-)
 
 
 class Unsupported(Exception):
@@ -205,12 +196,12 @@ def probe_bucket(
     assert dev is not None
     out_dir = Path(spec.probe_dir)
     trainer = worker.trainer(bucket)
-    missing = [h for h in REQUIRED_HOOKS if not hasattr(trainer, h)]
+    missing = probe_hooks_missing(trainer)
     if missing:
         raise Unsupported(f"the recipe's trainer lacks the hooks {missing} (see recipes/base.py)")
     writer = _is_writer()
     # a sharded parameter's gradient / update as the whole tensor (a collective when sharded)
-    full = getattr(trainer, "full_tensor", lambda name, t: t)
+    full = trainer.full_tensor
     init_path = Path(spec.init_checkpoint)
     if spec.role == "baseline" and first:
         init_state = trainer.state_dict()

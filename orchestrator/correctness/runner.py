@@ -39,8 +39,7 @@ from orchestrator.launch import make_launcher
 from orchestrator.launch.base import Launcher
 from orchestrator.results import SCHEMA_VERSION, atomic_write_json, read_json
 from orchestrator.sweep import Arm, ResolvedArm
-from recipes.base import is_external
-from recipes.registry import get_builder
+from orchestrator.worker import load_recipe
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +62,10 @@ def external_reason(cfg: Config, arms: Sequence[ResolvedArm]) -> str | None:
     for arm in arms:
         recipe = arm.workload.get("recipe", "")
         try:
-            builder = get_builder(recipe)
+            external = load_recipe(recipe).external
         except Exception:  # noqa: BLE001 (an unknown recipe fails its own probe, as data)
             continue
-        if is_external(builder):
+        if external:
             return (f"arm {arm.label!r} runs an external command (recipe {recipe!r}): there is "
                     "no model in this process to probe; its logged loss is compared with the "
                     "baseline's instead (workload.loss_rtol)")

@@ -18,9 +18,10 @@ import torch.nn.functional as F
 
 from orchestrator import device as devmod
 from orchestrator.config import BucketConfig
-from recipes.muon.config import MuonTPWorkloadConfig
 from orchestrator.errors import BackendUnavailable
+from recipes.base import TrainerHooks
 from recipes.muon.calibrate import calibrate, describe, measure_latency
+from recipes.muon.config import MuonTPWorkloadConfig
 from recipes.muon.cost import CostProfile, ModeResolver, profile_from_registry
 from recipes.muon.model import ShardedLinear, TPTransformer
 from recipes.muon.newton_schulz import quadratic_steps
@@ -105,7 +106,7 @@ class _Optimizers:
         self.adamw.load_state_dict(state["adamw"])
 
 
-class MuonTPTrainer:
+class MuonTPTrainer(TrainerHooks):
     def __init__(self, workload: MuonTPWorkloadConfig, bucket: BucketConfig, device: str) -> None:
         self.workload, self.bucket = workload, bucket
         self.device = torch.device(device)
