@@ -23,7 +23,7 @@ from orchestrator.correctness.runner import load_gates, run_gate
 from orchestrator.correctness.runner import section as correctness_section
 from orchestrator.decide import Verdict, decide
 from orchestrator.jobs import TrialSpec, make_specs
-from orchestrator.launch import make_launcher
+from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import INFRA_STATUS, Launcher
 from orchestrator.levers import lever_sections
 from orchestrator.loss_gate import loss_trajectory_gates

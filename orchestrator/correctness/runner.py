@@ -35,7 +35,7 @@ from orchestrator.convert import to_dict
 from orchestrator.correctness.gate import ArmGate, evaluate
 from orchestrator.decide import Gate
 from orchestrator.jobs import ProbeSpec, WorkerJob
-from orchestrator.launch import make_launcher
+from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import Launcher
 from orchestrator.results import SCHEMA_VERSION, atomic_write_json, read_json
 from orchestrator.sweep import Arm, ResolvedArm

@@ -16,6 +16,7 @@ from recipes.base import TrainerHooks
 from recipes.gpt.attention import make_attention
 from recipes.gpt.config import GPTWorkloadConfig
 from recipes.gpt.model import GPT, lm_loss
+from recipes.gpt.text_data import make_loader, stream
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -103,8 +104,6 @@ class GPTTrainer(TrainerHooks):
         return self._synthetic_batches()
 
     def _text_batches(self) -> Iterator[Batch]:
-        from recipes.gpt.text_data import make_loader, stream
-
         w = self.workload
         # page-locking needs an accelerator; on CPU torch would only warn and ignore it
         pin = w.loader.pin_memory and self.device.type != "cpu"

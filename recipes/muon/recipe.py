@@ -17,6 +17,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from orchestrator import device as devmod
+from orchestrator import hardware
 from orchestrator.config import BucketConfig
 from orchestrator.errors import BackendUnavailable
 from recipes.base import TrainerHooks
@@ -64,8 +65,6 @@ def registry_profile(device_name: str, device_kind: str,
     ``collective_latency_us`` is null takes it from ``measure_latency()`` (a short measurement
     on the group; the profile is then labelled ``hybrid``). A device without an entry, or an
     entry lacking another figure the model needs, is refused, never guessed."""
-    from orchestrator import hardware
-
     entry = hardware.lookup(device_name, device_kind)
     if entry is None:
         raise BackendUnavailable("tp.cost_profile=registry: no registry entry matches this "
