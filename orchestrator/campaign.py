@@ -31,7 +31,7 @@ from orchestrator.decide import Rule, Verdict, aa_calibration, decide
 from orchestrator.errors import ConfigError
 from orchestrator.interference import machine_load
 from orchestrator.jobs import TrialSpec, make_specs
-from orchestrator.launch import make_launcher
+from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import INFRA_STATUS, Launcher
 from orchestrator.levers import lever_sections
 from orchestrator.loss_gate import loss_trajectory_gates
@@ -131,7 +131,7 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     )
     adaptive_log: list[dict[str, Any]] = []
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
-    run_gate(cfg, run_dir, arms, buckets, in_process=cfg.launcher.name == "inline")  # once
+    run_gate(cfg, run_dir, arms, buckets, launcher)  # once per campaign, through its launcher
     rounds_done = p.repeats
     # one display for the whole invocation: the total is the plan (done trials included),
     # raised as adaptive rounds extend it

@@ -18,8 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orchestrator import config as cfgmod
+from orchestrator import device as devmod
+from orchestrator.config import Config
 from orchestrator.errors import ConfigError
 from orchestrator.paths import conf_dir
+from orchestrator.tools._cli import quiet_broken_pipe
 
 log = logging.getLogger("orchestrator")
 
@@ -124,7 +128,7 @@ def to_config(cfg: Any) -> Any:
     """The composed DictConfig as validated plain dataclasses (crosses the boundary once)."""
     from omegaconf import OmegaConf
 
-    from orchestrator.config import Config
+    # start-up cost: every recipe schema, hardware registry, launcher check; --help needs none
     from orchestrator.validate import validate
 
     try:
@@ -147,19 +151,18 @@ def register_configs() -> None:
     ``schema/workload/<kind>`` per registered workload kind (each recipe's own schema)."""
     from hydra.core.config_store import ConfigStore
 
-    from orchestrator import config as c
-    from recipes.registry import workload_kinds
+    from recipes.registry import workload_kinds  # start-up cost: every recipe schema
 
     cs = ConfigStore.instance()
-    cs.store(name="base_config", node=c.Config)
+    cs.store(name="base_config", node=cfgmod.Config)
     for kind in workload_kinds():
-        cs.store(group="schema/workload", name=kind, node=c.WORKLOAD_SCHEMAS[kind])
-    cs.store(group="schema/protocol", name="protocol", node=c.ProtocolConfig)
-    cs.store(group="schema/invariants", name="invariants", node=c.InvariantsConfig)
-    cs.store(group="schema/sweep", name="sweep", node=c.SweepConfig)
-    cs.store(group="schema/launcher", name="launcher", node=c.LauncherConfig)
-    cs.store(group="schema/hardware", name="hardware", node=c.HardwareConfig)
-    cs.store(group="schema/profile", name="profile", node=c.ProfileConfig)
+        cs.store(group="schema/workload", name=kind, node=cfgmod.WORKLOAD_SCHEMAS[kind])
+    cs.store(group="schema/protocol", name="protocol", node=cfgmod.ProtocolConfig)
+    cs.store(group="schema/invariants", name="invariants", node=cfgmod.InvariantsConfig)
+    cs.store(group="schema/sweep", name="sweep", node=cfgmod.SweepConfig)
+    cs.store(group="schema/launcher", name="launcher", node=cfgmod.LauncherConfig)
+    cs.store(group="schema/hardware", name="hardware", node=cfgmod.HardwareConfig)
+    cs.store(group="schema/profile", name="profile", node=cfgmod.ProfileConfig)
 
 
 def compose(overrides: list[str]) -> Any:
@@ -193,8 +196,6 @@ def check_device(config: Any) -> None:
         return
     if getattr(config.workload, "kind", "") == "command":
         return
-    from orchestrator import device as devmod
-
     reason = devmod.unavailable_reason(config.device)
     if reason:
         raise ConfigError(
@@ -253,6 +254,7 @@ def end_logging(handler: logging.Handler | None, run_dir: Path, config: Any = No
     if config is None or not path.is_file():
         return
     try:
+        # start-up cost: the sanitizer is needed only once a campaign has run
         from orchestrator.sanitize import Sanitizer, reserve_run_dir
 
         pairs = [(k, v) for a in arms for k, v in a.env.items()]
@@ -268,6 +270,7 @@ def run_job(cfg: Any) -> Any:
     """Hydra's task function: one campaign."""
     from hydra.core.hydra_config import HydraConfig
 
+    # start-up cost: the campaign imports torch and pandas; --help and the pre-flight do not
     from orchestrator.campaign import run_campaign
     from orchestrator.sweep import resolve_arms
 
@@ -294,8 +297,6 @@ def run_job(cfg: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from orchestrator.tools._cli import quiet_broken_pipe
-
     argv = sys.argv[1:] if argv is None else argv
     rc = quiet_broken_pipe(lambda: _main(argv))
     if rc:

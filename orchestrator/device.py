@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from orchestrator.errors import BackendUnavailable
+
 log = logging.getLogger(__name__)
 
 VISIBILITY_VARS = {"musa": "MUSA_VISIBLE_DEVICES", "cuda": "CUDA_VISIBLE_DEVICES"}
@@ -87,8 +89,6 @@ def _backend(kind: str) -> Any:
 
 def resolve(requested: str = "auto", index: int | None = None) -> DeviceInfo:
     """``auto`` = musa if torch_musa reports a device, else cuda, else cpu."""
-    from orchestrator.errors import BackendUnavailable
-
     kinds = available_kinds()
     kind = kinds[0] if requested == "auto" else requested
     if kind not in kinds:
@@ -146,8 +146,6 @@ def unavailable_reason(requested: str) -> str | None:
 
 def host_cpu(requested: str = "auto") -> DeviceInfo:
     """The host CPU, without asking torch (for recipes that do not use torch)."""
-    from orchestrator.errors import BackendUnavailable
-
     if requested not in ("auto", "cpu"):
         raise BackendUnavailable(f"device={requested!r} requested but this recipe runs on the "
                                  "host CPU only; use device=cpu")
@@ -418,8 +416,6 @@ def profiler_activities_for(dev: DeviceInfo) -> list[Any]:
     """torch.profiler activities for ``dev``: CPU, plus CUDA, or MUSA (torch_musa registers
     ``ProfilerActivity.MUSA`` as an alias of PrivateUse1; it must be imported first, which
     :func:`resolve` has done). Raises BackendUnavailable when the device has no activity."""
-    from orchestrator.errors import BackendUnavailable
-
     activity = _torch().profiler.ProfilerActivity
     out = [activity.CPU]
     if dev.kind == "cpu":

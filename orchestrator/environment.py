@@ -31,8 +31,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from orchestrator import __version__
 from orchestrator import device as devmod
-from orchestrator.results import SCHEMA_VERSION
+from orchestrator.results import SCHEMA_VERSION, atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -280,8 +281,6 @@ def _versions() -> dict[str, Any]:
     try:
         return {"orchestrator": metadata.version("throughput-orchestrator")}
     except metadata.PackageNotFoundError:
-        from orchestrator import __version__
-
         return {"orchestrator": __version__, "note": "not installed; version from the source"}
 
 
@@ -396,8 +395,6 @@ def gather(device: str = "auto", gathered_in: str = "trial process") -> dict[str
 def record_facts(record: dict[str, Any], device: str, trial_dir: Path, full: bool) -> None:
     """Add the fingerprint to a trial record; with ``full``, also write the trial's
     environment.json. Called in the trial process after its timed steps; never raises."""
-    from orchestrator.results import atomic_write_json
-
     t0 = time.perf_counter()
     if full:
         report = gather(device)

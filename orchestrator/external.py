@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import device as devmod
+from orchestrator.errors import BackendUnavailable
+from orchestrator.flops import DEFINITIONS, EXECUTED, peaks_and_utilization
 from orchestrator.logparse import LogParseError, MalformedStepLine, StepRecord, reported_mfu
 from orchestrator.processes import run_child
 from orchestrator.results import trial_record, write_csv
@@ -188,7 +191,7 @@ def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: Checked
     losses = [(r.step, r.loss) for r in checked.warmup + checked.measured if r.loss is not None]
     rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     warm = [r.step_time_s for r in checked.warmup]
-    useful = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
+    useful = trainer.useful_flops_per_step()
     return trial_record(
         **{**common, "measured_steps": len(measured)},
         status="ok",
@@ -214,10 +217,6 @@ def _declared_utilization(spec: Any, trainer: Any, useful: float, median_s: floa
     """FLOPs, peaks and MFU for declared useful FLOPs (workload.flops_per_step). The peak is the
     one of the device this process resolves for ``device=`` (the command must train there), at
     workload.precision; a device this process cannot see is a stated reason, not a failure."""
-    from orchestrator import device as devmod
-    from orchestrator.errors import BackendUnavailable
-    from orchestrator.flops import DEFINITIONS, EXECUTED, peaks_and_utilization
-
     flops = {"useful_per_step": useful, "useful_definition": trainer.useful_flops_definition,
              "executed_per_step": None, "executed_definition": DEFINITIONS[EXECUTED],
              "executed_note": "not counted: the command trains in another program"}

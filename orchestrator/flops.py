@@ -25,6 +25,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from orchestrator import device as devmod
+from orchestrator import hardware as hw
+
 log = logging.getLogger(__name__)
 
 USEFUL, EXECUTED, PROFILER = "useful", "executed", "profiler-attributed"
@@ -238,8 +241,6 @@ def profiler_attributed_flops(
 
 def profile_trainer_flops(trainer: Any, dev: Any, *, steps: int = 2, warmup: int = 1) -> ProfiledFlops:
     """Profiler-attributed FLOPs per step of a recipe's trainer on ``dev`` (a DeviceInfo)."""
-    from orchestrator import device as devmod
-
     batches = trainer.batches()
     return profiler_attributed_flops(
         lambda: trainer.train_step(next(batches)), steps=steps, warmup=warmup,
@@ -266,17 +267,16 @@ def utilization_entry(peak: dict[str, Any], useful: float | None, executed: floa
 
 def trial_flops(trainer: Any, batches: Iterable[Any], dev: Any, hardware: dict[str, Any],
                 precision: str, step_time_s: float) -> dict[str, Any]:
-    """FLOPs, peaks and utilization of a trial, measured after its timed steps.
+    """FLOPs, peaks and utilization of a trial, measured after its timed steps. ``trainer``
+    has the recipe hooks (recipes.base.TrainerHooks: useful_flops_per_step and its definition).
 
     Runs one extra, untimed step under the FLOP counter (unless
     ``hardware.count_executed_flops`` is false) and the peak calibration where asked. A
     failure of either becomes a stated reason in the record, never a failed trial."""
-    from orchestrator import device as devmod
-
-    useful = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
+    useful = trainer.useful_flops_per_step()
     flops: dict[str, Any] = {
         "useful_per_step": useful,
-        "useful_definition": getattr(trainer, "useful_flops_definition", None)
+        "useful_definition": trainer.useful_flops_definition
         or (DEFINITIONS[USEFUL] + " (the recipe states no formula)"),
         "executed_per_step": None,
         "executed_definition": DEFINITIONS[EXECUTED],
@@ -304,8 +304,6 @@ def peaks_and_utilization(dev: Any, hardware: dict[str, Any], precision: str,
     """The peaks of ``dev`` (a DeviceInfo) at the workload's precision, and MFU/HFU against
     each: registry entry, ``hardware=`` SKU, or a calibration run here (see
     :func:`orchestrator.hardware.resolve_peaks`)."""
-    from orchestrator import hardware as hw
-
     dtype, why = hw.matmul_dtype(precision, dev.kind)
     peaks = [p.to_dict() for p in hw.resolve_peaks(
         hardware or {"name": "auto"}, dev.kind, dev.name, dtype,

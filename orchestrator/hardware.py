@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator import device as devmod
 from orchestrator.errors import ConfigError
 from orchestrator.paths import conf_dir
 
@@ -269,8 +270,6 @@ def calibrate_peak(dev: Any, dtype: str, size: int = 0, min_s: float = 0.2) -> d
     Runs in the calling (trial) process with its precision settings, device synchronised around
     every matmul. Returns ``tflops`` (the best run), the median and the set-up."""
     import torch
-
-    from orchestrator import device as devmod
 
     torch_dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
                    "fp16": torch.float16}.get(dtype)

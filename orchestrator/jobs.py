@@ -1,20 +1,26 @@
-"""What a launcher runs, as plain data: the trial spec, and the specs a plan turns into.
+"""What a launcher runs, as plain data: worker jobs (trial and probe specs) and the trial specs
+a plan turns into.
 
-A spec is written to ``<trial dir>/spec.json`` and read back by the worker process
-(``python -m orchestrator.trial SPEC.json``); it carries everything the trial needs (the arm's
-resolved workload, the bucket, the protocol's numbers), so the worker imports no config
-machinery beyond the schemas.
+A worker job is one worker process (one per rank for a distributed workload) started as
+``python -m <worker> <job dir>/spec.json``: a timed or profiled trial
+(:class:`TrialSpec`, ``orchestrator.trial``) or a correctness probe (:class:`ProbeSpec`,
+``orchestrator.correctness.probe``). The spec carries everything the worker needs (the arm's
+resolved workload, the bucket(s), the protocol's numbers), so the worker imports no config
+machinery beyond the schemas; the worker writes its record (``trial.json`` / ``probe.json``)
+into the job directory. Every launcher runs both kinds the same way, so on Slurm the gate's
+probes run on the compute nodes like the trials.
 """
 
 from __future__ import annotations
 
+import abc
 import copy
 import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from orchestrator.config import Config
 from orchestrator.convert import to_dict
@@ -26,8 +32,46 @@ from orchestrator.sweep import ResolvedArm, selected_buckets
 LAUNCH_T0_VAR = "ORCHESTRATOR_LAUNCH_T0"
 
 
+class WorkerJob(abc.ABC):
+    """One worker process (or one per rank) a launcher starts: ``python -m <worker> SPEC``."""
+
+    worker: ClassVar[str]  # the module run with python -m
+    record_file: ClassVar[str]  # the record the worker writes into its job directory
+    id_field: ClassVar[str]  # the record's field that names the job
+    env: dict[str, str]  # set in the worker's environment (an arm's env.* switches)
+
+    @property
+    @abc.abstractmethod
+    def job_id(self) -> str:
+        """Names the job (and its record: the record's id field holds it)."""
+
+    @property
+    @abc.abstractmethod
+    def job_dir(self) -> Path:
+        """spec.json, stdout/stderr logs and the record go here."""
+
+    @property
+    def record_path(self) -> Path:
+        return self.job_dir / self.record_file
+
+    @abc.abstractmethod
+    def nproc(self) -> int:
+        """Processes the launcher starts: one per rank."""
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, indent=2)
+
+    def payload(self) -> dict[str, Any]:
+        """The job as plain data that :func:`job_from_payload` turns back into it."""
+        return {"job": JOB_KINDS[type(self)], "spec": dict(self.__dict__)}
+
+
 @dataclass
-class TrialSpec:
+class TrialSpec(WorkerJob):
+    worker: ClassVar[str] = "orchestrator.trial"
+    record_file: ClassVar[str] = "trial.json"
+    id_field: ClassVar[str] = "trial_id"
+
     trial_id: str
     trial_dir: str
     bucket: dict[str, Any]
@@ -59,13 +103,76 @@ class TrialSpec:
         return WarmupPolicy(self.warmup_policy, self.warmup_steps, self.warmup_max_steps,
                             self.warmup_window, self.warmup_tolerance)
 
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=2)
+    @property
+    def job_id(self) -> str:
+        return self.trial_id
+
+    @property
+    def job_dir(self) -> Path:
+        return Path(self.trial_dir)
+
+    def nproc(self) -> int:
+        """A ``command`` workload starts its own ranks (its world_size is only a placeholder of
+        its command line): one process."""
+        if self.workload.get("kind") == "command":
+            return 1
+        return max(1, int(self.workload.get("world_size", 1) or 1))
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> TrialSpec:
         with open(path, encoding="utf-8") as fh:
             return cls(**json.load(fh))
+
+
+@dataclass
+class ProbeSpec(WorkerJob):
+    """One arm's correctness probe (every bucket), see :mod:`orchestrator.correctness.probe`."""
+
+    worker: ClassVar[str] = "orchestrator.correctness.probe"
+    record_file: ClassVar[str] = "probe.json"
+    id_field: ClassVar[str] = "name"
+
+    name: str  # a0, a1, ..., a0-repeat
+    arm_id: str
+    arm_label: str
+    role: str  # baseline | variant | baseline_repeat
+    probe_dir: str
+    workload: dict[str, Any]
+    buckets: list[dict[str, Any]]
+    init_checkpoint: str  # written by the baseline, loaded by every arm
+    batch_dir: str  # the baseline's probe batch per bucket
+    device: str = "auto"
+    steps: int = 4
+    cross_load: dict[str, str] = field(default_factory=dict)  # arm_id -> its final checkpoint
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def job_id(self) -> str:
+        return self.name
+
+    @property
+    def job_dir(self) -> Path:
+        return Path(self.probe_dir)
+
+    def nproc(self) -> int:
+        """A distributed workload is probed by its G ranks (rank 0 writes the record)."""
+        return max(1, int(self.workload.get("world_size", 1) or 1))
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> ProbeSpec:
+        with open(path, encoding="utf-8") as fh:
+            return cls(**json.load(fh))
+
+
+JOB_KINDS: dict[type[WorkerJob], str] = {TrialSpec: "trial", ProbeSpec: "probe"}
+
+
+def job_from_payload(data: dict[str, Any]) -> WorkerJob:
+    """A job from :meth:`WorkerJob.payload` (a bare trial spec dict reads as a trial)."""
+    if "job" not in data:
+        return TrialSpec(**data)
+    kinds = {v: k for k, v in JOB_KINDS.items()}
+    return kinds[data["job"]](**data["spec"])
 
 
 def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],

@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.results import atomic_write_text
+import orchestrator
+from orchestrator.convert import to_dict
+from orchestrator.environment import compare, fingerprint, gather
+from orchestrator.errors import ConfigError
+from orchestrator.results import atomic_write_json, atomic_write_text, read_json
+from orchestrator.sanitize import Sanitizer, reserve_run_dir, sanitize_run_dir
+from recipes.registry import REGISTRY
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +97,12 @@ def package_versions(recipes: Sequence[str] = ()) -> dict[str, str]:
     """Installed versions of the orchestrator and of the modules the recipes come from."""
     from importlib import metadata
 
-    import orchestrator
-
     out: dict[str, str] = {}
     try:
         out["throughput-orchestrator"] = metadata.version("throughput-orchestrator")
     except metadata.PackageNotFoundError:
         out["throughput-orchestrator"] = f"{orchestrator.__version__} (from source, not installed)"
     dists = metadata.packages_distributions()
-    from recipes.registry import REGISTRY
-
     for name in recipes:
         target = REGISTRY.get(name, name)
         top = target.partition(":")[0].split(".")[0]
@@ -210,9 +212,6 @@ def recipes_of(cfg: Any, arms: Sequence[Any]) -> list[str]:
 def check_resume_environment(cfg: Any, run_dir: Path, records: Sequence[dict[str, Any]]) -> None:
     """Before a resume runs anything: refuse when this machine differs from the trials already
     in the run directory (device, driver, torch, library versions), unless on_mismatch=flag."""
-    from orchestrator.environment import compare, fingerprint
-    from orchestrator.errors import ConfigError
-
     prior = [(str(r["trial_id"]), _fp(r)) for r in records if _fp(r)]
     if not prior:
         return
@@ -251,8 +250,6 @@ def write_environment(run_dir: Path, records: Sequence[dict[str, Any]], device: 
     from. The report is gathered once, in one arm's trial; ``arm_env`` (every arm's env.*
     switches) is added as ``env_switches_by_arm`` so an environment-switch sweep shows each
     arm's value, not only the reporting arm's."""
-    from orchestrator.results import atomic_write_json, read_json
-
     def extra(report: dict[str, Any], arm: Any) -> dict[str, Any]:
         if arm_env is not None:
             report["env_switches_by_arm"] = arm_env
@@ -282,8 +279,6 @@ def write_environment(run_dir: Path, records: Sequence[dict[str, Any]], device: 
             except (OSError, ValueError):
                 pass
         return "an earlier invocation"
-    from orchestrator.environment import gather
-
     report = gather(device, gathered_in="orchestrator process (no trial process reported one)")
     atomic_write_json(run_dir / "environment.json", extra(report, None))
     return "the orchestrator process"
@@ -296,8 +291,6 @@ def environment_section(
     """Write environment.json, apply the mismatch policy to ``verdicts`` (in place) and return
     the decisions.md section that says where everything came from. ``arms``: the campaign's
     arms (their env.* switches are listed per arm)."""
-    from orchestrator.environment import compare
-
     arm_env = env_switches_by_arm(arms, records) if arms else None
     source = write_environment(run_dir, records, cfg.device, arm_env)
     diff = compare([(str(r["trial_id"]), _fp(r)) for r in records if _fp(r)])
@@ -360,8 +353,6 @@ class Session:
 
     def seal(self, run_dir: Path) -> None:
         """The last step of a campaign: every file of the run directory sanitized."""
-        from orchestrator.sanitize import sanitize_run_dir
-
         changed = sanitize_run_dir(run_dir, self.sanitizer)
         log.debug("sanitized %d file(s) in %s", len(changed), run_dir.name)
 
@@ -378,9 +369,6 @@ def start(cfg: Any, run_dir: Path, arms: Sequence[Any], records: Sequence[dict[s
           overrides: Sequence[str] | None = None) -> Session:
     """Before any trial: refuse a resume on a different environment, then write source.txt
     (+ source.diff) and command.txt."""
-    from orchestrator.convert import to_dict
-    from orchestrator.sanitize import Sanitizer, reserve_run_dir
-
     # the arms' env.* switches reach the trial processes only: their secret values count too
     arm_env = {k: v for a in arms for k, v in a.env.items()}
     sanitizer = Sanitizer.from_config(cfg.sanitize, environ={**os.environ, **arm_env})

@@ -133,9 +133,9 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     devmod.reset_peak_memory(dev)
     batches = trainer.batches()
     policy = spec.warmup()
-    step_tags = getattr(trainer, "step_tags", None)
+    step_tags = trainer.step_tags  # the recipe's hooks (recipes.base.TrainerHooks)
     # e.g. workload.model.compile.visit_buckets: the other buckets' shapes, run in step 0
-    visit_shapes = getattr(trainer, "visit_shapes", None)
+    visit_shapes = trainer.visit_shapes
     # a bound on tagged (excluded) steps, so a recipe that tags every step cannot loop forever
     # time-based floor on the measured window (protocol.measured_min_s): short steps get more
     # of them, up to a cap. Distributed: every decision below that changes how many steps run
@@ -183,12 +183,12 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         batch = next(batches)
         t1 = clock()
         loss = trainer.train_step(batch)
-        if i == 0 and visit_shapes is not None:
+        if i == 0:
             visit_shapes()
         sync(dev)
         t2 = clock()
         losses.append(loss)
-        tags = list(step_tags()) if step_tags else []
+        tags = list(step_tags())
         # this step compiled or recompiled: not steady
         compiled_now = compile_stats.activity()
         if compiled_now != compiled_before:
@@ -251,12 +251,12 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     writer = ctx is None or ctx.is_writer  # other ranks' times live in rank 0's steps.csv
     if writer:
         write_csv(Path(spec.trial_dir) / "steps.csv", rows)
-    flops = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
+    flops = trainer.useful_flops_per_step()
     # FLOPs after the timed steps: an extra counted step
     if host_only:  # numpy work: torch's FLOP counter and peak table do not apply, torch stays out
         utilization: dict[str, Any] = {
             "flops": {"useful_per_step": flops,
-                      "useful_definition": getattr(trainer, "useful_flops_definition", None),
+                      "useful_definition": trainer.useful_flops_definition,
                       "executed_per_step": None,
                       "executed_note": "not counted: host-only recipe (no torch)"},
             "matmul_dtype": None, "matmul_dtype_why": "host-only recipe (no torch)",
@@ -267,7 +267,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     if close is not None:  # after the FLOP count's extra step; stops DataLoader workers now
         close()
     # recipe-specific data for the report (never timings): e.g. muon_tp's auto choices
-    extra = trainer.extra_record() if hasattr(trainer, "extra_record") else {}
+    extra = trainer.extra_record()
     if not writer:  # every rank ran the counted step above (it may hold collectives)
         return trial_record(**base, status="ok")
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]

@@ -11,6 +11,7 @@ its trainers with :meth:`Worker.trainer` and runs its own loop.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,8 @@ from orchestrator import device as devmod
 from orchestrator import distributed as distmod
 from orchestrator.config import BucketConfig, WorkloadConfig
 from orchestrator.convert import from_dict
-from recipes.registry import get_builder, workload_from_dict
+from recipes.base import Recipe
+from recipes.registry import builder_path, workload_from_dict
 
 
 @dataclass
@@ -26,7 +28,7 @@ class Worker:
     """What a worker process stands on: built once by :func:`start_worker`."""
 
     workload: WorkloadConfig
-    build: Any  # the recipe's builder: build(workload, bucket, device) -> trainer
+    recipe: Recipe  # the typed recipe API (recipes.base): its builder and what it declares
     requested_device: str  # the spec's device= (auto, cpu, cuda, musa)
     device: devmod.DeviceInfo | None  # None: an external recipe (its program picks the device)
     group: distmod.DistContext | None  # the default process group; None on one rank
@@ -36,28 +38,35 @@ class Worker:
     @property
     def external(self) -> bool:
         """The recipe runs another program; the orchestrator reads its log."""
-        return bool(getattr(self.build, "external", False))
+        return self.recipe.external
 
     @property
     def host_only(self) -> bool:
         """The recipe runs on the host CPU and needs no torch device (no torch import)."""
-        return bool(getattr(self.build, "host_only", False))
+        return self.recipe.host_only
 
     def trainer(self, bucket: BucketConfig | dict[str, Any]) -> Any:
-        """The recipe's trainer for one bucket, on this worker's device."""
+        """The recipe's trainer for one bucket, on this worker's device, with every optional
+        hook of :class:`recipes.base.TrainerHooks` (its own, or the declared default)."""
         if isinstance(bucket, dict):
             bucket = from_dict(BucketConfig, bucket)
         where = self.requested_device if self.device is None else self.device.torch_device
-        return self.build(self.workload, bucket, where)
+        return self.recipe.trainer(self.workload, bucket, where)
+
+
+def load_recipe(name: str) -> Recipe:
+    """The recipe a workload names (a registry name or an import path ``pkg.module:build``),
+    imported here: building one recipe never imports another."""
+    module, _, attr = builder_path(name).partition(":")
+    return Recipe.of(name, getattr(importlib.import_module(module), attr))
 
 
 def start_worker(workload: dict[str, Any], device: str) -> Worker:
     """The workload, its recipe, the device (one per rank) and the process group, in that
     order. Raises BackendUnavailable when the device is missing here."""
     w = workload_from_dict(workload)
-    build = get_builder(w.recipe)
     rank, world, local_rank = distmod.env_rank()
-    worker = Worker(w, build, device, None, None, rank, world)
+    worker = Worker(w, load_recipe(w.recipe), device, None, None, rank, world)
     if worker.external:  # another program trains: no device, no process group in this one
         return worker
     if worker.host_only:

@@ -27,11 +27,22 @@ records, loss read-back outside the timed window, fresh processes and statuses; 
 not time itself, synchronise, or call ``.item()`` in ``train_step``. A missing module or function
 is refused at start (``workload.recipe: cannot import ...``, exit code 2).
 
+The trainer must provide :class:`Trainer` (``tokens_per_step``, ``samples_per_step``,
+``batches()``, ``train_step(batch)``). Everything else is an optional hook, declared with its
+default in :class:`TrainerHooks`: a trainer may subclass it (the bundled ones do) and override
+what it has, or not subclass it at all; the orchestrator reaches every trainer through
+:func:`with_hooks`, so a hook a trainer lacks takes its declared default. The correctness probe
+needs a few more members (:data:`PROBE_HOOKS`, :class:`Probeable`); a trainer without them is
+"not applicable" to the gate.
+
 External recipes (the trainer is another program)
 -------------------------------------------------
 A builder decorated with :func:`external_recipe` returns an :class:`ExternalTrainer`; the trial
 then runs its command under the orchestrator's time limit and takes step records from its log
-(see ``recipes/command``).
+(see ``recipes/command``). A builder decorated with :func:`host_only_recipe` runs on the host
+CPU without torch (see ``recipes/synthetic``). The orchestrator sees a recipe as a
+:class:`Recipe`: the builder with what it declares about itself
+(:func:`orchestrator.worker.load_recipe`).
 """
 
 from __future__ import annotations
@@ -42,13 +53,15 @@ from typing import Any, Protocol, TypeVar
 
 
 class Trainer(Protocol):
-    """One model, optimizer and data stream for one shape bucket on one device."""
+    """One model, optimizer and data stream for one shape bucket on one device (required)."""
 
     tokens_per_step: int
     samples_per_step: int
 
     def batches(self) -> Iterator[Any]:
-        """An endless, deterministic stream of batches (same seed, same batches)."""
+        """An endless, deterministic stream of batches (same seed, same batches). A batch may
+        carry ``index`` (its position in the stream, recorded per step); a stream with a
+        ``close()`` (a DataLoader's) is closed when the trial is done with it."""
         ...
 
     def train_step(self, batch: Any) -> Any:
@@ -58,35 +71,102 @@ class Trainer(Protocol):
         boundaries and reads the loss outside the timed window."""
         ...
 
+
+class TrainerHooks:
+    """The optional hooks, each with the default a trainer that lacks it gets."""
+
+    # the formula behind useful_flops_per_step (shown next to every MFU); None = not stated
+    useful_flops_definition: str | None = None
+
+    def step_tags(self) -> list[str]:
+        """Tags of the step just run (``compile``, ``epoch_boundary``, ``checkpoint``,
+        ``validation``, ``profiler`` ...): a tagged step is excluded from the timing."""
+        return []
+
+    def visit_shapes(self) -> Any:
+        """Run once inside the first (excluded) step: e.g. forward + backward on every other
+        bucket shape, so recompiles for them are counted and paid up front."""
+        return None
+
     def useful_flops_per_step(self) -> float | None:
-        """Analytic model FLOPs of one training step (recompute excluded), or None."""
+        """Analytic model FLOPs of one training step on this device (recompute excluded)."""
+        return None
+
+    def extra_record(self) -> dict[str, Any]:
+        """Recipe-specific facts for the trial record (never timings)."""
+        return {}
+
+    def full_tensor(self, name: str, shard: Any) -> Any:
+        """Parameter ``name``'s whole tensor from this rank's shard of it (a weight, gradient or
+        update; a collective every rank calls). Unsharded trainers return the shard."""
+        return shard
+
+
+HOOKS = ("useful_flops_definition", "step_tags", "visit_shapes", "useful_flops_per_step",
+         "extra_record", "full_tensor")
+
+
+class Probeable(Trainer, Protocol):
+    """What the correctness probe needs besides :class:`Trainer`. A trainer without these
+    cannot be probed: when the baseline's lacks them the gate is "not applicable" for the
+    campaign (timing decides); when only a variant's (a swept recipe) does, that variant's gate
+    is ``error``. Distributed recipes (world_size G > 1): ``state_dict`` returns the full
+    (gathered) weights on every rank and ``load_state_dict`` keeps this rank's shard of them;
+    ``full_tensor`` (a hook) gathers a sharded gradient or update."""
+
+    model: Any  # the torch.nn.Module being trained (possibly a torch.compile wrapper)
+    optimizer: Any  # its torch.optim.Optimizer
+
+    def forward_outputs(self, batch: Any) -> Any:
+        """The model's outputs for a batch under the precision policy (no loss, no backward)."""
         ...
 
-    # Hooks the correctness gate (orchestrator/correctness) needs besides the above. A trainer
-    # without them cannot be probed: when the baseline's lacks them the gate is "not applicable"
-    # for the campaign (correctness.json mode not_applicable, no gate in the verdicts, timing
-    # decides); only when the baseline has them and a variant's trainer (a swept recipe) does
-    # not is that variant's gate `error` (verdict `invalid`).
-    #
-    # model: the torch.nn.Module being trained (possibly a torch.compile wrapper)
-    # optimizer: its torch.optim.Optimizer
-    #
-    # def forward_outputs(self, batch) -> Tensor:
-    #     The model's outputs for a batch under the precision policy (no loss, no backward).
-    # def forward_loss(self, batch) -> Tensor:
-    #     The scalar training loss for a batch (no backward, no optimizer step).
-    # def state_dict(self) -> dict[str, Tensor]:
-    #     Model weights as a checkpoint stores them. Save the underlying module, never a
-    #     torch.compile wrapper (whose keys gain an ``_orig_mod.`` prefix).
-    # def load_state_dict(self, state) -> None:
-    #     Strict load of what state_dict() returns.
-    #
-    # Distributed recipes (workload.world_size = G > 1; the probe runs on G ranks): state_dict
-    # returns the full (gathered) weights on every rank and load_state_dict keeps this rank's
-    # shard of them; optionally
-    # def full_tensor(self, name, shard) -> Tensor:
-    #     Parameter ``name``'s whole tensor from this rank's shard of it (a weight, gradient or
-    #     update), a collective every rank calls; the probe compares whole gradients and updates.
+    def forward_loss(self, batch: Any) -> Any:
+        """The scalar training loss for a batch (no backward, no optimizer step)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model weights as a checkpoint stores them: the underlying module's, never a
+        torch.compile wrapper's (whose keys gain an ``_orig_mod.`` prefix)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Strict load of what state_dict() returns."""
+        ...
+
+
+PROBE_HOOKS = ("model", "optimizer", "batches", "forward_outputs", "forward_loss",
+               "train_step", "state_dict", "load_state_dict")
+
+
+def probe_hooks_missing(trainer: Any) -> list[str]:
+    """The members of :class:`Probeable` the trainer lacks (empty: it can be probed)."""
+    return [h for h in PROBE_HOOKS if not hasattr(trainer, h)]
+
+
+class Hooked(TrainerHooks):
+    """A trainer that does not subclass :class:`TrainerHooks`, with the hooks' defaults: its
+    own members (required ones, hooks it has, anything else such as the probe's) are its own;
+    a hook it lacks is the declared default."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.tokens_per_step = trainer.tokens_per_step
+        self.samples_per_step = trainer.samples_per_step
+        self.batches = trainer.batches
+        self.train_step = trainer.train_step  # bound: no extra call inside the timed window
+        for name in HOOKS:
+            if hasattr(trainer, name):
+                setattr(self, name, getattr(trainer, name))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.trainer, name)
+
+
+def with_hooks(trainer: Any) -> Any:
+    """``trainer`` with every optional hook (itself when it subclasses TrainerHooks)."""
+    return trainer if isinstance(trainer, TrainerHooks) else Hooked(trainer)
+
 
 @dataclass
 class Invocation:
@@ -100,7 +180,8 @@ class Invocation:
 
 
 class ExternalTrainer(Protocol):
-    """A trainer that runs as its own program and reports steps in its log."""
+    """A trainer that runs as its own program and reports steps in its log (with
+    ``useful_flops_per_step`` / ``useful_flops_definition`` as optional hooks)."""
 
     tokens_per_step: int  # used when the log carries no token counts
     tokens_source: str  # where tokens_per_step came from (config, bucket shape)
@@ -131,5 +212,28 @@ def external_recipe(fn: F) -> F:
     return fn
 
 
-def is_external(builder: Callable[..., Any]) -> bool:
-    return bool(getattr(builder, "external", False))
+def host_only_recipe(fn: F) -> F:
+    """Mark a builder whose trainers run on the host CPU only: the trial process gets the host
+    CPU as its device and never imports torch."""
+    fn.host_only = True  # type: ignore[attr-defined]
+    return fn
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A recipe as the orchestrator uses it: its builder and what the builder declares."""
+
+    name: str  # as the workload names it: a registry name or pkg.module:build
+    build: Callable[..., Any]  # build(workload, bucket, device) -> trainer
+    external: bool = False  # its trainers run another program (ExternalTrainer)
+    host_only: bool = False  # host CPU only, no torch device
+
+    @classmethod
+    def of(cls, name: str, build: Callable[..., Any]) -> Recipe:
+        return cls(name, build, bool(getattr(build, "external", False)),
+                   bool(getattr(build, "host_only", False)))
+
+    def trainer(self, workload: Any, bucket: Any, device: str) -> Any:
+        """The recipe's trainer for one bucket on ``device``, with every optional hook."""
+        return with_hooks(self.build(workload, bucket, device))
+

@@ -65,11 +65,6 @@ def builder_path(name: str) -> str:
     return target
 
 
-def get_builder(name: str) -> Any:
-    module, _, attr = builder_path(name).partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def check_import_path(target: str) -> str | None:
     """Why ``pkg.module:build`` cannot be used as a recipe, or None when it can."""
     module, _, attr = target.partition(":")

@@ -12,6 +12,7 @@ import torch
 
 from orchestrator.campaign import run_campaign
 from orchestrator.correctness.runner import run_gate
+from orchestrator.launch.inline import InlineLauncher
 from orchestrator.sweep import resolve_arms, selected_buckets
 
 BROKEN = "tests.helpers.broken"
@@ -30,7 +31,7 @@ def _recipe_sweep(values: list[str], labels: list[str], launcher: str = "inline"
 def test_honest_attention_backends_pass(compose: Any, run_dir: Path, precision: str) -> None:
     cfg = compose(["workload=gpt_test", "protocol=quick", "+sweep=fa2", "sweep.buckets=[s32]",
                    f"workload.precision={precision}"])
-    doc = run_gate(cfg, run_dir, resolve_arms(cfg), selected_buckets(cfg), in_process=True)
+    doc = run_gate(cfg, run_dir, resolve_arms(cfg), selected_buckets(cfg), InlineLauncher())
     gates = {g["label"]: g for g in doc["arms"].values()}
     assert {k: g["status"] for k, g in gates.items()} == {
         "eager": "pass", "sdpa-flash": "pass", "tiled": "pass"}, [

@@ -179,3 +179,40 @@ def test_local_parallel_keeps_a_rounds_arms_on_one_device_set(run_dir: Path) -> 
                   if a["started_at"] < b["finished_at"] and b["started_at"] < a["finished_at"]]
     assert concurrent  # the two rounds did run side by side
     assert set(by_round[0][0]["devices"]).isdisjoint(by_round[1][0]["devices"])
+
+
+# --------------------------------------------------------------------------- worker jobs
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_gate_probes_run_through_every_launcher(name: str, run_dir: Path, monkeypatch: Any) -> None:
+    """run_jobs: the gate's probes, one record each (probe.json on disk before on_done), in
+    the given order (the variant and the repeat read what the baseline wrote), a failing probe
+    a record with its status; on Slurm all of them in one job on one node."""
+    from tests.helpers.launching import make_probes
+
+    launcher = launcher_for(name, run_dir, monkeypatch)
+    jobs = make_probes(run_dir, variant="tests.helpers.faulty:build_raise")
+    seen: list[tuple[str, dict]] = []
+
+    def on_done(job: Any, record: dict) -> None:
+        on_disk = json.loads((Path(job.probe_dir) / "probe.json").read_text())
+        assert on_disk["name"] == job.name == record["name"]
+        assert on_disk["status"] == record["status"]
+        seen.append((job.name, record))
+
+    launcher.run_jobs(jobs, on_done, 300.0)
+    assert [n for n, _ in seen] == ["a0", "a1", "a0-repeat"]
+    recs = {n: r for n, r in seen}
+    assert recs["a0"]["status"] == "ok" and recs["a0-repeat"]["status"] == "ok", recs
+    assert recs["a1"]["status"] == "failed" and "planted failure" in recs["a1"]["error"]
+    assert recs["a0-repeat"]["cross_loads"]["a1"]["ok"] is False  # a1 left no final.pt
+    assert all(r["process_seconds"] > 0 for r in recs.values())
+    pids = {r["pid"] for r in recs.values()}
+    assert len(pids) == (1 if name == "inline" else 3)
+    if name != "inline":
+        assert {r["launcher"] for r in recs.values()} == {name}
+    if name == "slurm":
+        assert len({(r["slurm_job_id"], r["node_id"]) for r in recs.values()}) == 1
+        assert not list(run_dir.rglob("*.pkl"))
+        assert json.loads((run_dir / "slurm" / "jobs.json").read_text()) == {"live": {}}

@@ -27,6 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("orchestrator", "recipes")
 # what a function-local import's comment must say (same line, or the line above)
 STARTUP = re.compile(r"start-?up", re.IGNORECASE)
+# Function-local imports left in files whose owner edits them in parallel (only their import
+# lines may change, and only when a move elsewhere needs it): neither is for start-up cost nor
+# hides a cycle. Hoist them to the top and drop the entry; a stale entry fails the test.
+NOT_YET_HOISTED = {
+    ("orchestrator/analyze.py", "orchestrator.reference"),  # analyze() -> reference.normalise
+    ("orchestrator/campaign.py", "orchestrator.decide"),  # _progress(); decide is imported on top
+}
 
 
 @dataclass(frozen=True)
@@ -162,17 +169,21 @@ def _comments(path: Path) -> dict[int, str]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15: the layers are not one-way yet")
 def test_function_local_imports_are_for_start_up_cost_and_say_so() -> None:
     """A function-local import of the project's own modules carries a one-line comment on its
     line or the line above naming start-up cost (a block of such imports under one comment
     counts as one)."""
     mods = project_modules()
     unexplained = []
+    exempt_seen = set()
     for imp in all_imports():
         if not imp.local:
             continue
         path = mods[imp.module]
+        key = (str(path.relative_to(ROOT)), imp.target)
+        if key in NOT_YET_HOISTED:
+            exempt_seen.add(key)
+            continue
         comments = _comments(path)
         lines = path.read_text(encoding="utf-8").splitlines()
         line = imp.line
@@ -189,6 +200,7 @@ def test_function_local_imports_are_for_start_up_cost_and_say_so() -> None:
             unexplained.append(f"{path.relative_to(ROOT)}:{imp.line} imports {imp.target}")
     assert not unexplained, ("function-local imports without a start-up comment:\n"
                              + "\n".join(sorted(set(unexplained))))
+    assert exempt_seen == NOT_YET_HOISTED, f"stale entries: {NOT_YET_HOISTED - exempt_seen}"
 
 
 def _layers() -> list[list[str]]:
@@ -197,6 +209,7 @@ def _layers() -> list[list[str]]:
     data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     contracts = data["tool"]["importlinter"]["contracts"]
     (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    assert {c["type"] for c in contracts} >= {"layers", "independence"}
     return [[m.strip().strip("()") for m in re.split(r"[|:]", entry)] for entry in layers]
 
 

@@ -197,10 +197,52 @@ def test_tiny_sweep_end_to_end_on_slurm(run_dir: Path, slurm_env: dict[str, str]
     md = (run_dir / "decisions.md").read_text()
     assert "slurm" in md and "planted" in md
     assert list((run_dir / "slurm").glob("*/*_submission.sh"))  # it did go through submitit
+    # the correctness gate's probes ran as a Slurm job too, not on the submitting host
+    probes = [json.loads(p.read_text()) for p in run_dir.glob("correctness/*/probe.json")]
+    assert len(probes) == 3 and all(p["status"] == "ok" for p in probes), probes
+    assert {p["launcher"] for p in probes} == {"slurm"}
+    (gate_job,) = {p["slurm_job_id"] for p in probes}
+    assert gate_job not in {r["slurm_job_id"] for r in recs}
+    assert json.loads((run_dir / "correctness.json").read_text())["launcher"] == "slurm"
+    assert "on a compute node (launcher=slurm: one Slurm job)" in md
     assert not list(run_dir.rglob("*.pkl"))
     for path in (p for p in run_dir.rglob("*") if p.is_file()):
         body = path.read_bytes()
         assert not any(s.encode() in body for s in SECRETS), path
+    assert json.loads((run_dir / "slurm" / "jobs.json").read_text()) == {"live": {}}
+
+
+@pytest.mark.slurm
+def test_correctness_probes_run_as_a_slurm_job(compose: Any, run_dir: Path,
+                                               slurm_env: dict[str, str]) -> None:
+    """With launcher=slurm the gate dispatches its probes through the campaign's launcher: one
+    Slurm job runs the baseline, the variant and the baseline repeat in order on one compute
+    node (a distributed workload's probe as tasks of that job), where the trials run."""
+    from orchestrator.correctness.runner import run_gate
+    from orchestrator.sweep import resolve_arms, selected_buckets
+
+    cfg = compose(["workload=muon_tp_test", "protocol=quick", "launcher=slurm",
+                   "launcher.slurm.partition=debug", "launcher.slurm.poll_interval_s=0.5",
+                   "+sweep=tp_mode", "sweep.values=[distributed]",
+                   "protocol.correctness.steps=4"])
+    assert cfg.workload.world_size == 2
+    launcher = _launcher(run_dir)
+    doc = run_gate(cfg, run_dir, resolve_arms(cfg), selected_buckets(cfg), launcher)
+    assert doc["launcher"] == "slurm" and not doc["in_process"]
+    assert {n: p["status"] for n, p in doc["probes"].items()} == {
+        "a0": "ok", "a1": "ok", "a0-repeat": "ok"}, doc["probes"]
+    probes = {p.parent.name: json.loads(p.read_text())
+              for p in run_dir.glob("correctness/*/probe.json")}
+    assert {p["launcher"] for p in probes.values()} == {"slurm"}
+    assert len({(p["slurm_job_id"], p["node_id"]) for p in probes.values()}) == 1
+    assert {p["world_size"] for p in probes.values()} == {2}  # two ranks, tasks of the job
+    assert (run_dir / "correctness" / "a1" / "stderr.rank1.log").exists()
+    (sub,) = list((run_dir / "slurm").glob("*/*_submission.sh"))
+    text = sub.read_text()
+    assert "#SBATCH --job-name=orch-gate" in text and "#SBATCH --ntasks-per-node=2" in text
+    assert doc["arms"]["a1"]["status"] in ("pass", "fail")  # judged, from the job's tensors
+    assert launcher.seen_hostnames  # the node's name came back privately, for the sanitizer
+    assert not list(run_dir.rglob("*.pkl"))
     assert json.loads((run_dir / "slurm" / "jobs.json").read_text()) == {"live": {}}
 
 

@@ -30,14 +30,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import json
 import os
 import platform
 import sys
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,49 +44,16 @@ from orchestrator import distributed as distmod
 from orchestrator.config import BucketConfig
 from orchestrator.convert import from_dict
 from orchestrator.errors import BackendUnavailable
+from orchestrator.jobs import ProbeSpec
 from orchestrator.processes import die_with_parent
 from orchestrator.results import SCHEMA_VERSION, atomic_write_json
 from orchestrator.worker import Worker, start_worker
+from recipes.base import probe_hooks_missing
 
-REQUIRED_HOOKS = (
-    "model",
-    "optimizer",
-    "batches",
-    "forward_outputs",
-    "forward_loss",
-    "train_step",
-    "state_dict",
-    "load_state_dict",
-)
 
 
 class Unsupported(Exception):
     """The recipe offers no model to probe (no hooks): recorded as status ``unsupported``."""
-
-
-@dataclass
-class ProbeSpec:
-    name: str  # a0, a1, ..., a0-repeat
-    arm_id: str
-    arm_label: str
-    role: str  # baseline | variant | baseline_repeat
-    probe_dir: str
-    workload: dict[str, Any]
-    buckets: list[dict[str, Any]]
-    init_checkpoint: str  # written by the baseline, loaded by every arm
-    batch_dir: str  # the baseline's probe batch per bucket
-    device: str = "auto"
-    steps: int = 4
-    cross_load: dict[str, str] = field(default_factory=dict)  # arm_id -> its final checkpoint
-    env: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=2)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> ProbeSpec:
-        with open(path, encoding="utf-8") as fh:
-            return cls(**json.load(fh))
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
@@ -231,12 +196,12 @@ def probe_bucket(
     assert dev is not None
     out_dir = Path(spec.probe_dir)
     trainer = worker.trainer(bucket)
-    missing = [h for h in REQUIRED_HOOKS if not hasattr(trainer, h)]
+    missing = probe_hooks_missing(trainer)
     if missing:
         raise Unsupported(f"the recipe's trainer lacks the hooks {missing} (see recipes/base.py)")
     writer = _is_writer()
     # a sharded parameter's gradient / update as the whole tensor (a collective when sharded)
-    full = getattr(trainer, "full_tensor", lambda name, t: t)
+    full = trainer.full_tensor
     init_path = Path(spec.init_checkpoint)
     if spec.role == "baseline" and first:
         init_state = trainer.state_dict()

@@ -2,10 +2,13 @@
 
 Order: the baseline's probe (writes ``init.pt`` and the probe batches), each variant's probe,
 then the baseline again: its repeat gives the noise floor and tries every variant's final
-checkpoint. Each probe is a fresh ``python -m orchestrator.correctness.probe`` process (in
-process with ``launcher=inline``, for debugging); a distributed workload's probe
-(``workload.world_size`` = G > 1) is G processes started by ``torch.distributed.run``. A probe that crashes, hangs or is killed is
-recorded with a status; the gate then says so, and the campaign goes on.
+checkpoint. The probes are worker jobs dispatched through the campaign's launcher like the
+timed trials (``Launcher.run_jobs``): each is a fresh ``python -m orchestrator.correctness.probe``
+process with ``launcher=local``, one Slurm job runs them all on a compute node with
+``launcher=slurm``, and they run in this process with ``launcher=inline`` (for debugging); a
+distributed workload's probe (``workload.world_size`` = G > 1) is G ranks. A probe that
+crashes, hangs or is killed is recorded with a status; the gate then says so, and the campaign
+goes on.
 
 Artifacts, under the run directory::
 
@@ -22,9 +25,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
-import signal
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,16 +33,13 @@ from typing import Any
 from orchestrator.config import Config
 from orchestrator.convert import to_dict
 from orchestrator.correctness.gate import ArmGate, evaluate
-from orchestrator.correctness.probe import ProbeSpec, run_probe
 from orchestrator.decide import Gate
-from orchestrator.envvars import env_overrides
-from orchestrator.launch.base import stderr_tail
-from orchestrator.paths import package_root
-from orchestrator.processes import run_child
+from orchestrator.jobs import ProbeSpec, WorkerJob
+from orchestrator.launch.factory import make_launcher
+from orchestrator.launch.base import Launcher
 from orchestrator.results import SCHEMA_VERSION, atomic_write_json, read_json
 from orchestrator.sweep import Arm, ResolvedArm
-from recipes.base import is_external
-from recipes.registry import get_builder
+from orchestrator.worker import load_recipe
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +62,10 @@ def external_reason(cfg: Config, arms: Sequence[ResolvedArm]) -> str | None:
     for arm in arms:
         recipe = arm.workload.get("recipe", "")
         try:
-            builder = get_builder(recipe)
+            external = load_recipe(recipe).external
         except Exception:  # noqa: BLE001 (an unknown recipe fails its own probe, as data)
             continue
-        if is_external(builder):
+        if external:
             return (f"arm {arm.label!r} runs an external command (recipe {recipe!r}): there is "
                     "no model in this process to probe; its logged loss is compared with the "
                     "baseline's instead (workload.loss_rtol)")
@@ -107,60 +104,6 @@ def probe_specs(
     )
 
 
-def _run_in_process(spec: ProbeSpec) -> dict[str, Any]:
-    try:
-        with env_overrides(spec.env):
-            return run_probe(spec)
-    finally:
-        dynamo = sys.modules.get("torch._dynamo")
-        if dynamo is not None:  # compiled code cached by a probe must not serve later trials
-            dynamo.reset()
-
-
-def _run_subprocess(spec: ProbeSpec, timeout_s: float, python: str | None) -> dict[str, Any]:
-    pdir = Path(spec.probe_dir)
-    pdir.mkdir(parents=True, exist_ok=True)
-    (pdir / "probe.json").unlink(missing_ok=True)
-    spec_path = pdir / "spec.json"
-    spec_path.write_text(spec.to_json(), encoding="utf-8")
-    env = dict(os.environ)
-    env.update(spec.env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), env.get("PYTHONPATH")) if p)
-    py = python or sys.executable
-    cmd = [py, "-m", "orchestrator.correctness.probe", str(spec_path)]
-    world = max(1, int(spec.workload.get("world_size", 1) or 1))
-    if world > 1:  # a distributed workload is probed by its G ranks (rank 0 writes the record)
-        cmd = [py, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
-               *cmd[1:]]
-    t0 = time.perf_counter()
-    with open(pdir / "stdout.log", "wb") as out, open(pdir / "stderr.log", "wb") as err:
-        rc = run_child(cmd, stdout=out, stderr=err, env=env, timeout_s=timeout_s, preexec_fn=None)
-    wall = time.perf_counter() - t0
-    path = pdir / "probe.json"
-    if rc is not None and rc >= 0 and path.exists():
-        rec: dict[str, Any] = read_json(path)
-    else:
-        if rc is None:
-            status, error = "timeout", f"exceeded protocol.correctness.timeout_s={timeout_s:g}"
-        elif rc < 0:
-            status, error = "crashed", f"process died from signal {signal.Signals(-rc).name}"
-        else:
-            status, error = "crashed", f"process exited with code {rc} without writing probe.json"
-        rec = {
-            "schema_version": SCHEMA_VERSION,
-            "name": spec.name,
-            "arm_id": spec.arm_id,
-            "arm_label": spec.arm_label,
-            "role": spec.role,
-            "status": status,
-            "error": error,
-            "stderr_tail": stderr_tail(pdir / "stderr.log"),
-        }
-        atomic_write_json(path, rec)
-    rec["process_seconds"] = wall  # start-up included: what the gate costs per arm
-    return rec
-
-
 def _loader(run_dir: Path) -> Any:
     import torch
 
@@ -186,9 +129,10 @@ def run_gate(
     run_dir: Path,
     arms: Sequence[ResolvedArm],
     buckets: Sequence[dict[str, Any]],
-    in_process: bool = False,
+    launcher: Launcher | None = None,
 ) -> dict[str, Any]:
-    """Probe every arm once, judge, write correctness.json; reuse it on resume."""
+    """Probe every arm once through the campaign's ``launcher`` (default: the one
+    ``cfg.launcher`` names), judge, write correctness.json; reuse it on resume."""
     c = cfg.protocol.correctness
     path = run_dir / FILE
     if c.mode == "off":
@@ -212,21 +156,19 @@ def run_gate(
                 return old  # type: ignore[no-any-return]
         except (OSError, json.JSONDecodeError):
             pass
+    launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
     t0 = time.perf_counter()
     probes: dict[str, dict[str, Any]] = {}
-    for spec in specs:
-        log.info("correctness probe %s (%s, %s)", spec.name, spec.arm_label, spec.role)
-        if in_process:
-            t = time.perf_counter()
-            rec = _run_in_process(spec)
-            rec["process_seconds"] = time.perf_counter() - t
-        else:
-            rec = _run_subprocess(spec, c.timeout_s, cfg.launcher.python)
-        probes[spec.name] = rec
+
+    def on_done(job: WorkerJob, rec: dict[str, Any]) -> None:
+        probes[job.job_id] = rec
         if rec.get("status") != "ok":
-            log.warning(
-                "correctness probe %s: %s: %s", spec.name, rec.get("status"), rec.get("error")
-            )
+            log.warning("correctness probe %s: %s: %s", job.job_id, rec.get("status"),
+                        rec.get("error"))
+
+    log.info("correctness probes through launcher=%s: %s", launcher.name,
+             ", ".join(f"{s.name} ({s.arm_label}, {s.role})" for s in specs))
+    launcher.run_jobs(specs, on_done, c.timeout_s)
     base = probes.get(arms[0].arm_id, {})
     if base.get("status") == "unsupported":  # e.g. a numpy workload: no torch model to compare
         doc = {"schema_version": SCHEMA_VERSION, "mode": "not_applicable", "fingerprint": fp,
@@ -261,7 +203,8 @@ def run_gate(
         "tolerance_key": key,
         "tolerance": to_dict(cfg.invariants.tolerances.get(key)),
         "steps": c.steps,
-        "in_process": in_process,
+        "in_process": launcher.name == "inline",
+        "launcher": launcher.name,
         "data_order_declared": data_order_declared(cfg),
         "gate_seconds": gate_s,
         "probe_seconds": secs,  # wall time of each probe process, start-up included
@@ -330,6 +273,14 @@ def _detail(g: dict[str, Any]) -> str:
     return f"worst tensor {b} {w['name']} rel_l2 {_fmt(w['rel_l2'])} (limit {w['threshold']:.0e})"
 
 
+def _where(doc: dict[str, Any]) -> str:
+    if doc.get("in_process"):
+        return "in-process (launcher=inline)"
+    if doc.get("launcher") == "slurm":
+        return "in a fresh process on a compute node (launcher=slurm: one Slurm job)"
+    return "in a fresh process"
+
+
 def _fmt(x: Any, spec: str = ".1e") -> str:
     return "—" if x is None else (format(x, spec) if isinstance(x, (int, float)) else str(x))
 
@@ -359,8 +310,7 @@ def section(run_dir: Path) -> list[tuple[str, list[str]]]:
     fl = ", ".join(f"{b} {_fmt(f.get('max_tensor_rel_l2'))}" for b, f in floor.items()) or "—"
     lines = [
         (
-            f"One probe per arm "
-            f"{'in-process (launcher=inline)' if doc.get('in_process') else 'in a fresh process'}, "
+            f"One probe per arm {_where(doc)}, "
             f"once per campaign: same initial weights and batch, "
             f"{doc.get('steps')} training steps. Tolerance `{doc.get('tolerance_key')}`: rel_l2 "
             f"{_fmt(tol.get('rel_l2'))} per tensor (outputs, loss, gradients, optimizer update), "

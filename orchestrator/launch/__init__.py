@@ -1,31 +1,7 @@
-"""Launchers: run trial specs and hand back their records, whatever the scheduler."""
+"""Launchers: run worker jobs (trials, the gate's probes) and hand back their records, whatever
+the scheduler.
 
-from __future__ import annotations
-
-from pathlib import Path
-from typing import Optional
-
-from orchestrator.config import LauncherConfig
-from orchestrator.launch.base import Launcher
-
-
-def make_launcher(cfg: LauncherConfig, device: str = "auto",
-                  run_dir: Optional[Path] = None) -> Launcher:
-    if cfg.name == "inline":
-        from orchestrator.launch.inline import InlineLauncher
-
-        return InlineLauncher()
-    if cfg.name == "local":
-        from orchestrator.launch.local import LocalLauncher
-
-        return LocalLauncher(python=cfg.python, device=device, devices=cfg.devices,
-                             max_parallel=cfg.max_parallel)
-    if cfg.name == "slurm":
-        from orchestrator.launch.slurm import SlurmLauncher
-
-        folder = cfg.slurm.folder or (str(run_dir / "slurm") if run_dir else "slurm")
-        ledger = run_dir / "slurm" / "jobs.json" if run_dir else None
-        return SlurmLauncher(cfg.slurm, folder=folder, python=cfg.python, ledger=ledger)
-    from orchestrator.errors import ConfigError
-
-    raise ConfigError("launcher.name", f"{cfg.name!r} is not available; use inline, local or slurm")
+``base`` (the interface, record helpers), ``process`` (one worker process), ``inline`` /
+``local`` / ``slurm`` (the implementations, side by side), ``slots`` (device slots),
+``checks`` (launcher settings a type cannot check), ``factory`` (``make_launcher``).
+"""

@@ -2,11 +2,14 @@
 
 Contract (checked by ``tests/test_launcher_contract.py`` against every implementation):
 
-* ``run(specs, on_done, timeout_s, on_start)`` runs the specs and calls ``on_done(spec,
+* ``run(specs, on_done, timeout_s, on_start)`` runs the trial specs and calls ``on_done(spec,
   record)`` exactly once per spec; a failure (raise, crash, kill, time-out, OOM, backend
   missing) is a record with a status and the tail of stderr, never a missing record;
 * ``trial.json`` is on disk (written atomically) before ``on_done`` is called;
-* trials of one round and bucket run in plan order on the same device(s) (and node).
+* trials of one round and bucket run in plan order on the same device(s) (and node);
+* ``run_jobs(jobs, on_done, timeout_s)`` runs other worker jobs (the correctness gate's
+  probes) the same way: one after another in the given order, on one device set (one node;
+  on Slurm one job), each with exactly one record on disk (``probe.json``) before ``on_done``.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import signal
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from orchestrator.results import read_json, trial_record
-from orchestrator.jobs import TrialSpec
+from orchestrator.jobs import ProbeSpec, TrialSpec, WorkerJob
+from orchestrator.results import SCHEMA_VERSION, read_json, trial_record
 
 OnDone = Callable[[TrialSpec, dict[str, Any]], None]
 OnStart = Callable[[TrialSpec], None]
+OnJobDone = Callable[[WorkerJob, dict[str, Any]], None]
 
 STDERR_TAIL_LINES = 30
 # a trial with one of these statuses is final: it is kept on resume, never re-run. A trial
@@ -37,21 +41,26 @@ def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def read_record(path: Path) -> Optional[dict[str, Any]]:
-    """A trial.json body, or None when it is missing, truncated or not a record."""
+def read_record(path: Path, id_field: str = "trial_id") -> Optional[dict[str, Any]]:
+    """A trial.json (probe.json: ``id_field="name"``) body, or None when it is missing,
+    truncated or not a record."""
     try:
         rec = read_json(path)
     except (OSError, ValueError):
         return None
-    return rec if isinstance(rec, dict) and "trial_id" in rec and "status" in rec else None
+    return rec if isinstance(rec, dict) and id_field in rec and "status" in rec else None
 
 
-def final_record(spec: TrialSpec) -> Optional[dict[str, Any]]:
-    """The trial's record when it is already final on disk (resume skips it), else None."""
-    rec = read_record(Path(spec.trial_dir) / "trial.json")
-    if rec is None or rec.get("trial_id") != spec.trial_id:
-        return None
-    return rec if rec.get("status") in FINAL_STATUSES else None
+def job_record(job: WorkerJob) -> Optional[dict[str, Any]]:
+    """The record the job's worker wrote for this job, or None."""
+    rec = read_record(job.record_path, job.id_field)
+    return rec if rec is not None and rec.get(job.id_field) == job.job_id else None
+
+
+def final_record(spec: WorkerJob) -> Optional[dict[str, Any]]:
+    """The job's record when it is already final on disk (resume skips it), else None."""
+    rec = job_record(spec)
+    return rec if rec is not None and rec.get("status") in FINAL_STATUSES else None
 
 
 def rank_failure(spec: TrialSpec) -> Optional[dict[str, Any]]:
@@ -170,16 +179,56 @@ def mark_infrastructure(spec: TrialSpec, record: dict[str, Any]) -> dict[str, An
             "failure_kind": "infrastructure", "infra_reason": why}
 
 
-def world_size(spec: TrialSpec) -> int:
-    """Processes the launcher starts for the trial. A ``command`` workload starts its own ranks
-    (its world_size is only a placeholder of its command line): one process."""
-    if spec.workload.get("kind") == "command":
-        return 1
-    return max(1, int(spec.workload.get("world_size", 1) or 1))
+def world_size(spec: WorkerJob) -> int:
+    """Processes the launcher starts for the job (:meth:`WorkerJob.nproc`)."""
+    return spec.nproc()
 
 
-def dumps_spec(spec: TrialSpec) -> str:
+def dumps_spec(spec: WorkerJob) -> str:
     return json.dumps(spec.__dict__, indent=2)
+
+
+def probe_failure(spec: ProbeSpec, status: str, error: str, tail: str) -> dict[str, Any]:
+    """probe.json for a probe process that left none (the gate then says why)."""
+    return {"schema_version": SCHEMA_VERSION, "name": spec.name, "arm_id": spec.arm_id,
+            "arm_label": spec.arm_label, "role": spec.role, "status": status, "error": error,
+            "stderr_tail": tail}
+
+
+def job_failure(job: WorkerJob, status: str, error: str, tail: str) -> dict[str, Any]:
+    """The job's record when it wrote one and ``status`` lets it stand, else a failure record
+    of its kind with the reason (a launcher's own failure: no devices, a lost Slurm job)."""
+    if isinstance(job, TrialSpec):
+        return record_or_failure(job, status, error, tail)
+    assert isinstance(job, ProbeSpec)
+    own = job_record(job)
+    return own if own is not None and status in ("", "ok") else probe_failure(job, status, error,
+                                                                             tail)
+
+
+def job_outcome(job: WorkerJob, rc: Optional[int], timeout_s: float, tail: str,
+                wall_s: float) -> dict[str, Any]:
+    """The record of a finished worker process: its own, or one that says why there is none.
+    A trial that failed in the harness is marked ``infra_failed``; a probe records its wall
+    time, start-up included (``process_seconds``: what the gate costs per arm)."""
+    if isinstance(job, TrialSpec):
+        status, error = status_from_returncode(rc, timeout_s, job.record_path.exists())
+        return mark_infrastructure(job, record_or_failure(job, status, error, tail))
+    assert isinstance(job, ProbeSpec)
+    own = job_record(job) if rc is not None and rc >= 0 else None
+    if own is not None:
+        rec = own
+    elif rc is None:
+        rec = probe_failure(job, "timeout", f"exceeded protocol.correctness.timeout_s="
+                            f"{timeout_s:g}", tail)
+    elif rc < 0:
+        rec = probe_failure(job, "crashed", f"process died from signal {signal.Signals(-rc).name}",
+                            tail)
+    else:
+        rec = probe_failure(job, "crashed", f"process exited with code {rc} without writing "
+                            "probe.json", tail)
+    rec["process_seconds"] = wall_s
+    return rec
 
 
 class Launcher(abc.ABC):
@@ -204,3 +253,9 @@ class Launcher(abc.ABC):
 
         Every spec gets exactly one record (a failure is a record with a status); trial.json is
         on disk before ``on_done`` is called."""
+
+    @abc.abstractmethod
+    def run_jobs(self, jobs: Sequence[WorkerJob], on_done: OnJobDone, timeout_s: float) -> None:
+        """Run worker jobs (the correctness probes) one after another in the given order, on one
+        device set (one node): a later job may read what an earlier one wrote. Each gets exactly
+        one record, on disk in its job directory before ``on_done(job, record)``."""

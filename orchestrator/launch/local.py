@@ -7,95 +7,35 @@ distinct groups run side by side on disjoint devices. A distributed trial (``wor
 ``python -m torch.distributed.run --standalone --nproc-per-node G``. A trial that raises,
 segfaults, is killed or hangs past its time limit becomes a record with a status and the tail of
 its stderr; the campaign goes on. If the orchestrator itself dies, its trial process is taken
-down with it (parent-death signal), so a resumed campaign never races an orphan.
+down with it (parent-death signal), so a resumed campaign never races an orphan. The gate's
+probes (``run_jobs``) run the same way, one after another on one device set. Every process
+starts through :func:`orchestrator.launch.process.run_worker_process`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from orchestrator.jobs import TrialSpec, WorkerJob
 from orchestrator.launch.base import (
     Launcher,
     OnDone,
+    OnJobDone,
     OnStart,
-    mark_infrastructure,
+    job_failure,
     record_or_failure,
-    status_from_returncode,
-    stderr_tail,
     world_size,
 )
+from orchestrator.launch.process import run_worker_process, trial_command  # noqa: F401
 from orchestrator.launch.slots import DeviceSlots, Inventory, inventory
-from orchestrator.paths import package_root
-from orchestrator.processes import die_with_parent, ignore_job_signals, run_child
-from orchestrator.results import atomic_write_json, atomic_write_text
-from orchestrator.jobs import LAUNCH_T0_VAR, TrialSpec
+from orchestrator.results import atomic_write_json
 
 log = logging.getLogger(__name__)
-
-
-def trial_command(python: str, spec_path: Path, nproc: int) -> list[str]:
-    if nproc <= 1:
-        return [python, "-m", "orchestrator.trial", str(spec_path)]
-    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", "orchestrator.trial", str(spec_path)]
-
-
-def run_trial_process(
-    spec: TrialSpec,
-    timeout_s: float,
-    python: str,
-    extra_env: Optional[dict[str, str]] = None,
-    launch_t0: Optional[float] = None,
-    nproc: Optional[int] = None,
-    log_suffix: str = "",
-    write_failure: bool = True,
-    annotate: Optional[dict[str, Any]] = None,
-    ignore_sigterm: bool = False,
-) -> dict[str, Any]:
-    """Run one trial (or one rank of it, with ``extra_env`` carrying RANK etc.) as a process.
-
-    Used by the local launcher and, inside each Slurm job, by the Slurm launcher. Writes
-    trial.json (the trial's own, or a failure record) unless ``write_failure`` is False.
-
-    ``ignore_sigterm``: inside a Slurm job, preemption and scancel send SIGTERM to every process
-    of the job; the trial ignores it (and submitit's SIGUSR2) so that the job (submitit)
-    decides: requeue on preemption (the trial is then killed and re-run), or SIGKILL after the
-    cancel's grace period."""
-    tdir = Path(spec.trial_dir)
-    tdir.mkdir(parents=True, exist_ok=True)
-    spec_path = tdir / "spec.json"
-    if not log_suffix:
-        atomic_write_text(spec_path, spec.to_json())
-        for stale in [tdir / "trial.json", *tdir.glob("trial.rank*.json")]:
-            stale.unlink(missing_ok=True)  # an interrupted attempt: never mix its record in
-    nproc = world_size(spec) if nproc is None else nproc
-    env = dict(os.environ)
-    env.update(spec.env)
-    env.update(extra_env or {})
-    root = package_root()
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    env[LAUNCH_T0_VAR] = repr(launch_t0 if launch_t0 is not None else time.time())
-    cmd = trial_command(python, spec_path, nproc)
-    err_path = tdir / f"stderr{log_suffix}.log"
-    with open(tdir / f"stdout{log_suffix}.log", "wb") as out, open(err_path, "wb") as err:
-        # Ctrl-C or SIGTERM while it runs: the child goes down with us, nothing else is lost
-        rc = run_child(cmd, stdout=out, stderr=err, env=env, timeout_s=timeout_s,
-                       preexec_fn=ignore_job_signals if ignore_sigterm else die_with_parent)
-    tail = stderr_tail(err_path)
-    status, error = status_from_returncode(rc, timeout_s, (tdir / "trial.json").exists())
-    record = mark_infrastructure(spec, record_or_failure(spec, status, error, tail))
-    record["returncode"] = rc
-    record.update(annotate or {})
-    if write_failure:
-        atomic_write_json(tdir / "trial.json", record)
-    return record
 
 
 class LocalLauncher(Launcher):
@@ -117,7 +57,7 @@ class LocalLauncher(Launcher):
 
     def run_one(self, spec: TrialSpec, timeout_s: float) -> dict[str, Any]:
         """One trial in a fresh process, outside the slot bookkeeping (benchmarks, tools)."""
-        return run_trial_process(spec, timeout_s, self.python, annotate={"launcher": "local"})
+        return run_worker_process(spec, timeout_s, self.python, annotate={"launcher": "local"})
 
     def slots(self) -> DeviceSlots:
         inv = self._inv or inventory(self.device, self.devices)
@@ -157,7 +97,7 @@ class LocalLauncher(Launcher):
                     if on_start is not None:
                         with lock:
                             on_start(spec)
-                    record = run_trial_process(spec, timeout_s, self.python, slots.env(mine),
+                    record = run_worker_process(spec, timeout_s, self.python, slots.env(mine),
                                                annotate={"launcher": "local", "devices": mine})
                     with lock:
                         on_done(spec, record)
@@ -170,6 +110,29 @@ class LocalLauncher(Launcher):
                 group([spec])
             return
         _run_parallel(round_groups(specs), group, self.max_parallel)
+
+    def run_jobs(self, jobs: Sequence[WorkerJob], on_done: OnJobDone, timeout_s: float) -> None:
+        """One after another, in order, on one device set (enough for the widest job)."""
+        if not jobs:
+            return
+        slots = self.slots()
+        fitting = [world_size(j) for j in jobs if slots.fits(world_size(j))]
+        taken = slots.acquire(max(fitting)) if fitting else None
+        try:
+            for job in jobs:
+                n = world_size(job)
+                if taken is None or not slots.fits(n):
+                    record = job_failure(job, "unavailable", f"needs {n} devices, the launcher "
+                                         f"has {len(slots.inv.devices)}", "")
+                    atomic_write_json(job.record_path, record)
+                else:
+                    mine = taken[:n] if slots.inv.devices else taken
+                    record = run_worker_process(job, timeout_s, self.python, slots.env(mine),
+                                                annotate={"launcher": "local"})
+                on_done(job, record)
+        finally:
+            if taken is not None:
+                slots.release(taken)
 
 
 def round_groups(specs: Sequence[TrialSpec]) -> list[list[TrialSpec]]:

@@ -12,6 +12,10 @@ A distributed trial (``workload.world_size = G``) runs as G tasks of its job (sr
 submitit), one rank per task with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT
 set; rank 0 writes the record.
 
+The correctness gate's probes (``run_jobs``) run the same way: one Slurm job runs every probe
+of the campaign in order (the baseline, the variants, the baseline again) on one node, so they
+run where the trials run, not on the submitting host.
+
 Faults: a trial that raises, segfaults, hangs or is killed is recorded by the in-job runner,
 exactly as the local launcher does. A job that is preempted or reaches its time limit is
 requeued through submitit's checkpointing, up to ``launcher.slurm.max_requeue`` times; the
@@ -38,18 +42,20 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from orchestrator.config import SlurmLauncherConfig
+from orchestrator.jobs import JOB_KINDS, TrialSpec, WorkerJob, job_from_payload
 from orchestrator.launch.base import (
     Launcher,
     OnDone,
+    OnJobDone,
     OnStart,
     final_record,
-    read_record,
-    record_or_failure,
+    job_failure,
+    job_record,
     stderr_tail,
     world_size,
 )
+from orchestrator.launch.process import run_worker_process
 from orchestrator.results import atomic_write_json, atomic_write_text
-from orchestrator.jobs import TrialSpec
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +140,13 @@ def master_port(job_id: str, index: int) -> int:
 
 @dataclass
 class GroupJob:
-    """What one Slurm job runs: the arms of one (round, bucket), one after another.
+    """What one Slurm job runs: the arms of one (round, bucket), one after another (or the
+    gate's probes, in order).
 
     Checkpointable: on preemption or time-out submitit calls :meth:`checkpoint`, which hands
     back the same group with the attempt counted; the requeued job skips final trials."""
 
-    specs: list[dict[str, Any]]
+    specs: list[dict[str, Any]]  # WorkerJob.payload() of each job, in order
     timeout_s: float
     python: Optional[str]
     submitted_at: float
@@ -149,14 +156,12 @@ class GroupJob:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __call__(self) -> dict[str, Any]:
-        import submitit
-
-        from orchestrator.launch.local import run_trial_process
+        import submitit  # start-up cost: only a Slurm job (or launcher=slurm) imports submitit
 
         env = submitit.JobEnvironment()
         rank = env.global_rank
         python = self.python or sys.executable
-        specs = [TrialSpec(**d) for d in self.specs]
+        specs = [job_from_payload(d) for d in self.specs]
         todo = [s for s in specs if final_record(s) is None]  # decided once, same on every task
         node = node_id()
         first = True
@@ -175,16 +180,16 @@ class GroupJob:
                 extra = {"RANK": str(rank), "WORLD_SIZE": str(ws), "LOCAL_RANK": str(rank),
                          "LOCAL_WORLD_SIZE": str(ws), "MASTER_ADDR": env.hostnames[0],
                          "MASTER_PORT": str(master_port(env.job_id, i))}
-            run_trial_process(spec, self.timeout_s, python, extra_env=extra, launch_t0=t0,
-                              nproc=1, log_suffix="" if rank == 0 else f".rank{rank}",
-                              write_failure=rank == 0, annotate=annotate, ignore_sigterm=True)
+            run_worker_process(spec, self.timeout_s, python, extra_env=extra, launch_t0=t0,
+                               nproc=1, log_suffix="" if rank == 0 else f".rank{rank}",
+                               write_record=rank == 0, annotate=annotate, ignore_sigterm=True)
         # the host name travels only in the result pickle (deleted once read): the launcher hands
         # it to the sanitizer, so the job's logs never show the compute node's name
         return {"node_id": node, "attempt": self.attempt, "rank": rank,
                 "hostname": socket.gethostname()}
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        import submitit
+        import submitit  # start-up cost: only a Slurm job (or launcher=slurm) imports submitit
 
         if self.attempt >= self.max_requeue:
             return None  # submitit then ends the job: its unfinished trials get a status
@@ -227,7 +232,7 @@ class SlurmLauncher(Launcher):
         self.ledger.remove(live)
 
     def executor(self, ntasks: int, job_name: str) -> Any:
-        import submitit
+        import submitit  # start-up cost: only a Slurm job (or launcher=slurm) imports submitit
 
         ex = submitit.SlurmExecutor(folder=str(self.folder / "%j"),
                                     max_num_timeout=self.cfg.max_requeue)
@@ -241,33 +246,34 @@ class SlurmLauncher(Launcher):
         timeout_s: float,
         on_start: Optional[OnStart] = None,
     ) -> None:
-        for spec in specs:  # every task of a job reads spec.json; a stale record never counts
-            tdir = Path(spec.trial_dir)
-            tdir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(tdir / "spec.json", spec.to_json())
-            for stale in [tdir / "trial.json", *tdir.glob("trial.rank*.json")]:
-                stale.unlink(missing_ok=True)
+        _prepare(specs)
         need_min = max((len(g) for w in plan_waves(specs) for g in w), default=0) * timeout_s / 60
         if need_min > self.cfg.time_limit_min:
             log.warning("launcher.slurm.time_limit_min=%d may be short: a job runs up to %.0f min "
                         "of trials (arms x protocol.trial_timeout_s)", self.cfg.time_limit_min,
                         need_min)
         for wave in plan_waves(specs):
-            self._run_wave(wave, on_done, timeout_s, on_start)
+            self._run_wave(wave, on_done, timeout_s, on_start,  # type: ignore[arg-type]
+                           f"orch-r{wave[0][0].round}", f"round {wave[0][0].round}")
 
-    def _run_wave(self, groups: list[list[TrialSpec]], on_done: OnDone, timeout_s: float,
-                  on_start: Optional[OnStart]) -> None:
+    def run_jobs(self, jobs: Sequence[WorkerJob], on_done: OnJobDone, timeout_s: float) -> None:
+        """One Slurm job runs them all, in order, on one node (the gate's probes)."""
+        if not jobs:
+            return
+        _prepare(jobs)
+        self._run_wave([list(jobs)], on_done, timeout_s, None, "orch-gate", "correctness gate")
+
+    def _run_wave(self, groups: Sequence[Sequence[WorkerJob]], on_done: OnJobDone,
+                  timeout_s: float, on_start: Optional[OnStart], name: str, what: str) -> None:
         ntasks = max(world_size(s) for g in groups for s in g)
-        r = groups[0][0].round
-        ex = self.executor(ntasks, f"orch-r{r}")
+        ex = self.executor(ntasks, name)
         now = time.time()
-        bodies = [GroupJob([s.__dict__ for s in g], timeout_s, self.python, now,
+        bodies = [GroupJob([s.payload() for s in g], timeout_s, self.python, now,
                            self.cfg.max_requeue) for g in groups]
         with ex.batch():
             jobs = [ex.submit(b) for b in bodies]
-        self.ledger.add({j.job_id: [s.trial_id for s in g] for j, g in zip(jobs, groups)})
-        log.info("round %d: submitted %d job(s) %s", r, len(jobs),
-                 ", ".join(j.job_id for j in jobs))
+        self.ledger.add({j.job_id: [s.job_id for s in g] for j, g in zip(jobs, groups)})
+        log.info("%s: submitted %d job(s) %s", what, len(jobs), ", ".join(j.job_id for j in jobs))
         try:
             outcomes = self._wait(jobs, groups, ntasks, on_start)
         except BaseException:  # Ctrl-C: do not leave jobs writing into the run dir
@@ -286,7 +292,7 @@ class SlurmLauncher(Launcher):
             drop_pickles(Path(job.paths.folder))
         self.ledger.remove([j.job_id for j in jobs])
 
-    def _wait(self, jobs: list[Any], groups: list[list[TrialSpec]], ntasks: int,
+    def _wait(self, jobs: list[Any], groups: Sequence[Sequence[WorkerJob]], ntasks: int,
               on_start: Optional[OnStart]) -> dict[str, tuple[str, str, set[str]]]:
         pending = {j.job_id: (j, g) for j, g in zip(jobs, groups)}
         outcomes: dict[str, tuple[str, str, set[str]]] = {}
@@ -301,7 +307,7 @@ class SlurmLauncher(Launcher):
                 if state == "RUNNING" and jid not in started:
                     started.add(jid)
                     if on_start is not None:
-                        on_start(group[0])
+                        on_start(group[0])  # type: ignore[arg-type]
                 if all(job.task(t).paths.result_pickle.exists() for t in range(ntasks)):
                     outcomes[jid] = _result(job)
                 elif state in TERMINAL_STATES or state is None:
@@ -319,17 +325,29 @@ class SlurmLauncher(Launcher):
                 time.sleep(self.cfg.poll_interval_s)
         return outcomes
 
-    def _collect(self, spec: TrialSpec, job: Any, state: str, error: str) -> dict[str, Any]:
-        rec = read_record(Path(spec.trial_dir) / "trial.json")
-        if rec is not None and rec.get("trial_id") == spec.trial_id:
+    def _collect(self, spec: WorkerJob, job: Any, state: str, error: str) -> dict[str, Any]:
+        rec = job_record(spec)
+        if rec is not None:
             return rec
         status = {"CANCELLED": "killed", "TIMEOUT": "timeout", "PREEMPTED": "killed",
                   "OUT_OF_MEMORY": "oom"}.get(state, "crashed")
-        tail = stderr_tail(Path(spec.trial_dir) / "stderr.log") or stderr_tail(job.paths.stderr)
-        record = record_or_failure(spec, status, f"{error} before this trial finished", tail)
+        tail = stderr_tail(spec.job_dir / "stderr.log") or stderr_tail(job.paths.stderr)
+        record = job_failure(spec, status, f"{error} before this {JOB_KINDS[type(spec)]} "
+                             "finished", tail)
         record.update({"launcher": "slurm", "slurm_job_id": job.job_id, "slurm_state": state})
-        atomic_write_json(Path(spec.trial_dir) / "trial.json", record)
+        atomic_write_json(spec.record_path, record)
         return record
+
+
+def _prepare(specs: Sequence[WorkerJob]) -> None:
+    """Every task of a job reads spec.json; a stale record never counts."""
+    for spec in specs:
+        jdir = spec.job_dir
+        jdir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(jdir / "spec.json", spec.to_json())
+        stem = Path(spec.record_file).stem
+        for stale in [spec.record_path, *jdir.glob(f"{stem}.rank*.json")]:
+            stale.unlink(missing_ok=True)
 
 
 def _result(job: Any) -> tuple[str, str, set[str]]:

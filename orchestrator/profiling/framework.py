@@ -98,9 +98,8 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
                                 artifacts=[str(Path("profiles", "framework", trace_path.name))])
         rows = [{**r, "rank": k} for k, rr in enumerate(gathered) for r in rr]
     write_csv(Path(spec.trial_dir) / "profile_steps.csv", rows)
-    analytic = trainer.useful_flops_per_step() if hasattr(trainer, "useful_flops_per_step") else None
-    summary = summarize(trace, active, captured.get("flops"), analytic,
-                        getattr(trainer, "useful_flops_definition", None))
+    summary = summarize(trace, active, captured.get("flops"), trainer.useful_flops_per_step(),
+                        trainer.useful_flops_definition)
     # the slowest rank's time per step, as timed trials define a distributed step
     per_step: dict[int, float] = {}
     for r in rows:

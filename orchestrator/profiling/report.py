@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from orchestrator.flops import utilization
 from orchestrator.profiling import phases as ph
+from orchestrator.profiling.diff import diff_traces
+from orchestrator.sanitize import VENDOR_REPORT_SUFFIXES
 
 TOP_CHANGES = 5
 
@@ -71,8 +74,6 @@ def phase_table(summaries: Sequence[tuple[str, dict[str, Any] | None]],
 
 
 def _changes(run_dir: Path, base: dict[str, Any], var: dict[str, Any]) -> str:
-    from orchestrator.profiling.diff import diff_traces
-
     d = diff_traces(run_dir / "profiles" / "framework" / base["trace"],
                     run_dir / "profiles" / "framework" / var["trace"], top=TOP_CHANGES)
     parts = [f"`{r['name']}` {r['delta_us'] / 1e3:+.2f} ms"
@@ -90,8 +91,6 @@ def flops_lines(sums: Sequence[tuple[str, dict[str, Any] | None]],
     """Each arm's FLOPs per step by kind, and its **profiler-attributed utilization** (never
     called MFU): profiler FLOPs from the profiled run over the timed median step of the
     non-profiled trials, against each peak of the Utilization section."""
-    from orchestrator.flops import utilization
-
     out: list[str] = []
     for (label, s), t in zip(sums, timed_s):
         f = (s or {}).get("flops") or {}
@@ -139,8 +138,6 @@ def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequ
     Utilization section's (:class:`orchestrator.utilization.PeakSummary`). Vendor reports
     are named without a link unless ``keep_vendor_reports``: the run directory's seal moves
     them to the private store (orchestrator.sanitize)."""
-    from orchestrator.sanitize import VENDOR_REPORT_SUFFIXES
-
     def artifact(x: str) -> str:
         if not keep_vendor_reports and x.lower().endswith(VENDOR_REPORT_SUFFIXES):
             return f"`{Path(x).name}` (moved to the private store)"

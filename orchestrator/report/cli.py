@@ -16,10 +16,17 @@ import logging
 import sys
 from pathlib import Path
 
-from orchestrator.report.export import ExportError, export_mlflow, log_frame, results_frame, write_tables
+from orchestrator.report.export import (
+    ExportError,
+    export_mlflow,
+    log_frame,
+    results_frame,
+    write_tables,
+)
 from orchestrator.report.load import SchemaMismatch, load_campaigns
 from orchestrator.report.log import build_log, render_log
 from orchestrator.report.summary import render_summary
+from orchestrator.tools._cli import quiet_broken_pipe
 
 log = logging.getLogger("orchestrator.report")
 
@@ -71,8 +78,6 @@ def _default_mlflow_uri(out_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orchestrator.tools._cli import quiet_broken_pipe
-
     return quiet_broken_pipe(lambda: _main(argv))
 
 

@@ -24,6 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.environment import gather
+from orchestrator.results import atomic_write_text
+from orchestrator.sanitize import Sanitizer
 from orchestrator.tools._cli import ToolError, emit, make_parser, run
 
 DEVICES = ("auto", "cpu", "cuda", "musa")
@@ -73,9 +76,6 @@ def main_args(args: argparse.Namespace) -> int:
         raise ToolError("--output", f"{out} is a directory; give a file name such as "
                         f"{out}/environment.json")
     t0 = time.perf_counter()
-    from orchestrator.environment import gather
-    from orchestrator.sanitize import Sanitizer
-
     report = gather(args.device, gathered_in="env_report")
     detected = Sanitizer.from_config(None)
     sanitizer = Sanitizer(identity=detected.identity, keep_hostnames=args.keep_hostnames,
@@ -83,8 +83,6 @@ def main_args(args: argparse.Namespace) -> int:
     clean = sanitizer.data(report)
     elapsed = time.perf_counter() - t0
     if out is not None:
-        from orchestrator.results import atomic_write_text
-
         try:
             atomic_write_text(out, json.dumps(clean, indent=2, default=str) + "\n")
         except OSError as exc:

@@ -14,11 +14,11 @@ from typing import Any
 
 from orchestrator.config import BucketConfig
 from orchestrator.logparse import StepRecord, compile_pattern, parse_steps
-from recipes.base import Invocation, external_recipe
+from recipes.base import Invocation, TrainerHooks, external_recipe
 from recipes.command.config import CommandWorkloadConfig
 
 
-class CommandTrainer:
+class CommandTrainer(TrainerHooks):
     def __init__(self, workload: CommandWorkloadConfig, bucket: BucketConfig, device: str) -> None:
         self.workload = workload
         self.bucket = bucket

@@ -11,10 +11,12 @@ from typing import Any
 import torch
 
 from orchestrator.config import BucketConfig
-from recipes.gpt.config import GPTWorkloadConfig
 from orchestrator.profiling.phases import BACKWARD, CLIP, DATA, FORWARD, OPTIMIZER, phase
+from recipes.base import TrainerHooks
 from recipes.gpt.attention import make_attention
+from recipes.gpt.config import GPTWorkloadConfig
 from recipes.gpt.model import GPT, lm_loss
+from recipes.gpt.text_data import make_loader, stream
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -39,7 +41,7 @@ def synthetic_batch(seed: int, index: int, micro_batch: int, seq_len: int, vocab
     return Batch(index, tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
 
 
-class GPTTrainer:
+class GPTTrainer(TrainerHooks):
     def __init__(self, workload: GPTWorkloadConfig, bucket: BucketConfig, device: str) -> None:
         self.workload = workload
         self.bucket = bucket
@@ -102,8 +104,6 @@ class GPTTrainer:
         return self._synthetic_batches()
 
     def _text_batches(self) -> Iterator[Batch]:
-        from recipes.gpt.text_data import make_loader, stream
-
         w = self.workload
         # page-locking needs an accelerator; on CPU torch would only warn and ignore it
         pin = w.loader.pin_memory and self.device.type != "cpu"

@@ -17,10 +17,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from orchestrator import device as devmod
+from orchestrator import hardware
 from orchestrator.config import BucketConfig
-from recipes.muon.config import MuonTPWorkloadConfig
 from orchestrator.errors import BackendUnavailable
+from recipes.base import TrainerHooks
 from recipes.muon.calibrate import calibrate, describe, measure_latency
+from recipes.muon.config import MuonTPWorkloadConfig
 from recipes.muon.cost import CostProfile, ModeResolver, profile_from_registry
 from recipes.muon.model import ShardedLinear, TPTransformer
 from recipes.muon.newton_schulz import quadratic_steps
@@ -63,8 +65,6 @@ def registry_profile(device_name: str, device_kind: str,
     ``collective_latency_us`` is null takes it from ``measure_latency()`` (a short measurement
     on the group; the profile is then labelled ``hybrid``). A device without an entry, or an
     entry lacking another figure the model needs, is refused, never guessed."""
-    from orchestrator import hardware
-
     entry = hardware.lookup(device_name, device_kind)
     if entry is None:
         raise BackendUnavailable("tp.cost_profile=registry: no registry entry matches this "
@@ -105,7 +105,7 @@ class _Optimizers:
         self.adamw.load_state_dict(state["adamw"])
 
 
-class MuonTPTrainer:
+class MuonTPTrainer(TrainerHooks):
     def __init__(self, workload: MuonTPWorkloadConfig, bucket: BucketConfig, device: str) -> None:
         self.workload, self.bucket = workload, bucket
         self.device = torch.device(device)

@@ -20,11 +20,12 @@ from collections.abc import Iterator
 import numpy as np
 
 from orchestrator.config import BucketConfig
-from recipes.synthetic.config import SyntheticWorkloadConfig
 from orchestrator.errors import BackendUnavailable
+from recipes.base import TrainerHooks, host_only_recipe
+from recipes.synthetic.config import SyntheticWorkloadConfig
 
 
-class SyntheticTrainer:
+class SyntheticTrainer(TrainerHooks):
     def __init__(self, workload: SyntheticWorkloadConfig, bucket: BucketConfig, device: str) -> None:
         if not device.startswith("cpu"):
             raise BackendUnavailable(
@@ -75,8 +76,8 @@ class SyntheticTrainer:
         return float(self.units * 2 * self.workload.matrix_size**3)
 
 
+@host_only_recipe  # runs on the host CPU; needs no torch device
 def build(workload: SyntheticWorkloadConfig, bucket: BucketConfig, device: str) -> SyntheticTrainer:
     return SyntheticTrainer(workload, bucket, device)
 
 
-build.host_only = True  # type: ignore[attr-defined]  # runs on the host CPU; needs no torch device

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrator.trial import TrialSpec
+from orchestrator.jobs import ProbeSpec, TrialSpec
 
 DEFAULT_SLURM_CONF = "/tmp/orchestrator-slurm/slurm.conf"
 
@@ -34,6 +34,24 @@ def make_spec(run_dir: Path, arm: int, recipe: str = "gpt", rnd: int = 0, positi
         arm_id=f"a{arm}", arm_label=label or recipe.rsplit(":", 1)[-1], is_baseline=arm == 0,
         round=rnd, position=position, workload=workload, device="cpu", warmup_steps=1,
         measured_steps=measured)
+
+
+def make_probes(run_dir: Path, variant: str = "gpt", steps: int = 2) -> list[ProbeSpec]:
+    """The gate's probes for a baseline (gpt) and one variant (recipe ``variant``), in the
+    order the gate runs them: baseline, variant, baseline repeat."""
+    root = run_dir / "correctness"
+
+    def probe(name: str, arm: int, role: str, recipe: str,
+              cross: Optional[dict[str, str]] = None) -> ProbeSpec:
+        return ProbeSpec(name=name, arm_id=f"a{arm}", arm_label=recipe.rsplit(":", 1)[-1],
+                         role=role, probe_dir=str(root / name),
+                         workload={**TEST_WORKLOAD, "recipe": recipe},
+                         buckets=[TEST_WORKLOAD["buckets"][0]],
+                         init_checkpoint=str(root / "init.pt"), batch_dir=str(root / "batches"),
+                         device="cpu", steps=steps, cross_load=cross or {})
+
+    return [probe("a0", 0, "baseline", "gpt"), probe("a1", 1, "variant", variant),
+            probe("a0-repeat", 0, "baseline_repeat", "gpt", {"a1": str(root / "a1" / "final.pt")})]
 
 
 def slurm_conf() -> Optional[str]:

@@ -1,0 +1,27 @@
+"""The launcher a campaign's ``launcher=`` names (inline, local or slurm)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from orchestrator.config import LauncherConfig
+from orchestrator.errors import ConfigError
+from orchestrator.launch.base import Launcher
+from orchestrator.launch.inline import InlineLauncher
+from orchestrator.launch.local import LocalLauncher
+from orchestrator.launch.slurm import SlurmLauncher
+
+
+def make_launcher(cfg: LauncherConfig, device: str = "auto",
+                  run_dir: Optional[Path] = None) -> Launcher:
+    if cfg.name == "inline":
+        return InlineLauncher()
+    if cfg.name == "local":
+        return LocalLauncher(python=cfg.python, device=device, devices=cfg.devices,
+                             max_parallel=cfg.max_parallel)
+    if cfg.name == "slurm":
+        folder = cfg.slurm.folder or (str(run_dir / "slurm") if run_dir else "slurm")
+        ledger = run_dir / "slurm" / "jobs.json" if run_dir else None
+        return SlurmLauncher(cfg.slurm, folder=folder, python=cfg.python, ledger=ledger)
+    raise ConfigError("launcher.name", f"{cfg.name!r} is not available; use inline, local or slurm")
