@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator import paired, stats
+from orchestrator.reference import normalise
 from orchestrator.config import ProtocolConfig
 from orchestrator.sweep import Arm
 
@@ -208,8 +209,6 @@ def analyze(
     by_trial = step_times_by_trial(steps)
     refs = reference_times_by_trial(steps) if protocol.speed_reference != "off" else {}
     if refs:
-        from orchestrator.reference import normalise
-
         by_trial = normalise(by_trial, refs)
         out.speed_normalised = True
     base = arms[0]

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from orchestrator.render import group_warnings
 from orchestrator.report import plots
 from orchestrator.report.load import Campaign, load_steps
 
@@ -48,8 +49,6 @@ def verdict_table(decisions: Sequence[dict[str, Any]]) -> Block:
 
 def verdict_details(decisions: Sequence[dict[str, Any]]) -> list[Block]:
     """Per variant: its reasons, then its warnings (grouped), each list collapsible in HTML."""
-    from orchestrator.render import group_warnings
-
     out = []
     for d in decisions:
         label = f"{d.get('label')}: {d.get('verdict')}"
