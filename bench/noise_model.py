@@ -48,7 +48,8 @@ def _runs(flags: np.ndarray, times: np.ndarray) -> tuple[list[float], list[float
     return fast, slow
 
 
-def fit(run_dirs: list[Path], bucket: str | None, name: str, slow_at: float) -> NoiseModel:
+def fit(run_dirs: list[Path], bucket: str | None, name: str, slow_at: float,
+        max_others_cores: float = 0.25) -> NoiseModel:
     import pandas as pd
 
     trials = []
@@ -57,6 +58,9 @@ def fit(run_dirs: list[Path], bucket: str | None, name: str, slow_at: float) -> 
             rec = json.loads(tj.read_text())
             if rec.get("status") != "ok" or rec.get("kind", "timed") != "timed":
                 continue
+            others = (rec.get("interference") or {}).get("others_cores")
+            if others is not None and others > max_others_cores:
+                continue  # measured under interference: the campaign re-runs such trials
             if bucket is None:
                 bucket = rec["bucket"]
             if rec["bucket"] != bucket:
@@ -133,8 +137,10 @@ def main() -> None:
                     help="log distance above a trial's 20th percentile that counts a step slow")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--note", default="", help="the conditions (appended to `source`)")
+    ap.add_argument("--max-others-cores", type=float, default=0.25,
+                    help="leave out trials during which other processes took more CPU (cores)")
     args = ap.parse_args()
-    model = fit(args.run_dirs, args.bucket, args.name, args.slow_at)
+    model = fit(args.run_dirs, args.bucket, args.name, args.slow_at, args.max_others_cores)
     if args.note:
         from dataclasses import replace
 

@@ -407,8 +407,10 @@ def _with_attempts(tdir: Path, record: dict[str, Any],
 
 def rule_for(cfg: Config, final: bool = True) -> Rule:
     p = cfg.protocol
-    return Rule(min_effect=p.min_effect, ni_margin=p.ni_margin,
-                max_rounds=max(p.max_rounds, p.repeats), final=final)
+    cap = max(p.max_rounds, p.repeats)
+    plan = paired.looks(p.repeats, cap, p.adaptive_step_rounds)
+    return Rule(min_effect=p.min_effect, ni_margin=p.ni_margin, max_rounds=cap, final=final,
+                alpha_last=paired.alpha_spent(1 - p.confidence, plan, cap, p.alpha_spending))
 
 
 def _analyze_decide(cfg: Config, run_dir: Path, arms: list[ResolvedArm],

@@ -83,6 +83,9 @@ class Rule:
     ni_margin: float = 0.05  # a bucket may be this much slower (1 - ni_margin) and still pass
     max_rounds: int = 7
     final: bool = True  # the last look: no more rounds will run
+    # the error rate the last planned look spends: projections of the rounds a decision needs
+    # use it (an early look's strict share would make every decision look out of reach)
+    alpha_last: float | None = None
 
     @property
     def band(self) -> tuple[float, float]:
@@ -136,10 +139,10 @@ def _every_round(analysis: Analysis, bucket: str, arm_id: str) -> bool:
 
 
 def _resolve(obj: Scope, alpha: float, rule: Rule) -> int | None:
-    """Rounds in all that would decide the objective if its effect and noise held; None beyond
-    REACH x max_rounds."""
+    """Rounds in all that would decide the objective if its effect and noise held, at the last
+    look's error rate; None beyond REACH x max_rounds."""
     return paired.rounds_for(obj.eff.log_speedup, obj.eff.se or 0.0, max(obj.eff.rounds, 2),
-                             obj.eff.df, alpha, math.log(1 + rule.min_effect),
+                             obj.eff.df, rule.alpha_last or alpha, math.log(1 + rule.min_effect),
                              REACH * rule.max_rounds)
 
 

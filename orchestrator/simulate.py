@@ -161,7 +161,8 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
                     trials += 1
         rounds_done = planned[-1] + 1
         final = rounds_done >= p.max_rounds
-        rule = Rule(p.min_effect, p.ni_margin, p.max_rounds, final)
+        rule = Rule(p.min_effect, p.ni_margin, p.max_rounds, final,
+                    paired.alpha_spent(1 - p.confidence, plan, p.max_rounds, p.spend_rho))
         alpha = paired.alpha_spent(1 - p.confidence, plan, rounds_done, p.spend_rho)
         kind, resolve, calibration = _judge(medians, weights, alpha, rule)
         if calibration and final:

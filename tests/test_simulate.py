@@ -39,10 +39,12 @@ def test_error_rates_hold_under_every_measured_noise_model(path: Path) -> None:
 
 
 def test_quiet_machine_targets() -> None:
-    """On the quiet machine's noise (the synthetic load with the host-speed reference): A/A
-    comes out equivalent at least 80 % of the time and is decided at most 5 %; +-5 % planted
-    at least 95 % correct; +-2 % at least 80 %."""
-    model = NoiseModel.load(DATA / "noise_synthetic_quiet.json")
+    """On the quiet machine's noise (the synthetic load with the host-speed reference, the
+    between-process SD of bench/speed_reference.py's quiet measurement): A/A comes out
+    equivalent at least 80 % of the time and is decided at most 5 %; +-5 % planted at least
+    95 % correct; +-2 % at least 80 %. (noise_synthetic_quiet.json, one campaign's quiet rounds
+    on a day its A/A was 4 % apart, meets only the error-rate test above.)"""
+    model = NoiseModel.load(DATA / "noise_synthetic_documented_quiet.json")
     cells = simulate.error_table(model, Protocol(), PLANTED, campaigns=400, seed=2)
     by = {c.planted: c for c in cells}
     table = "\n".join(simulate.format_table(cells))
@@ -55,7 +57,7 @@ def test_quiet_machine_targets() -> None:
 
 
 def test_adaptive_spends_fewer_trials_than_a_fixed_protocol_of_equal_accuracy() -> None:
-    model = NoiseModel.load(DATA / "noise_synthetic_quiet.json")
+    model = NoiseModel.load(DATA / "noise_synthetic_documented_quiet.json")
     effects = [1.05, 1 / 1.05, 1.10, 1 / 1.10]
     adaptive = simulate.error_table(model, Protocol(), effects, campaigns=200, seed=3)
     fixed = simulate.error_table(model, Protocol(repeats=7, max_rounds=7), effects,
