@@ -329,10 +329,11 @@ def _unsure_headline(analysis: Analysis, arm_id: str, obj: Scope | None,
     elif not fast:
         parts.append(f"{objective} {_fmt(obj.eff.speedup, *obj.two)}")
     if resolve is not None and resolve <= REACH * rule.max_rounds:
-        more = (f"~{resolve} rounds in all may resolve it" if resolve > rule.max_rounds else
-                f"~{resolve} rounds in all should resolve it")
-        if resolve > rule.max_rounds:
-            more += f" (protocol.max_rounds={resolve})"
+        if rule.final or resolve > rule.max_rounds:  # more than this campaign will run
+            n = max(resolve, rule.max_rounds + 1)
+            more = f"~{n} rounds in all may resolve it (protocol.max_rounds={n})"
+        else:
+            more = f"~{resolve} rounds in all should resolve it"
     else:
         more = ("no number of rounds within reach resolves it at this noise: quiet the machine, "
                 "lengthen trials (protocol.measured_steps / measured_min_s) or widen "
