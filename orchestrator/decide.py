@@ -329,8 +329,10 @@ def _unsure_headline(analysis: Analysis, arm_id: str, obj: Scope | None,
     elif not fast:
         parts.append(f"{objective} {_fmt(obj.eff.speedup, *obj.two)}")
     if resolve is not None and resolve <= REACH * rule.max_rounds:
+        fit = analysis.fits.get(objective)
+        done = 1 + max((r for r, _ in fit.residuals), default=0) if fit is not None else 0
         if rule.final or resolve > rule.max_rounds:  # more than this campaign will run
-            n = max(resolve, rule.max_rounds + 1)
+            n = max(resolve, done + 1)
             more = f"~{n} rounds in all may resolve it (protocol.max_rounds={n})"
         else:
             more = f"~{resolve} rounds in all should resolve it"
