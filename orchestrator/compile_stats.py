@@ -47,17 +47,21 @@ class CompileSnapshot:
     graph_breaks: int = 0
     recompiles: int = 0
     compiled_frames: int = 0
-    break_reasons: tuple[str, ...] = field(default_factory=tuple)
+    # (reason, times seen so far): a reason already seen by an earlier trial of this process
+    # (an in-process re-run) counts again when its count grows
+    break_reasons: tuple[tuple[str, int], ...] = field(default_factory=tuple)
     cache_hits: int = 0  # inductor FX-graph and AOTAutograd cache hits
     cache_misses: int = 0
 
     def minus(self, other: CompileSnapshot) -> CompileSnapshot:
+        before = dict(other.break_reasons)
         return CompileSnapshot(
             self.compile_time_s - other.compile_time_s,
             self.graph_breaks - other.graph_breaks,
             self.recompiles - other.recompiles,
             self.compiled_frames - other.compiled_frames,
-            tuple(r for r in self.break_reasons if r not in other.break_reasons),
+            tuple((r, n - before.get(r, 0)) for r, n in self.break_reasons
+                  if n > before.get(r, 0)),
             self.cache_hits - other.cache_hits,
             self.cache_misses - other.cache_misses,
         )
@@ -66,6 +70,14 @@ class CompileSnapshot:
 def _first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line[:160]
+
+
+def _reason_counts(breaks: Any) -> tuple[tuple[str, int], ...]:
+    counts: dict[str, int] = {}
+    for k, n in breaks.items():
+        line = _first_line(k)
+        counts[line] = counts.get(line, 0) + int(n)
+    return tuple(sorted(counts.items()))
 
 
 def snapshot() -> CompileSnapshot:
@@ -84,7 +96,7 @@ def snapshot() -> CompileSnapshot:
         graph_breaks=int(sum(breaks.values())),
         recompiles=recompiles,
         compiled_frames=int(counters.get("frames", {}).get("ok", 0)),
-        break_reasons=tuple(sorted({_first_line(k) for k in breaks})),
+        break_reasons=_reason_counts(breaks),
         cache_hits=int(counters.get("inductor", {}).get("fxgraph_cache_hit", 0)
                        + counters.get("aot_autograd", {}).get("autograd_cache_hit", 0)),
         cache_misses=int(counters.get("inductor", {}).get("fxgraph_cache_miss", 0)
@@ -116,7 +128,7 @@ def trial_fields(start: CompileSnapshot, after_warmup: CompileSnapshot,
         "compile_time_s": total.compile_time_s,
         "compile_time_in_measured_s": measured.compile_time_s,
         "graph_breaks": total.graph_breaks,
-        "graph_break_reasons": list(total.break_reasons)[:5],
+        "graph_break_reasons": [r for r, _ in total.break_reasons][:5],
         "recompiles": total.recompiles,
         "recompiles_in_measured": measured.recompiles,
         "compiled_frames": total.compiled_frames,

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 _CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# /proc/stat counts in ticks (10 ms at 100 Hz, on every core): over a shorter window one tick
+# reads as several cores, so a window must last this many ticks per core to be measured
+MIN_TICKS = 20
 
 
 def _busy_s() -> float | None:
@@ -59,13 +62,20 @@ class CpuWindow:
         self._busy0, self._own0, self._t0 = _busy_s(), _own_cpu_s(), time.perf_counter()
 
     def stop(self) -> dict[str, Any]:
-        """{others_cpu_s, others_cores, wall_s}; others_* None where /proc/stat is missing."""
+        """{others_cpu_s, others_cores, wall_s}; others_* None where /proc/stat is missing or
+        the window is too short for its tick resolution (then ``note`` says so)."""
         busy, own, t = _busy_s(), _own_cpu_s(), time.perf_counter()
         wall = t - (self._t0 or t)
         if busy is None or self._busy0 is None or self._own0 is None or wall <= 0:
             return {"others_cpu_s": None, "others_cores": None, "wall_s": wall}
+        n = cores()
+        if wall < MIN_TICKS * n / _CLK:
+            return {"others_cpu_s": None, "others_cores": None, "wall_s": wall,
+                    "note": f"measured window {wall:.3f} s too short for /proc/stat's "
+                            f"{1 / _CLK * 1e3:g} ms ticks on {n} cores"}
         others = max(0.0, (busy - self._busy0) - (own - self._own0))
-        return {"others_cpu_s": others, "others_cores": others / wall, "wall_s": wall}
+        return {"others_cpu_s": others, "others_cores": min(others / wall, float(n)),
+                "wall_s": wall}
 
 
 @dataclass(frozen=True)

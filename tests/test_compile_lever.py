@@ -180,3 +180,15 @@ def test_fullgraph_with_a_graph_break_fails_with_the_reason(compose: Any, run_di
     (v,) = result.verdicts
     assert v.verdict == "reject" and not v.timing_based
     assert "## Failed trials" in (run_dir / "decisions.md").read_text()
+
+
+def test_a_graph_break_seen_before_in_this_process_counts_again() -> None:
+    """An in-process re-run (inline launcher, interference) meets the same break reason
+    again: it is the count that grows, and the re-run must still report the reason."""
+    from orchestrator.compile_stats import CompileSnapshot, trial_fields
+
+    first = CompileSnapshot(break_reasons=(("Call to graph_break()", 1),), graph_breaks=1)
+    again = CompileSnapshot(break_reasons=(("Call to graph_break()", 2),), graph_breaks=2)
+    got = trial_fields(first, again, again)
+    assert got["graph_breaks"] == 1 and got["graph_break_reasons"] == ["Call to graph_break()"]
+    assert trial_fields(again, again, again)["graph_break_reasons"] == []

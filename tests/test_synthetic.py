@@ -182,7 +182,7 @@ def test_a_trial_measured_under_interference_is_re_run_not_pooled(
     cfg = compose(["workload=synthetic", "+sweep=calibrate", "protocol=quick", "launcher=local",
                    "workload.recipe=tests.helpers.noisy:build", "sweep.values=[0.5]",
                    "sweep.labels=[noisy]", "protocol.repeats=1", "protocol.max_rounds=1",
-                   "protocol.measured_steps=30", "protocol.measured_min_s=0",
+                   "protocol.measured_steps=100", "protocol.measured_min_s=0",
                    "protocol.warmup_policy=fixed", "protocol.warmup_steps=3"])
     run_campaign(cfg, run_dir)
     recs = {json.loads(p.read_text())["arm_label"]: json.loads(p.read_text())
@@ -227,3 +227,14 @@ def test_cpu_window_sees_another_process_and_require_quiet_refuses(
     finally:
         busy.kill()
         busy.wait()
+
+
+def test_a_window_shorter_than_procs_ticks_is_not_measured() -> None:
+    """/proc/stat counts 10 ms ticks on every core: over a few milliseconds one tick would
+    read as several cores, so such a window says why it was not measured."""
+    from orchestrator.interference import CpuWindow
+
+    w = CpuWindow()
+    w.start()
+    got = w.stop()
+    assert got["others_cores"] is None and "too short" in got["note"]

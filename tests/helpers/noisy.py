@@ -15,7 +15,7 @@ from recipes.synthetic.recipe import SyntheticTrainer
 
 class NoisyNeighbour(SyntheticTrainer):
     """The variant (more work units than the baseline) is the noisy one: from its 3rd step to
-    its 30th a busy process shares the machine."""
+    its 90th a busy process shares the machine."""
 
     def train_step(self, batch: int) -> float:
         self._n = getattr(self, "_n", 0) + 1
@@ -24,7 +24,7 @@ class NoisyNeighbour(SyntheticTrainer):
             marker.write_text("busy once")
             self._busy = subprocess.Popen(
                 [sys.executable, "-c", "import time\nt = time.time() + 30\nwhile time.time() < t: pass"])
-        if self._n == 30 and getattr(self, "_busy", None) is not None:
+        if self._n == 90 and getattr(self, "_busy", None) is not None:
             self._busy.kill()
             self._busy.wait()
             self._busy = None
