@@ -41,10 +41,43 @@ def _busy_s() -> float | None:
     return busy / _CLK
 
 
+def _descendants_cpu_s(root: int) -> float:
+    """CPU seconds of the live processes below ``root`` (dataloader workers, compile workers,
+    a launcher's ranks): from /proc/<pid>/stat, 0 without /proc."""
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0.0
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as fh:
+                text = fh.read()
+        except OSError:  # gone meanwhile
+            continue
+        rest = text[text.rfind(")") + 2:].split()  # the command name may hold spaces
+        if len(rest) < 13:
+            continue
+        pid = int(name)
+        children.setdefault(int(rest[1]), []).append(pid)
+        cpu[pid] = (int(rest[11]) + int(rest[12])) / _CLK  # utime stime
+    total, todo = 0.0, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(children.get(pid, []))
+    return total
+
+
 def _own_cpu_s() -> float:
+    """This process tree's CPU seconds: itself, its reaped children (getrusage) and its live
+    descendants (/proc), so a trial's own workers never read as interference."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
+    return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime + _descendants_cpu_s(os.getpid())
 
 
 def cores() -> int:

@@ -141,7 +141,7 @@ def test_two_rank_profiled_trial_keeps_one_trace_per_rank(compose: Any, run_dir:
     got: dict[str, dict] = {}
     LocalLauncher(device="cpu").run([spec], lambda s, r: got.update({s.trial_id: r}), 600)
     rec = got[spec.trial_id]
-    assert rec["status"] == "ok", rec.get("error")
+    assert rec["status"] == "ok", (rec.get("error"), rec.get("stderr_tail"))
     traces = sorted(p.name for p in out.glob("*.pt.trace.json.gz"))
     assert traces == ["prof-framework-s32-a0.pt.trace.json.gz",
                       "prof-framework-s32-a0.rank1.pt.trace.json.gz"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,10 @@ def test_planted_slowdown_in_the_example_trainer_is_rejected(compose: Any, run_d
     assert list(steps["step"]) == list(range(6)) and steps["loss"].notna().all()
     (v,) = result.verdicts
     assert v.verdict == "reject"
-    assert "slower" in v.reasons[0] and "lies below 1" in v.reasons[0]
+    # significantly slower, or (with few rounds at an early look's strict alpha) slower beyond
+    # the non-inferiority margin: either is a reject with its interval
+    assert "slower" in v.reasons[0] and re.search(r"\] \([\d.]+%\) lies below 1|lies below 0\.950",
+                                                   v.reasons[0]), v.reasons
     # same seed, same data, same lr: the logged losses agree, so the gate passes
     assert any(r.startswith("loss trajectory gate passed") for r in v.reasons)
 

@@ -200,18 +200,39 @@ def test_a_trial_measured_under_interference_is_re_run_not_pooled(
     assert json.loads((run_dir / "machine_load.json").read_text())["cores"] >= 1
 
 
-def test_cpu_window_sees_another_process_and_require_quiet_refuses(
-        compose: Any, run_dir: Path) -> None:
+def test_cpu_window_counts_the_trials_own_live_workers_as_its_own() -> None:
+    """A busy child still running when the window closes (a dataloader worker) is the trial's
+    own CPU time, not interference."""
     import subprocess
     import sys
+    import time
+
+    from orchestrator.interference import CpuWindow
+
+    w = CpuWindow()
+    w.start()
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time\nt = time.time() + 3\nwhile time.time() < t: pass"])
+    try:
+        time.sleep(1.0)
+        got = w.stop()
+    finally:
+        child.kill()
+        child.wait()
+    assert got["others_cores"] is not None and got["others_cores"] < 0.5, got
+
+
+def test_cpu_window_sees_another_process_and_require_quiet_refuses(
+        compose: Any, run_dir: Path) -> None:
     import time
 
     from orchestrator.campaign import check_quiet
     from orchestrator.errors import ConfigError
     from orchestrator.interference import CpuWindow
 
-    busy = subprocess.Popen([sys.executable, "-c",
-                             "import time\nt = time.time() + 20\nwhile time.time() < t: pass"])
+    from tests.helpers.noisy import start_busy, stop_busy
+
+    busy = start_busy(20)  # detached: another process of the machine, not this one's child
     try:
         time.sleep(0.3)
         w = CpuWindow()
@@ -225,8 +246,7 @@ def test_cpu_window_sees_another_process_and_require_quiet_refuses(
                                               r"\(other processes took"):
             check_quiet(cfg, run_dir)
     finally:
-        busy.kill()
-        busy.wait()
+        stop_busy(busy)
 
 
 def test_a_window_shorter_than_procs_ticks_is_not_measured() -> None:

@@ -1,16 +1,34 @@
 """A synthetic trainer with a noisy neighbour: on its first attempt (no marker file in
 $NOISY_MARKER_DIR yet) it starts a real busy-looping process for its measured steps, so the
-trial is measured under interference; the re-run finds the marker and runs alone."""
+trial is measured under interference; the re-run finds the marker and runs alone. The busy
+process is detached (a shell starts it in the background and exits), so it is another process
+of the machine, not one of the trial's own workers."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from recipes.synthetic.recipe import SyntheticTrainer
+
+
+def start_busy(seconds: float) -> int:
+    """Start a detached busy-looping process (not a descendant of this one) and return its pid."""
+    loop = f"import time\nt = time.time() + {seconds}\nwhile time.time() < t: pass"
+    shell = subprocess.run(["sh", "-c", '"$0" -c "$1" </dev/null >/dev/null 2>&1 & echo $!',
+                            sys.executable, loop], capture_output=True, text=True, check=True)
+    return int(shell.stdout.split()[-1])
+
+
+def stop_busy(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 class NoisyNeighbour(SyntheticTrainer):
@@ -22,11 +40,9 @@ class NoisyNeighbour(SyntheticTrainer):
         marker = Path(os.environ.get("NOISY_MARKER_DIR", "."), f"units{self.units}.busy")
         if self._n == 3 and self.units != self.base_units and not marker.exists():
             marker.write_text("busy once")
-            self._busy = subprocess.Popen(
-                [sys.executable, "-c", "import time\nt = time.time() + 30\nwhile time.time() < t: pass"])
+            self._busy = start_busy(30)
         if self._n == 90 and getattr(self, "_busy", None) is not None:
-            self._busy.kill()
-            self._busy.wait()
+            stop_busy(self._busy)
             self._busy = None
         return super().train_step(batch)
 
