@@ -13,6 +13,9 @@ direction: retain for s < 1 or reject for s > 1; a retain or reject of A/A is a 
 
     python bench/planted_effects.py                       # inline launcher (trials in-process)
     python bench/planted_effects.py --launcher local      # each trial a fresh process
+
+With --out DIR, results.json there is rewritten after every campaign, and a run
+started again with the same --out (and arguments) goes on where the last one stopped.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -135,12 +139,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  planted {eff:+g}%: variant work {t.units} units vs {t.base_units} "
               f"(true speedup of the work {t.base_units / t.units:.4f}x)", flush=True)
     rows: list[dict[str, Any]] = []
+    done: set[str] = set()
+    if (out / "results.json").exists():  # --out of an interrupted run: go on where it stopped
+        rows = json.loads((out / "results.json").read_text())
+        done = {r["run"] for r in rows if "run" in r}
+        print(f"resuming: {len(done)} campaigns already in {out / 'results.json'}", flush=True)
     started = time.time()
     for i in range(args.campaigns):
         for eff in effects:
             for proto in protocols:
-                run_dir = out / f"{proto}_{eff:+g}_{i}"
+                name = f"{proto}_{eff:+g}_{i}"
+                if name in done:
+                    continue
+                run_dir = out / name
+                if run_dir.exists():  # a campaign cut short: run it again from scratch
+                    shutil.rmtree(run_dir)
                 r = run_one(eff, proto, args.launcher, run_dir, seed=i, extra=args.overrides)
+                r["run"] = name
                 rows.append(r)
                 sp = f"{r['speedup']:.3f} [{r['low']:.3f}, {r['high']:.3f}]" if r["speedup"] else "-"
                 print(f"[{len(rows)}] {proto:8s} planted {eff:+5g}%: {r['verdict']:12s} "
@@ -148,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"trials {r['trials']} ({r['wall_s']:.0f}s, total {time.time() - started:.0f}s, "
                       f"load avg {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
                       flush=True)
-        (out / "results.json").write_text(json.dumps(rows, indent=1))
+                (out / "results.json").write_text(json.dumps(rows, indent=1))
     print(f"machine: {os.cpu_count()} cores, load average at the end {os.getloadavg()}",
           flush=True)
     print("\n".join(table(rows)), flush=True)
