@@ -209,7 +209,9 @@ def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
                   for v in (start.tolist() if start is not None else [0.0] * len(wall))]
         fixed = stats.median([w + s0 - m for w, s0, m in zip(wall, starts, measured)])
         comp = paired.variance_components(fit.resid_sd, series, max(fixed, 0.0))
-        n, why = paired.optimal_steps(comp, cfg.protocol.measured_steps, MAX_MEASURED_STEPS)
+        floor = paired.window_floor(cfg.protocol.measured_steps, cfg.protocol.measured_min_s,
+                                    comp.step_s)
+        n, why = paired.optimal_steps(comp, min(floor, MAX_MEASURED_STEPS), MAX_MEASURED_STEPS)
         steps[bucket] = n
         doc[bucket] = {"choice": n, "why": why, **comp.__dict__}
         log.info("planner: %s: %d measured steps per trial (%s)", bucket, n, why)

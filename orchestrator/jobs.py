@@ -196,9 +196,10 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                 workload=copy.deepcopy(arm.workload),
                 device=cfg.device,
                 warmup_steps=cfg.protocol.warmup_steps,
-                # the planner's trial length for adaptive rounds, else the protocol's
+                # the planner's trial length for adaptive rounds, else the protocol's; the
+                # time floor holds either way (the planner only lengthens the window)
                 measured_steps=p.measured_steps or cfg.protocol.measured_steps,
-                measured_min_s=0.0 if p.measured_steps else cfg.protocol.measured_min_s,
+                measured_min_s=cfg.protocol.measured_min_s,
                 env=dict(arm.env),
                 hardware=to_dict(cfg.hardware),
                 timeout_s=cfg.protocol.trial_timeout_s,

@@ -271,6 +271,16 @@ def variance_components(resid_sd: float, trial_steps: Sequence[Sequence[float]],
     return Components(within, math.sqrt(between2), n, step_s, fixed_s)
 
 
+def window_floor(measured_steps: int, measured_min_s: float, step_s: float) -> int:
+    """The fewest measured steps the protocol's window allows: ``measured_steps``, and enough
+    steps of ``step_s`` to fill ``measured_min_s``. The planner only lengthens trials: a
+    shorter window than the protocol's is at the mercy of the host's speed changes (spans of
+    0.3 s to seconds on a shared VM), a variance that longer windows average out but that the
+    process-to-process component cannot tell apart."""
+    need = math.ceil(measured_min_s / step_s) if measured_min_s > 0 and step_s > 0 else 0
+    return max(int(measured_steps), need)
+
+
 def optimal_steps(c: Components, floor: int, cap: int) -> tuple[int, str]:
     """Measured steps per trial that reach a given precision in the least wall time, with the
     reason. n* = sqrt(c0 * k * sigma_w^2 / (t * sigma_b^2)), k = pi/2 (a median's efficiency)."""
@@ -311,5 +321,5 @@ def rounds_for(log_effect: float, se: float, rounds: int, df: int, alpha: float,
 
 
 __all__ = ["BlockFit", "Components", "Effect", "alpha_per_look", "alpha_spent", "fit_blocks", "looks",
-           "mixture_cells", "optimal_steps", "rounds_for", "t_cdf", "t_quantile", "trial_cells",
+           "mixture_cells", "optimal_steps", "window_floor", "rounds_for", "t_cdf", "t_quantile", "trial_cells",
            "variance_components"]

@@ -106,6 +106,17 @@ def test_rounds_for_by_hand() -> None:
     assert paired.rounds_for(math.log(1.02), 0.02, 3, 4, a, math.log(1.02), 15) is None
 
 
+def test_the_planner_never_shortens_the_protocols_window() -> None:
+    # 0.5 s of 6 ms steps is 84 steps (83.3 rounded up); 10 steps alone when that is more
+    assert paired.window_floor(10, 0.5, 0.006) == 84
+    assert paired.window_floor(10, 0.5, 0.2) == 10
+    assert paired.window_floor(10, 0.0, 0.006) == 10
+    c = paired.Components(0.05, 0.2, 84, 0.006, 3.0)  # between-process noise dominates
+    n, why = paired.optimal_steps(c, paired.window_floor(10, 0.5, c.step_s), 2000)
+    # n* = sqrt(3 x pi/2 x 0.0025 / (0.006 x 0.04)) = 7.0, but the window holds 84
+    assert n == 84 and "= 7;" in why and "kept within [84, 2000]" in why
+
+
 def test_variance_components_and_the_optimal_trial_length() -> None:
     # within: log steps cycle -0.05, 0, +0.05 around the median -> MAD 0.05, robust SD
     # 1.4826 x 0.05

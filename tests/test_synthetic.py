@@ -88,7 +88,10 @@ def test_adaptive_rounds_extend_the_plan_and_resume(
     later = [t for t in plan["trials"] if t["round"] >= 2]
     assert {t["measured_steps"] for t in later if t["round"] in (2, 3)} == {planner["choice"]}
     r2 = next(t for t in _trials(run_dir) if t["round"] == 2)
-    assert r2["measured_steps_run"] == planner["choice"]  # and the trial ran exactly that many
+    # and the trial ran that many, or more where its steps were slower than the planner's
+    # estimate and protocol.measured_min_s asked for more
+    assert r2["measured_steps_run"] >= planner["choice"]
+    assert planner["choice"] >= 0.5 / planner["step_s"]  # never shorter than measured_min_s
     mtimes = {p: p.stat().st_mtime for p in run_dir.glob("trials/*/trial.json")}
     run_campaign(cfg, run_dir)  # resume: everything is already there, nothing re-runs
     assert {p: p.stat().st_mtime for p in run_dir.glob("trials/*/trial.json")} == mtimes
@@ -202,24 +205,32 @@ def test_a_trial_measured_under_interference_is_re_run_not_pooled(
 
 def test_cpu_window_counts_the_trials_own_live_workers_as_its_own() -> None:
     """A busy child still running when the window closes (a dataloader worker) is the trial's
-    own CPU time, not interference."""
+    own CPU time, not interference: this process tree's CPU time grows by the live child's."""
+    import os
     import subprocess
     import sys
     import time
 
-    from orchestrator.interference import CpuWindow
+    from orchestrator import interference
 
-    w = CpuWindow()
-    w.start()
+    def child_cpu(pid: int) -> float:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            rest = fh.read().rsplit(")", 1)[1].split()
+        return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+    own0 = interference._own_cpu_s()
     child = subprocess.Popen([sys.executable, "-c",
-                              "import time\nt = time.time() + 3\nwhile time.time() < t: pass"])
+                              "import time\nt = time.time() + 60\nwhile time.time() < t: pass"])
     try:
-        time.sleep(1.0)
-        got = w.stop()
+        deadline = time.time() + 50
+        while child_cpu(child.pid) < 0.3 and time.time() < deadline:  # slower on a busy machine
+            time.sleep(0.05)
+        used = child_cpu(child.pid)
+        own = interference._own_cpu_s() - own0
     finally:
         child.kill()
         child.wait()
-    assert got["others_cores"] is not None and got["others_cores"] < 0.5, got
+    assert used >= 0.3 and own >= used, (own, used)
 
 
 def test_cpu_window_sees_another_process_and_require_quiet_refuses(
