@@ -324,7 +324,7 @@ def test_a_change_that_does_not_repeat_stays_experimental(
     rec = json.loads(after[new])
     assert rec["status"] == "experimental" and rec["on_top_of"] == "v0"
     assert rec["why"].startswith("did not repeat: variant 'fickle' was judged ")
-    assert [j["verdict"] for j in rec["justification"]][0] == "retain"
+    assert rec["justification"][0]["verdict"] == "retain"
     assert rec["justification"][1]["verdict"] != "retain"
     assert cli(ledger, "log") == 0
     assert "experimental (on top of v0): +fickle: did not repeat" in capsys.readouterr().out

@@ -84,7 +84,8 @@ def _ledger(root: Path, kv: dict[str, str]) -> Ledger:
         found = sorted(p.name for p in root.glob("*/") if p.is_dir()
                        and any(p.glob("v*.json"))) if root.is_dir() else []
         if len(found) != 1:
-            raise ConfigError("workload", f"name the ledger with workload=NAME ({'one of: ' + ', '.join(found) if found else 'none under ' + str(root) + '/'})")
+            have = f"one of: {', '.join(found)}" if found else f"none under {root}/"
+            raise ConfigError("workload", f"name the ledger with workload=NAME ({have})")
         name = found[0]
     return Ledger(root, name)
 
@@ -148,8 +149,8 @@ def cmd_promote(root: Path, a: argparse.Namespace) -> int:
 
 
 def _version_lines(v: Version) -> list[str]:
-    lines = [f"{v.label()}  parent={v.parent}  created={v.data.get('created_at')}  "
-             f"digest={v.digest}"]
+    lines = [(f"{v.label()}  parent={v.parent}  created={v.data.get('created_at')}  "
+              f"digest={v.digest}")]
     ch = v.change
     if ch:
         lines.append("  change: " + ", ".join(f"{k}={json.dumps(x)}"

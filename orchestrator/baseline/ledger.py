@@ -20,9 +20,10 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from orchestrator.config import Config
 from orchestrator.convert import to_dict
@@ -313,8 +314,8 @@ def lineage_path(doc: dict[str, Any]) -> str:
 
 def lineage_lines(doc: dict[str, Any]) -> list[str]:
     """Markdown for decisions.md and ``show``: the path, then one row per version."""
-    lines = [f"Ran against `{doc.get('version')}` of the `{doc.get('workload')}` ledger "
-             f"(digest `{doc.get('digest')}`): {lineage_path(doc)}", "",
+    lines = [(f"Ran against `{doc.get('version')}` of the `{doc.get('workload')}` ledger "
+              f"(digest `{doc.get('digest')}`): {lineage_path(doc)}"), "",
              "| version | change | step speedup over parent [CI] | measured in |",
              "|---|---|---|---|"]
     for s in doc.get("versions", []):

@@ -19,9 +19,10 @@ import csv
 import datetime as _dt
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from orchestrator.baseline.ledger import (
     LEDGER_SCHEMA,
@@ -36,7 +37,7 @@ from orchestrator.baseline.ledger import (
 )
 from orchestrator.campaign import FINAL_STATUSES, run_campaign
 from orchestrator.config import Config, SweepConfig
-from orchestrator.convert import from_dict, to_dict
+from orchestrator.convert import from_dict
 from orchestrator.environment import compare
 from orchestrator.errors import ConfigError
 from orchestrator.results import read_json

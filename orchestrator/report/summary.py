@@ -7,8 +7,8 @@ blocks, so the two never drift apart. The HTML inlines its images (base64), one 
 from __future__ import annotations
 
 import base64
-import json
 import html
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
