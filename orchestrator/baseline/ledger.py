@@ -293,8 +293,10 @@ def lineage(ledger: Ledger, ref: str) -> dict[str, Any]:
     chain = ledger.chain(ref)
     steps = []
     for v in chain:
+        ver = ledger.verification(v.id) if v.parent else None
         steps.append({"version": v.id, "parent": v.parent, "digest": v.digest,
                       "change": v.change, "step_speedup": v.step,
+                      "cumulative": None if ver is None else ver.get("speedup"),
                       "created_at": v.data.get("created_at"),
                       "evidence": [j.get("run_dir") for j in v.data.get("justification") or []]})
     last = chain[-1]
@@ -316,8 +318,9 @@ def lineage_lines(doc: dict[str, Any]) -> list[str]:
     """Markdown for decisions.md and ``show``: the path, then one row per version."""
     lines = [(f"Ran against `{doc.get('version')}` of the `{doc.get('workload')}` ledger "
               f"(digest `{doc.get('digest')}`): {lineage_path(doc)}"), "",
-             "| version | change | step speedup over parent [CI] | measured in |",
-             "|---|---|---|---|"]
+             ("| version | change | step speedup over parent [CI] | measured in "
+              "| cumulative against v0 [CI] (verify) |"),
+             "|---|---|---|---|---|"]
     for s in doc.get("versions", []):
         ch = s.get("change")
         what = "—" if not ch else f"+{ch['label']}: " + ", ".join(
@@ -325,7 +328,8 @@ def lineage_lines(doc: dict[str, Any]) -> list[str]:
         step = s.get("step_speedup")
         where = (step or {}).get("run_dir") or "—"
         scope = f" ({step['scope']})" if step and step.get("scope") else ""
-        lines.append(f"| {s['version']} | {what} | {fmt_speedup(step)}{scope} | {where} |")
+        lines.append(f"| {s['version']} | {what} | {fmt_speedup(step)}{scope} | {where} "
+                     f"| {fmt_speedup(s.get('cumulative'))} |")
     cum = doc.get("cumulative")
     lines.append("")
     if cum and cum.get("speedup"):

@@ -225,7 +225,11 @@ def lineage(doc: Mapping[str, Any], out: Path) -> Path | None:
     versions = list(doc.get("versions") or [])
     steps = [(i, v["step_speedup"]) for i, v in enumerate(versions) if v.get("step_speedup")]
     cum = (doc.get("cumulative") or {}).get("speedup")
-    if not steps and not cum:
+    # verified cumulative speedups of earlier versions (a verify run while they were latest)
+    earlier = [(i, v["cumulative"]) for i, v in enumerate(versions[:-1]) if v.get("cumulative")]
+    if cum:
+        earlier.append((len(versions) - 1, cum))
+    if not steps and not earlier:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(5.0, 1.5 * len(versions) + 2), 3.6))
@@ -234,11 +238,10 @@ def lineage(doc: Mapping[str, Any], out: Path) -> Path | None:
         ax.errorbar([i - 0.08], [e["speedup"]], yerr=[[e["speedup"] - e["low"]],
                     [e["high"] - e["speedup"]]], fmt="o", color=COLORS[0], capsize=4,
                     label="step: speedup over its parent" if n == 0 else None)
-    if cum:
-        i = len(versions) - 1
-        ax.errorbar([i + 0.08], [cum["speedup"]], yerr=[[cum["speedup"] - cum["low"]],
-                    [cum["high"] - cum["speedup"]]], fmt="s", color=COLORS[2], capsize=4,
-                    label="cumulative against v0 (measured by verify)")
+    for n, (i, e) in enumerate(earlier):
+        ax.errorbar([i + 0.08], [e["speedup"]], yerr=[[e["speedup"] - e["low"]],
+                    [e["high"] - e["speedup"]]], fmt="s", color=COLORS[2], capsize=4,
+                    label="cumulative against v0 (measured by verify)" if n == 0 else None)
     names = [v["version"] + (f"\n+{v['change']['label']}" if v.get("change") else "")
              for v in versions]
     ax.set_xticks(range(len(versions)), names)

@@ -130,12 +130,14 @@ def lineage_blocks(run_dir: Path, with_plots: bool) -> list[Block]:
         step = v.get("step_speedup")
         rows.append([v["version"], f"+{ch['label']}" if ch else "—",
                      fmt_speedup(step) + (f" ({step['scope']})" if step else ""),
-                     str((step or {}).get("run_dir") or "—")])
+                     str((step or {}).get("run_dir") or "—"),
+                     fmt_speedup(v.get("cumulative"))])
     cum = (doc.get("cumulative") or {}).get("speedup")
     out = [Block("h2", "Baseline lineage"),
            Block("p", f"Ran against {doc.get('version')}: {lineage_path(doc)}"),
            Block("table", headers=["version", "change", "step speedup over parent [CI]",
-                                   "measured in"], rows=rows),
+                                   "measured in", "cumulative against v0 [CI] (verify)"],
+                 rows=rows),
            Block("p", f"Cumulative against v0, measured end to end: {fmt_speedup(cum)}"
                       f" ({cum.get('scope')})" if cum else
                       "Cumulative against v0: not measured yet (python -m orchestrator.baseline "
