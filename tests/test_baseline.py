@@ -22,10 +22,13 @@ from orchestrator.campaign import run_campaign
 from orchestrator.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-# quick protocol, in-process trials, adaptive rounds (of the same short trials) so a planted
-# 2x effect reaches retain
-FAST = ["workload=synthetic", "protocol=quick", "launcher=inline", "device=cpu",
-        "protocol.max_rounds=6", "protocol.plan_trial_length=false"]
+# quick protocol, in-process trials; three rounds to start (with two, one round disturbed by
+# another process leaves no interval) and adaptive ones of the same short trials, so a planted
+# 2x effect reaches retain on a shared machine
+TINY = ["protocol=quick", "launcher=inline", "device=cpu", "protocol.repeats=3",
+        "protocol.max_rounds=7", "protocol.warmup_steps=2", "protocol.measured_steps=5",
+        "protocol.plan_trial_length=false"]
+FAST = ["workload=synthetic", *TINY]
 HALF_UNITS = ["+sweep=calibrate", "sweep.variable=workload.units_per_token", "sweep.baseline=1.0",
               "sweep.baseline_label=units-1", "sweep.values=[0.5,2.0]",
               "sweep.labels=[half-units,double-units]"]
@@ -215,9 +218,7 @@ def test_two_promotions_then_a_sweep_against_latest_and_verify(
     assert "v0 -> v1 (+half-units)" in md and "Cumulative against v0: not measured yet" in md
 
     # 3. verify: v2 against v0, end to end
-    assert cli(ledger, "verify", "workload=synthetic", "protocol=quick", "launcher=inline",
-               "device=cpu", "protocol.max_rounds=6", "protocol.plan_trial_length=false",
-               "--run-dir", str(out / "verify")) == 0
+    assert cli(ledger, "verify", *FAST, "--run-dir", str(out / "verify")) == 0
     (rec_path,) = (ledger / "synthetic" / "verify").glob("v2-*.json")
     rec = json.loads(rec_path.read_text())
     assert rec["version"] == "v2" and rec["against"] == "v0"
