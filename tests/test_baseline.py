@@ -1,4 +1,4 @@
-"""The baseline ledger end to end: real campaigns on the synthetic workload (a planted 2x
+"""The baseline ledger end to end: real campaigns on the synthetic workload (a planted 4x
 effect retains within a few rounds), promotions with their confirmation campaigns, a sweep
 against ``baseline=latest``, ``verify``, every refusal, and a real kill during ``promote
 --confirm`` that leaves the ledger unchanged."""
@@ -24,15 +24,15 @@ from orchestrator.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 # quick protocol, in-process trials; three rounds to start (with two, one round disturbed by
 # another process leaves no interval) and adaptive ones of the same short trials, so a planted
-# 2x effect reaches retain on a shared machine
+# 4x effect reaches retain on a shared machine
 TINY = ["protocol=quick", "launcher=inline", "device=cpu", "protocol.repeats=3",
         "protocol.max_rounds=7", "protocol.warmup_steps=2", "protocol.measured_steps=5",
         "protocol.plan_trial_length=false"]
 FAST = ["workload=synthetic", *TINY]
 HALF_UNITS = ["+sweep=calibrate", "sweep.variable=workload.units_per_token", "sweep.baseline=1.0",
-              "sweep.baseline_label=units-1", "sweep.values=[0.5,2.0]",
-              "sweep.labels=[half-units,double-units]"]
-LESS_WORK = ["+sweep=calibrate", "sweep.values=[-0.5]", "sweep.labels=[less-work]"]
+              "sweep.baseline_label=units-1", "sweep.values=[0.25,4.0]",
+              "sweep.labels=[quarter-units,4x-units]"]
+LESS_WORK = ["+sweep=calibrate", "sweep.values=[-0.75]", "sweep.labels=[less-work]"]
 
 
 def cli(ledger: Path, *args: str) -> int:
@@ -50,7 +50,7 @@ def campaign(compose: Any, ledger: Path, run_dir: Path, *overrides: str) -> Any:
 
 @pytest.fixture(scope="module")
 def retained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A ledger with v0 and one real campaign against it: half-units retained, double-units
+    """A ledger with v0 and one real campaign against it: quarter-units retained, 4x-units
     rejected. Tests copy what they change."""
     from orchestrator.cli import compose
 
@@ -60,7 +60,8 @@ def retained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     # fresh trial processes (launcher=local): the kill test's confirmation takes seconds
     result = campaign(compose, ledger, run, "baseline=latest", *HALF_UNITS, "launcher=local")
     verdicts = {v.label: v.verdict for v in result.verdicts}
-    assert verdicts == {"half-units": "retain", "double-units": "reject"}, verdicts
+    assert verdicts == {"quarter-units": "retain", "4x-units": "reject"}, [
+        v.headline for v in result.verdicts]
     return ledger, run
 
 
@@ -106,16 +107,16 @@ def test_promote_checks_a_retained_variant(retained: tuple[Path, Path],
     ledger, run = retained
     assert cli(ledger, "promote", str(run)) == 0  # the one retained variant, checked only
     out = capsys.readouterr().out
-    assert "'half-units': retain" in out and "add --confirm" in out
+    assert "'quarter-units': retain" in out and "add --confirm" in out
     assert sorted(p.name for p in (ledger / "synthetic").iterdir()) == ["v0.json"]
 
 
 def test_promote_refuses_a_verdict_other_than_retain(
         retained: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     ledger, run = retained
-    assert cli(ledger, "promote", str(run), "--variant", "double-units") == 2
+    assert cli(ledger, "promote", str(run), "--variant", "4x-units") == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: verdict: variant 'double-units' was judged reject, not "
+    assert err.startswith("error: verdict: variant '4x-units' was judged reject, not "
                           "retain; only a retained change is promoted") and "\n" not in err
     assert cli(ledger, "promote", str(run), "--variant", "triple") == 2
     assert "error: --variant: 'triple' is not a variant" in capsys.readouterr().err
@@ -126,11 +127,11 @@ def test_promote_refuses_a_provisional_retain(retained: tuple[Path, Path], tmp_p
     ledger, run = retained
     cut = _copy(run, tmp_path)
     victim = next(p for p in sorted(cut.glob("trials/*/trial.json"))
-                  if json.loads(p.read_text())["arm_label"] == "half-units")
+                  if json.loads(p.read_text())["arm_label"] == "quarter-units")
     victim.unlink()  # as a campaign killed before its last trial leaves it
-    assert cli(ledger, "promote", str(cut), "--variant", "half-units") == 2
+    assert cli(ledger, "promote", str(cut), "--variant", "quarter-units") == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: verdict: the retain of 'half-units' is provisional: 1 of ")
+    assert err.startswith("error: verdict: the retain of 'quarter-units' is provisional: 1 of ")
     assert "finish the campaign with resume=copy" in err and "\n" not in err
 
 
@@ -144,7 +145,7 @@ def test_promote_refuses_a_missing_or_failed_gate(retained: tuple[Path, Path], t
     assert err.startswith("error: correctness: copy has no correctness gate")
     assert "protocol.correctness.mode=once" in err
     doc = {"schema_version": 1, "mode": "once", "arms": {"a1": {
-        "status": "fail", "label": "half-units",
+        "status": "fail", "label": "quarter-units",
         "reasons": ["t1k: loss differs by 3.1e-02 (> trajectory_rtol 1e-05)"]}}}
     (cut / "correctness.json").write_text(json.dumps(doc))
     assert cli(ledger, "promote", str(cut)) == 2
@@ -167,14 +168,14 @@ def test_two_promotions_then_a_sweep_against_latest_and_verify(
 
     # 1. discovery against v0, then a fresh confirmation campaign: v1
     first = campaign(compose, ledger, out / "units", "baseline=latest", *HALF_UNITS)
-    assert {v.label: v.verdict for v in first.verdicts}["half-units"] == "retain"
+    assert {v.label: v.verdict for v in first.verdicts}["quarter-units"] == "retain"
     assert json.loads((out / "units" / "lineage.json").read_text())["version"] == "v0"
     assert cli(ledger, "promote", str(out / "units"), "--confirm",
                "--run-dir", str(out / "units-confirm")) == 0
     v1 = json.loads((ledger / "synthetic" / "v1.json").read_text())
-    assert v1["parent"] == "v0" and v1["change"]["label"] == "half-units"
-    assert v1["change"]["overrides"] == {"workload.units_per_token": 0.5}
-    assert v1["overrides"]["workload.units_per_token"] == 0.5
+    assert v1["parent"] == "v0" and v1["change"]["label"] == "quarter-units"
+    assert v1["change"]["overrides"] == {"workload.units_per_token": 0.25}
+    assert v1["overrides"]["workload.units_per_token"] == 0.25
     assert [j["role"] for j in v1["justification"]] == ["discovery", "confirmation"]
     assert v1["justification"][1]["run_dir"] == "outputs/units-confirm"
     assert v1["justification"][1]["verdict"] == "retain"
@@ -183,19 +184,19 @@ def test_two_promotions_then_a_sweep_against_latest_and_verify(
     assert v1["throughput"]["mixture"]["tokens_per_s"] > 0
     assert v1["fingerprint"]["python"] and v1["fingerprint"]["device_kind"] == "cpu"
     confirm_cfg = json.loads((out / "units-confirm" / "config.json").read_text())
-    assert confirm_cfg["baseline"] == "v0" and confirm_cfg["sweep"]["values"] == [0.5]
+    assert confirm_cfg["baseline"] == "v0" and confirm_cfg["sweep"]["values"] == [0.25]
 
     # the first campaign was measured against v0: no longer promotable
-    assert cli(ledger, "promote", str(out / "units"), "--variant", "half-units") == 2
+    assert cli(ledger, "promote", str(out / "units"), "--variant", "quarter-units") == 2
     err = capsys.readouterr().err
     assert ("error: baseline: units was measured against v0, but the ledger's latest is v1; "
             "re-run the sweep with baseline=latest") in err
 
-    # 2. the next hypothesis against v1 (composed: half units AND less work), then v2
+    # 2. the next hypothesis against v1 (composed: a quarter of the units AND less work), then v2
     second = campaign(compose, ledger, out / "less", "baseline=latest", *LESS_WORK)
     assert second.verdicts[0].verdict == "retain"
     ran = json.loads((out / "less" / "config.json").read_text())
-    assert ran["baseline"] == "v1" and ran["workload"]["units_per_token"] == 0.5  # v1's value
+    assert ran["baseline"] == "v1" and ran["workload"]["units_per_token"] == 0.25  # v1's value
     # measured in another environment: refused (a copy with another torch in its fingerprint)
     moved = tmp_path / "elsewhere"
     shutil.copytree(out / "less", moved)
@@ -211,11 +212,11 @@ def test_two_promotions_then_a_sweep_against_latest_and_verify(
                "--run-dir", str(out / "less-confirm")) == 0
     v2 = json.loads((ledger / "synthetic" / "v2.json").read_text())
     assert v2["parent"] == "v1" and v2["step_speedup"]["against"] == "v1"
-    assert v2["overrides"]["workload.units_per_token"] == 0.5
-    assert v2["overrides"]["workload.extra_work_fraction"] == -0.5
+    assert v2["overrides"]["workload.units_per_token"] == 0.25
+    assert v2["overrides"]["workload.extra_work_fraction"] == -0.75
 
     md = (out / "less-confirm" / "decisions.md").read_text()  # ran against v1, before verify
-    assert "v0 -> v1 (+half-units)" in md and "Cumulative against v0: not measured yet" in md
+    assert "v0 -> v1 (+quarter-units)" in md and "Cumulative against v0: not measured yet" in md
 
     # 3. verify: v2 against v0, end to end
     assert cli(ledger, "verify", *FAST, "--run-dir", str(out / "verify")) == 0
@@ -227,7 +228,7 @@ def test_two_promotions_then_a_sweep_against_latest_and_verify(
     plan = json.loads((out / "verify" / "plan.json").read_text())
     assert [a["overrides"] for a in plan["arms"]] == [
         {"workload.extra_work_fraction": 0.0, "workload.units_per_token": 1.0},
-        {"workload.extra_work_fraction": -0.5, "workload.units_per_token": 0.5}]
+        {"workload.extra_work_fraction": -0.75, "workload.units_per_token": 0.25}]
     capsys.readouterr()
     assert cli(ledger, "show", "workload=synthetic") == 0
     shown = capsys.readouterr().out
@@ -236,23 +237,23 @@ def test_two_promotions_then_a_sweep_against_latest_and_verify(
     assert cli(ledger, "log") == 0 and "verify " in capsys.readouterr().out
     assert cli(ledger, "diff", "v0", "v2") == 0
     assert capsys.readouterr().out.splitlines() == [
-        "workload.extra_work_fraction: 0.0 -> -0.5", "workload.units_per_token: 1.0 -> 0.5"]
+        "workload.extra_work_fraction: 0.0 -> -0.75", "workload.units_per_token: 1.0 -> 0.25"]
 
     # 4. any sweep against baseline=latest runs on v2 and shows the lineage
     with pytest.raises(ConfigError, match=r"sweep\.baseline: sets workload\.extra_work_fraction"
-                       r"=0\.0, but baseline v2 has -0\.5"):
+                       r"=0\.0, but baseline v2 has -0\.75"):
         compose([*FAST, f"baselines_dir={ledger}", "baseline=latest", *LESS_WORK])
     campaign(compose, ledger, out / "matrix", "baseline=latest", "+sweep=calibrate",
              "sweep.variable=workload.matrix_size", "sweep.baseline=32", "sweep.values=[24]",
              "sweep.labels=[m24]", "sweep.baseline_label=m32")
     ran = json.loads((out / "matrix" / "config.json").read_text())
-    assert ran["baseline"] == "v2" and ran["workload"]["extra_work_fraction"] == -0.5
+    assert ran["baseline"] == "v2" and ran["workload"]["extra_work_fraction"] == -0.75
     md = (out / "matrix" / "decisions.md").read_text()
     assert "## Baseline lineage" in md
-    assert "v0 -> v1 (+half-units) -> v2 (+less-work)" in md
+    assert "v0 -> v1 (+quarter-units) -> v2 (+less-work)" in md
     assert "Cumulative, measured end to end (v2 against v0)" in md
     html = (out / "matrix" / "summary.html").read_text()
-    assert "Baseline lineage" in html and "v0 -&gt; v1 (+half-units) -&gt; v2" in html
+    assert "Baseline lineage" in html and "v0 -&gt; v1 (+quarter-units) -&gt; v2" in html
     assert (out / "matrix" / "plots" / "lineage.png").stat().st_size > 0
     for text in [p.read_text() for p in (ledger / "synthetic").rglob("*.json")]:
         assert str(tmp_path) not in text  # run dirs relative to the project directory

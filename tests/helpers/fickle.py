@@ -1,4 +1,4 @@
-"""A recipe whose speed-up does not repeat: the synthetic load at half the work units while
+"""A recipe whose speed-up does not repeat: the synthetic load at a quarter of the work units while
 the file named by ORCH_TEST_FICKLE_MARKER does not exist, and at the full units once it does
 (as a change whose first result was a fluke of the moment). tests/test_baseline.py."""
 
@@ -18,5 +18,5 @@ def build(workload: SyntheticWorkloadConfig, bucket: BucketConfig, device: str) 
     marker = os.environ.get("ORCH_TEST_FICKLE_MARKER", "")
     if marker and os.path.exists(marker):  # the effect is gone
         return SyntheticTrainer(workload, bucket, device)
-    half = dataclasses.replace(workload, units_per_token=workload.units_per_token / 2)
-    return SyntheticTrainer(half, bucket, device)
+    quarter = dataclasses.replace(workload, units_per_token=workload.units_per_token / 4)
+    return SyntheticTrainer(quarter, bucket, device)
