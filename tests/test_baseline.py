@@ -102,6 +102,7 @@ def test_baseline_selection_errors_name_the_key_and_fix(compose: Any, tmp_path: 
 # --------------------------------------------------------------------------- refusals
 
 
+@pytest.mark.slow  # the module's retained campaign (about a minute, once)
 def test_promote_checks_a_retained_variant(retained: tuple[Path, Path],
                                            capsys: pytest.CaptureFixture[str]) -> None:
     ledger, run = retained
@@ -111,6 +112,7 @@ def test_promote_checks_a_retained_variant(retained: tuple[Path, Path],
     assert sorted(p.name for p in (ledger / "synthetic").iterdir()) == ["v0.json"]
 
 
+@pytest.mark.slow  # the module's retained campaign (about a minute, once)
 def test_promote_refuses_a_verdict_other_than_retain(
         retained: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     ledger, run = retained
@@ -122,6 +124,7 @@ def test_promote_refuses_a_verdict_other_than_retain(
     assert "error: --variant: 'triple' is not a variant" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the module's retained campaign (about a minute, once)
 def test_promote_refuses_a_provisional_retain(retained: tuple[Path, Path], tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     ledger, run = retained
@@ -135,6 +138,7 @@ def test_promote_refuses_a_provisional_retain(retained: tuple[Path, Path], tmp_p
     assert "finish the campaign with resume=copy" in err and "\n" not in err
 
 
+@pytest.mark.slow  # the module's retained campaign (about a minute, once)
 def test_promote_refuses_a_missing_or_failed_gate(retained: tuple[Path, Path], tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     ledger, run = retained
