@@ -372,7 +372,7 @@ def verify(cfg: Config, ledger_root: Path, out_dir: Path,
     check_environment(ev.fingerprint, ledger, out_dir.name)
     d = ev.decisions[0]
     got = objective(d.get("speedups"))
-    record = {"workload": ledger.workload, "version": latest.id, "against": "v0",
+    record: dict[str, Any] = {"workload": ledger.workload, "version": latest.id, "against": "v0",
               "at": utc_now(), "run_dir": display_path(out_dir), "verdict": d.get("verdict"),
               "headline": d.get("headline"),
               "speedup": None if got is None else {"scope": got[0], **got[1]},
