@@ -23,6 +23,7 @@ from orchestrator.analyze import (
     reference_times_by_trial,
     step_times_by_trial,
 )
+from orchestrator.baseline.ledger import LINEAGE_FILE, Ledger, lineage, lineage_lines
 from orchestrator.config import Config
 from orchestrator.convert import to_dict
 from orchestrator.correctness.runner import load_gates, run_gate
@@ -131,6 +132,7 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     )
     adaptive_log: list[dict[str, Any]] = []
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
+    write_lineage(cfg, run_dir)
     run_gate(cfg, run_dir, arms, buckets, launcher)  # once per campaign, through its launcher
     rounds_done = p.repeats
     # one display for the whole invocation: the total is the plan (done trials included),
@@ -451,6 +453,21 @@ def noise_table(analysis: Analysis) -> dict[str, Any]:
     return out
 
 
+def write_lineage(cfg: Config, run_dir: Path) -> None:
+    """baseline=vN: lineage.json records the version the campaign runs against and its
+    lineage (v0 ... vN, each step's measured speedup, the verified cumulative one). A resume
+    keeps the first record: the campaign ran against that version."""
+    if not cfg.baseline or (run_dir / LINEAGE_FILE).exists():
+        return
+    atomic_write_json(run_dir / LINEAGE_FILE,
+                      lineage(Ledger(cfg.baselines_dir, cfg.workload.name), cfg.baseline))
+
+
+def lineage_section(run_dir: Path) -> list[tuple[str, list[str]]]:
+    doc = _read_optional(run_dir / LINEAGE_FILE)
+    return [("Baseline lineage", lineage_lines(doc))] if doc else []
+
+
 def _render_summary(run_dir: Path) -> None:
     """summary.md, summary.html and plots/ for this campaign; a failure here never loses the
     campaign's results (they are already on disk), it is logged."""
@@ -519,7 +536,8 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
         protocol=cfg.protocol,
         launcher=cfg.launcher.name,
         failures=failures,
-        extra_sections=[("Utilization (MFU / HFU)", utilization_section(records, peaks, util)),
+        extra_sections=[*lineage_section(run_dir),
+                        ("Utilization (MFU / HFU)", utilization_section(records, peaks, util)),
                         *lever_sections(cfg, trials_df, steps_df, analysis),
                         ("Sensitivity", sensitivity_lines(analysis, cfg.protocol,
                                                           cfg.sweep.variable)),

@@ -124,11 +124,13 @@ def _expand(overrides: list[str]) -> list[list[str]]:
     return [list(c) for c in itertools.product(*axes)]
 
 
-def to_config(cfg: Any) -> Any:
-    """The composed DictConfig as validated plain dataclasses (crosses the boundary once)."""
+def to_config(cfg: Any, need_sweep: bool = True) -> Any:
+    """The composed DictConfig as validated plain dataclasses (crosses the boundary once);
+    ``need_sweep=False`` for a workload alone (``python -m orchestrator.baseline init``)."""
     from omegaconf import OmegaConf
 
     # start-up cost: every recipe schema, hardware registry, launcher check; --help needs none
+    from orchestrator.baseline.ledger import apply_baseline
     from orchestrator.validate import validate
 
     try:
@@ -138,10 +140,11 @@ def to_config(cfg: Any) -> Any:
     if isinstance(obj, dict):  # a conf dir without the schema default
         raise ConfigError("config", "config.yaml must list base_config in its defaults")
     assert isinstance(obj, Config)
-    if obj.sweep is None:
+    if obj.sweep is None and need_sweep:
         raise ConfigError(
             "sweep", f"no sweep selected; add +sweep=NAME, one of: {', '.join(group_options('sweep'))}"
         )
+    apply_baseline(obj)  # baseline=latest|vN: the version's overrides, before the sweep's arms
     validate(obj)
     return obj
 
@@ -165,7 +168,7 @@ def register_configs() -> None:
     cs.store(group="schema/profile", name="profile", node=cfgmod.ProfileConfig)
 
 
-def compose(overrides: list[str]) -> Any:
+def compose(overrides: list[str], need_sweep: bool = True) -> Any:
     """Compose and validate one configuration (tests, notebooks, pre-flight)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -178,7 +181,7 @@ def compose(overrides: list[str]) -> Any:
             cfg = hydra_compose("config", overrides=overrides)
         except Exception as exc:
             raise explain(exc) from None
-    return to_config(cfg)
+    return to_config(cfg, need_sweep)
 
 
 def check_device(config: Any) -> None:

@@ -397,5 +397,11 @@ class Config:
     device: str = "auto"  # auto | cpu | cuda | musa
     run_dir: Optional[str] = None  # default: Hydra's run dir
     resume: Optional[str] = None  # a run dir whose completed trials are kept
+    # a version of the workload's baseline ledger to run against (docs/baselines.md): latest |
+    # vN. Its overrides are applied to the workload before the sweep's arms; config.json then
+    # records the version's id
+    baseline: Optional[str] = None
+    # the ledgers' root: <baselines_dir>/<workload name>/vN.json (relative: to the current dir)
+    baselines_dir: str = "baselines"
     sanitize: SanitizeConfig = field(default_factory=SanitizeConfig)
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)

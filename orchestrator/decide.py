@@ -72,7 +72,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return {"arm_id": self.arm_id, "label": self.label, "verdict": self.verdict,
                 "headline": self.headline, "reasons": self.reasons, "warnings": self.warnings,
-                "rounds_to_resolve": self.rounds_to_resolve}
+                "rounds_to_resolve": self.rounds_to_resolve, "final": self.final}
 
 
 @dataclass(frozen=True)

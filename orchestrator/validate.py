@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from orchestrator.baseline.ledger import check_baseline_arm
 from orchestrator.compile_stats import CACHE_MODES
 from orchestrator.config import (
     CORRECTNESS_MODES,
@@ -134,6 +135,7 @@ def validate(cfg: Config) -> None:
         arms = resolve_arms(cfg)
         validate_arms(arms)
         check_lever_sweep(cfg, arms)
+        check_baseline_arm(cfg, arms)  # baseline=vN: the baseline arm is the version
 
 
 def validate_protocol(p: ProtocolConfig) -> None:

@@ -216,3 +216,43 @@ def phase_breakdown(run_dir: Path, out: Path) -> Path | None:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def lineage(doc: Mapping[str, Any], out: Path) -> Path | None:
+    """The baseline lineage (lineage.json): each version's measured speedup over its parent
+    with its interval, and the cumulative speedup against v0 measured end to end (``verify``)
+    at the last version; None when no version after v0 has a measurement."""
+    versions = list(doc.get("versions") or [])
+    steps = [(i, v["step_speedup"]) for i, v in enumerate(versions) if v.get("step_speedup")]
+    cum = (doc.get("cumulative") or {}).get("speedup")
+    # verified cumulative speedups of earlier versions (a verify run while they were latest)
+    earlier = [(i, v["cumulative"]) for i, v in enumerate(versions[:-1]) if v.get("cumulative")]
+    if cum:
+        earlier.append((len(versions) - 1, cum))
+    if not steps and not earlier:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.5 * len(versions) + 2), 3.6))
+    ax.axhline(1.0, color="black", lw=1)
+    for n, (i, e) in enumerate(steps):
+        ax.errorbar([i - 0.08], [e["speedup"]], yerr=[[e["speedup"] - e["low"]],
+                    [e["high"] - e["speedup"]]], fmt="o", color=COLORS[0], capsize=4,
+                    label="step: speedup over its parent" if n == 0 else None)
+    for n, (i, e) in enumerate(earlier):
+        ax.errorbar([i + 0.08], [e["speedup"]], yerr=[[e["speedup"] - e["low"]],
+                    [e["high"] - e["speedup"]]], fmt="s", color=COLORS[2], capsize=4,
+                    label="cumulative against v0 (measured by verify)" if n == 0 else None)
+    names = [v["version"] + (f"\n+{v['change']['label']}" if v.get("change") else "")
+             for v in versions]
+    ax.set_xticks(range(len(versions)), names)
+    ax.set_xlim(-0.5, len(versions) - 0.5)
+    ax.set_yscale("log")  # speedups compose by multiplication: equal ratios, equal heights
+    ax.set_ylabel("speedup, with interval (log scale)")
+    ax.set_title(f"Baseline lineage of {doc.get('workload')}: "
+                 + " -> ".join(v["version"] for v in versions))
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from orchestrator.baseline.ledger import LINEAGE_FILE, fmt_speedup, lineage_path
 from orchestrator.render import group_warnings
 from orchestrator.report import plots
 from orchestrator.report.load import Campaign, load_steps
@@ -102,6 +104,7 @@ def build_document(c: Campaign, *, with_plots: bool = True) -> list[Block]:
         doc.append(Block("p", "A/A control (the baseline against itself), |A/A speedup - 1|: "
                          + ", ".join(f"{k} {v:.1%}" for k, v in floors.items() if v is not None)
                          + " (a calibration check, not a threshold)"))
+    doc += lineage_blocks(c.run_dir, with_plots)
     if not c.results.empty:
         doc += [Block("h2", "Per bucket and arm"), results_table(c.results)]
     if with_plots:
@@ -109,6 +112,43 @@ def build_document(c: Campaign, *, with_plots: bool = True) -> list[Block]:
     doc += [Block("p", "Full evidence: decisions.md, results.csv, trials/<trial_id>/ "
                        "(trial.json, steps.csv).")]
     return doc
+
+
+def lineage_blocks(run_dir: Path, with_plots: bool) -> list[Block]:
+    """A campaign run against a baseline version (lineage.json): the path v0 -> ... -> vN,
+    each step's measured speedup and the measured cumulative one, and the lineage plot."""
+    path = run_dir / LINEAGE_FILE
+    if not path.is_file():
+        return []
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    rows = []
+    for v in doc.get("versions", []):
+        ch = v.get("change")
+        step = v.get("step_speedup")
+        rows.append([v["version"], f"+{ch['label']}" if ch else "—",
+                     fmt_speedup(step) + (f" ({step['scope']})" if step else ""),
+                     str((step or {}).get("run_dir") or "—"),
+                     fmt_speedup(v.get("cumulative"))])
+    cum = (doc.get("cumulative") or {}).get("speedup")
+    out = [Block("h2", "Baseline lineage"),
+           Block("p", f"Ran against {doc.get('version')}: {lineage_path(doc)}"),
+           Block("table", headers=["version", "change", "step speedup over parent [CI]",
+                                   "measured in", "cumulative against v0 [CI] (verify)"],
+                 rows=rows),
+           Block("p", f"Cumulative against v0, measured end to end: {fmt_speedup(cum)}"
+                      f" ({cum.get('scope')})" if cum else
+                      "Cumulative against v0: not measured yet (python -m orchestrator.baseline "
+                      "verify); the steps are not multiplied.")]
+    if with_plots:
+        pdir = run_dir / "plots"
+        pdir.mkdir(exist_ok=True)
+        made = plots.lineage(doc, pdir / "lineage.png")
+        if made is not None:
+            out.append(Block("img", "Baseline lineage", path=str(made.relative_to(run_dir))))
+    return out
 
 
 def plot_blocks(c: Campaign, buckets: list[str], arms: list[dict[str, Any]],

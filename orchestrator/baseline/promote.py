@@ -1,0 +1,388 @@
+"""Promote, confirm and verify (campaign layer): the ledger's steps that read run directories
+and run campaigns.
+
+- :func:`check_promotable`: a campaign's variant may become the next version only when it was
+  retained (final, every planned trial recorded), its correctness gate passed, the campaign ran
+  against the ledger's latest version, and in the ledger's environment. Each refusal is one
+  ConfigError naming the problem and the fix (exit 2).
+- :func:`confirm`: a fresh campaign with only that variant against the latest version (the
+  composed configuration measured against its parent, not a product of earlier speedups). The
+  new version file is written after it finished and agreed, atomically; a change that does not
+  repeat is recorded under ``experimental/``.
+- :func:`verify`: the latest version against v0, end to end; the cumulative speedup with its
+  interval is recorded under ``verify/``.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.baseline.ledger import (
+    LEDGER_SCHEMA,
+    LINEAGE_FILE,
+    Ledger,
+    Version,
+    apply_baseline,
+    display_path,
+    fmt_speedup,
+    objective,
+    utc_now,
+)
+from orchestrator.campaign import FINAL_STATUSES, run_campaign
+from orchestrator.config import Config, SweepConfig
+from orchestrator.convert import from_dict
+from orchestrator.environment import compare
+from orchestrator.errors import ConfigError
+from orchestrator.results import read_json
+from orchestrator.validate import validate
+from recipes.registry import workload_from_dict
+
+log = logging.getLogger(__name__)
+
+# a campaign runner: (config, run_dir) -> None; the CLI passes one that sets up logging
+Runner = Callable[[Config, Path], Any]
+
+
+def _default_runner(cfg: Config, run_dir: Path) -> Any:
+    return run_campaign(cfg, run_dir)
+
+
+# --------------------------------------------------------------------------- reading a campaign
+
+
+@dataclass
+class Evidence:
+    """What a promotion reads from one campaign's run directory."""
+
+    run_dir: Path
+    config: dict[str, Any]
+    plan: dict[str, Any]
+    decisions: list[dict[str, Any]]
+    correctness: dict[str, Any] | None
+    fingerprint: dict[str, Any] | None
+    lineage: dict[str, Any] | None
+    results: list[dict[str, str]] = field(default_factory=list)
+    missing_trials: list[str] = field(default_factory=list)
+
+    @property
+    def workload(self) -> str:
+        return str((self.config.get("workload") or {}).get("name"))
+
+    @property
+    def against(self) -> str | None:
+        return self.config.get("baseline")
+
+    def arm(self, arm_id: str) -> dict[str, Any]:
+        return next(a for a in self.plan.get("arms", []) if a["arm_id"] == arm_id)
+
+    def throughput(self, arm_id: str) -> dict[str, Any]:
+        """Tokens/s and median step time per bucket, and the mixture's tokens/s (total work /
+        total time at the buckets' weights), of one arm (results.csv, plan.json)."""
+        buckets: dict[str, Any] = {}
+        for r in self.results:
+            if r.get("arm_id") == arm_id and r.get("tokens_per_s"):
+                buckets[r["bucket"]] = {"tokens_per_s": float(r["tokens_per_s"]),
+                                        "step_time_median_s": float(r["step_time_median_s"])}
+        work = time = 0.0
+        for b in self.plan.get("buckets", []):
+            got = buckets.get(b["name"])
+            if got is None:
+                continue
+            w = float(b.get("weight", 1.0))
+            work += w * b["seq_len"] * b["micro_batch"]
+            time += w * got["step_time_median_s"]
+        mixture = {"tokens_per_s": work / time} if time > 0 else None
+        return {"buckets": buckets, "mixture": mixture, "run_dir": display_path(self.run_dir)}
+
+
+def _optional(path: Path) -> Any:
+    try:
+        return read_json(path)
+    except (OSError, ValueError):
+        return None
+
+
+def read_campaign(run_dir: Path) -> Evidence:
+    """A finished campaign's evidence; ConfigError when ``run_dir`` is not one."""
+    if not (run_dir / "plan.json").is_file() or not (run_dir / "config.json").is_file():
+        raise ConfigError("RUN_DIR", f"{run_dir} is not a campaign run directory (no plan.json "
+                          "or config.json); pass the directory a campaign printed at its end")
+    if not (run_dir / "decisions.jsonl").is_file():
+        raise ConfigError("RUN_DIR", f"{run_dir} has no decisions.jsonl (the campaign did not "
+                          "finish); finish it with resume=RUN_DIR, then promote")
+    decisions = [json.loads(x) for x in
+                 (run_dir / "decisions.jsonl").read_text(encoding="utf-8").splitlines() if x]
+    plan = read_json(run_dir / "plan.json")
+    done = {p.parent.name for p in run_dir.glob("trials/*/trial.json")
+            if (_optional(p) or {}).get("status") in FINAL_STATUSES}
+    missing = [t["trial_id"] for t in plan.get("trials", []) if t["trial_id"] not in done]
+    env = _optional(run_dir / "environment.json") or {}
+    fp = env.get("fingerprint") if isinstance(env.get("fingerprint"), dict) else None
+    results: list[dict[str, str]] = []
+    if (run_dir / "results.csv").is_file():
+        with open(run_dir / "results.csv", encoding="utf-8", newline="") as fh:
+            results = list(csv.DictReader(fh))
+    return Evidence(run_dir, read_json(run_dir / "config.json"), plan, decisions,
+                    _optional(run_dir / "correctness.json"), fp,
+                    _optional(run_dir / LINEAGE_FILE), results, missing)
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def pick_variant(ev: Evidence, label: str | None) -> dict[str, Any]:
+    labels = [str(d.get("label")) for d in ev.decisions]
+    if label is not None:
+        for d in ev.decisions:
+            if str(d.get("label")) == label:
+                return d
+        raise ConfigError("--variant", f"{label!r} is not a variant of {ev.run_dir.name}; "
+                          f"choose one of: {', '.join(labels)}")
+    retained = [d for d in ev.decisions if d.get("verdict") == "retain"]
+    if len(ev.decisions) == 1:
+        return ev.decisions[0]
+    if len(retained) == 1:
+        return retained[0]
+    raise ConfigError("--variant", f"{ev.run_dir.name} has {len(ev.decisions)} variants "
+                      f"({len(retained)} retained); name one with --variant LABEL, one of: "
+                      f"{', '.join(labels)}")
+
+
+def gate_status(ev: Evidence, arm_id: str) -> str:
+    """pass | not_applicable (a recipe without a model to compare, e.g. a numpy load: the gate
+    ran and said so); ConfigError when the gate failed or is missing."""
+    mode = ((ev.config.get("protocol") or {}).get("correctness") or {}).get("mode")
+    doc = ev.correctness
+    if mode == "off" or doc is None or doc.get("mode") == "off":
+        raise ConfigError("correctness", f"{ev.run_dir.name} has no correctness gate "
+                          f"(protocol.correctness.mode={mode}, correctness.json "
+                          f"{'missing' if doc is None else 'off'}); a change is promoted only "
+                          "when it computes the same: re-run the sweep with "
+                          "protocol.correctness.mode=once")
+    if doc.get("mode") == "not_applicable":
+        return "not_applicable"
+    g = (doc.get("arms") or {}).get(arm_id)
+    if g is None:
+        raise ConfigError("correctness", f"correctness.json of {ev.run_dir.name} has no gate "
+                          f"record for {arm_id}; finish the campaign with resume=RUN_DIR")
+    if g.get("status") != "pass":
+        why = "; ".join(g.get("reasons") or [])[:200] or g.get("status")
+        raise ConfigError("correctness", f"the correctness gate says {g.get('status')} for this "
+                          f"variant ({why}); a change must compute the same to be promoted: "
+                          "fix the variant and run a new campaign")
+    return "pass"
+
+
+def check_promotable(ev: Evidence, ledger: Ledger, label: str | None) -> tuple[dict[str, Any], str]:
+    """(the variant's decision, its gate status), or a ConfigError naming what stops it."""
+    d = pick_variant(ev, label)
+    name = d.get("label")
+    if d.get("verdict") != "retain":
+        raise ConfigError("verdict", f"variant {name!r} was judged {d.get('verdict')}, not "
+                          "retain; only a retained change is promoted: try another hypothesis, "
+                          "or follow the verdict's advice in decisions.md and re-run")
+    if d.get("final") is False or ev.missing_trials:
+        why = (f"{len(ev.missing_trials)} of {len(ev.plan.get('trials', []))} planned trials "
+               "have no final record (an interrupted campaign)" if ev.missing_trials else
+               "it was decided at an early look, before the campaign's last round")
+        raise ConfigError("verdict", f"the retain of {name!r} is provisional: {why}; finish the "
+                          f"campaign with resume={ev.run_dir.name} (same overrides), then promote")
+    gate = gate_status(ev, d["arm_id"])
+    arm = ev.arm(d["arm_id"])
+    if arm.get("env"):
+        raise ConfigError("--variant", f"{name!r} sets environment switches "
+                          f"({', '.join(arm['env'])}), which the ledger does not record yet; "
+                          "promote a workload.* change")
+    latest = ledger.latest()
+    assert latest is not None
+    if ev.against is None:
+        raise ConfigError("baseline", f"{ev.run_dir.name} ran against no baseline version; "
+                          f"re-run the sweep with baseline=latest (now {latest.id}), then promote")
+    if ev.against != latest.id or (ev.lineage or {}).get("digest") not in (None, latest.digest):
+        raise ConfigError("baseline", f"{ev.run_dir.name} was measured against {ev.against}, but "
+                          f"the ledger's latest is {latest.id}; re-run the sweep with "
+                          "baseline=latest, then promote that campaign")
+    check_environment(ev.fingerprint, ledger, ev.run_dir.name)
+    return d, gate
+
+
+def ledger_fingerprint(ledger: Ledger) -> tuple[str, dict[str, Any]] | None:
+    """The environment the ledger was measured in: its latest measured version's."""
+    for v in reversed(ledger.versions()):
+        if v.fingerprint:
+            return v.id, v.fingerprint
+    return None
+
+
+def check_environment(fp: dict[str, Any] | None, ledger: Ledger, what: str) -> None:
+    known = ledger_fingerprint(ledger)
+    if known is None:
+        return  # v0 is declared, not measured: the first promotion sets the environment
+    vid, ref = known
+    if fp is None:
+        raise ConfigError("environment", f"{what} records no environment fingerprint "
+                          "(environment.json); re-run the sweep so that trials report it")
+    diff = compare([(vid, ref), (what, fp)])
+    if diff:
+        raise ConfigError("environment", f"{what} was measured in another environment than "
+                          f"{vid} ({'; '.join(x.split(':')[0] for x in diff)} differ); "
+                          "measure where the ledger was measured, or start a new ledger "
+                          "(baselines_dir=DIR, then init)")
+
+
+# --------------------------------------------------------------------------- confirm
+
+
+def config_of(ev: Evidence) -> Config:
+    """The campaign's configuration rebuilt from its config.json (plain data, no Hydra)."""
+    data = {k: v for k, v in ev.config.items() if k != "schema_version"}
+    cfg: Config = from_dict(Config, {**data, "workload": {}})
+    cfg.workload = workload_from_dict(data["workload"])
+    return cfg
+
+
+def justification(ev: Evidence, d: dict[str, Any], role: str, gate: str) -> dict[str, Any]:
+    return {"role": role, "run_dir": display_path(ev.run_dir), "sweep": ev.plan.get("sweep"),
+            "variant": d.get("label"), "verdict": d.get("verdict"), "headline": d.get("headline"),
+            "speedups": d.get("speedups"), "against": ev.against, "correctness_gate": gate,
+            "decided_at": d.get("decided_at")}
+
+
+@dataclass
+class Outcome:
+    promoted: Version | None
+    confirmation: Path
+    record: Path | None = None  # experimental/<...>.json when it did not repeat
+    reason: str = ""
+
+
+def confirm(run_dir: Path, ledger_root: Path, label: str | None, out_dir: Path,
+            runner: Runner = _default_runner) -> Outcome:
+    """Check, run the confirmation campaign (only this variant, against the latest version),
+    and write the next version only when it agreed; else record the change as experimental."""
+    ev = read_campaign(run_dir)
+    ledger = Ledger(ledger_root, ev.workload)
+    d, gate = check_promotable(ev, ledger, label)
+    parent = ledger.latest()
+    assert parent is not None
+    arm = ev.arm(d["arm_id"])
+    cfg = config_of(ev)
+    assert cfg.sweep is not None
+    cfg.sweep.values = [arm["value"]]
+    cfg.sweep.labels = [str(arm["label"])]
+    cfg.baseline, cfg.baselines_dir = parent.id, str(ledger_root)
+    cfg.resume, cfg.run_dir = None, str(out_dir)
+    apply_baseline(cfg)
+    validate(cfg)
+    log.info("confirming %r of %s against %s: a fresh campaign in %s", arm["label"],
+             run_dir.name, parent.id, out_dir)
+    runner(cfg, out_dir)
+    again = read_campaign(out_dir)
+    d2 = again.decisions[0]
+    reason = ""
+    gate2 = ""
+    try:
+        d2, gate2 = check_promotable(again, ledger, str(arm["label"]))
+    except ConfigError as exc:
+        reason = exc.message
+    if reason:
+        return Outcome(None, out_dir, _experimental(ledger, parent, ev, d, gate, again, d2,
+                                                    reason), reason)
+    change = {k: v for k, v in arm["overrides"].items() if parent.overrides.get(k) != v}
+    data = {
+        "schema_version": LEDGER_SCHEMA, "workload": ev.workload, "version": ledger.next_id(),
+        "parent": parent.id, "created_at": utc_now(), "status": "promoted",
+        "change": {"label": str(arm["label"]), "sweep": ev.plan.get("sweep"),
+                   "variable": (ev.config.get("sweep") or {}).get("variable"),
+                   "overrides": change},
+        "overrides": {**parent.overrides, **arm["overrides"]},
+        "justification": [justification(ev, d, "discovery", gate),
+                          justification(again, d2, "confirmation", gate2)],
+        "step_speedup": _step(d2, again, parent.id),
+        "throughput": again.throughput(d2["arm_id"]),
+        "parent_throughput": again.throughput(again.plan["arms"][0]["arm_id"]),
+        "fingerprint": again.fingerprint,
+    }
+    return Outcome(ledger.write_version(data), out_dir)
+
+
+def _step(d: dict[str, Any], ev: Evidence, against: str | None) -> dict[str, Any] | None:
+    got = objective(d.get("speedups"))
+    if got is None:
+        return None
+    scope, e = got
+    return {"scope": scope, **e, "against": against, "run_dir": display_path(ev.run_dir)}
+
+
+def _experimental(ledger: Ledger, parent: Version, ev: Evidence, d: dict[str, Any], gate: str,
+                  again: Evidence, d2: dict[str, Any], reason: str) -> Path:
+    label = str(d.get("label"))
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+    return ledger.write_record("experimental", f"{parent.id}+{safe}-{stamp}", {
+        "workload": ev.workload, "status": "experimental", "on_top_of": parent.id,
+        "at": utc_now(), "change": {"label": label, "overrides": ev.arm(d["arm_id"])["overrides"]},
+        "why": f"did not repeat: {reason}",
+        "justification": [justification(ev, d, "discovery", gate),
+                          justification(again, d2, "confirmation", "")]})
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def verify_sweep(v0: Version, latest: Version) -> SweepConfig:
+    """One compound knob over every key the lineage changed: v0's values against the latest's."""
+    paths = sorted(k for k in set(v0.overrides) | set(latest.overrides)
+                   if v0.overrides.get(k) != latest.overrides.get(k))
+    if not paths:
+        raise ConfigError("baseline", f"{latest.id} sets nothing v0 does not; nothing to verify")
+    knob = {f"k{i}": p for i, p in enumerate(paths)}
+    return SweepConfig(
+        name="baseline_verify", variable="lineage", knob=knob,
+        hypothesis=f"{latest.label()} is faster than v0 end to end (composition measured, "
+                   "not multiplied)",
+        baseline={f"k{i}": v0.overrides.get(p) for i, p in enumerate(paths)},
+        values=[{f"k{i}": latest.overrides.get(p) for i, p in enumerate(paths)}],
+        baseline_label="v0", labels=[latest.id])
+
+
+def verify(cfg: Config, ledger_root: Path, out_dir: Path,
+           runner: Runner = _default_runner) -> tuple[Path, dict[str, Any]]:
+    """Run the latest version against v0 (``cfg``: the workload and protocol composed by the
+    caller) and record the cumulative speedup under ``verify/``."""
+    ledger = Ledger(ledger_root, cfg.workload.name)
+    latest = ledger.get("latest")
+    v0 = ledger.get("v0")
+    if latest.id == "v0":
+        raise ConfigError("baseline", "the ledger has only v0; promote a change first")
+    cfg.baseline, cfg.baselines_dir = "v0", str(ledger_root)
+    cfg.sweep = verify_sweep(v0, latest)
+    cfg.resume, cfg.run_dir = None, str(out_dir)
+    apply_baseline(cfg)
+    validate(cfg)
+    runner(cfg, out_dir)
+    ev = read_campaign(out_dir)
+    check_environment(ev.fingerprint, ledger, out_dir.name)
+    d = ev.decisions[0]
+    got = objective(d.get("speedups"))
+    record: dict[str, Any] = {"workload": ledger.workload, "version": latest.id, "against": "v0",
+              "at": utc_now(), "run_dir": display_path(out_dir), "verdict": d.get("verdict"),
+              "headline": d.get("headline"),
+              "speedup": None if got is None else {"scope": got[0], **got[1]},
+              "speedups": d.get("speedups"),
+              "throughput": ev.throughput(d["arm_id"]),
+              "v0_throughput": ev.throughput(ev.plan["arms"][0]["arm_id"]),
+              "fingerprint": ev.fingerprint,
+              "steps": [{"version": v.id, "step_speedup": v.step}
+                        for v in ledger.chain(latest.id)[1:]]}
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = ledger.write_record("verify", f"{latest.id}-{stamp}", record)
+    log.info("verify: %s against v0: %s", latest.id, fmt_speedup(record["speedup"]))
+    return path, record
