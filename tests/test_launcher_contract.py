@@ -49,6 +49,9 @@ def test_every_trial_one_record_in_plan_order(name: str, run_dir: Path, monkeypa
     assert len(list(run_dir.glob("trials/*/trial.json"))) == len(specs)
     pids = {r["pid"] for r in recs}
     assert len(pids) == (1 if name == "inline" else len(specs))  # fresh process per trial
+    if name.startswith("local"):
+        want = "spawn" if name == "local-spawn" else "fork-server"
+        assert [r["start_method"] for r in recs] == [want] * len(specs)
     if name == "slurm":  # one job per (round, bucket): both arms of a round share node and job
         by_round: dict[int, set] = {}
         for r in recs:
