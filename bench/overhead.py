@@ -56,6 +56,7 @@ def main() -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     step: dict[str, list[float]] = {"spawn": [], "fork": [], "bare": []}
     fixed: dict[str, list[float]] = {"spawn": [], "fork": []}
+    build: dict[str, list[float]] = {"spawn": [], "fork": []}
     bare_start, imp = [], []
     order = ("spawn", "fork", "bare")
     for i in range(args.pairs):
@@ -77,6 +78,7 @@ def main() -> None:
                                      f"{rec['start_method_why']}")
                 step[which].append(rec["step_time_median_s"])
                 fixed[which].append(rec["startup_to_first_step_s"] - rec["trainer_build_s"])
+                build[which].append(rec["trainer_build_s"])
             else:
                 Path(spec.trial_dir).mkdir(parents=True, exist_ok=True)
                 p = Path(spec.trial_dir) / "bare.json"
@@ -98,18 +100,20 @@ def main() -> None:
           f"(spawned trial, forked trial, bare loop), {args.steps} measured steps each, "
           f"{os.cpu_count()} cores")
     for which, name in (("fork", "fork server"), ("spawn", "spawn")):
+        ratio = med(step[which]) / med(step["bare"])
         print(f"step time   {name:<11} {med(step[which]) * 1e3:8.3f} ms   bare loop "
-              f"{med(step['bare']) * 1e3:8.3f} ms   ratio {med(step[which]) / med(step['bare']):.4f}"
-              "  (target <= 1.01)")
+              f"{med(step['bare']) * 1e3:8.3f} ms   ratio {ratio:.4f}  (target <= 1.01)")
     print(f"fixed cost  start->first step minus the recipe's build; python -c 'import torch' "
           f"{med(imp):.3f} s")
-    for which, name, target in (("spawn", "spawn", ""), ("fork", "fork server", "  (target <= 0.3)")):
-        print(f"            {name:<11} {med(fixed[which]):.3f} s  (min {min(fixed[which]):.3f}, max "
-              f"{max(fixed[which]):.3f})   ratio to import torch {med(fixed[which]) / med(imp):.3f}"
+    for which, name, target in (("spawn", "spawn", ""),
+                                ("fork", "fork server", "  (target <= 0.3)")):
+        f = fixed[which]
+        print(f"            {name:<11} {med(f):.3f} s  (min {min(f):.3f}, max {max(f):.3f}; "
+              f"build {med(build[which]):.3f} s)   ratio to import torch {med(f) / med(imp):.3f}"
               f"{target}")
-    print(f"            fork server / spawn {med(fixed['fork']) / med(fixed['spawn']):.3f}; the fork "
-          f"server's own start (torch, worker code, recipe imported; once per campaign) "
-          f"{server_s:.3f} s")
+    print(f"            fork server / spawn {med(fixed['fork']) / med(fixed['spawn']):.3f}; "
+          f"the fork server's own start (torch, worker code, recipe imported; once per "
+          f"campaign) {server_s:.3f} s")
     print(f"            bare loop start->first step (build included) {med(bare_start):.3f} s")
     if args.dist_trials > 0:
         two_rank(spawn, tmp, args.dist_workload, args.dist_trials, args.steps)

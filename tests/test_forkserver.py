@@ -105,7 +105,8 @@ def test_a_forked_child_gets_its_own_environment_threads_and_seeds(run_dir: Path
     forked = _run(LocalLauncher(device="cpu"), specs, timeout_s=300)
     ref = _run(LocalLauncher(device="cpu", start_method="spawn"), [spawned],
                timeout_s=300)["spawned"]
-    assert ref["start_method"] == "spawn" and ref["start_method_why"] == "launcher.start_method=spawn"
+    assert ref["start_method"] == "spawn"
+    assert ref["start_method_why"] == "launcher.start_method=spawn"
     for rec in forked.values():
         assert rec["status"] == "ok", rec.get("error")
         assert rec["start_method"] == "fork-server"
@@ -214,8 +215,8 @@ def test_start_method_line() -> None:
     (["launcher=inline", "launcher.start_method=forkserver"],
      r"launcher\.start_method: forkserver starts trial processes, inline runs them"),
     (["launcher.start_method=forkserver", "+sweep=omp_threads"],
-     r"launcher\.start_method: forkserver cannot honour it: the sweep sets "
-     r"env\.OMP_NUM_THREADS, read when torch is imported.*use launcher\.start_method=auto"),
+     (r"launcher\.start_method: forkserver cannot honour it: the sweep sets "
+      r"env\.OMP_NUM_THREADS, read when torch is imported.*use launcher\.start_method=auto")),
     (["launcher.start_method=forkserver", "workload.world_size=2", "+sweep=fa2"],
      r"launcher\.start_method: forkserver cannot start workload\.world_size=2"),
 ])

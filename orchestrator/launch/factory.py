@@ -23,5 +23,6 @@ def make_launcher(cfg: LauncherConfig, device: str = "auto",
     if cfg.name == "slurm":
         folder = cfg.slurm.folder or (str(run_dir / "slurm") if run_dir else "slurm")
         ledger = run_dir / "slurm" / "jobs.json" if run_dir else None
-        return SlurmLauncher(cfg.slurm, folder=folder, python=cfg.python, ledger=ledger)
+        return SlurmLauncher(cfg.slurm, folder=folder, python=cfg.python, ledger=ledger,
+                             start_method=cfg.start_method)
     raise ConfigError("launcher.name", f"{cfg.name!r} is not available; use inline, local or slurm")

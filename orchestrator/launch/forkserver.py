@@ -37,10 +37,12 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import IO, Any, Mapping, Optional, Sequence
+from typing import IO, TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-from orchestrator.jobs import WorkerJob
 from orchestrator.processes import GRACE_S, signal_group, start_child
+
+if TYPE_CHECKING:
+    from orchestrator.jobs import WorkerJob
 
 START_METHODS = ("auto", "spawn", "forkserver")
 FORK_SERVER = "fork-server"  # the record's start_method values
@@ -63,7 +65,7 @@ PRE_IMPORT_PREFIXES = (
     "PYTHON",  # PYTHONHASHSEED, PYTHONMALLOC, PYTHONPATH: fixed when the interpreter starts
 )
 SERVER_START_LIMIT_S = 600.0  # importing torch on a loaded machine, with margin
-REPLY_LIMIT_S = 120.0  # a fork's first reply
+REPLY_LIMIT_S = SERVER_START_LIMIT_S  # a fork's first reply (the server may be preloading)
 
 
 def pre_import_var(name: str) -> bool:
@@ -99,7 +101,8 @@ def _recv(sock: socket.socket, timeout_s: Optional[float]) -> Optional[dict[str,
 class ForkServer:
     """The launcher's handle on one fork server process."""
 
-    def __init__(self, python: str, env: Mapping[str, str]) -> None:
+    def __init__(self, python: str, env: Mapping[str, str],
+                 ignore_job_signals: bool = False) -> None:
         self.python = python
         self.env = dict(env)  # the environment the server imported torch under
         self._lock = threading.Lock()
@@ -113,9 +116,14 @@ class ForkServer:
             # no parent-death signal: it would fire when the starting thread ends (a parallel
             # group's); the server stops at EOF on its socket instead, which our exit causes
             self.proc = start_child(
-                [python, "-m", "orchestrator.launch.zygote", str(theirs.fileno())],
+                [python, "-m", "orchestrator.launch.zygote", str(theirs.fileno()),
+                 *(["--ignore-job-signals"] if ignore_job_signals else [])],
                 stdout=fd, stderr=fd, stdin=subprocess.DEVNULL, env=self.env,
                 preexec_fn=None, pass_fds=(theirs.fileno(),))
+        except OSError:
+            mine.close()
+            os.unlink(self.log_path)
+            raise
         finally:
             theirs.close()
             os.close(fd)
@@ -296,7 +304,7 @@ class Starter:
             server = self.server
             if server is None:
                 try:
-                    server = self.server = ForkServer(self.python, env)
+                    server = self.server = ForkServer(self.python, env, self.ignore_job_signals)
                 except OSError as exc:
                     self.broken = f"fork server unavailable: cannot start it: {exc}"
                     return None, self.broken

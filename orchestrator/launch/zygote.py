@@ -20,11 +20,11 @@ Why a fork is sound: the server never initialises a device (no CUDA/MUSA runtime
 before every fork through the device seam, and in a probe child after every preload, where
 torch's bad-fork flag shows a runtime touched by a device count), never runs a torch op (no
 OpenMP/intra-op thread pool has started, so the child's pool starts fresh at the size a spawned
-process would pick), and has exactly one thread when it forks (checked before every fork: a
-recipe module that starts a thread at import makes the server refuse; the launcher then
-spawns). It stops when the launcher's end of the socket closes (the launcher exited, was
-killed, or closed it), killing the children still running first; each child dies with it
-(parent-death signal).
+process would pick), and has exactly one thread when it forks (checked before every fork, after
+letting fork-aware pools such as OpenBLAS's stop, see :func:`hazard`: a recipe module that
+starts a thread of its own at import makes the server refuse; the launcher then spawns). It
+stops when the launcher's end of the socket closes (the launcher exited, was killed, or closed
+it), killing the children still running first; each child dies with it (parent-death signal).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from typing import Any, Optional
 
 from orchestrator import device as devmod
 from orchestrator.processes import die_with_parent, signal_group
+from orchestrator.worker import load_recipe
 
 MAX_MESSAGE = 1 << 22  # a request carries an environment: far below this
 MAX_FDS = 4
@@ -65,11 +66,19 @@ def thread_count() -> int:
 
 
 def hazard() -> Optional[str]:
-    """Why forking now would not be sound, or None."""
+    """Why forking now would not be sound, or None.
+
+    A thread pool that knows about fork stops its threads in its own pre-fork handler and starts
+    them again only when next used: OpenBLAS, loaded with numpy when torch is imported, starts
+    its pool at load and does so. When the server has more than one thread, one probe fork lets
+    such pools stop; a thread still there after it (one no pre-fork handler stopped) makes a
+    fork unsound."""
+    if thread_count() > 1:
+        probe_child()
     n = thread_count()
     if n > 1:
-        return (f"the fork server has {n} threads (an import started one); forking a "
-                "multi-threaded process is unsafe")
+        return (f"the fork server has {n} threads (an import started one that no pre-fork "
+                "handler stops); forking a multi-threaded process is unsafe")
     return devmod.fork_safety()
 
 
@@ -78,6 +87,19 @@ def send(sock: socket.socket, msg: dict[str, Any]) -> None:
         sock.send(json.dumps(msg).encode())
     except OSError:  # the launcher stopped waiting (interrupted): nothing to tell
         pass
+
+
+def peer_gone(sock: socket.socket) -> bool:
+    """True when the other end of a reply socket is closed."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.setblocking(True)
 
 
 def preload_base() -> dict[str, str]:
@@ -92,8 +114,6 @@ def preload_base() -> dict[str, str]:
 
 
 def preload_recipes(names: list[str]) -> dict[str, dict[str, Any]]:
-    from orchestrator.worker import load_recipe  # start-up cost: with the recipes, not before
-
     out: dict[str, dict[str, Any]] = {}
     for name in names:
         try:
@@ -162,7 +182,7 @@ class Server:
         reply = socket.socket(fileno=fds[0])
         if msg.get("op") == "preload":
             recipes = preload_recipes(list(msg.get("recipes", [])))
-            why = hazard() or probe_child()
+            why = hazard() or probe_child()  # in the child: a device runtime touched here
             send(reply, {"recipes": recipes, "hazard": why, "threads": thread_count(),
                          "base_errors": self.base_errors, "pid": os.getpid()})
             reply.close()
@@ -171,6 +191,8 @@ class Server:
         threads = thread_count()
         why = ("could not import " + "; ".join(f"{k} ({v})" for k, v in self.base_errors.items())
                if self.base_errors else hazard())
+        if peer_gone(reply):  # the launcher stopped waiting for this one: never start it
+            why = "the launcher no longer waits for this job"
         if why:
             send(reply, {"refused": why})
             reply.close()
@@ -183,6 +205,8 @@ class Server:
         if pid == 0:  # pragma: no cover - the child; never returns
             try:
                 self.become_child(msg, reply, out_fd, err_fd)
+            except BaseException:
+                traceback.print_exc()
             finally:
                 os._exit(70)
         os.close(out_fd)
@@ -303,10 +327,14 @@ def run_module_as_main(module: str, argv: list[str]) -> int:
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m orchestrator.launch.zygote FD (started by the launcher)",
-              file=sys.stderr)
+    if len(argv) not in (1, 2) or argv[1:] not in ([], ["--ignore-job-signals"]):
+        print("usage: python -m orchestrator.launch.zygote FD [--ignore-job-signals] (started "
+              "by the launcher)", file=sys.stderr)
         return 2
+    if argv[1:]:  # inside a Slurm job: preemption and cancel signal every process of the job;
+        # the job process decides (as for its workers, processes.ignore_job_signals)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     ctrl = socket.socket(fileno=int(argv[0]))
     Server(ctrl).serve()
     return 0
