@@ -57,6 +57,7 @@ def main() -> None:
     step: dict[str, list[float]] = {"spawn": [], "fork": [], "bare": []}
     fixed: dict[str, list[float]] = {"spawn": [], "fork": []}
     build: dict[str, list[float]] = {"spawn": [], "fork": []}
+    total: dict[str, list[float]] = {"spawn": [], "fork": []}
     bare_start, imp = [], []
     order = ("spawn", "fork", "bare")
     for i in range(args.pairs):
@@ -79,6 +80,7 @@ def main() -> None:
                 step[which].append(rec["step_time_median_s"])
                 fixed[which].append(rec["startup_to_first_step_s"] - rec["trainer_build_s"])
                 build[which].append(rec["trainer_build_s"])
+                total[which].append(rec["startup_to_first_step_s"])
             else:
                 Path(spec.trial_dir).mkdir(parents=True, exist_ok=True)
                 p = Path(spec.trial_dir) / "bare.json"
@@ -114,7 +116,9 @@ def main() -> None:
     print(f"            fork server / spawn {med(fixed['fork']) / med(fixed['spawn']):.3f}; "
           f"the fork server's own start (torch, worker code, recipe imported; once per "
           f"campaign) {server_s:.3f} s")
-    print(f"            bare loop start->first step (build included) {med(bare_start):.3f} s")
+    print(f"            start->first step, build included: spawn {med(total['spawn']):.3f} s, "
+          f"fork server {med(total['fork']):.3f} s, bare loop {med(bare_start):.3f} s (a "
+          "spawned build includes the first AdamW's torch._dynamo import)")
     if args.dist_trials > 0:
         two_rank(spawn, tmp, args.dist_workload, args.dist_trials, args.steps)
 
