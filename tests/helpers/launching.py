@@ -118,6 +118,37 @@ def pids_writing(path: str | Path) -> list[int]:
     return pids
 
 
+def pids_under(root: str | Path) -> list[int]:
+    """Trial (or probe) processes of a run directory, spawned or forked: a command line naming
+    a path under ``root``, or stdout written to a file under it."""
+    want = os.path.realpath(root) + os.sep
+    pids = set(pids_running(str(root)))
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
+            continue
+        try:
+            if os.path.realpath(os.readlink(p / "fd" / "1")).startswith(want):
+                pids.add(int(p.name))
+        except OSError:
+            continue
+    return sorted(pids)
+
+
+def child_pids(parent: int) -> list[int]:
+    """The processes whose parent is ``parent`` (read from /proc)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            stat = (p / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            pids.append(int(p.name))
+    return pids
+
+
 # local: the default start method (auto: forked from the fork server); local-spawn: every trial
 # through `python -m orchestrator.trial`
 LAUNCHERS = ["inline", "local", "local-spawn", "slurm"]
