@@ -4,15 +4,16 @@ Runs the same tiny trial (gpt_test, bucket s32, CPU, ``warmup_steps=0`` so the f
 measured one) through each launcher and prints the median of ``startup_to_first_step_s``:
 
 * inline: from the call to the first step (torch is already imported; model build only);
-* local: from just before the process is started to the first step (interpreter, imports,
-  build);
+* local: from just before the trial is started to the first step: forked from the fork server
+  (``local``, the default start method; the server's own start, once per launcher, is not in
+  it) or spawned (``local-spawn``: interpreter, imports, build);
 * slurm: from just before ``sbatch`` to the first step (queueing, job start, submitit's
   unpickling, then the same as local). One job per trial, so each sample pays the whole path.
 
 Slurm is measured only when a cluster answers (``bash scripts/slurm_local.sh start``).
 The machine's load average is printed too: these figures move with it.
 
-Usage: python bench/launch_overhead.py [--trials 3] [--launchers inline,local,slurm]
+Usage: python bench/launch_overhead.py [--trials 3] [--launchers inline,local,local-spawn,slurm]
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def measure(name: str, n: int, tmp: Path) -> list[float]:
     run_dir = tmp / name
     if name == "inline":
         launcher: object = InlineLauncher()
-    elif name == "local":
-        launcher = LocalLauncher(device="cpu")
+    elif name in ("local", "local-spawn"):
+        launcher = LocalLauncher(device="cpu",
+                                 start_method="spawn" if name == "local-spawn" else "auto")
     else:
         conf = slurm_conf()
         if conf is None:
@@ -70,7 +72,7 @@ def measure(name: str, n: int, tmp: Path) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--launchers", default="inline,local,slurm")
+    ap.add_argument("--launchers", default="inline,local,local-spawn,slurm")
     args = ap.parse_args()
     load = os.getloadavg()[0]
     print(f"launch overhead: submission -> first measured step, gpt_test s32 on CPU, "
@@ -81,9 +83,9 @@ def main() -> None:
             try:
                 xs = measure(name, args.trials, Path(tmp))
             except RuntimeError as exc:
-                print(f"{name:>6}: not measured ({exc})")
+                print(f"{name:>11}: not measured ({exc})")
                 continue
-            print(f"{name:>6}: median {statistics.median(xs):7.3f} s  (min {min(xs):.3f}, "
+            print(f"{name:>11}: median {statistics.median(xs):7.3f} s  (min {min(xs):.3f}, "
                   f"max {max(xs):.3f}; {time.time() - t0:.0f} s wall for {len(xs)} trials)")
 
 

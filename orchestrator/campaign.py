@@ -47,7 +47,7 @@ from orchestrator.plan import (
     next_rounds,
     plan_rounds,
 )
-from orchestrator.render import render_decisions, terminal_summary
+from orchestrator.render import render_decisions, start_method_line, terminal_summary
 from orchestrator.report.load import load_campaign
 from orchestrator.report.summary import render_summary
 from orchestrator.results import (
@@ -113,10 +113,20 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
     resolved (:func:`orchestrator.sweep.resolve_arms`), else they are resolved here, once."""
     assert cfg.sweep is not None, "a campaign needs a sweep (+sweep=NAME)"
     run_dir.mkdir(parents=True, exist_ok=True)
+    arms = arms if arms is not None else resolve_arms(cfg)
+    if launcher is not None:
+        return _campaign(cfg, run_dir, launcher, overrides, arms)
+    launcher = make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
+    try:
+        return _campaign(cfg, run_dir, launcher, overrides, arms)
+    finally:
+        launcher.close()  # the local launcher's fork server stops with its campaign
+
+
+def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[str] | None,
+              arms: list[ResolvedArm]) -> CampaignResult:
     p = cfg.protocol
     max_rounds = max(p.max_rounds, p.repeats)  # validate() refuses max_rounds < repeats
-    arms = arms if arms is not None else resolve_arms(cfg)
-    launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
     launcher.recover()  # a resume: trials of a killed earlier invocation stop before replanning
     if cfg.launcher.name != "slurm":  # Slurm: the trials run on other machines
         check_quiet(cfg, run_dir)
@@ -535,6 +545,7 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
         env_line=env_line(records),
         protocol=cfg.protocol,
         launcher=cfg.launcher.name,
+        start_line=start_method_line(records),
         failures=failures,
         extra_sections=[*lineage_section(run_dir),
                         ("Utilization (MFU / HFU)", utilization_section(records, peaks, util)),

@@ -286,6 +286,10 @@ class LauncherConfig:
     max_parallel: int = 1
     devices: Optional[list[int]] = None  # device indices the local launcher may use
     python: Optional[str] = None  # interpreter for trial processes (default: this one)
+    # how local (and Slurm) worker processes start: auto = forked from one fork server per
+    # campaign where sound, else spawned; forkserver = the same, the pre-flight refusing what
+    # could never fork; spawn = always `python -m <worker>` (docs/launching.md)
+    start_method: str = "auto"  # auto | spawn | forkserver
     slurm: SlurmLauncherConfig = field(default_factory=SlurmLauncherConfig)
 
 

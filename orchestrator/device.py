@@ -193,6 +193,36 @@ def is_oom(exc: BaseException) -> bool:
     return "out of memory" in text or isinstance(exc, MemoryError)
 
 
+def preload_for_fork() -> None:
+    """Import what a worker's device set-up imports (torch; torch_musa where installed)
+    without asking for a device: the launchers' fork server calls this once, so its children
+    start with them loaded and no device runtime initialised."""
+    _torch()
+    _torch_musa()
+
+
+def fork_safety() -> str | None:
+    """Why a fork of this process would hand its child a device runtime the child cannot use
+    (None: no device runtime is set up here). Asks only what torch already knows and
+    initialises nothing: ``torch.musa`` exists only once torch_musa was imported. Called in the
+    launchers' fork server before it forks, and in a probe child it forks (where torch's
+    bad-fork flag shows a runtime the server touched, e.g. by counting devices)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    for kind in ("cuda", "musa"):
+        mod = getattr(torch, kind, None)
+        if mod is None:
+            continue
+        is_init = getattr(mod, "is_initialized", None)
+        if callable(is_init) and is_init():
+            return f"{kind} is initialised in the fork server"
+        bad = getattr(mod, "_is_in_bad_fork", None)
+        if callable(bad) and bad():
+            return f"{kind} was touched in the fork server (torch marks its forks unusable)"
+    return None
+
+
 def visibility_var(kind: str) -> str | None:
     """The variable that pins a process to devices: MUSA_VISIBLE_DEVICES on MUSA."""
     return VISIBILITY_VARS.get(kind)

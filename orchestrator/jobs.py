@@ -39,6 +39,7 @@ class WorkerJob(abc.ABC):
     record_file: ClassVar[str]  # the record the worker writes into its job directory
     id_field: ClassVar[str]  # the record's field that names the job
     env: dict[str, str]  # set in the worker's environment (an arm's env.* switches)
+    workload: dict[str, Any]  # the arm's resolved workload (names its recipe)
 
     @property
     @abc.abstractmethod

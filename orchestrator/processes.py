@@ -60,6 +60,35 @@ def kill_group(proc: subprocess.Popen[Any], grace_s: float = GRACE_S) -> None:
             continue
 
 
+def start_child(
+    argv: list[str] | str,
+    *,
+    stdout: IO[bytes] | int | None,
+    stderr: IO[bytes] | int | None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    stdin: IO[bytes] | int | None = None,
+    preexec_fn: Callable[[], None] | None = die_with_parent,
+    pass_fds: tuple[int, ...] = (),
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` (a string runs through /bin/sh) in its own session and return at once
+    (:func:`run_child` waits for it; the fork server of the launchers outlives one call).
+    ``pass_fds``: descriptors the child keeps (every other one is closed)."""
+    return subprocess.Popen(argv, stdout=stdout, stderr=stderr, stdin=stdin,
+                            env=dict(env) if env is not None else None, cwd=cwd,
+                            shell=isinstance(argv, str), start_new_session=True,
+                            preexec_fn=preexec_fn, pass_fds=pass_fds)
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to a process group; False when it is gone (or not ours)."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
 def run_child(
     argv: list[str] | str,
     *,
@@ -79,10 +108,8 @@ def run_child(
     is re-raised. ``stop_on_sigterm``: a SIGTERM to this process (its launcher stopping it)
     kills the child's group and exits (main thread only). Raises OSError when the program
     cannot be started."""
-    proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, stdin=stdin,
-                            env=dict(env) if env is not None else None, cwd=cwd,
-                            shell=isinstance(argv, str), start_new_session=True,
-                            preexec_fn=preexec_fn)
+    proc = start_child(argv, stdout=stdout, stderr=stderr, stdin=stdin, env=env, cwd=cwd,
+                       preexec_fn=preexec_fn)
     previous = None
     if stop_on_sigterm and threading.current_thread() is threading.main_thread():
         def _on_term(signum: int, frame: Any) -> None:

@@ -135,6 +135,23 @@ def mixture_table(
     return lines
 
 
+def start_method_line(records: Sequence[dict[str, Any]]) -> str:
+    """How the trial processes started: forked from the fork server or spawned (with why),
+    counted over the records that say (the local and Slurm launchers' trials)."""
+    counts: dict[tuple[str, str], int] = {}
+    for r in records:
+        method, why = r.get("start_method"), r.get("start_method_why")
+        if isinstance(method, str) and method:  # a table's missing cell is NaN, not None
+            key = (method, why if isinstance(why, str) else "")
+            counts[key] = counts.get(key, 0) + 1
+    parts = []
+    for (method, why), n in sorted(counts.items(), key=lambda kv: (kv[0][0] != "fork-server",
+                                                                   -kv[1], kv[0])):
+        what = "forked from the fork server" if method == "fork-server" else method
+        parts.append(f"{what} ({n} trial{'s' if n != 1 else ''}{': ' + why if why else ''})")
+    return "; ".join(parts)
+
+
 def render_decisions(
     *,
     sweep: Any,
@@ -146,6 +163,7 @@ def render_decisions(
     launcher: str,
     failures: Sequence[dict[str, Any]],
     extra_sections: Sequence[tuple[str, list[str]]] = (),
+    start_line: str = "",
 ) -> str:
     base = analysis.arms[0]
     out = [
@@ -164,6 +182,7 @@ def render_decisions(
         + f", each trial a fresh process ({launcher} launcher)"
         + (" — note: the inline launcher runs trials in this process" if launcher == "inline"
            else ""),
+        *([f"- trial processes: {start_line}"] if start_line else []),
         f"- rule: {RULE}; speedup = baseline step time / variant step time from a block fit "
         f"of log trial medians over rounds (rounds as blocks, residual variance pooled over the "
         f"arms, one contaminated trial left out), Student-t intervals; this look (of "

@@ -129,7 +129,9 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is not None:  # inline trials share a process: compile cold, as a fresh one does
         dynamo.reset()
+    build_t0 = time.perf_counter()
     trainer = worker.trainer(spec.bucket)
+    build_s = time.perf_counter() - build_t0  # the recipe's own cost, in start-to-first-step
     devmod.reset_peak_memory(dev)
     batches = trainer.batches()
     policy = spec.warmup()
@@ -279,6 +281,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         torch_version=getattr(torch_mod, "__version__", None),
         python_version=platform.python_version(),
         startup_to_first_step_s=(first_step_at - launch_t0) if launch_t0 and first_step_at else None,
+        trainer_build_s=build_s,
         step_time_median_s=median,
         step_time_mad_s=_mad(measured),
         clock=spec.clock,

@@ -32,7 +32,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.errors import check_choice as _choice
 from orchestrator.errors import check_positive as _positive
 from orchestrator.hardware import validate_hardware
-from orchestrator.launch.checks import validate_launcher
+from orchestrator.launch.checks import validate_launcher, validate_start_method
 from orchestrator.reference import MODES as SPEED_REFERENCE_MODES
 from orchestrator.steady import WARMUP_POLICIES
 from orchestrator.sweep import ResolvedArm, arm_key, check_sweep, resolve_arms
@@ -213,6 +213,7 @@ def check_lever_sweep(cfg: Config, arms: Sequence[ResolvedArm]) -> None:
         raise ConfigError("workload.model.compile.visit_buckets",
                           "counts the recompiles of other bucket shapes, which needs torch.compile "
                           "in some arm; set workload.model.compile.mode (e.g. default) or drop it")
+    validate_start_method(cfg, [k for a in arms for k in a.env])
     env_swept = any(a.env != arms[0].env for a in arms)
     if env_swept and cfg.launcher.name == "inline" and not isinstance(cfg.workload, CommandWorkloadConfig):
         raise ConfigError("launcher.name",

@@ -18,7 +18,13 @@ from typing import Any
 import pytest
 
 from orchestrator.trial import TrialSpec
-from tests.helpers.launching import LAUNCHERS, launcher_for, make_spec, pids_running
+from tests.helpers.launching import (
+    LAUNCHERS,
+    launcher_for,
+    make_spec,
+    pids_running,
+    pids_writing,
+)
 
 FAULTY = "tests.helpers.faulty:build_"
 
@@ -56,6 +62,9 @@ def test_crashes_are_recorded_and_the_launcher_goes_on(name: str, run_dir: Path,
     assert "planted failure" in recs["raise"]["stderr_tail"]
     assert recs["segfault"]["status"] == "crashed"
     assert "SIGSEGV" in recs["segfault"]["error"]
+    if name != "inline":  # the segfault came first: the fork server served the rest
+        want = "spawn" if name == "local-spawn" else "fork-server"
+        assert {r["start_method"] for r in recs.values()} == {want}
 
 
 @pytest.mark.parametrize("name", [n for n in LAUNCHERS if n != "inline"])
@@ -66,9 +75,9 @@ def test_hang_times_out_and_kill_9_is_recorded(name: str, run_dir: Path, monkeyp
     stop = threading.Event()
 
     def killer() -> None:  # kill -9 the victim's trial process from outside, once it runs
-        needle = str(Path(victim.trial_dir) / "spec.json")
+        out = Path(victim.trial_dir) / "stdout.log"  # its stdout, spawned or forked
         while not stop.is_set():
-            pids = [p for p in pids_running(needle) if "orchestrator.trial" in _cmd(p)]
+            pids = [p for p in pids_writing(out) if "torch.distributed" not in _cmd(p)]
             if pids:
                 time.sleep(1.0)
                 for pid in pids:
@@ -86,6 +95,11 @@ def test_hang_times_out_and_kill_9_is_recorded(name: str, run_dir: Path, monkeyp
     assert recs["hangs"]["status"] == "timeout"
     assert "20 s" in recs["hangs"]["error"]
     assert pids_running(str(Path(hang.trial_dir) / "spec.json")) == []  # nothing left behind
+    assert pids_writing(Path(hang.trial_dir) / "stdout.log") == []
+    want = "spawn" if name == "local-spawn" else "fork-server"
+    assert {r["start_method"] for r in recs.values()} == {want}
+    if name == "local":  # forked from the fork server, which outlived both
+        assert launcher.starter.server is not None and launcher.starter.server.alive
 
 
 def _cmd(pid: int) -> str:

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.resume import check_same_plan, completed_on_disk
-from tests.helpers.launching import pids_running
+from tests.helpers.launching import child_pids, pids_under
 
 ARGS = ["workload=gpt_test", "protocol=quick", "launcher=local", "+sweep=fa2",
         "sweep.buckets=[s32]", "sweep.values=[{backend:eager,sdpa_kernel:auto}]",
@@ -24,6 +24,19 @@ ARGS = ["workload=gpt_test", "protocol=quick", "launcher=local", "+sweep=fa2",
 
 def _records(run_dir: Path) -> dict[str, dict[str, Any]]:
     return {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")}
+
+
+def _alive(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still running (a zombie counts as gone)."""
+    out = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.append(pid)
+    return out
 
 
 def test_kill_campaign_midway_then_resume(run_dir: Path) -> None:
@@ -36,9 +49,12 @@ def test_kill_campaign_midway_then_resume(run_dir: Path) -> None:
             time.sleep(0.2)
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
         # wait for the next trial's process to exist: it is killed mid-run with its campaign
-        needle = str(run_dir / "trials")
-        while not [p for p in pids_running(needle) if p != proc.pid] and time.time() < deadline:
+        # (forked from the campaign's fork server, or spawned: pids_under finds either)
+        needle = run_dir / "trials"
+        while not [p for p in pids_under(needle) if p != proc.pid] and time.time() < deadline:
             time.sleep(0.1)
+        assert [p for p in pids_under(needle) if p != proc.pid], "no trial process seen"
+        helpers = child_pids(proc.pid)  # the fork server, or the spawned trial
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
@@ -46,11 +62,13 @@ def test_kill_campaign_midway_then_resume(run_dir: Path) -> None:
             proc.kill()
     before = _records(run_dir)
     assert 2 <= len(before) < 4 and all(r["status"] == "ok" for r in before.values())
-    for _ in range(100):  # the orphaned trial dies with its parent (parent-death signal)
-        if not pids_running(str(run_dir / "trials")):
+    for _ in range(100):  # the orphaned trial dies with its parent (parent-death signal; a
+        # forked one with the fork server, which stops when its campaign's socket closes)
+        if not pids_under(run_dir / "trials") and not _alive(helpers):
             break
         time.sleep(0.1)
-    assert pids_running(str(run_dir / "trials")) == []
+    assert pids_under(run_dir / "trials") == []
+    assert helpers and not _alive(helpers)
 
     out = subprocess.run([sys.executable, "-m", "orchestrator", *ARGS, f"resume='{run_dir}'"],
                          capture_output=True, text=True, timeout=900)

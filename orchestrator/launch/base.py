@@ -237,6 +237,10 @@ class Launcher(abc.ABC):
     # nodes): a private channel to the sanitizer, never written anywhere
     seen_hostnames: set[str] | frozenset[str] = frozenset()
 
+    def close(self) -> None:
+        """Release what the launcher holds between runs (the local launcher's fork server);
+        the campaign calls it at its end. A launcher stays usable: the next run starts anew."""
+
     def recover(self) -> None:
         """Called once before a campaign plans what is left to run: a launcher whose trials of
         an earlier, killed invocation may still be running stops them (Slurm jobs)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.errors import ConfigError
+from orchestrator.launch.forkserver import START_METHODS, env_switch_reason
 
 
 def validate_launcher(cfg: Any) -> None:
@@ -13,6 +14,18 @@ def validate_launcher(cfg: Any) -> None:
     world = int(getattr(cfg.workload, "world_size", 1) or 1)
     if getattr(cfg.workload, "kind", "") == "command":  # it starts its own ranks
         world = 1
+    if lc.start_method not in START_METHODS:
+        raise ConfigError("launcher.start_method",
+                          f"{lc.start_method!r} is not a start method; use one of "
+                          f"{', '.join(START_METHODS)} (e.g. launcher.start_method=spawn)")
+    if lc.start_method == "forkserver" and lc.name == "inline":
+        raise ConfigError("launcher.start_method",
+                          "forkserver starts trial processes, inline runs them in this one; use "
+                          "launcher=local or launcher.start_method=auto")
+    if lc.start_method == "forkserver" and world > 1:
+        raise ConfigError("launcher.start_method",
+                          f"forkserver cannot start workload.world_size={world} (each rank is a "
+                          "fresh interpreter); use launcher.start_method=auto or spawn")
     if lc.devices is not None:
         if len(set(lc.devices)) != len(lc.devices) or any(d < 0 for d in lc.devices):
             raise ConfigError("launcher.devices",
@@ -52,3 +65,13 @@ def validate_launcher(cfg: Any) -> None:
             f"launcher.slurm.additional_parameters.{bad[0]}",
             "is set by the launcher (one node, one task per rank); remove it",
         )
+
+
+def validate_start_method(cfg: Any, env_names: list[str]) -> None:
+    """``launcher.start_method=forkserver`` with arms whose ``env.*`` switches torch reads when
+    imported (those trials must spawn): refused, naming the switch."""
+    why = env_switch_reason(env_names)
+    if cfg.launcher.start_method == "forkserver" and why:
+        raise ConfigError("launcher.start_method",
+                          f"forkserver cannot honour it: {why}; use launcher.start_method=auto "
+                          "(spawns them, saying why) or spawn")

@@ -19,9 +19,10 @@ def make_launcher(cfg: LauncherConfig, device: str = "auto",
         return InlineLauncher()
     if cfg.name == "local":
         return LocalLauncher(python=cfg.python, device=device, devices=cfg.devices,
-                             max_parallel=cfg.max_parallel)
+                             max_parallel=cfg.max_parallel, start_method=cfg.start_method)
     if cfg.name == "slurm":
         folder = cfg.slurm.folder or (str(run_dir / "slurm") if run_dir else "slurm")
         ledger = run_dir / "slurm" / "jobs.json" if run_dir else None
-        return SlurmLauncher(cfg.slurm, folder=folder, python=cfg.python, ledger=ledger)
+        return SlurmLauncher(cfg.slurm, folder=folder, python=cfg.python, ledger=ledger,
+                             start_method=cfg.start_method)
     raise ConfigError("launcher.name", f"{cfg.name!r} is not available; use inline, local or slurm")

@@ -1,5 +1,9 @@
 """Local launcher: every trial in a fresh subprocess, in plan order, on its own device slot.
 
+Fresh means forked from the campaign's fork server where that is sound (torch, the worker code
+and the recipes imported once; ``launcher.start_method``, :mod:`orchestrator.launch.forkserver`),
+else spawned (``python -m orchestrator.trial``); every record says which.
+
 Sequential by default (``launcher.max_parallel=1``) so that one trial's timing is never disturbed
 by another. With ``max_parallel > 1`` the unit of parallelism is a (round, bucket) group: it
 takes one device set and runs its arms on it one after another in plan order (A/B fairness);
@@ -31,6 +35,7 @@ from orchestrator.launch.base import (
     record_or_failure,
     world_size,
 )
+from orchestrator.launch.forkserver import Starter
 from orchestrator.launch.process import run_worker_process, trial_command  # noqa: F401
 from orchestrator.launch.slots import DeviceSlots, Inventory, inventory
 from orchestrator.results import atomic_write_json
@@ -48,16 +53,25 @@ class LocalLauncher(Launcher):
         devices: Optional[list[int]] = None,
         max_parallel: int = 1,
         inv: Optional[Inventory] = None,
+        start_method: str = "auto",
     ) -> None:
         self.python = python or sys.executable
         self.device = device
         self.devices = devices
         self.max_parallel = max_parallel
         self._inv = inv
+        # launcher.start_method: forks each trial from one fork server where sound, else spawns
+        self.starter = Starter(start_method, self.python)
+
+    def close(self) -> None:
+        """Stop the fork server (it also stops when this process exits)."""
+        self.starter.close()
 
     def run_one(self, spec: TrialSpec, timeout_s: float) -> dict[str, Any]:
         """One trial in a fresh process, outside the slot bookkeeping (benchmarks, tools)."""
-        return run_worker_process(spec, timeout_s, self.python, annotate={"launcher": "local"})
+        self.starter.prepare([spec])
+        return run_worker_process(spec, timeout_s, self.python, annotate={"launcher": "local"},
+                                  starter=self.starter)
 
     def slots(self) -> DeviceSlots:
         inv = self._inv or inventory(self.device, self.devices)
@@ -76,6 +90,7 @@ class LocalLauncher(Launcher):
         (A/B fairness: the arms compared in a round never straddle devices)."""
         slots = self.slots()
         lock = threading.Lock()
+        self.starter.prepare(specs)
 
         def group(members: Sequence[TrialSpec]) -> None:
             taken: Optional[list[int]] = None
@@ -98,7 +113,8 @@ class LocalLauncher(Launcher):
                         with lock:
                             on_start(spec)
                     record = run_worker_process(spec, timeout_s, self.python, slots.env(mine),
-                                               annotate={"launcher": "local", "devices": mine})
+                                               annotate={"launcher": "local", "devices": mine},
+                                               starter=self.starter)
                     with lock:
                         on_done(spec, record)
             finally:
@@ -116,6 +132,7 @@ class LocalLauncher(Launcher):
         if not jobs:
             return
         slots = self.slots()
+        self.starter.prepare(jobs)
         fitting = [world_size(j) for j in jobs if slots.fits(world_size(j))]
         taken = slots.acquire(max(fitting)) if fitting else None
         try:
@@ -128,7 +145,8 @@ class LocalLauncher(Launcher):
                 else:
                     mine = taken[:n] if slots.inv.devices else taken
                     record = run_worker_process(job, timeout_s, self.python, slots.env(mine),
-                                                annotate={"launcher": "local"})
+                                                annotate={"launcher": "local"},
+                                                starter=self.starter)
                 on_done(job, record)
         finally:
             if taken is not None:

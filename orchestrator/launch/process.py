@@ -19,6 +19,14 @@ from typing import Any, Optional
 
 from orchestrator.jobs import LAUNCH_T0_VAR, WorkerJob
 from orchestrator.launch.base import job_outcome, stderr_tail
+from orchestrator.launch.forkserver import (
+    FORK_SERVER,
+    SPAWN,
+    ForkServer,
+    ForkServerError,
+    ForkServerLost,
+    Starter,
+)
 from orchestrator.paths import package_root
 from orchestrator.processes import die_with_parent, ignore_job_signals, run_child
 from orchestrator.results import atomic_write_json, atomic_write_text
@@ -46,6 +54,7 @@ def run_worker_process(
     write_record: bool = True,
     annotate: Optional[dict[str, Any]] = None,
     ignore_sigterm: bool = False,
+    starter: Optional[Starter] = None,
 ) -> dict[str, Any]:
     """Run one worker job (or one rank of it, with ``extra_env`` carrying RANK etc.) as a
     process and return its record; writes it (the worker's own, or a failure record, with
@@ -54,7 +63,11 @@ def run_worker_process(
     ``ignore_sigterm``: inside a Slurm job, preemption and scancel send SIGTERM to every process
     of the job; the worker ignores it (and submitit's SIGUSR2) so that the job (submitit)
     decides: requeue on preemption (the worker is then killed and re-run), or SIGKILL after the
-    cancel's grace period."""
+    cancel's grace period.
+
+    ``starter``: forks the job from the launcher's fork server where that is sound
+    (:mod:`orchestrator.launch.forkserver`), else it spawns; None always spawns. The record
+    says which (``start_method``, and ``start_method_why`` for a spawn)."""
     jdir = job.job_dir
     jdir.mkdir(parents=True, exist_ok=True)
     spec_path = jdir / "spec.json"
@@ -68,16 +81,44 @@ def run_worker_process(
     env.update(job.env)
     env.update(extra_env or {})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), env.get("PYTHONPATH")) if p)
+    server: Optional[ForkServer] = None
+    if starter is None:
+        why = "this launcher spawns every job"
+    elif nproc > 1:
+        why = f"multi-rank ({nproc} ranks): torch.distributed.run starts each rank afresh"
+    else:  # before the clock starts: the first job may start the fork server
+        server, why = starter.choose(job, env)
     env[LAUNCH_T0_VAR] = repr(launch_t0 if launch_t0 is not None else time.time())
-    cmd = worker_command(python, job.worker, spec_path, nproc)
     err_path = jdir / f"stderr{log_suffix}.log"
     t0 = time.perf_counter()
+    rc: Optional[int] = None
     with open(jdir / f"stdout{log_suffix}.log", "wb") as out, open(err_path, "wb") as err:
-        # Ctrl-C or SIGTERM while it runs: the child goes down with us, nothing else is lost
-        rc = run_child(cmd, stdout=out, stderr=err, env=env, timeout_s=timeout_s,
-                       preexec_fn=ignore_job_signals if ignore_sigterm else die_with_parent)
+        forked = False
+        if server is not None and starter is not None:
+            try:
+                rc = server.run(job.worker, [str(spec_path)], env, out, err, timeout_s,
+                                ignore_job_signals=ignore_sigterm)
+                forked = True
+            except ForkServerError as exc:  # nothing ran, or the server died under the job
+                why = starter.lost(exc)
+                if isinstance(exc, ForkServerLost):
+                    why += "; the job ran again, spawned"
+                    job.record_path.unlink(missing_ok=True)
+                out.seek(0)
+                out.truncate()
+                err.seek(0)
+                err.truncate()
+                env[LAUNCH_T0_VAR] = repr(time.time())
+                t0 = time.perf_counter()
+        if not forked:
+            cmd = worker_command(python, job.worker, spec_path, nproc)
+            # Ctrl-C or SIGTERM while it runs: the child goes down with us, nothing else is lost
+            rc = run_child(cmd, stdout=out, stderr=err, env=env, timeout_s=timeout_s,
+                           preexec_fn=ignore_job_signals if ignore_sigterm else die_with_parent)
     record = job_outcome(job, rc, timeout_s, stderr_tail(err_path), time.perf_counter() - t0)
     record["returncode"] = rc
+    record["start_method"] = FORK_SERVER if forked else SPAWN
+    record["start_method_why"] = None if forked else why
     record.update(annotate or {})
     if write_record:
         atomic_write_json(job.record_path, record)

@@ -8,6 +8,10 @@ Rounds are submitted one after another in plan order (a round's jobs form one jo
 buckets of one round are independent and may run in parallel up to
 ``launcher.slurm.array_parallelism``.
 
+Inside a job, each single-rank worker process is forked from the job's own fork server where
+sound (``launcher.start_method``, :mod:`orchestrator.launch.forkserver`), else spawned; the
+server lives as long as the job's task and ignores the job's SIGTERM/SIGUSR2 as the workers do.
+
 A distributed trial (``workload.world_size = G``) runs as G tasks of its job (srun through
 submitit), one rank per task with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT
 set; rank 0 writes the record.
@@ -54,6 +58,7 @@ from orchestrator.launch.base import (
     stderr_tail,
     world_size,
 )
+from orchestrator.launch.forkserver import Starter
 from orchestrator.launch.process import run_worker_process
 from orchestrator.results import atomic_write_json, atomic_write_text
 
@@ -154,6 +159,7 @@ class GroupJob:
     attempt: int = 0
     log_level: int = logging.INFO
     extra: dict[str, Any] = field(default_factory=dict)
+    start_method: str = "auto"  # launcher.start_method: the job's own fork server, or spawn
 
     def __call__(self) -> dict[str, Any]:
         import submitit  # start-up cost: only a Slurm job (or launcher=slurm) imports submitit
@@ -163,6 +169,21 @@ class GroupJob:
         python = self.python or sys.executable
         specs = [job_from_payload(d) for d in self.specs]
         todo = [s for s in specs if final_record(s) is None]  # decided once, same on every task
+        # one fork server per task that runs a single-rank job (started at its first one), as
+        # the local launcher's; it ignores the job's SIGTERM/SIGUSR2 like the workers do
+        starter = Starter(self.start_method, python, ignore_job_signals=True)
+        starter.prepare(todo)
+        try:
+            self._run_all(env, rank, python, todo, starter)
+        finally:
+            starter.close()
+        # the host name travels only in the result pickle (deleted once read): the launcher hands
+        # it to the sanitizer, so the job's logs never show the compute node's name
+        return {"node_id": node_id(), "attempt": self.attempt, "rank": rank,
+                "hostname": socket.gethostname()}
+
+    def _run_all(self, env: Any, rank: int, python: str, todo: list[WorkerJob],
+                 starter: Starter) -> None:
         node = node_id()
         first = True
         for i, spec in enumerate(todo):
@@ -182,11 +203,8 @@ class GroupJob:
                          "MASTER_PORT": str(master_port(env.job_id, i))}
             run_worker_process(spec, self.timeout_s, python, extra_env=extra, launch_t0=t0,
                                nproc=1, log_suffix="" if rank == 0 else f".rank{rank}",
-                               write_record=rank == 0, annotate=annotate, ignore_sigterm=True)
-        # the host name travels only in the result pickle (deleted once read): the launcher hands
-        # it to the sanitizer, so the job's logs never show the compute node's name
-        return {"node_id": node, "attempt": self.attempt, "rank": rank,
-                "hostname": socket.gethostname()}
+                               write_record=rank == 0, annotate=annotate, ignore_sigterm=True,
+                               starter=starter)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         import submitit  # start-up cost: only a Slurm job (or launcher=slurm) imports submitit
@@ -194,7 +212,8 @@ class GroupJob:
         if self.attempt >= self.max_requeue:
             return None  # submitit then ends the job: its unfinished trials get a status
         nxt = GroupJob(self.specs, self.timeout_s, self.python, self.submitted_at,
-                       self.max_requeue, self.attempt + 1, self.log_level, self.extra)
+                       self.max_requeue, self.attempt + 1, self.log_level, self.extra,
+                       self.start_method)
         return submitit.helpers.DelayedSubmission(nxt)
 
 
@@ -205,8 +224,9 @@ class SlurmLauncher(Launcher):
     name = "slurm"
 
     def __init__(self, cfg: SlurmLauncherConfig, folder: str, python: Optional[str] = None,
-                 ledger: Optional[Path] = None) -> None:
+                 ledger: Optional[Path] = None, start_method: str = "auto") -> None:
         self.cfg = cfg
+        self.start_method = start_method
         self.folder = Path(folder)
         self.python = python
         # the jobs this campaign submitted and has not collected yet (one file per run dir)
@@ -269,7 +289,7 @@ class SlurmLauncher(Launcher):
         ex = self.executor(ntasks, name)
         now = time.time()
         bodies = [GroupJob([s.payload() for s in g], timeout_s, self.python, now,
-                           self.cfg.max_requeue) for g in groups]
+                           self.cfg.max_requeue, start_method=self.start_method) for g in groups]
         with ex.batch():
             jobs = [ex.submit(b) for b in bodies]
         self.ledger.add({j.job_id: [s.job_id for s in g] for j, g in zip(jobs, groups)})

@@ -101,7 +101,57 @@ def pids_running(needle: str) -> list[int]:
     return pids
 
 
-LAUNCHERS = ["inline", "local", "slurm"]
+def pids_writing(path: str | Path) -> list[int]:
+    """Processes whose stdout (descriptor 1) is ``path``: a trial's process, spawned (its
+    command line names the spec) or forked from the fork server (its command line is the
+    server's), found the same way."""
+    want = os.path.realpath(path)
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
+            continue
+        try:
+            if os.path.realpath(os.readlink(p / "fd" / "1")) == want:
+                pids.append(int(p.name))
+        except OSError:
+            continue
+    return pids
+
+
+def pids_under(root: str | Path) -> list[int]:
+    """Trial (or probe) processes of a run directory, spawned or forked: a command line naming
+    a path under ``root``, or stdout written to a file under it."""
+    want = os.path.realpath(root) + os.sep
+    pids = set(pids_running(str(root)))
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
+            continue
+        try:
+            if os.path.realpath(os.readlink(p / "fd" / "1")).startswith(want):
+                pids.add(int(p.name))
+        except OSError:
+            continue
+    return sorted(pids)
+
+
+def child_pids(parent: int) -> list[int]:
+    """The processes whose parent is ``parent`` (read from /proc)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            stat = (p / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            pids.append(int(p.name))
+    return pids
+
+
+# local: the default start method (auto: forked from the fork server); local-spawn: every trial
+# through `python -m orchestrator.trial`
+LAUNCHERS = ["inline", "local", "local-spawn", "slurm"]
 
 
 def launcher_for(name: str, run_dir: Path, monkeypatch: Any) -> Any:
@@ -110,10 +160,12 @@ def launcher_for(name: str, run_dir: Path, monkeypatch: Any) -> Any:
         from orchestrator.launch.inline import InlineLauncher
 
         return InlineLauncher()
-    if name == "local":
+    if name in ("local", "local-spawn"):
         from orchestrator.launch.local import LocalLauncher
 
-        return LocalLauncher(device="cpu")
+        launcher = LocalLauncher(device="cpu",
+                                 start_method="spawn" if name == "local-spawn" else "auto")
+        return launcher
     conf = require_slurm()
     if conf:
         monkeypatch.setenv("SLURM_CONF", conf)
