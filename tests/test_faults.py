@@ -63,7 +63,7 @@ def test_crashes_are_recorded_and_the_launcher_goes_on(name: str, run_dir: Path,
     assert recs["segfault"]["status"] == "crashed"
     assert "SIGSEGV" in recs["segfault"]["error"]
     if name != "inline":  # the segfault came first: the fork server served the rest
-        want = "spawn" if name == "local-spawn" else "fork-server"
+        want = "spawn" if name in ("local-spawn", "slurm") else "fork-server"
         assert {r["start_method"] for r in recs.values()} == {want}
 
 
@@ -96,7 +96,7 @@ def test_hang_times_out_and_kill_9_is_recorded(name: str, run_dir: Path, monkeyp
     assert "20 s" in recs["hangs"]["error"]
     assert pids_running(str(Path(hang.trial_dir) / "spec.json")) == []  # nothing left behind
     assert pids_writing(Path(hang.trial_dir) / "stdout.log") == []
-    want = "spawn" if name == "local-spawn" else "fork-server"
+    want = "spawn" if name in ("local-spawn", "slurm") else "fork-server"
     assert {r["start_method"] for r in recs.values()} == {want}
     if name == "local":  # forked from the fork server, which outlived both
         assert launcher.starter.server is not None and launcher.starter.server.alive

@@ -49,8 +49,8 @@ def test_every_trial_one_record_in_plan_order(name: str, run_dir: Path, monkeypa
     assert len(list(run_dir.glob("trials/*/trial.json"))) == len(specs)
     pids = {r["pid"] for r in recs}
     assert len(pids) == (1 if name == "inline" else len(specs))  # fresh process per trial
-    if name != "inline":  # Slurm: each job's own fork server
-        want = "spawn" if name == "local-spawn" else "fork-server"
+    if name != "inline":  # Slurm jobs spawn (see launch/slurm.py)
+        want = "spawn" if name in ("local-spawn", "slurm") else "fork-server"
         assert [r["start_method"] for r in recs] == [want] * len(specs)
     if name == "slurm":  # one job per (round, bucket): both arms of a round share node and job
         by_round: dict[int, set] = {}
@@ -215,7 +215,7 @@ def test_gate_probes_run_through_every_launcher(name: str, run_dir: Path, monkey
     assert len(pids) == (1 if name == "inline" else 3)
     if name != "inline":
         assert {r["launcher"] for r in recs.values()} == {name.split("-")[0]}
-        want = "spawn" if name == "local-spawn" else "fork-server"
+        want = "spawn" if name in ("local-spawn", "slurm") else "fork-server"
         assert {r["start_method"] for r in recs.values()} == {want}
     if name == "slurm":
         assert len({(r["slurm_job_id"], r["node_id"]) for r in recs.values()}) == 1

@@ -22,6 +22,11 @@ def validate_launcher(cfg: Any) -> None:
         raise ConfigError("launcher.start_method",
                           "forkserver starts trial processes, inline runs them in this one; use "
                           "launcher=local or launcher.start_method=auto")
+    if lc.start_method == "forkserver" and lc.name == "slurm":
+        raise ConfigError("launcher.start_method",
+                          "forkserver is not yet used inside Slurm jobs (a preempted, requeued "
+                          "job's forked trial timed out in the local Slurm test); use "
+                          "launcher.start_method=auto, which spawns there")
     if lc.start_method == "forkserver" and world > 1:
         raise ConfigError("launcher.start_method",
                           f"forkserver cannot start workload.world_size={world} (each rank is a "

@@ -8,9 +8,10 @@ Rounds are submitted one after another in plan order (a round's jobs form one jo
 buckets of one round are independent and may run in parallel up to
 ``launcher.slurm.array_parallelism``.
 
-Inside a job, each single-rank worker process is forked from the job's own fork server where
-sound (``launcher.start_method``, :mod:`orchestrator.launch.forkserver`), else spawned; the
-server lives as long as the job's task and ignores the job's SIGTERM/SIGUSR2 as the workers do.
+Inside a job, each worker process is spawned: the launcher factory passes
+``start_method="spawn"``. The job's own fork server (:mod:`orchestrator.launch.forkserver`,
+ignoring the job's SIGTERM/SIGUSR2 as the workers do) is wired in but off: with it, a
+preempted and requeued job's trial timed out in the local Slurm test.
 
 A distributed trial (``workload.world_size = G``) runs as G tasks of its job (srun through
 submitit), one rank per task with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT
@@ -159,7 +160,7 @@ class GroupJob:
     attempt: int = 0
     log_level: int = logging.INFO
     extra: dict[str, Any] = field(default_factory=dict)
-    start_method: str = "auto"  # launcher.start_method: the job's own fork server, or spawn
+    start_method: str = "spawn"  # "auto": the job's own fork server where sound (off: see above)
 
     def __call__(self) -> dict[str, Any]:
         import submitit  # start-up cost: only a Slurm job (or launcher=slurm) imports submitit
@@ -224,7 +225,7 @@ class SlurmLauncher(Launcher):
     name = "slurm"
 
     def __init__(self, cfg: SlurmLauncherConfig, folder: str, python: Optional[str] = None,
-                 ledger: Optional[Path] = None, start_method: str = "auto") -> None:
+                 ledger: Optional[Path] = None, start_method: str = "spawn") -> None:
         self.cfg = cfg
         self.start_method = start_method
         self.folder = Path(folder)
