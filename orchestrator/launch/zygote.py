@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import json
+import logging
 import os
 import random
 import runpy
@@ -328,8 +329,10 @@ def run_module_as_main(module: str, argv: list[str]) -> int:
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) not in (1, 2) or argv[1:] not in ([], ["--ignore-job-signals"]):
-        print("usage: python -m orchestrator.launch.zygote FD [--ignore-job-signals] (started "
-              "by the launcher)", file=sys.stderr)
+        # no handler configured here: logging's last-resort handler writes it to stderr
+        logging.getLogger(__name__).error(
+            "usage: python -m orchestrator.launch.zygote FD [--ignore-job-signals] (started by "
+            "the launcher)")
         return 2
     if argv[1:]:  # inside a Slurm job: preemption and cancel signal every process of the job;
         # the job process decides (as for its workers, processes.ignore_job_signals)
