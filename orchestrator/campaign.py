@@ -175,7 +175,7 @@ def _run_rounds(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
         if rounds_done >= max_rounds:
             break
         analysis, verdicts = _analyze_decide(cfg, run_dir, arms, final=False)
-        calibration = aa_calibration(analysis)
+        calibration = aa_calibration(analysis, cfg.protocol.aa_alpha)
         reasons = {
             pr.arm_id: r for pr in _progress(verdicts)
             if (r := more_rounds_reason(pr, rounds_done, max_rounds, calibration))
@@ -424,7 +424,8 @@ def rule_for(cfg: Config, final: bool = True) -> Rule:
     cap = max(p.max_rounds, p.repeats)
     plan = paired.looks(p.repeats, cap, p.adaptive_step_rounds)
     return Rule(min_effect=p.min_effect, ni_margin=p.ni_margin, max_rounds=cap, final=final,
-                alpha_last=paired.alpha_spent(1 - p.confidence, plan, cap, p.alpha_spending))
+                alpha_last=paired.alpha_spent(1 - p.confidence, plan, cap, p.alpha_spending),
+                aa_alpha=p.aa_alpha)
 
 
 def _analyze_decide(cfg: Config, run_dir: Path, arms: list[ResolvedArm],

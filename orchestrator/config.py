@@ -143,6 +143,10 @@ class ProtocolConfig:
     # the A/A control (the baseline run twice per round) checks that the intervals are
     # calibrated: it must cover 1, else more rounds, and at the cap the verdicts are invalid
     aa_arm: bool = False
+    # the A/A check is a test of its own: the chance that calibrated intervals are called
+    # uncalibrated (A/A interval at 1 - aa_alpha / scopes missing 1 in some scope), so that a
+    # calibrated campaign ends invalid at most this often
+    aa_alpha: float = 0.01
     reverse_every_other_round: bool = True  # A B C, C B A, ...
     confidence: float = 0.95  # 1 - the error rate of a campaign's decisions, over all looks
     # how the error rate is spread over the looks: alpha * (rounds / max_rounds)^alpha_spending

@@ -86,6 +86,7 @@ class Rule:
     # the error rate the last planned look spends: projections of the rounds a decision needs
     # use it (an early look's strict share would make every decision look out of reach)
     alpha_last: float | None = None
+    aa_alpha: float = 0.01  # the A/A calibration check's own error rate, over its scopes
 
     @property
     def band(self) -> tuple[float, float]:
@@ -156,7 +157,7 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
     alpha = analysis.alpha_look
     base = analysis.arms[0]
     objective = MIXTURE if len(analysis.buckets) > 1 else analysis.buckets[0]
-    calibration = aa_calibration(analysis)
+    calibration = aa_calibration(analysis, rule.aa_alpha)
     out = []
     for arm in analysis.arms[1:]:
         invalid: list[str] = []
@@ -343,19 +344,28 @@ def _unsure_headline(analysis: Analysis, arm_id: str, obj: Scope | None,
     return "inconclusive: " + ", ".join(parts) + "; " + more
 
 
-def aa_calibration(analysis: Analysis) -> str:
+def aa_calibration(analysis: Analysis, aa_alpha: float = 0.01) -> str:
     """A reason when the A/A control (the baseline run twice per round) shows the two identical
     arms apart in some scope, i.e. the intervals are not calibrated on this machine (an order
-    or position effect, or more noise than the model assumes); "" when calibrated or no A/A."""
+    or position effect, or more noise than the model assumes); "" when calibrated or no A/A.
+
+    This is a test of its own, not the decisions' interval: each scope's A/A interval is taken
+    at 1 - aa_alpha / scopes (Bonferroni), so calibrated intervals are called uncalibrated in at
+    most aa_alpha of campaigns (at the decisions' 95 % and three scopes it would be ~14 %)."""
+    effects = [(k, c.effect) for k, c in analysis.noise.items()
+               if c.effect is not None and c.effect.se is not None and c.effect.df >= 1]
     off = []
-    for key, c in analysis.noise.items():
-        if c.estimate is not None and (c.estimate.low > 1 or c.estimate.high < 1):
-            off.append(f"{key} {_fmt(c.estimate.speedup, c.estimate.low, c.estimate.high)}")
+    for key, eff in effects:
+        low, high = eff.interval(aa_alpha / len(effects))
+        if low > 1 or high < 1:
+            off.append(f"{key} {_fmt(eff.speedup, low, high)}")
     if not off:
         return ""
+    level = 1 - aa_alpha / len(effects)
     return ("the A/A control (the baseline against itself) does not cover 1 at "
-            f"{'; '.join(off)}: the intervals are not calibrated on this machine (an order or "
-            "position effect, or interference); quiet the machine and re-run")
+            f"{'; '.join(off)} ({level:.1%} intervals): the intervals are not calibrated on "
+            "this machine (an order or position effect, or interference); quiet the machine "
+            "and re-run")
 
 
 def _dedupe(items: list[str]) -> list[str]:

@@ -129,6 +129,7 @@ class Protocol:
     aa_arm: bool = True
     steps: int | None = None  # measured steps per trial (None: the noise model's)
     spend_rho: float = 3.0  # alpha spending over the looks (protocol.alpha_spending)
+    aa_alpha: float = 0.01  # the A/A calibration check's error rate (protocol.aa_alpha)
 
 
 @dataclass
@@ -164,7 +165,7 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
         rule = Rule(p.min_effect, p.ni_margin, p.max_rounds, final,
                     paired.alpha_spent(1 - p.confidence, plan, p.max_rounds, p.spend_rho))
         alpha = paired.alpha_spent(1 - p.confidence, plan, rounds_done, p.spend_rho)
-        kind, resolve, calibration = _judge(medians, weights, alpha, rule)
+        kind, resolve, calibration = _judge(medians, weights, alpha, rule, p.aa_alpha)
         if calibration and final:
             return Outcome("invalid", trials, rounds_done)
         verdict = {"good": "retain", "bad": "reject", "equivalent": "equivalent"}.get(
@@ -177,16 +178,18 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
 
 
 def _judge(medians: dict[str, dict[tuple[int, str], float]], weights: dict[str, float],
-           alpha: float, rule: Rule) -> tuple[str, int | None, str]:
+           alpha: float, rule: Rule, aa_alpha: float = 0.01) -> tuple[str, int | None, str]:
     fits = {b: paired.fit_blocks(paired.trial_cells(m), BASE) for b, m in medians.items()}
     if len(medians) > 1:
         fits[MIXTURE] = paired.fit_blocks(paired.mixture_cells(medians, weights), BASE)
     objective = MIXTURE if len(medians) > 1 else next(iter(medians))
     scopes = {k: effect_scope(k, f.effects.get(VAR), alpha) for k, f in fits.items()}
     calibration = ""
-    for k, f in fits.items():
-        aa = effect_scope(k, f.effects.get(AA), alpha)
-        if aa is not None and not aa.two[0] <= 1 <= aa.two[1]:
+    aa = {k: e for k, f in fits.items()
+          if (e := f.effects.get(AA)) is not None and e.se is not None and e.df >= 1}
+    for k, e in aa.items():  # the check of orchestrator.decide.aa_calibration
+        low, high = e.interval(aa_alpha / len(aa))
+        if not low <= 1 <= high:
             calibration = f"A/A off at {k}"
     if scopes[objective] is None:
         return "unsure", None, calibration

@@ -104,6 +104,9 @@ def validate(cfg: Config) -> None:
     validate_protocol(p)
     if not 0.5 <= p.confidence < 1:
         raise ConfigError("protocol.confidence", f"must be in [0.5, 1), got {p.confidence}")
+    if not 0 < p.aa_alpha <= 0.5:
+        raise ConfigError("protocol.aa_alpha", f"must be in (0, 0.5] (the A/A check's error rate, "
+                          f"e.g. 0.01), got {p.aa_alpha}")
     _positive("protocol.min_effect", p.min_effect, allow_zero=True)
     _positive("protocol.trial_timeout_s", p.trial_timeout_s)
     _positive("launcher.max_parallel", cfg.launcher.max_parallel)

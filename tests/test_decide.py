@@ -111,11 +111,12 @@ def test_equivalence_needs_every_bucket_in_the_band() -> None:
 
 
 def test_the_aa_control_checks_calibration_and_does_not_set_a_threshold() -> None:
-    # the A/A effect 0.03 +- 3.0158 x 0.02 covers 0: calibrated; no threshold moves
+    # the check is a test of its own at aa_alpha = 1 %: 0.03 +- 3.3554 x 0.02 covers 0:
+    # calibrated; no threshold moves
     a = _analysis({"s": (0.10, 0.02)}, aa={"s": (0.03, 0.02)})
     assert aa_calibration(a) == ""
     assert decide(a, RULE7)[0].verdict == "retain"
-    # 0.08 +- 0.0603 = [0.0197, 0.1403]: two identical arms apart -> invalid at the last look
+    # 0.08 +- 0.0671 = [0.0129, 0.1471]: two identical arms apart -> invalid at the last look
     a = _analysis({"s": (0.10, 0.02)}, aa={"s": (0.08, 0.02)})
     assert "not calibrated" in aa_calibration(a)
     (v,) = decide(a, RULE7)
@@ -123,6 +124,23 @@ def test_the_aa_control_checks_calibration_and_does_not_set_a_threshold() -> Non
     # at an earlier look it does not decide the verdict (the campaign adds rounds instead)
     early = Rule(0.02, 0.05, 7, final=False)
     assert decide(a, early)[0].verdict == "retain"
+
+
+def test_the_aa_check_controls_its_own_error_rate_over_its_scopes() -> None:
+    # 0.065 +- 0.0671 = [-0.0021, 0.1321] covers 0 at 99 %, though the decisions' own 95 %/3
+    # interval (0.065 +- 3.0158 x 0.02 = [0.0047, ...]) would not: no false alarm
+    a = _analysis({"s": (0.10, 0.02)}, aa={"s": (0.065, 0.02)})
+    assert aa_calibration(a) == ""
+    assert "not calibrated" in aa_calibration(a, aa_alpha=0.05 / 3)
+    # two scopes share the 1 %: each at 99.5 %, 0.075 +- 3.8325 x 0.02 = [-0.0017, 0.1517]
+    # covers 0, while one scope alone at 99 % (0.075 - 0.0671 = 0.0079) would not
+    two = _analysis({"s": (0.10, 0.02), "t": (0.10, 0.02)}, aa={"s": (0.075, 0.02)})
+    assert "not calibrated" in aa_calibration(two)
+    two = _analysis({"s": (0.10, 0.02), "t": (0.10, 0.02)},
+                    aa={"s": (0.075, 0.02), "t": (0.0, 0.02)})
+    assert aa_calibration(two) == ""
+    msg = aa_calibration(_analysis({"s": (0.10, 0.02)}, aa={"s": (0.08, 0.02)}))
+    assert "s 1.083x [1.013, 1.158] (99.0% intervals)" in msg
 
 
 def test_inconclusive_promises_rounds_only_within_reach() -> None:
