@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator import paired, stats
+from orchestrator import blocks, paired, stats
 from orchestrator.reference import normalise
 from orchestrator.config import ProtocolConfig
 from orchestrator.sweep import Arm
@@ -165,6 +165,29 @@ def trial_medians(trials: pd.DataFrame, by_trial: dict[str, list[float]], bucket
     return out
 
 
+def block_paired_medians(trials: pd.DataFrame, steps: pd.DataFrame,
+                         by_trial: dict[str, list[float]], bucket: str, arm_ids: Sequence[str],
+                         baseline: str) -> dict[tuple[int, str], float]:
+    """protocol.pairing=steps: (round, arm) -> a time whose ratio to the baseline's is the
+    round's block-paired effect (orchestrator.blocks.round_cells); {} when the bucket's
+    trials were not run paired by steps."""
+    if trials.empty or "pairing" not in trials or steps.empty or "block" not in steps:
+        return {}
+    ok = trials[(trials["status"] == "ok") & (trials["bucket"] == bucket)
+                & trials["arm_id"].isin(list(arm_ids)) & (trials["pairing"] == "steps")]
+    if ok.empty:
+        return {}
+    sel = steps[steps["phase"] == "measured"]
+    cycles = {str(k): [int(x) for x in g["block"]] for k, g in sel.groupby("trial_id")}
+    per: dict[tuple[int, str], dict[int, float]] = {}
+    for _, row in ok.iterrows():
+        t = str(row["trial_id"])
+        if by_trial.get(t) and len(cycles.get(t, [])) == len(by_trial[t]):
+            per[(int(row["round"]), str(row["arm_id"]))] = blocks.block_medians(by_trial[t],
+                                                                               cycles[t])
+    return blocks.round_cells(per, baseline)
+
+
 def _comparison(fit: paired.BlockFit | None, arm_id: str, key: str, alpha: float,
                 rank: stats.RankTest | None = None) -> Comparison:
     eff = fit.effects.get(arm_id) if fit is not None else None
@@ -221,7 +244,8 @@ def analyze(
             ) else trials
             out.summaries[(bucket, arm.arm_id)] = summarize_arm(
                 rows, by_trial, arm, bucket, protocol.warn_cv)
-    medians = {b: trial_medians(trials, by_trial, b, ids) for b in buckets}
+    medians = {b: block_paired_medians(trials, steps, by_trial, b, ids, base.arm_id)
+               or trial_medians(trials, by_trial, b, ids) for b in buckets}
     fits: dict[str, paired.BlockFit | None] = {}
     for b in buckets:
         fits[b] = _fit(paired.trial_cells(medians[b]), base.arm_id)

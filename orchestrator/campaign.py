@@ -31,7 +31,7 @@ from orchestrator.correctness.runner import section as correctness_section
 from orchestrator.decide import Rule, Verdict, aa_calibration, decide
 from orchestrator.errors import ConfigError
 from orchestrator.interference import machine_load
-from orchestrator.jobs import TrialSpec, make_specs
+from orchestrator.jobs import TrialSpec, make_specs, paired_members
 from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import INFRA_STATUS, Launcher
 from orchestrator.levers import lever_sections
@@ -56,6 +56,7 @@ from orchestrator.results import (
     atomic_write_text,
     load_trials,
     read_json,
+    trial_record,
     write_csv,
 )
 from orchestrator.resume import check_same_plan, completed_on_disk, sigterm_as_interrupt
@@ -185,7 +186,12 @@ def _run_rounds(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
         rounds = next_rounds(rounds_done, max_rounds, p.adaptive_step_rounds)
         keep = [a.arm_id for a in running if a.is_baseline or a.arm_id in reasons
                 or (p.aa_arm and a.arm_id == running[1].arm_id)]
-        steps, planner = trial_length(cfg, run_dir, analysis) if p.plan_trial_length else ({}, {})
+        steps, planner = (trial_length(cfg, run_dir, analysis)
+                          if p.plan_trial_length and p.pairing == "process" else ({}, {}))
+        if p.pairing == "steps":
+            planner = {"why": "pairing=steps: every round keeps protocol.measured_steps / "
+                              "measured_min_s per arm (the trial-length planner models "
+                              "one arm per process)"}
         planned += plan_rounds(keep, bucket_names, rounds,
                                reverse_every_other_round=p.reverse_every_other_round,
                                start_position=len(planned), steps=steps)
@@ -257,6 +263,11 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
                  launcher: Launcher, session: provenance.Session, progress: Any = None) -> None:
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
+    if cfg.protocol.pairing == "steps":  # a round's arms are measured together or not at all
+        open_sessions = {(t.round, t.bucket) for t in todo}
+        todo = [t for t in planned if (t.round, t.bucket) in open_sessions]
+        for t in todo:  # a session's records are all re-measured
+            (run_dir / "trials" / t.trial_id / "trial.json").unlink(missing_ok=True)
     if done and todo:
         log.info("%s: %d of %d planned trials already complete", run_dir,
                  len(planned) - len(todo), len(planned))
@@ -274,8 +285,9 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
     def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
         # a compute node's host name (Slurm) is replaced like this machine's own
         session.sanitizer.add_hostnames(launcher.seen_hostnames)
-        session.sanitize_trial(Path(spec.trial_dir))  # stderr tails sanitized as recorded
-        progress.on_done(spec, session.sanitizer.data(record))
+        for member, rec in paired_records(spec, record):
+            session.sanitize_trial(Path(member.trial_dir))  # stderr tails sanitized as recorded
+            progress.on_done(member, session.sanitizer.data(rec))
 
     retry: list[TrialSpec] = []
     attempts: dict[str, int] = {}
@@ -303,13 +315,21 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
                 earlier = {}
                 for s in again:
                     attempts[s.trial_id] = attempts.get(s.trial_id, 0) + 1
-                    earlier[s.trial_id] = _keep_attempt(Path(s.trial_dir), attempts[s.trial_id])
+                    for m in paired_members(s):
+                        earlier[m.trial_id] = _keep_attempt(Path(m.trial_dir),
+                                                            attempts[s.trial_id])
                 log.warning("re-running %d trial(s) (%s): %s", len(again),
                             "; ".join(sorted({str(e[-1].get("why")) for e in earlier.values()})),
                             ", ".join(s.trial_id for s in again))
-                progress.plan(progress.total + len(again), progress.done)
+                progress.plan(progress.total + sum(len(paired_members(s)) for s in again),
+                              progress.done)
 
                 def on_retry_done(spec: TrialSpec, record: dict[str, Any]) -> None:
+                    for m in paired_members(spec)[1:]:  # the arms a paired process also ran
+                        rec = read_json(Path(m.trial_dir) / "trial.json") if (
+                            Path(m.trial_dir) / "trial.json").exists() else None
+                        if rec is not None:
+                            _with_attempts(Path(m.trial_dir), rec, earlier[m.trial_id])
                     record = _with_attempts(Path(spec.trial_dir), record, earlier[spec.trial_id])
                     on_done_retrying(spec, record)
 
@@ -320,6 +340,49 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
     finally:
         if own_progress:
             progress.close()
+
+
+def paired_records(spec: TrialSpec, record: dict[str, Any]) -> list[tuple[TrialSpec, dict[str, Any]]]:
+    """Each arm's record after a process ran (one arm; or every arm, protocol.pairing=steps).
+    A paired process that died (crash, kill, timeout) left records only for what it finished:
+    the arm whose block was running (running.json) gets the process's status, every other arm
+    an infrastructure failure (not on its account)."""
+    members = paired_members(spec)
+    if len(members) == 1:
+        return [(spec, record)]
+    running = Path(spec.trial_dir) / "running.json"
+    culprit = read_json(running).get("arm_id") if running.exists() else None
+    out = [(members[0], record)]
+    for m in members[1:]:
+        path = Path(m.trial_dir) / "trial.json"
+        if path.exists():
+            out.append((m, read_json(path)))
+            continue
+        Path(m.trial_dir).mkdir(parents=True, exist_ok=True)
+        own = {k: record.get(k) for k in ("kind", "bucket", "seq_len", "micro_batch",
+                                           "bucket_weight", "round", "started_at",
+                                           "finished_at")}
+        own.update(trial_id=m.trial_id, arm_id=m.arm_id, arm_label=m.arm_label,
+                   is_baseline=m.is_baseline, position=spec.position, pairing="steps",
+                   paired_process=spec.trial_id)
+        if culprit == m.arm_id:
+            rec = trial_record(**own, status=record.get("status"), error=record.get("error"),
+                               stderr_tail=record.get("stderr_tail"))
+        else:
+            why = (f"the paired process ended {record.get('status')} in arm {culprit}'s block"
+                   if culprit else f"the paired process ended {record.get('status')}")
+            rec = trial_record(**own, status=INFRA_STATUS, infra_reason=why,
+                               error=f"not measured: {why} ({record.get('error')})")
+        atomic_write_json(path, rec)
+        out.append((m, rec))
+    if culprit is not None and culprit != members[0].arm_id and record.get("status") != "ok" \
+            and record.get("pairing") != "steps":  # the launcher's record: the culprit's status
+        rec = {**record, "status": INFRA_STATUS, "raw_status": record.get("status"),
+               "infra_reason": f"the paired process ended {record.get('status')} in arm "
+                               f"{culprit}'s block"}
+        atomic_write_json(Path(spec.trial_dir) / "trial.json", rec)
+        out[0] = (members[0], rec)
+    return out
 
 
 def check_quiet(cfg: Config, run_dir: Path) -> None:

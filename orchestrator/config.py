@@ -148,6 +148,13 @@ class ProtocolConfig:
     # calibrated campaign ends invalid at most this often
     aa_alpha: float = 0.01
     reverse_every_other_round: bool = True  # A B C, C B A, ...
+    # process: every trial is one arm in its own fresh process; steps: one fresh process per
+    # round and bucket runs every arm, switching arm every block_steps measured steps (each
+    # block after switch_warmup_steps excluded ones), blocks paired in the analysis
+    # (orchestrator.blocks). steps needs a sweep over keys the recipe declares switchable
+    pairing: str = "process"
+    block_steps: int = 3
+    switch_warmup_steps: int = 1
     confidence: float = 0.95  # 1 - the error rate of a campaign's decisions, over all looks
     # how the error rate is spread over the looks: alpha * (rounds / max_rounds)^alpha_spending
     # (Lan-DeMets power family; 0 = the same share at every look, Bonferroni; 3 = strict early

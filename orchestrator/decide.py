@@ -168,18 +168,21 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
         for bucket in analysis.buckets:
             bs = analysis.summaries[(bucket, base.arm_id)]
             vs = analysis.summaries[(bucket, arm.arm_id)]
-            if bs.ok == 0:
+            failed = {k: v for k, v in vs.statuses.items() if k in FAILED}
+            if bs.ok == 0 and not (failed and set(bs.statuses) <= {INFRA}):
                 invalid.append(f"{bucket}: the baseline produced no measurement ({_errs(bs)})")
                 continue
+            # (with protocol.pairing=steps a variant that kills the process it shares with the
+            # baseline leaves the baseline unmeasured, not failed: the variant's failure decides)
+            # a variant that failed on its own account is rejected whatever befell the baseline
             harness = [f"{who} {n} of {s.trials}" for who, s in (("baseline", bs), ("variant", vs))
-                       if (n := s.statuses.get(INFRA, 0))]
+                       if (n := s.statuses.get(INFRA, 0)) and not (failed and who == "baseline")]
             if harness:  # says nothing of the variant: never a reject
                 invalid.append(f"{bucket}: trials failed in the harness, not on the variant's "
                                f"account, and again when re-run ({', '.join(harness)}: "
                                f"{_errs(vs if vs.statuses.get(INFRA) else bs)}); re-run the "
                                "campaign (resume=RUN_DIR re-runs them) or raise "
                                "protocol.infra_retries")
-            failed = {k: v for k, v in vs.statuses.items() if k in FAILED}
             if vs.statuses.get("unavailable") and vs.ok == 0:
                 invalid.append(f"{bucket}: unavailable here: {'; '.join(vs.errors) or 'no reason'}")
                 continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import dataclasses
 import json
 import os
 from collections.abc import Sequence
@@ -99,6 +100,11 @@ class TrialSpec(WorkerJob):
     speed_reference: str = "off"  # auto | host | off (orchestrator.reference)
     compile_cache: str = "warm"  # cold | warm (orchestrator.compile_stats.cache_scope)
     env_report: bool = False  # also write the full environment.json (the campaign's first trial)
+    # protocol.pairing=steps: every arm of this round and bucket, in block order, each
+    # {arm_id, arm_label, is_baseline, trial_id, trial_dir, workload}; this spec is the first's
+    paired_arms: list[dict[str, Any]] = field(default_factory=list)
+    block_steps: int = 3
+    switch_warmup_steps: int = 1
 
     def warmup(self) -> WarmupPolicy:
         return WarmupPolicy(self.warmup_policy, self.warmup_steps, self.warmup_max_steps,
@@ -213,4 +219,34 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                 compile_cache=cfg.protocol.compile_cache,
             )
         )
+    if cfg.protocol.pairing == "steps":
+        return pair_specs(specs, cfg.protocol.block_steps, cfg.protocol.switch_warmup_steps)
     return specs
+
+
+def pair_specs(specs: Sequence[TrialSpec], block_steps: int, switch_warmup_steps: int
+               ) -> list[TrialSpec]:
+    """protocol.pairing=steps: one spec per round and bucket, the first planned arm's, that
+    runs every arm of that round and bucket in the plan's order (orchestrator.blocks)."""
+    groups: dict[tuple[int, str], list[TrialSpec]] = {}
+    for s in specs:
+        groups.setdefault((s.round, s.bucket["name"]), []).append(s)
+    out = []
+    for members in groups.values():
+        head = copy.copy(members[0])
+        head.paired_arms = [{"arm_id": m.arm_id, "arm_label": m.arm_label,
+                             "is_baseline": m.is_baseline, "trial_id": m.trial_id,
+                             "trial_dir": m.trial_dir, "workload": m.workload} for m in members]
+        head.block_steps, head.switch_warmup_steps = block_steps, switch_warmup_steps
+        out.append(head)
+    return out
+
+
+def paired_members(spec: TrialSpec) -> list[TrialSpec]:
+    """The one-arm view of each arm a paired spec runs (the spec itself when not paired)."""
+    if not spec.paired_arms:
+        return [spec]
+    return [dataclasses.replace(spec, trial_id=a["trial_id"], trial_dir=a["trial_dir"],
+                                arm_id=a["arm_id"], arm_label=a["arm_label"],
+                                is_baseline=a["is_baseline"], workload=a["workload"],
+                                paired_arms=[]) for a in spec.paired_arms]

@@ -179,7 +179,13 @@ def render_decisions(
         f"- environment: {env_line}",
         f"- protocol: {protocol_line(protocol)}, arms interleaved"
         + (" with the order reversed every other round" if protocol.reverse_every_other_round else "")
-        + f", each trial a fresh process ({launcher} launcher)"
+        + (f", each trial a fresh process ({launcher} launcher)"
+           if getattr(protocol, "pairing", "process") != "steps" else
+           f", pairing by steps: each round and bucket one fresh process ({launcher} launcher) "
+           f"running every arm, which take turns in blocks of {protocol.block_steps} measured "
+           f"steps, each after {protocol.switch_warmup_steps} excluded switch step(s), block "
+           "order reversed every cycle; a round's effect is the median over cycles of the log "
+           "ratio of the arm's block median to the baseline's in the same cycle")
         + (" — note: the inline launcher runs trials in this process" if launcher == "inline"
            else ""),
         *([f"- trial processes: {start_line}"] if start_line else []),
@@ -222,7 +228,8 @@ def render_decisions(
         for f in failures:
             out.append(f"- `{f['trial_id']}` ({f.get('arm_label')}, {f.get('bucket')}): "
                        f"**{f['status']}**: {f.get('error') or ''}")
-            tail = (f.get("stderr_tail") or "").strip().splitlines()[-3:]
+            text = f.get("stderr_tail")  # a table's missing cell is NaN, not None
+            tail = (text if isinstance(text, str) else "").strip().splitlines()[-3:]
             if tail:
                 out += ["  ```", *[f"  {t}" for t in tail], "  ```"]
     out += [

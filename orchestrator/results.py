@@ -27,6 +27,10 @@ SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed", "unavailable", "oom", "timeout", "crashed", "killed", "infra_failed")
 
 
+# a trial that failed in the harness, not on its arm's account (ranks out of step, a lost
+# peer, a paired process whose baseline failed): re-run, never a reject
+INFRA_STATUS = "infra_failed"
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

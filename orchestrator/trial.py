@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from orchestrator import compile_stats
+from orchestrator import blocks, compile_stats
 from orchestrator import device as devmod
 from orchestrator import distributed as distmod
 from orchestrator import reference as refmod
@@ -31,9 +31,10 @@ from orchestrator.interference import CpuWindow
 from orchestrator.jobs import LAUNCH_T0_VAR, TrialSpec
 from orchestrator.processes import die_with_parent
 from orchestrator.profiling.runner import run_profiled
-from orchestrator.results import atomic_write_json, trial_record, write_csv
+from orchestrator.results import INFRA_STATUS, atomic_write_json, trial_record, write_csv
 from orchestrator.steady import warmup_complete
 from orchestrator.worker import start_worker
+from recipes.registry import workload_from_dict
 
 # the most measured steps protocol.measured_min_s may ask for
 MAX_MEASURED_STEPS = 2000
@@ -87,15 +88,23 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
         base["rank"] = rank
     if spec.kind == "profile":
         base["layer"] = spec.profile.get("layer")
+    records: list[tuple[dict[str, Any], str]] = []
     try:
         if spec.kind == "profile":
             record = run_profiled(spec, base)
+        elif spec.paired_arms:
+            with compile_stats.cache_scope(spec.compile_cache):
+                records = _measure_paired(spec, base, launch_t0)
+            record = records[0][0]
         else:
             with compile_stats.cache_scope(spec.compile_cache):
                 record = _measure(spec, base, launch_t0)
-            record["compile_cache"] = spec.compile_cache
+        if spec.kind != "profile":
+            for r in [record, *(r for r, _ in records)]:
+                r["compile_cache"] = spec.compile_cache
     except BackendUnavailable as exc:
         record = trial_record(**base, status="unavailable", error=str(exc))
+        records = []
     except BaseException as exc:  # the workload failed: a status, not a lost row
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -104,146 +113,328 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
         tb = traceback.format_exc(limit=8)
         record = trial_record(**base, status=status, error=_compile_hint(exc, one_line(exc)),
                               traceback=tb)
+        records = []
     finally:
         if world > 1:
             distmod.shutdown()
-    # after the timed steps, so neither the timing nor start-to-first-step pays for it
-    if rank == 0:
-        record_facts(record, spec.device, tdir, full=spec.env_report)
-    record["finished_at"] = time.time()
-    if rank == 0:  # distributed: rank 0 is the only writer; other ranks leave only failures
-        atomic_write_json(tdir / "trial.json", record)
-    elif record["status"] != "ok":
-        atomic_write_json(tdir / f"trial.rank{rank}.json", record)
+    if spec.paired_arms and not records:  # the process failed before any arm's block: all arms
+        records = [(trial_record(**{**base, "trial_id": a["trial_id"], "arm_id": a["arm_id"],
+                                    "arm_label": a["arm_label"], "is_baseline": a["is_baseline"]},
+                                 **{k: v for k, v in record.items() if k not in base
+                                    and k not in ("schema_version",)}), a["trial_dir"])
+                   for a in spec.paired_arms]
+        record = records[0][0]
+    # the first record last: the launcher reads it as the process's own
+    for i, (rec, rdir) in reversed(list(enumerate(records or [(record, str(tdir))]))):
+        Path(rdir).mkdir(parents=True, exist_ok=True)
+        # after the timed steps, so neither the timing nor start-to-first-step pays for it
+        if rank == 0:
+            record_facts(rec, spec.device, Path(rdir), full=spec.env_report and i == 0)
+        rec["finished_at"] = time.time()
+        if rank == 0:  # distributed: rank 0 is the only writer; other ranks leave only failures
+            atomic_write_json(Path(rdir) / "trial.json", rec)
+        elif rec["status"] != "ok":
+            atomic_write_json(Path(rdir) / f"trial.rank{rank}.json", rec)
     return record
+
+
+class _Stepper:
+    """Runs and times one training step at a time, the orchestrator's way: the host-speed
+    reference before the clock starts, the device synchronised at the step boundary, the
+    recipe's tags and any compile activity noted, and (distributed) the slowest rank's time and
+    every rank's tags agreed on after the clock stopped."""
+
+    def __init__(self, spec: TrialSpec, worker: Any, trainer: Any, batches: Any) -> None:
+        dev = worker.device
+        self.dev, self.trainer, self.batches = dev, trainer, batches
+        self.clock = time.perf_counter
+        if spec.clock == "cpu":
+            if dev.kind != "cpu":
+                raise BackendUnavailable(
+                    f"protocol.clock=cpu times host CPU work only, not {dev.kind}")
+            self.clock = time.process_time
+        torch_mod = None if worker.host_only else sys.modules.get("torch")
+        pool = torch_mod.get_num_threads() if torch_mod is not None else 1
+        self.ref_on, self.ref_why = refmod.resolve(spec.speed_reference, dev.kind,
+                                                   worker.world_size, pool)
+        self.ref = refmod.host_reference(self.clock) if self.ref_on else None
+        self.agree = (distmod.StepAgreement(dev.torch_device) if worker.group is not None
+                      else None)
+        self.compiled_before = compile_stats.activity()
+        self.rows: list[dict[str, Any]] = []
+        self.losses: list[Any] = []
+        self.first_step_at: float | None = None
+        devmod.synchronize(dev)
+
+    def step(self, **fields: Any) -> tuple[float, list[str], dict[str, Any]]:
+        """(the time decisions use, the agreed tags, the row) of one step; the caller sets the
+        row's phase. ``fields`` go into the row (e.g. the arm and block)."""
+        clock, i = self.clock, len(self.rows)
+        ref_s = self.ref() if self.ref is not None else None  # outside the timed window
+        t0 = clock()
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
+        batch = next(self.batches)
+        t1 = clock()
+        loss = self.trainer.train_step(batch)
+        if i == 0:  # e.g. workload.model.compile.visit_buckets: the other buckets' shapes
+            self.trainer.visit_shapes()
+        devmod.synchronize(self.dev)
+        t2 = clock()
+        tags = list(self.trainer.step_tags())
+        compiled_now = compile_stats.activity()  # this step compiled or recompiled: not steady
+        if compiled_now != self.compiled_before:
+            self.compiled_before = compiled_now
+            if "compile" not in tags:
+                tags.append("compile")
+        decide_s, tags = self.agree(t2 - t0, tags) if self.agree is not None else (t2 - t0, tags)
+        row = {"step": i, "phase": "", "step_time_s": t2 - t0, "data_wait_s": t1 - t0,
+               "tokens": self.trainer.tokens_per_step, "samples": self.trainer.samples_per_step,
+               "batch_index": getattr(batch, "index", i), "tags": ";".join(tags), **fields,
+               **({"reference_s": ref_s} if self.ref is not None else {})}
+        self.rows.append(row)
+        self.losses.append(loss)
+        return decide_s, tags, row
+
+    def finish(self, ctx: Any) -> dict[str, Any]:
+        """After the last timed step: losses read, and (distributed) every rank's step times
+        gathered into rank 0's rows (the slowest rank's time per step); the distributed
+        summary fields."""
+        for row, loss in zip(self.rows, self.losses):  # read outside the timed window
+            row["loss"] = float(loss.float().item()) if hasattr(loss, "item") else float(loss)
+        if ctx is None:
+            return {}
+        rows = self.rows
+        per_rank = distmod.gather_step_times(ctx, [r["step_time_s"] for r in rows])
+        if per_rank is None:
+            return {}
+        slowest, skew, who = distmod.combine(per_rank)  # rank 0
+        for i, row in enumerate(rows):
+            for r, times in enumerate(per_rank):
+                row[f"step_time_rank{r}_s"] = times[i]
+            row["step_time_s"], row["rank_skew_s"] = slowest[i], skew[i]
+            row["slowest_rank"] = who[i]
+        measured_idx = [i for i, r in enumerate(rows) if r["phase"] == "measured"]
+        return distmod.summary(ctx, [skew[i] for i in measured_idx],
+                               [who[i] for i in measured_idx],
+                               self.agree.cost_s if self.agree is not None else None)
+
+
+def _build(spec: TrialSpec, worker: Any) -> tuple[Any, Any, float]:
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:  # inline trials share a process: compile cold, as a fresh one does
+        dynamo.reset()
+    build_t0 = time.perf_counter()
+    trainer = worker.trainer(spec.bucket)
+    build_s = time.perf_counter() - build_t0
+    devmod.reset_peak_memory(worker.device)
+    return trainer, trainer.batches(), build_s
 
 
 def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> dict[str, Any]:
     worker = start_worker(spec.workload, spec.device)
     if worker.external:  # another program trains; its log gives the steps
         return measure_external(spec, base, worker.trainer(spec.bucket))
-    workload, dev, ctx, world = worker.workload, worker.device, worker.group, worker.world_size
-    assert dev is not None
-    # a host-only recipe (the synthetic load) needs no torch device and never imports torch
-    host_only = worker.host_only
-    dynamo = sys.modules.get("torch._dynamo")
-    if dynamo is not None:  # inline trials share a process: compile cold, as a fresh one does
-        dynamo.reset()
-    build_t0 = time.perf_counter()
-    trainer = worker.trainer(spec.bucket)
-    build_s = time.perf_counter() - build_t0  # the recipe's own cost, in start-to-first-step
-    devmod.reset_peak_memory(dev)
-    batches = trainer.batches()
+    trainer, batches, build_s = _build(spec, worker)
     policy = spec.warmup()
-    step_tags = trainer.step_tags  # the recipe's hooks (recipes.base.TrainerHooks)
-    # e.g. workload.model.compile.visit_buckets: the other buckets' shapes, run in step 0
-    visit_shapes = trainer.visit_shapes
-    # a bound on tagged (excluded) steps, so a recipe that tags every step cannot loop forever
     # time-based floor on the measured window (protocol.measured_min_s): short steps get more
     # of them, up to a cap. Distributed: every decision below that changes how many steps run
     # is taken on the numbers all ranks agree on after each step (distmod.StepAgreement)
     min_s = spec.measured_min_s
-    agree = distmod.StepAgreement(dev.torch_device) if ctx is not None else None
     cap = max(spec.measured_steps, MAX_MEASURED_STEPS) if min_s > 0 else spec.measured_steps
+    # a bound on tagged (excluded) steps, so a recipe that tags every step cannot loop forever
     max_steps = policy.max_steps + 3 * spec.measured_steps + cap + 10
-    rows: list[dict[str, Any]] = []
-    losses = []
     warm_times: list[float] = []
     warm_done, settled = warmup_complete(warm_times, policy)
     measured_n = 0
-    first_step_at = None
-    sync = devmod.synchronize
-    clock = time.perf_counter
-    if spec.clock == "cpu":
-        if dev.kind != "cpu":
-            raise BackendUnavailable(f"protocol.clock=cpu times host CPU work only, not {dev.kind}")
-        clock = time.process_time
-    torch_mod = None if host_only else sys.modules.get("torch")
-    pool = torch_mod.get_num_threads() if torch_mod is not None else 1
-    ref_on, ref_why = refmod.resolve(spec.speed_reference, dev.kind, world, pool)
-    ref = refmod.host_reference(clock) if ref_on else None
     cs_start = cs_warm = compile_stats.snapshot()
-    compiled_before = compile_stats.activity()
     warm_snapped = False
     window = CpuWindow()
-    sync(dev)
-    i = 0
+    st = _Stepper(spec, worker, trainer, batches)
     measured_s = 0.0
     while measured_n < spec.measured_steps or (measured_s < min_s and measured_n < cap):
-        if i >= max_steps:
+        if len(st.rows) >= max_steps:
             raise RuntimeError(
-                f"{i} steps run but only {measured_n} of {spec.measured_steps} measured: the "
-                "recipe tags too many steps for exclusion"
-            )
+                f"{len(st.rows)} steps run but only {measured_n} of {spec.measured_steps} "
+                "measured: the recipe tags too many steps for exclusion")
         if warm_done and not warm_snapped:  # compile counters at the end of the warm-up
             cs_warm, warm_snapped = compile_stats.snapshot(), True
             window.start()  # other processes' CPU time over the measured steps
-        ref_s = ref() if ref is not None else None  # host speed now, outside the timed window
-        t0 = clock()
-        if first_step_at is None:
-            first_step_at = time.time()
-        batch = next(batches)
-        t1 = clock()
-        loss = trainer.train_step(batch)
-        if i == 0:
-            visit_shapes()
-        sync(dev)
-        t2 = clock()
-        losses.append(loss)
-        tags = list(step_tags())
-        # this step compiled or recompiled: not steady
-        compiled_now = compile_stats.activity()
-        if compiled_now != compiled_before:
-            compiled_before = compiled_now
-            if "compile" not in tags:
-                tags.append("compile")
-        # the time the decisions use: distributed, the slowest rank's, with every rank's tags
-        # (one all-reduce after the clock stopped), so all ranks run the same steps
-        decide_s, tags = agree(t2 - t0, tags) if agree is not None else (t2 - t0, tags)
+        decide_s, tags, row = st.step()
         if tags:
-            phase = "excluded"
+            row["phase"] = "excluded"
         elif not warm_done:
-            phase = "warmup"
+            row["phase"] = "warmup"
             warm_times.append(decide_s)
             warm_done, settled = warmup_complete(warm_times, policy)
         else:
-            phase = "measured"
+            row["phase"] = "measured"
             measured_n += 1
             measured_s += decide_s
-        rows.append(
-            {
-                "step": i,
-                "phase": phase,
-                "step_time_s": t2 - t0,
-                "data_wait_s": t1 - t0,
-                "tokens": trainer.tokens_per_step,
-                "samples": trainer.samples_per_step,
-                "batch_index": getattr(batch, "index", i),
-                "tags": ";".join(tags),
-                **({"reference_s": ref_s} if ref is not None else {}),
-            }
-        )
-        i += 1
     cs_end = compile_stats.snapshot()
-    interference = window.stop() if world <= 1 else {
-        "others_cpu_s": None, "others_cores": None,
-        "note": "not measured for multi-rank trials (the other ranks are not others)"}
-    for row, loss in zip(rows, losses):  # read outside the timed window
-        row["loss"] = float(loss.float().item()) if hasattr(loss, "item") else float(loss)
-    dist_fields: dict[str, Any] = {}
-    if ctx is not None:
-        per_rank = distmod.gather_step_times(ctx, [r["step_time_s"] for r in rows])
-        if per_rank is not None:  # rank 0: the slowest rank's time per step
-            slowest, skew, who = distmod.combine(per_rank)
-            for i, row in enumerate(rows):
-                for r, times in enumerate(per_rank):
-                    row[f"step_time_rank{r}_s"] = times[i]
-                row["step_time_s"], row["rank_skew_s"] = slowest[i], skew[i]
-                row["slowest_rank"] = who[i]
-            measured_idx = [i for i, r in enumerate(rows) if r["phase"] == "measured"]
-            dist_fields = distmod.summary(ctx, [skew[i] for i in measured_idx],
-                                          [who[i] for i in measured_idx],
-                                          agree.cost_s if agree is not None else None)
+    interference = _interference(window, worker.world_size)
+    dist_fields = st.finish(worker.group)
+    return _record(spec, base, worker, st, st.rows, trainer, batches, launch_t0, build_s,
+                   policy, warm_times, settled, compile_stats.trial_fields(cs_start, cs_warm,
+                                                                          cs_end),
+                   interference, dist_fields, close=True)
+
+
+def _measure_paired(spec: TrialSpec, base: dict[str, Any],
+                    launch_t0: float | None) -> list[tuple[dict[str, Any], str]]:
+    """protocol.pairing=steps: every arm of ``spec.paired_arms`` in this one process (see
+    orchestrator.blocks). Each arm warms up to its own steady state; then cycles of one block
+    per arm (order reversed every cycle, an even number of cycles), each block
+    ``switch_warmup_steps`` excluded steps after the switch and ``block_steps`` measured ones,
+    until every arm has its measured_steps / measured_min_s. One (record, trial_dir) per arm,
+    in the spec's order; an arm that raises (one rank) is recorded failed and leaves the
+    rotation, the others go on."""
+    arms = spec.paired_arms
+    ids = [str(a["arm_id"]) for a in arms]
+    baseline = next((str(a["arm_id"]) for a in arms if a["is_baseline"]), ids[0])
+    worker = start_worker(spec.workload, spec.device)
+    if worker.external:
+        raise BackendUnavailable("protocol.pairing=steps needs an in-process recipe; an external "
+                                 "command cannot switch arms between steps")
+    trainer, batches, build_s = _build(spec, worker)
+    workloads = {a["arm_id"]: workload_from_dict(a["workload"]) for a in arms}
+    policy = spec.warmup()
+    st = _Stepper(spec, worker, trainer, batches)
+    one_rank = worker.group is None  # several ranks: a failure anywhere fails the process
+    failed: dict[str, dict[str, Any]] = {}
+    warm: dict[str, tuple[list[float], bool]] = {}
+    running = Path(spec.trial_dir) / "running.json"  # which arm, should the process die
+    min_s = spec.measured_min_s
+    cap = max(spec.measured_steps, MAX_MEASURED_STEPS) if min_s > 0 else spec.measured_steps
+    bound = (policy.max_steps + 3 * spec.measured_steps + cap + 10) * len(arms) * (
+        1 + spec.switch_warmup_steps)
+    n = dict.fromkeys(ids, 0)
+    got_s = dict.fromkeys(ids, 0.0)
+
+    def guarded(arm: str, fn: Any) -> None:
+        atomic_write_json(running, {"arm_id": arm})
+        if not one_rank:
+            fn()
+            return
+        try:
+            fn()
+        except Exception as exc:  # this arm failed: recorded, the others go on
+            failed[arm] = {"status": "oom" if devmod.is_oom(exc) else "failed",
+                           "error": _compile_hint(exc, one_line(exc)),
+                           "traceback": traceback.format_exc(limit=8)}
+
+    def check_bound() -> None:
+        if len(st.rows) >= bound:
+            raise RuntimeError(f"{len(st.rows)} steps run in the paired process: the recipe "
+                               "tags too many steps for exclusion")
+
+    def warm_up(arm: str) -> None:
+        trainer.switch(workloads[arm])
+        times: list[float] = []
+        done, settled = warmup_complete(times, policy)
+        while not done:
+            check_bound()
+            decide_s, tags, row = st.step(arm_id=arm, block=-1)
+            if tags:
+                row["phase"] = "excluded"
+            else:
+                row["phase"] = "warmup"
+                times.append(decide_s)
+                done, settled = warmup_complete(times, policy)
+        warm[arm] = (times, settled)
+
+    def block(arm: str, cycle: int) -> None:
+        trainer.switch(workloads[arm])  # every block, the same arm's too: all blocks alike
+        for _ in range(spec.switch_warmup_steps):
+            _, tags, row = st.step(arm_id=arm, block=cycle)
+            row["phase"], row["tags"] = "excluded", ";".join([*tags, blocks.SWITCH_TAG])
+        k = 0
+        while k < spec.block_steps:
+            check_bound()
+            decide_s, tags, row = st.step(arm_id=arm, block=cycle)
+            if tags:
+                row["phase"] = "excluded"
+                continue
+            row["phase"] = "measured"
+            k += 1
+            n[arm] += 1
+            got_s[arm] += decide_s
+
+    cs_start = compile_stats.snapshot()
+    for arm in ids:
+        guarded(arm, lambda arm=arm: warm_up(arm))
+        if baseline in failed:
+            break
+    cs_warm = compile_stats.snapshot()
+    window = CpuWindow()
+    window.start()
+
+    def alive() -> list[str]:
+        return [] if baseline in failed else [a for a in ids if a not in failed]
+
+    def short(a: str) -> bool:
+        return n[a] < spec.measured_steps or (got_s[a] < min_s and n[a] < cap)
+
+    cycle = 0
+    while alive() and (cycle % 2 or any(short(a) for a in alive())):
+        for arm in blocks.block_order(alive(), cycle):
+            guarded(arm, lambda arm=arm: block(arm, cycle))
+        cycle += 1
+    cs_end = compile_stats.snapshot()
+    interference = _interference(window, worker.world_size)
+    dist_fields = st.finish(worker.group)
+    running.unlink(missing_ok=True)
+    compile_fields = compile_stats.trial_fields(cs_start, cs_warm, cs_end)
+    out = []
+    ok_arms = alive()
+    for i, a in enumerate(arms):
+        arm = str(a["arm_id"])
+        rows = [r for r in st.rows if r["arm_id"] == arm]
+        own = {**base, "trial_id": a["trial_id"], "arm_id": arm, "arm_label": a["arm_label"],
+               "is_baseline": a["is_baseline"], "position": spec.position + i}
+        session = {"pairing": "steps", "paired_process": spec.trial_id, "paired_arms": ids,
+                   "block_steps": spec.block_steps,
+                   "switch_warmup_steps": spec.switch_warmup_steps, "cycles": cycle}
+        if arm in failed:
+            out.append((trial_record(**own, **failed[arm], **session), a["trial_dir"]))
+            continue
+        if arm not in ok_arms:  # the baseline failed: nothing to pair this arm's steps with
+            out.append((trial_record(**own, status=INFRA_STATUS, **session,
+                                     infra_reason=f"the baseline failed in the paired process "
+                                     f"({failed[baseline]['error']})",
+                                     error="not measured: the baseline failed first"),
+                        a["trial_dir"]))
+            continue
+        trainer.switch(workloads[arm])  # the counted step and the extra facts are this arm's
+        Path(a["trial_dir"]).mkdir(parents=True, exist_ok=True)
+        times, settled = warm[arm]
+        meds = blocks.block_medians([r["step_time_s"] for r in rows if r["phase"] == "measured"],
+                                    [r["block"] for r in rows if r["phase"] == "measured"])
+        rec = _record(spec, own, worker, st, rows, trainer, batches, launch_t0, build_s, policy,
+                      times, settled, compile_fields, interference, dist_fields,
+                      close=arm == ok_arms[-1], trial_dir=a["trial_dir"], **session,
+                      blocks=[{"cycle": c, "median_s": m} for c, m in sorted(meds.items())])
+        out.append((rec, a["trial_dir"]))
+    return out
+
+
+def _interference(window: CpuWindow, world: int) -> dict[str, Any]:
+    if world <= 1:
+        return window.stop()
+    return {"others_cpu_s": None, "others_cores": None,
+            "note": "not measured for multi-rank trials (the other ranks are not others)"}
+
+
+def _record(spec: TrialSpec, base: dict[str, Any], worker: Any, st: _Stepper,
+            rows: list[dict[str, Any]], trainer: Any, batches: Any, launch_t0: float | None,
+            build_s: float, policy: Any, warm_times: list[float], settled: bool,
+            compile_fields: dict[str, Any], interference: dict[str, Any],
+            dist_fields: dict[str, Any], close: bool, trial_dir: str | None = None,
+            **more: Any) -> dict[str, Any]:
+    """The trial record of ``rows`` (one arm's steps; all of them for a one-arm trial), after
+    the timed steps: steps.csv, FLOPs and utilization (an extra counted step), the recipe's
+    extra facts. ``close``: the batch stream is done with (stops DataLoader workers)."""
+    dev, ctx, host_only = worker.device, worker.group, worker.host_only
     peak, peak_source = devmod.peak_memory_bytes(dev)
     measured = [r["step_time_s"] for r in rows if r["phase"] == "measured"]
     median = statistics.median(measured)
@@ -252,7 +443,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
               or (r["phase"] == "excluded" and "compile" in r["tags"].split(";"))]
     writer = ctx is None or ctx.is_writer  # other ranks' times live in rank 0's steps.csv
     if writer:
-        write_csv(Path(spec.trial_dir) / "steps.csv", rows)
+        write_csv(Path(trial_dir or spec.trial_dir) / "steps.csv", rows)
     flops = trainer.useful_flops_per_step()
     # FLOPs after the timed steps: an extra counted step
     if host_only:  # numpy work: torch's FLOP counter and peak table do not apply, torch stays out
@@ -264,32 +455,35 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
             "matmul_dtype": None, "matmul_dtype_why": "host-only recipe (no torch)",
             "peaks": [], "utilization": []}
     else:
-        utilization = trial_flops(trainer, batches, dev, spec.hardware, workload.precision, median)
-    close = getattr(batches, "close", None)
-    if close is not None:  # after the FLOP count's extra step; stops DataLoader workers now
-        close()
+        utilization = trial_flops(trainer, batches, dev, spec.hardware,
+                                  worker.workload.precision, median)
+    stream_close = getattr(batches, "close", None)
+    if close and stream_close is not None:  # after the FLOP count's extra step
+        stream_close()
     # recipe-specific data for the report (never timings): e.g. muon_tp's auto choices
     extra = trainer.extra_record()
     if not writer:  # every rank ran the counted step above (it may hold collectives)
         return trial_record(**base, status="ok")
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]
     torch_mod = sys.modules.get("torch")  # recorded only when the recipe really used torch
+    first = st.first_step_at
     return trial_record(
         **base,
         status="ok",
         device={"kind": dev.kind, "name": dev.name, "count": dev.count},
         torch_version=getattr(torch_mod, "__version__", None),
         python_version=platform.python_version(),
-        startup_to_first_step_s=(first_step_at - launch_t0) if launch_t0 and first_step_at else None,
+        startup_to_first_step_s=(first - launch_t0) if launch_t0 and first else None,
         trainer_build_s=build_s,
         step_time_median_s=median,
         step_time_mad_s=_mad(measured),
         clock=spec.clock,
-        measured_steps_run=sum(1 for r in rows if r["phase"] == "measured"),
-        speed_reference=ref_on,
-        speed_reference_why=ref_why,
-        reference_median_s=(statistics.median(r["reference_s"] for r in rows if r["phase"] == "measured")
-                            if ref_on else None),
+        measured_steps_run=len(measured),
+        speed_reference=st.ref_on,
+        speed_reference_why=st.ref_why,
+        reference_median_s=(statistics.median(r["reference_s"] for r in rows
+                                              if r["phase"] == "measured")
+                            if st.ref_on else None),
         warmup_policy=policy.policy,
         warmup_steps_used=len(warm_times),
         warmup_settled=settled,
@@ -309,10 +503,11 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
         warmup_excess_s=sum(warmup) - len(warmup) * median,
         data_wait_share=sum(r["data_wait_s"] for r in rows if r["phase"] == "measured")
         / sum(measured),
-        **compile_stats.trial_fields(cs_start, cs_warm, cs_end),
+        **compile_fields,
         interference=interference,
         **dist_fields,
         **extra,
+        **more,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from orchestrator.baseline.ledger import check_baseline_arm
 from orchestrator.compile_stats import CACHE_MODES
@@ -38,7 +39,7 @@ from orchestrator.steady import WARMUP_POLICIES
 from orchestrator.sweep import ResolvedArm, arm_key, check_sweep, resolve_arms
 from recipes.command.config import CommandWorkloadConfig
 from recipes.gpt.config import GPTWorkloadConfig
-from recipes.registry import REGISTRY, check_import_path
+from recipes.registry import REGISTRY, check_import_path, switchable_keys
 
 
 def validate_workload(w: WorkloadConfig) -> None:
@@ -104,6 +105,10 @@ def validate(cfg: Config) -> None:
     validate_protocol(p)
     if not 0.5 <= p.confidence < 1:
         raise ConfigError("protocol.confidence", f"must be in [0.5, 1), got {p.confidence}")
+    if p.pairing not in ("process", "steps"):
+        raise ConfigError("protocol.pairing", f"must be process or steps, got {p.pairing!r}")
+    _positive("protocol.block_steps", p.block_steps)
+    _positive("protocol.switch_warmup_steps", p.switch_warmup_steps, allow_zero=True)
     if not 0 < p.aa_alpha <= 0.5:
         raise ConfigError("protocol.aa_alpha", f"must be in (0, 0.5] (the A/A check's error rate, "
                           f"e.g. 0.01), got {p.aa_alpha}")
@@ -139,6 +144,41 @@ def validate(cfg: Config) -> None:
         validate_arms(arms)
         check_lever_sweep(cfg, arms)
         check_baseline_arm(cfg, arms)  # baseline=vN: the baseline arm is the version
+        check_pairing(cfg, arms)
+
+
+def _diff_paths(a: Any, b: Any, prefix: str) -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [p for k in sorted(set(a) | set(b))
+                for p in _diff_paths(a.get(k), b.get(k), f"{prefix}.{k}")]
+    return [] if a == b else [prefix]
+
+
+def check_pairing(cfg: Config, arms: Sequence[Any]) -> None:
+    """protocol.pairing=steps runs every arm in one process, switching between steps: only
+    keys the recipe declares switchable (recipes.base.switchable) may differ between arms,
+    and no env.* switch (the environment is the process's). Refused in one line otherwise."""
+    if cfg.protocol.pairing != "steps" or not arms:
+        return
+    base = arms[0]
+    recipe = str(base.workload.get("recipe", ""))
+    try:
+        allowed = set(switchable_keys(recipe))
+    except (KeyError, ImportError, AttributeError) as exc:
+        raise ConfigError("protocol.pairing", f"steps: cannot read which keys recipe {recipe!r} "
+                          f"switches ({exc}); use protocol.pairing=process") from None
+    for arm in arms[1:]:
+        if arm.env != base.env:
+            raise ConfigError("protocol.pairing", f"steps cannot switch an environment variable "
+                              f"between steps (arm {arm.label!r} sets env "
+                              f"{sorted(set(arm.env.items()) ^ set(base.env.items()))[0][0]}); "
+                              "use protocol.pairing=process")
+        for path in _diff_paths(arm.workload, base.workload, "workload"):
+            if path not in allowed:
+                can = ", ".join(sorted(allowed)) or "none"
+                raise ConfigError("protocol.pairing", f"steps: recipe {recipe!r} cannot switch "
+                                  f"{path} between steps (arm {arm.label!r}; it switches: {can}); "
+                                  "use protocol.pairing=process")
 
 
 def validate_protocol(p: ProtocolConfig) -> None:

@@ -96,6 +96,13 @@ class TrainerHooks:
         """Recipe-specific facts for the trial record (never timings)."""
         return {}
 
+    def switch(self, workload: Any) -> None:
+        """Take on another arm's workload between steps, keeping the model, optimizer and data
+        state (``protocol.pairing=steps``). Only the keys the recipe declares switchable
+        (:func:`switchable`) may differ from the workload the trainer was built with; the
+        orchestrator checks that before any trial runs."""
+        raise NotImplementedError(f"{type(self).__name__} cannot switch arms between steps")
+
     def full_tensor(self, name: str, shard: Any) -> Any:
         """Parameter ``name``'s whole tensor from this rank's shard of it (a weight, gradient or
         update; a collective every rank calls). Unsharded trainers return the shard."""
@@ -103,7 +110,7 @@ class TrainerHooks:
 
 
 HOOKS = ("useful_flops_definition", "step_tags", "visit_shapes", "useful_flops_per_step",
-         "extra_record", "full_tensor")
+         "extra_record", "full_tensor", "switch")
 
 
 class Probeable(Trainer, Protocol):
@@ -219,6 +226,16 @@ def host_only_recipe(fn: F) -> F:
     return fn
 
 
+def switchable(*keys: str) -> Callable[[F], F]:
+    """Declare the workload keys (``workload.``-prefixed dotted paths) a builder's trainers can
+    change between steps through :meth:`TrainerHooks.switch`: a sweep over only these keys may
+    run with ``protocol.pairing=steps`` (every arm of a round in one process, block by block)."""
+    def mark(fn: F) -> F:
+        fn.switchable = tuple(keys)  # type: ignore[attr-defined]
+        return fn
+    return mark
+
+
 @dataclass(frozen=True)
 class Recipe:
     """A recipe as the orchestrator uses it: its builder and what the builder declares."""
@@ -227,11 +244,13 @@ class Recipe:
     build: Callable[..., Any]  # build(workload, bucket, device) -> trainer
     external: bool = False  # its trainers run another program (ExternalTrainer)
     host_only: bool = False  # host CPU only, no torch device
+    switchable: tuple[str, ...] = ()  # keys its trainers switch between steps (switchable())
 
     @classmethod
     def of(cls, name: str, build: Callable[..., Any]) -> Recipe:
         return cls(name, build, bool(getattr(build, "external", False)),
-                   bool(getattr(build, "host_only", False)))
+                   bool(getattr(build, "host_only", False)),
+                   tuple(getattr(build, "switchable", ())))
 
     def trainer(self, workload: Any, bucket: Any, device: str) -> Any:
         """The recipe's trainer for one bucket on ``device``, with every optional hook."""

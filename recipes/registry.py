@@ -33,6 +33,16 @@ REGISTRY: dict[str, str] = {
     "muon_tp": "recipes.muon.recipe:build",
 }
 
+# registry name -> the workload keys its trainers switch between steps (the builder's
+# recipes.base.switchable declaration, kept here so planning needs no recipe import; a test
+# checks the two agree)
+SWITCHABLE: dict[str, tuple[str, ...]] = {
+    "gpt": ("workload.model.attention.backend", "workload.model.attention.block_q",
+            "workload.model.attention.block_k", "workload.model.attention.sdpa_kernel"),
+    "synthetic": ("workload.extra_work_fraction",),
+    "muon_tp": ("workload.tp.mode",),
+}
+
 # workload kind -> "module:function(records) -> [(title, markdown lines)]": decisions.md sections
 REPORTS: dict[str, str] = {
     "muon_tp": "recipes.muon.report:sections",
@@ -63,6 +73,14 @@ def builder_path(name: str) -> str:
     if target is None:
         raise KeyError(f"unknown recipe {name!r}; known: {', '.join(sorted(REGISTRY))}")
     return target
+
+
+def switchable_keys(name: str) -> tuple[str, ...]:
+    """The keys recipe ``name`` (a registry name or import path) can switch between steps."""
+    if name in REGISTRY:
+        return SWITCHABLE.get(name, ())
+    module, _, attr = builder_path(name).partition(":")
+    return tuple(getattr(getattr(importlib.import_module(module), attr), "switchable", ()))
 
 
 def check_import_path(target: str) -> str | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from orchestrator.jobs import ProbeSpec, TrialSpec, WorkerJob
-from orchestrator.results import SCHEMA_VERSION, read_json, trial_record
+from orchestrator.results import INFRA_STATUS, SCHEMA_VERSION, read_json, trial_record
 
 OnDone = Callable[[TrialSpec, dict[str, Any]], None]
 OnStart = Callable[[TrialSpec], None]
@@ -149,7 +149,6 @@ INFRA_PATTERNS = (
     ("Watchdog caught collective operation timeout", "a collective timed out (ranks out of step)"),
     ("SignalException", "a rank was taken down by the launcher's signal"),
 )
-INFRA_STATUS = "infra_failed"
 
 
 def infrastructure_failure(text: str) -> Optional[str]:

@@ -12,7 +12,7 @@ import torch
 
 from orchestrator.config import BucketConfig
 from orchestrator.profiling.phases import BACKWARD, CLIP, DATA, FORWARD, OPTIMIZER, phase
-from recipes.base import TrainerHooks
+from recipes.base import TrainerHooks, switchable
 from recipes.gpt.attention import make_attention
 from recipes.gpt.config import GPTWorkloadConfig
 from recipes.gpt.model import GPT, lm_loss
@@ -48,14 +48,7 @@ class GPTTrainer(TrainerHooks):
         self.device = torch.device(device)
         m = workload.model
         self.dtype = DTYPES[workload.precision]
-        attend = make_attention(
-            m.attention.backend,
-            sdpa_kernel=m.attention.sdpa_kernel,
-            block_q=m.attention.block_q,
-            block_k=m.attention.block_k,
-            device=self.device,
-            dtype=self.dtype,
-        )
+        attend = self._attention(m)
         torch.manual_seed(workload.seed)
         self.model = GPT(
             vocab_size=m.vocab_size,
@@ -92,6 +85,22 @@ class GPTTrainer(TrainerHooks):
         self.visits = list({(b.micro_batch, b.seq_len): b for b in self.visits}.values())
         if c.mode == "off" or not c.visit_buckets:
             self.visits = []
+
+    def _attention(self, m: Any) -> Any:
+        return make_attention(m.attention.backend, sdpa_kernel=m.attention.sdpa_kernel,
+                              block_q=m.attention.block_q, block_k=m.attention.block_k,
+                              device=self.device, dtype=self.dtype)
+
+    def switch(self, workload: GPTWorkloadConfig) -> None:
+        """Another arm's attention backend or tile shape, between steps (protocol.pairing=
+        steps): every block's attention function is replaced; weights, optimizer state and the
+        data stream stay. Under torch.compile the new function is a new guard (one recompile
+        the first time, a cache hit after)."""
+        attend = self._attention(workload.model)
+        for mod in unwrap(self.model).modules():
+            if hasattr(mod, "attend"):
+                mod.attend = attend
+        self.workload = workload
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.dtype == torch.float32:
@@ -255,5 +264,7 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return inner if isinstance(inner, torch.nn.Module) else model
 
 
+@switchable("workload.model.attention.backend", "workload.model.attention.block_q",
+            "workload.model.attention.block_k", "workload.model.attention.sdpa_kernel")
 def build(workload: GPTWorkloadConfig, bucket: BucketConfig, device: str) -> GPTTrainer:
     return GPTTrainer(workload, bucket, device)

@@ -20,7 +20,7 @@ from orchestrator import device as devmod
 from orchestrator import hardware
 from orchestrator.config import BucketConfig
 from orchestrator.errors import BackendUnavailable
-from recipes.base import TrainerHooks
+from recipes.base import TrainerHooks, switchable
 from recipes.muon.calibrate import calibrate, describe, measure_latency
 from recipes.muon.config import MuonTPWorkloadConfig
 from recipes.muon.cost import CostProfile, ModeResolver, profile_from_registry
@@ -124,12 +124,7 @@ class MuonTPTrainer(TrainerHooks):
             scale_mode=o.scale_mode, extra_scale_factor=o.extra_scale_factor,
         )
         self.tp_info: dict[str, Any] = {"mode": tp.mode, "group_size": self.group_size}
-        resolver = None
-        if tp.mode == "auto":
-            resolver = self._resolver(tp, o) if self.group_size > 1 else ModeResolver(
-                steps=o.ns_steps, quad_steps=0, ns_dtype=o.ns_dtype, crosses_domain=False,
-                profile=None)  # one rank: nothing is sharded, nothing to calibrate
-            self.tp_info.setdefault("profile", "not needed (single rank)")
+        resolver = self._auto_resolver(tp, o) if tp.mode == "auto" else None
         self.muon = Muon(self.model.muon_params(), settings, group=self.group, tp_mode=tp.mode,
                          resolver=resolver)
         self.adamw = torch.optim.AdamW(self.model.other_params(), lr=o.adamw_lr,
@@ -138,6 +133,25 @@ class MuonTPTrainer(TrainerHooks):
         self.optimizer = _Optimizers(self.muon, self.adamw)
         self.tokens_per_step = bucket.micro_batch * bucket.seq_len
         self.samples_per_step = bucket.micro_batch
+
+    def _auto_resolver(self, tp: Any, o: Any) -> ModeResolver:
+        resolver = self._resolver(tp, o) if self.group_size > 1 else ModeResolver(
+            steps=o.ns_steps, quad_steps=0, ns_dtype=o.ns_dtype, crosses_domain=False,
+            profile=None)  # one rank: nothing is sharded, nothing to calibrate
+        self.tp_info.setdefault("profile", "not needed (single rank)")
+        return resolver
+
+    def switch(self, workload: MuonTPWorkloadConfig) -> None:
+        """Another arm's tp_mode, between steps (protocol.pairing=steps): weights, momentum
+        and the data stream stay. Every rank switches at the same step (the orchestrator's
+        block schedule), so auto's calibration, a collective, runs on all ranks the first
+        time auto is switched to."""
+        tp = workload.tp
+        if tp.mode == "auto" and self.muon.resolver is None:
+            self.muon.resolver = self._auto_resolver(tp, workload.optimizer)
+        self.muon.tp_mode = tp.mode
+        self.tp_info["mode"] = tp.mode
+        self.workload = workload
 
     @property
     def group_size(self) -> int:
@@ -267,10 +281,11 @@ class MuonTPTrainer(TrainerHooks):
             {"m": c.m, "n": c.n, "g": c.g, "partition_dim": c.partition_dim, "mode": c.mode,
              "basis": c.basis,
              "predicted_s": {k: v.total_s for k, v in c.costs.items()}}
-            for c in self.muon.choices()
+            for c in (self.muon.choices() if self.muon.tp_mode == "auto" else [])
         ]
         return {"muon_tp": info}
 
 
+@switchable("workload.tp.mode")
 def build(workload: MuonTPWorkloadConfig, bucket: BucketConfig, device: str) -> MuonTPTrainer:
     return MuonTPTrainer(workload, bucket, device)

@@ -21,7 +21,7 @@ import numpy as np
 
 from orchestrator.config import BucketConfig
 from orchestrator.errors import BackendUnavailable
-from recipes.base import TrainerHooks, host_only_recipe
+from recipes.base import TrainerHooks, host_only_recipe, switchable
 from recipes.synthetic.config import SyntheticWorkloadConfig
 
 
@@ -35,15 +35,24 @@ class SyntheticTrainer(TrainerHooks):
         self.tokens_per_step = bucket.seq_len * bucket.micro_batch
         self.samples_per_step = bucket.micro_batch
         base = workload.units_per_token * self.tokens_per_step
+        self._base = base
         self.base_units = max(1, round(base))
-        self.units = max(1, round(base * (1 + workload.extra_work_fraction)))
-        self.planted_fraction = self.units / self.base_units - 1
+        self._plant(workload.extra_work_fraction)
         rng = np.random.default_rng(workload.seed)
         m = workload.matrix_size
         self.w = rng.standard_normal((m, m)) / np.sqrt(m)
         self.x0 = rng.standard_normal((m, m))
         self._step = 0
         self._tags: list[str] = []
+
+    def _plant(self, extra_work_fraction: float) -> None:
+        self.units = max(1, round(self._base * (1 + extra_work_fraction)))
+        self.planted_fraction = self.units / self.base_units - 1
+
+    def switch(self, workload: SyntheticWorkloadConfig) -> None:
+        """Another arm's planted effect, between steps (protocol.pairing=steps)."""
+        self.workload = workload
+        self._plant(workload.extra_work_fraction)
 
     def batches(self) -> Iterator[int]:
         return itertools.count()
@@ -77,6 +86,7 @@ class SyntheticTrainer(TrainerHooks):
 
 
 @host_only_recipe  # runs on the host CPU; needs no torch device
+@switchable("workload.extra_work_fraction")
 def build(workload: SyntheticWorkloadConfig, bucket: BucketConfig, device: str) -> SyntheticTrainer:
     return SyntheticTrainer(workload, bucket, device)
 

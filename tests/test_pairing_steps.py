@@ -1,0 +1,214 @@
+"""protocol.pairing=steps: every arm of a round in one process, block by block (issue 17
+part 2). Pure parts with numbers worked out by hand, the refusal of keys a recipe cannot
+switch, the recipes' switch hooks, and real campaigns through the local launcher."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from orchestrator import blocks, paired
+from orchestrator.analyze import block_paired_medians
+from orchestrator.errors import ConfigError
+
+SYN = ["workload=synthetic", "+sweep=calibrate", "protocol=default", "protocol.pairing=steps",
+       "protocol.measured_steps=6", "protocol.measured_min_s=0", "protocol.block_steps=2",
+       "workload.units_per_token=0.05"]
+
+
+def test_block_order_reverses_every_cycle() -> None:
+    assert blocks.block_order(["a0", "aa", "a1"], 0) == ["a0", "aa", "a1"]
+    assert blocks.block_order(["a0", "aa", "a1"], 1) == ["a1", "aa", "a0"]
+    assert blocks.block_order(["a0", "aa", "a1"], 2) == ["a0", "aa", "a1"]
+
+
+def test_block_medians_group_by_cycle() -> None:
+    assert blocks.block_medians([1.0, 3.0, 2.0, 10.0, 20.0, 30.0], [0, 0, 0, 1, 1, 1]) == {
+        0: 2.0, 1: 20.0}
+
+
+def test_round_cells_pair_each_cycle_with_the_baselines_block() -> None:
+    # the host doubles its speed between cycles; the arm is 0.9x the baseline's time in both:
+    # the baseline's cell is the geometric mean sqrt(1 x 2) = 1.41421, the arm's 0.9 of it
+    got = blocks.round_cells({(0, "a0"): {0: 1.0, 1: 2.0}, (0, "a1"): {0: 0.9, 1: 1.8},
+                              (1, "a1"): {0: 5.0}, (2, "a0"): {0: 1.0}, (2, "a1"): {3: 1.0}},
+                             "a0")
+    assert got[(0, "a0")] == pytest.approx(math.sqrt(2))
+    assert got[(0, "a1")] == pytest.approx(0.9 * math.sqrt(2))
+    assert (1, "a1") not in got  # no baseline in round 1
+    assert got == {(0, "a0"): pytest.approx(math.sqrt(2)),
+                   (0, "a1"): pytest.approx(0.9 * math.sqrt(2)), (2, "a0"): 1.0}
+    # the median over cycles: one disturbed cycle (ratio 2) does not move it
+    got = blocks.round_cells({(0, "a0"): {0: 1.0, 1: 1.0, 2: 1.0},
+                              (0, "a1"): {0: 0.9, 1: 2.0, 2: 0.9}}, "a0")
+    assert got[(0, "a1")] == pytest.approx(0.9)
+
+
+def test_block_pairing_cancels_a_host_that_changes_speed_between_blocks() -> None:
+    """Hand-made step series: 3 rounds, the host alternates 1x / 1.6x speed from cycle to cycle
+    and from round to round; the variant takes 1/1.1 of the baseline's time in every block.
+    Paired by blocks the effect is log 1.1 with no residual; unpaired trial medians are not."""
+    trials, steps = [], []
+    for r in range(3):
+        for arm, factor in (("a0", 1.0), ("a1", 1 / 1.1)):
+            tid = f"r{r}-{arm}"
+            trials.append({"trial_id": tid, "status": "ok", "bucket": "b", "arm_id": arm,
+                           "round": r, "pairing": "steps"})
+            for c in range(4):
+                host = 1.6 if (c + r + (arm == "a1")) % 2 else 1.0  # the arms' blocks differ
+                for _ in range(3):
+                    steps.append({"trial_id": tid, "phase": "measured", "block": c,
+                                  "step_time_s": 0.01 * host * factor})
+            steps.append({"trial_id": tid, "phase": "excluded", "block": 0,
+                          "step_time_s": 9.0})
+    tdf, sdf = pd.DataFrame(trials), pd.DataFrame(steps)
+    sel = sdf[sdf["phase"] == "measured"]
+    by_trial = {k: list(g["step_time_s"]) for k, g in sel.groupby("trial_id")}
+    cells = block_paired_medians(tdf, sdf, by_trial, "b", ["a0", "a1"], "a0")
+    # the host term differs per block, so a round's median ratio is over mixed speeds...
+    fit = paired.fit_blocks(paired.trial_cells(cells), "a0")
+    eff = fit.effects["a1"]
+    # ...each cycle's ratio is 1.1 x (1 / 1.6) or 1.1 x 1.6: the median of four alternating
+    # ratios is their middle pair's geometric mean, 1.1 exactly
+    assert eff.speedup == pytest.approx(1.1)
+    assert eff.se == pytest.approx(0.0, abs=1e-12)
+    # not paired by steps: no cells from this function
+    assert block_paired_medians(tdf.assign(pairing="process"), sdf, by_trial, "b",
+                                ["a0", "a1"], "a0") == {}
+
+
+def test_a_key_the_recipe_cannot_switch_is_refused(compose: Any) -> None:
+    from orchestrator.validate import validate
+
+    with pytest.raises(ConfigError, match=r"^protocol.pairing: steps: recipe 'gpt' cannot "
+                       r"switch workload.model.compile.mode between steps .*use "
+                       r"protocol.pairing=process"):
+        validate(compose(["workload=gpt_test", "+sweep=compile", "protocol.pairing=steps"]))
+    with pytest.raises(ConfigError, match=r"^protocol.pairing: steps cannot switch an "
+                       r"environment variable"):
+        validate(compose(["workload=gpt_test", "+sweep=omp_threads", "protocol.pairing=steps"]))
+    validate(compose(["workload=gpt_test", "+sweep=fa2_tiling", "protocol.pairing=steps"]))
+    with pytest.raises(ConfigError, match=r"^protocol.pairing: must be process or steps"):
+        validate(compose(["workload=gpt_test", "+sweep=fa2_tiling", "protocol.pairing=blocks"]))
+
+
+def test_the_registry_lists_what_each_builder_declares() -> None:
+    from recipes.registry import REGISTRY, SWITCHABLE
+    from orchestrator.worker import load_recipe
+
+    for name in REGISTRY:
+        assert load_recipe(name).switchable == SWITCHABLE.get(name, ()), name
+
+
+def test_gpt_switch_changes_the_tile_and_not_the_math(compose: Any) -> None:
+    """A trainer switched 32x32 -> 64x64 tiles mid-run follows the loss trajectory of one that
+    never switched (the tile shape does not change the function), and really runs the new
+    tile (its attention function is replaced)."""
+    from recipes.gpt.recipe import build
+
+    cfg = compose(["workload=gpt_test", "+sweep=fa2_tiling"])
+    w = cfg.workload
+    w.model.attention.backend, w.model.attention.block_q, w.model.attention.block_k = (
+        "tiled", 32, 32)
+    bucket = w.buckets[-1]
+    a, b = build(w, bucket, "cpu"), build(w, bucket, "cpu")
+    ba, bb = a.batches(), b.batches()
+    other = compose(["workload=gpt_test", "+sweep=fa2_tiling"]).workload
+    other.model.attention.backend, other.model.attention.block_q = "tiled", 64
+    other.model.attention.block_k = 64
+    before = a.model.blocks[0].attn.attend
+    losses_a, losses_b = [], []
+    for i in range(4):
+        if i == 2:
+            a.switch(other)
+            assert a.model.blocks[0].attn.attend is not before
+        losses_a.append(float(a.train_step(next(ba))))
+        losses_b.append(float(b.train_step(next(bb))))
+    assert losses_a == pytest.approx(losses_b, rel=1e-5)
+
+
+def test_muon_switch_builds_auto_on_first_use(compose: Any) -> None:
+    from recipes.muon.recipe import build
+
+    cfg = compose(["workload=muon_tp_test", "workload.world_size=1", "+sweep=tp_mode"])
+    t = build(cfg.workload, cfg.workload.buckets[0], "cpu")
+    assert t.muon.tp_mode == "duplicated" and t.muon.resolver is None
+    auto = compose(["workload=muon_tp_test", "workload.world_size=1", "+sweep=tp_mode",
+                    "workload.tp.mode=auto"]).workload
+    t.switch(auto)
+    assert t.muon.tp_mode == "auto" and t.muon.resolver is not None
+    t.train_step(next(t.batches()))
+    assert t.extra_record()["muon_tp"]["mode"] == "auto"
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(run_dir.glob("trials/*/trial.json"))]
+
+
+def test_steps_pairing_runs_every_arm_of_a_round_in_one_process(compose: Any,
+                                                                run_dir: Path) -> None:
+    from orchestrator.campaign import run_campaign
+
+    cfg = compose([*SYN, "launcher=local", "sweep.values=[3.0]", "sweep.labels=[4x-work]",
+                   "protocol.repeats=2", "protocol.max_rounds=2"])
+    result = run_campaign(cfg, run_dir)
+    recs = _records(run_dir)
+    assert len(recs) == 3 * 2 and all(r["status"] == "ok" for r in recs)
+    by_round: dict[int, set[int]] = {}
+    for r in recs:
+        by_round.setdefault(r["round"], set()).add(r["pid"])
+        assert r["pairing"] == "steps" and r["block_steps"] == 2 and r["cycles"] % 2 == 0
+        assert r["measured_steps_run"] >= 6 and r["measured_steps_run"] % 2 == 0
+    assert all(len(p) == 1 for p in by_round.values()) and len(
+        {p for s in by_round.values() for p in s}) == 2  # one process per round
+    # round 1 runs the arms in the reverse order of round 0
+    assert [r["paired_arms"] for r in recs if r["round"] == 0][0] == ["a0", "aa", "a1"]
+    assert [r["paired_arms"] for r in recs if r["round"] == 1][0] == ["a1", "aa", "a0"]
+    steps = pd.read_csv(run_dir / "trials" / "r000-t1k-a1" / "steps.csv")
+    switch = steps[steps["tags"].fillna("").str.contains("switch")]
+    assert len(switch) == recs[0]["cycles"] and set(switch["phase"]) == {"excluded"}
+    measured = steps[steps["phase"] == "measured"]
+    assert (measured.groupby("block").size() == 2).all()
+    (v,) = result.verdicts
+    assert v.verdict == "reject", v.reasons
+    text = (run_dir / "decisions.md").read_text()
+    assert "pairing by steps" in text
+
+
+def test_a_failing_arm_in_a_paired_process_leaves_the_others_measured(
+        compose: Any, run_dir: Path) -> None:
+    from orchestrator.campaign import run_campaign
+
+    cfg = compose([*SYN, "launcher=inline", "workload.recipe=tests.helpers.switchy:build",
+                   "sweep.values=[-0.01,9.0]", "sweep.labels=[same,broken]", "protocol.aa_arm=false",
+                   "protocol.repeats=2", "protocol.max_rounds=2", "protocol.correctness.mode=off"])
+    result = run_campaign(cfg, run_dir)
+    recs = {(r["round"], r["arm_id"]): r for r in _records(run_dir)}
+    assert {k: r["status"] for k, r in recs.items()} == {
+        (0, "a0"): "ok", (0, "a1"): "ok", (0, "a2"): "failed",
+        (1, "a0"): "ok", (1, "a1"): "ok", (1, "a2"): "failed"}
+    assert "planted failure of this arm" in recs[(0, "a2")]["error"]
+    verdicts = {v.label: v.verdict for v in result.verdicts}
+    assert verdicts["broken"] == "reject" and verdicts["same"] != "reject"
+
+
+def test_a_paired_process_that_dies_blames_the_arm_whose_block_ran(
+        compose: Any, run_dir: Path) -> None:
+    from orchestrator.campaign import run_campaign
+
+    cfg = compose([*SYN, "launcher=local", "workload.recipe=tests.helpers.switchy:build",
+                   "sweep.values=[7.0]", "sweep.labels=[crashes]", "protocol.aa_arm=false",
+                   "protocol.repeats=1", "protocol.max_rounds=1", "protocol.correctness.mode=off"])
+    result = run_campaign(cfg, run_dir)
+    recs = {r["arm_id"]: r for r in _records(run_dir)}
+    assert recs["a1"]["status"] == "crashed", recs["a1"]
+    assert "SIGSEGV" in recs["a1"]["error"]
+    assert recs["a0"]["status"] == "infra_failed"
+    assert "a1's block" in recs["a0"]["infra_reason"]
+    (v,) = result.verdicts
+    assert v.verdict == "reject"
