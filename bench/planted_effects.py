@@ -13,6 +13,9 @@ direction: retain for s < 1 or reject for s > 1; a retain or reject of A/A is a 
 
     python bench/planted_effects.py                       # inline launcher (trials in-process)
     python bench/planted_effects.py --launcher local      # each trial a fresh process
+    python bench/planted_effects.py --launcher local --pairing process,steps
+        # also every arm of a round in one process, switching every few steps
+        # (protocol.pairing=steps): each cell's processes and wall time per campaign shown
 
 With --out DIR, results.json there is rewritten after every campaign, and a run
 started again with the same --out (and arguments) goes on where the last one stopped.
@@ -46,24 +49,27 @@ def planted_fraction(effect_pct: float) -> float:
 
 
 def run_one(effect_pct: float, protocol: str, launcher: str, run_dir: Path, seed: int,
-            extra: list[str]) -> dict[str, Any]:
+            extra: list[str], pairing: str = "process") -> dict[str, Any]:
     fraction = planted_fraction(effect_pct)
     overrides = [
         "workload=synthetic", "+sweep=calibrate", "protocol=default", f"launcher={launcher}",
         f"sweep.values=[{fraction!r}]", f"sweep.labels=[planted{effect_pct:+g}%]",
-        f"protocol.seed={seed}", *extra,
+        f"protocol.seed={seed}", f"protocol.pairing={pairing}", *extra,
     ]
     if protocol == "fixed":
         overrides += ["protocol.repeats=${protocol.max_rounds}"]
     cfg = compose(overrides)
     t0 = time.time()
     result = run_campaign(cfg, run_dir)
-    trials = len(list(run_dir.glob("trials/*/trial.json")))
+    records = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
+    trials = len(records)
+    processes = len({r.get("pid") for r in records if r.get("pid")})
     v = result.verdicts[0]
     c = result.analysis.comparisons[(result.analysis.buckets[0], v.arm_id)]
     nf = c.noise_floor
-    return {"effect_pct": effect_pct, "protocol": protocol, "verdict": v.verdict,
-            "trials": trials, "wall_s": time.time() - t0, "noise_floor": nf,
+    return {"effect_pct": effect_pct,
+            "protocol": protocol if pairing == "process" else f"{protocol}, pairing=steps",
+            "verdict": v.verdict, "trials": trials, "processes": processes, "wall_s": time.time() - t0, "noise_floor": nf,
             "speedup": c.estimate.speedup if c.estimate else None,
             "low": c.estimate.low if c.estimate else None,
             "high": c.estimate.high if c.estimate else None,
@@ -81,8 +87,8 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         groups[(r["protocol"], r["effect_pct"])].append(r)
     out = [("| protocol | planted speedup | campaigns | retain | reject | equivalent | inconclusive "
             "| invalid | correct | wrong direction | false decision | trials/campaign "
-            "| trials/decision |"),
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| trials/decision | processes/campaign | wall s/campaign |"),
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (proto, eff), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], abs(kv[0][1]), kv[0][1])):
         n = Counter(r["verdict"] for r in rs)
         o = Counter(outcome(eff, r["verdict"]) for r in rs)
@@ -93,7 +99,9 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
             f"| {proto} | {label} | {len(rs)} | {n['retain']} | {n['reject']} | "
             f"{n['equivalent']} | {n['inconclusive']} | {n['invalid']} | "
             f"{o['correct']}/{len(rs)} | {o['wrong-direction']} | {o['false-decision']} | "
-            f"{trials / len(rs):.1f} | {f'{trials / decided:.1f}' if decided else '—'} |")
+            f"{trials / len(rs):.1f} | {f'{trials / decided:.1f}' if decided else '—'} | "
+            f"{sum(r.get('processes') or r['trials'] for r in rs) / len(rs):.1f} | "
+            f"{sum(r['wall_s'] for r in rs) / len(rs):.0f} |")
     for proto in sorted({r["protocol"] for r in rows}):
         rs = [r for r in rows if r["protocol"] == proto]
         acc = sum(outcome(r["effect_pct"], r["verdict"]) == "correct" for r in rs)
@@ -109,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--effects", default="0,2,-2,5,-5,10,-10", help="planted speedups in %%")
     ap.add_argument("--launcher", default="inline", choices=["inline", "local"])
     ap.add_argument("--protocols", default="adaptive,fixed")
+    ap.add_argument("--pairing", default="process",
+                    help="process, steps, or both (process,steps): protocol.pairing of each cell")
     ap.add_argument("--out", default=None, help="keep run dirs and results.json here")
     ap.add_argument("--table-from", default=None,
                     help="print the table from a results.json of an earlier run and exit")
@@ -145,20 +155,22 @@ def main(argv: list[str] | None = None) -> int:
         done = {r["run"] for r in rows if "run" in r}
         print(f"resuming: {len(done)} campaigns already in {out / 'results.json'}", flush=True)
     started = time.time()
+    pairings = args.pairing.split(",")
     for i in range(args.campaigns):
         for eff in effects:
-            for proto in protocols:
-                name = f"{proto}_{eff:+g}_{i}"
+            for proto, pairing in ((p_, q_) for p_ in protocols for q_ in pairings):
+                name = f"{proto}_{eff:+g}_{i}" + ("" if pairing == "process" else "_steps")
                 if name in done:
                     continue
                 run_dir = out / name
                 if run_dir.exists():  # a campaign cut short: run it again from scratch
                     shutil.rmtree(run_dir)
-                r = run_one(eff, proto, args.launcher, run_dir, seed=i, extra=args.overrides)
+                r = run_one(eff, proto, args.launcher, run_dir, seed=i, extra=args.overrides,
+                            pairing=pairing)
                 r["run"] = name
                 rows.append(r)
                 sp = f"{r['speedup']:.3f} [{r['low']:.3f}, {r['high']:.3f}]" if r["speedup"] else "-"
-                print(f"[{len(rows)}] {proto:8s} planted {eff:+5g}%: {r['verdict']:12s} "
+                print(f"[{len(rows)}] {proto:8s} {pairing:7s} planted {eff:+5g}%: {r['verdict']:12s} "
                       f"speedup {sp} floor {r['noise_floor'] or 0:.3f} rounds {r['rounds']} "
                       f"trials {r['trials']} ({r['wall_s']:.0f}s, total {time.time() - started:.0f}s, "
                       f"load avg {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",

@@ -3,6 +3,8 @@
 beside a fixed protocol of 7 rounds, one table each.
 
     python bench/simulate_rule.py tests/data/noise_synthetic_documented_quiet.json --campaigns 300
+    python bench/simulate_rule.py bench/noise_models/synthetic_local_2026-12-01.json \
+        --pairing process,steps --steps 100     # one arm per process beside pairing by steps
 """
 
 from __future__ import annotations
@@ -24,11 +26,18 @@ def main() -> None:
     ap.add_argument("model", type=Path)
     ap.add_argument("--campaigns", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pairing", default="process",
+                    help="process, steps or process,steps (protocol.pairing of the campaigns)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="measured steps per arm and round (default: the noise model's)")
     args = ap.parse_args()
     model = NoiseModel.load(args.model)
     print(f"noise model {model.name}: {model.source}")
-    for name, proto in (("adaptive (default: 3 rounds, +2 up to 7)", Protocol()),
-                        ("fixed (7 rounds)", Protocol(repeats=7, max_rounds=7))):
+    cells_to_run = [(f"{name}, pairing={pairing}", Protocol(**kw, pairing=pairing, steps=args.steps))
+                    for pairing in args.pairing.split(",")
+                    for name, kw in (("adaptive (default: 3 rounds, +2 up to 7)", {}),
+                                     ("fixed (7 rounds)", {"repeats": 7, "max_rounds": 7}))]
+    for name, proto in cells_to_run:
         t0 = time.time()
         cells = error_table(model, proto, PLANTED, args.campaigns, args.seed)
         print(f"\n{name}, {args.campaigns} campaigns per cell ({time.time() - t0:.1f} s):")

@@ -62,7 +62,7 @@ from orchestrator.results import (
 from orchestrator.resume import check_same_plan, completed_on_disk, sigterm_as_interrupt
 from orchestrator.sanitize import Sanitizer
 from orchestrator.sensitivity import sensitivity_lines
-from orchestrator.sweep import ResolvedArm, like, resolve_arms, selected_buckets
+from orchestrator.sweep import ResolvedArm, choose_pairing, like, resolve_arms, selected_buckets
 from orchestrator.trial import MAX_MEASURED_STEPS
 from orchestrator.utilization import add_utilization_columns, campaign_utilization, utilization_section
 from recipes.registry import report_sections
@@ -128,6 +128,13 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
               arms: list[ResolvedArm]) -> CampaignResult:
     p = cfg.protocol
     max_rounds = max(p.max_rounds, p.repeats)  # validate() refuses max_rounds < repeats
+    # protocol.pairing=auto becomes what the planner picked (config.json records the choice)
+    pairing_choice, pairing_why = choose_pairing(cfg, with_control(cfg, arms))
+    p.pairing = pairing_choice
+    pairing_doc = {"mode": pairing_choice, "why": pairing_why,
+                   **({"block_steps": p.block_steps, "switch_warmup_steps": p.switch_warmup_steps}
+                      if pairing_choice == "steps" else {})}
+    log.info("pairing: %s (%s)", pairing_choice, pairing_why)
     launcher.recover()  # a resume: trials of a killed earlier invocation stop before replanning
     if cfg.launcher.name != "slurm":  # Slurm: the trials run on other machines
         check_quiet(cfg, run_dir)
@@ -151,7 +158,7 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     progress = Progress(cfg.sweep.name, len(planned))
     try:
         _run_rounds(cfg, run_dir, arms, running, buckets, bucket_names, planned, adaptive_log,
-                    launcher, session, progress, rounds_done, max_rounds)
+                    launcher, session, progress, rounds_done, max_rounds, pairing_doc)
     finally:
         progress.close()
     # profiled trials: a separate step after the timed ones, never in timing statistics
@@ -164,13 +171,14 @@ def _run_rounds(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
                 buckets: list[dict[str, Any]], bucket_names: list[str],
                 planned: list[PlannedTrial], adaptive_log: list[dict[str, Any]],
                 launcher: Launcher, session: provenance.Session, progress: Any,
-                rounds_done: int, max_rounds: int) -> None:
+                rounds_done: int, max_rounds: int,
+                pairing: dict[str, Any] | None = None) -> None:
     """The initial rounds, then adaptive ones while a variant is undecided (``planned`` and
     ``adaptive_log`` grow in place)."""
     p = cfg.protocol
     while True:
         _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
-                    check=not adaptive_log)
+                    check=not adaptive_log, pairing=pairing)
         session.sanitize_files(run_dir, ("config.json", "plan.json"))
         _run_missing(cfg, run_dir, running, planned, launcher, session, progress)
         if rounds_done >= max_rounds:
@@ -238,7 +246,8 @@ def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
 
 def _write_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: list[ResolvedArm],
                 buckets: list[dict[str, Any]], planned: list[PlannedTrial],
-                adaptive_log: list[dict[str, Any]], check: bool = False) -> None:
+                adaptive_log: list[dict[str, Any]], check: bool = False,
+                pairing: dict[str, Any] | None = None) -> None:
     assert cfg.sweep is not None
     p = cfg.protocol
     control = [a for a in running if a not in arms]
@@ -251,6 +260,7 @@ def _write_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
             "rounds": {"initial": p.repeats, "max": max(p.max_rounds, p.repeats),
                        "adaptive_step": p.adaptive_step_rounds},
             "adaptive": adaptive_log,
+            "pairing": pairing or {"mode": p.pairing, "why": "set by protocol.pairing"},
             "trials": [t.to_dict() for t in planned],
     }
     if check:  # the first write of an invocation: a resumed run dir must have the same plan
@@ -292,6 +302,9 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
     retry: list[TrialSpec] = []
     attempts: dict[str, int] = {}
     p = cfg.protocol
+    # a paired process (protocol.pairing=steps) runs every arm of its round: its limit is the
+    # per-trial limit times its arms
+    timeout_s = p.trial_timeout_s * max((len(paired_members(s)) for s in specs), default=1)
 
     def needs_rerun(spec: TrialSpec, record: dict[str, Any]) -> bool:
         n = attempts.get(spec.trial_id, 0)
@@ -306,7 +319,7 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
 
     try:
         with sigterm_as_interrupt():
-            launcher.run(specs, on_done_retrying, p.trial_timeout_s, on_start=progress.on_start)
+            launcher.run(specs, on_done_retrying, timeout_s, on_start=progress.on_start)
             # a harness failure (ranks out of step, a lost peer) says nothing of the variant,
             # and a trial measured while other processes took the CPU is not pooled: each runs
             # again after the others of this pass, its earlier attempts kept beside it
@@ -333,7 +346,7 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
                     record = _with_attempts(Path(spec.trial_dir), record, earlier[spec.trial_id])
                     on_done_retrying(spec, record)
 
-                launcher.run(again, on_retry_done, p.trial_timeout_s, on_start=progress.on_start)
+                launcher.run(again, on_retry_done, timeout_s, on_start=progress.on_start)
     except BaseException:  # interrupted: what is on disk stays, sanitized
         session.seal(run_dir)
         raise
@@ -351,7 +364,10 @@ def paired_records(spec: TrialSpec, record: dict[str, Any]) -> list[tuple[TrialS
     if len(members) == 1:
         return [(spec, record)]
     running = Path(spec.trial_dir) / "running.json"
-    culprit = read_json(running).get("arm_id") if running.exists() else None
+    try:  # written without fsync by the paired process before each arm's block
+        culprit = read_json(running).get("arm_id") if running.exists() else None
+    except (OSError, ValueError, AttributeError):
+        culprit = None
     out = [(members[0], record)]
     for m in members[1:]:
         path = Path(m.trial_dir) / "trial.json"

@@ -151,8 +151,9 @@ class ProtocolConfig:
     # process: every trial is one arm in its own fresh process; steps: one fresh process per
     # round and bucket runs every arm, switching arm every block_steps measured steps (each
     # block after switch_warmup_steps excluded ones), blocks paired in the analysis
-    # (orchestrator.blocks). steps needs a sweep over keys the recipe declares switchable
-    pairing: str = "process"
+    # (orchestrator.blocks). steps needs a sweep over keys the recipe declares switchable;
+    # auto: steps when it can, else process (orchestrator.sweep.choose_pairing, in plan.json)
+    pairing: str = "auto"
     block_steps: int = 3
     switch_warmup_steps: int = 1
     confidence: float = 0.95  # 1 - the error rate of a campaign's decisions, over all looks

@@ -183,8 +183,9 @@ def job_from_payload(data: dict[str, Any]) -> WorkerJob:
 
 
 def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
-               planned: Sequence[PlannedTrial]) -> list[TrialSpec]:
-    """One spec per planned trial, each carrying its arm's resolved workload."""
+               planned: Sequence[PlannedTrial], pair: bool = True) -> list[TrialSpec]:
+    """One spec per planned trial, each carrying its arm's resolved workload; with
+    protocol.pairing=steps (and ``pair``), one per round and bucket (:func:`pair_specs`)."""
     by_arm = {a.arm_id: a for a in arms}
     buckets = {b["name"]: b for b in selected_buckets(cfg)}
     specs = []
@@ -219,7 +220,7 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                 compile_cache=cfg.protocol.compile_cache,
             )
         )
-    if cfg.protocol.pairing == "steps":
+    if pair and cfg.protocol.pairing == "steps":
         return pair_specs(specs, cfg.protocol.block_steps, cfg.protocol.switch_warmup_steps)
     return specs
 
@@ -238,6 +239,8 @@ def pair_specs(specs: Sequence[TrialSpec], block_steps: int, switch_warmup_steps
                              "is_baseline": m.is_baseline, "trial_id": m.trial_id,
                              "trial_dir": m.trial_dir, "workload": m.workload} for m in members]
         head.block_steps, head.switch_warmup_steps = block_steps, switch_warmup_steps
+        if head.timeout_s is not None:  # every arm's trial in one process
+            head.timeout_s *= len(members)
         out.append(head)
     return out
 

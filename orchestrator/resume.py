@@ -38,7 +38,9 @@ def check_same_plan(run_dir: Path, plan_doc: dict[str, Any]) -> None:
     except (OSError, ValueError):
         return  # an unreadable plan is rewritten; trials are matched by id below
     keys = ("sweep", "arms", "buckets")
-    same = all(old.get(k) == plan_doc.get(k) for k in keys)
+    same = all(old.get(k) == plan_doc.get(k) for k in keys) and (  # trials of one pairing only
+        (old.get("pairing") or {}).get("mode", "process")
+        == (plan_doc.get("pairing") or {}).get("mode", "process"))
     old_ids = [t.get("trial_id") for t in old.get("trials", [])]
     new_ids = [t.get("trial_id") for t in plan_doc.get("trials", [])]
     # adaptive rounds extend a plan: one of the two trial lists is a prefix of the other
@@ -46,7 +48,7 @@ def check_same_plan(run_dir: Path, plan_doc: dict[str, Any]) -> None:
     if not same or old_ids[:n] != new_ids[:n]:
         raise ConfigError(
             "resume",
-            f"{run_dir} was planned for a different sweep, arms, buckets or repeats; rerun with "
+            f"{run_dir} was planned for a different sweep, arms, buckets, repeats or pairing; rerun with "
             "the same overrides, or start a new campaign with another run_dir",
         )
 

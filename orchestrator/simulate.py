@@ -34,6 +34,7 @@ import numpy as np
 
 from orchestrator import paired
 from orchestrator.analyze import MIXTURE
+from orchestrator.blocks import block_order, round_cells
 from orchestrator.decide import Rule, effect_scope, judge
 from orchestrator.plan import ArmProgress, arm_order, more_rounds_reason
 
@@ -55,6 +56,9 @@ class NoiseModel:
     outlier_factor: float = 2.0
     fixed_s: float = 1.0
     steps: int = 100  # measured steps per trial
+    # pairing=steps: the SD of an arm's log offset in one process that the other arms in the
+    # same process do not share (0: a process's offset is common to all its arms)
+    arm_process_sd_log: float = 0.0
     source: str = ""  # how it was measured
 
     @classmethod
@@ -118,6 +122,32 @@ def trial_median(model: NoiseModel, host: Host, log_effect: float, rng: np.rando
     return float(np.median(times))
 
 
+def paired_process(model: NoiseModel, host: Host, log_effects: dict[str, float], round_: int,
+                   rng: np.random.Generator, steps: int, p: Any) -> dict[tuple[int, str], float]:
+    """One simulated pairing=steps process: every arm (in ``log_effects``' order) in blocks of
+    ``p.block_steps`` measured steps after ``p.switch_warmup_steps`` unmeasured ones, block
+    order reversed every cycle, an even number of cycles giving each arm ``steps`` steps; the
+    (round, arm) cells the analysis fits (orchestrator.blocks.round_cells)."""
+    host.idle(model.fixed_s)
+    offset = rng.normal(0, model.process_sd_log)  # the process's, shared by its arms
+    base = {a: model.step_s * math.exp(-e + offset + rng.normal(0, model.arm_process_sd_log))
+            for a, e in log_effects.items()}
+    cycles = max(2, math.ceil(steps / p.block_steps))
+    cycles += cycles % 2
+    per: dict[tuple[int, str], dict[int, float]] = {(round_, a): {} for a in log_effects}
+    for c in range(cycles):
+        for arm in block_order(list(log_effects), c):
+            n = p.switch_warmup_steps + p.block_steps
+            nominal = base[arm] * np.exp(rng.normal(0, model.step_sd_log, n))
+            speed = host.run(nominal)[p.switch_warmup_steps:]
+            nominal = nominal[p.switch_warmup_steps:]
+            times = nominal * speed
+            if model.normalised:
+                times = nominal * np.exp(rng.normal(0, model.reference_sd_log, nominal.size))
+            per[(round_, arm)][c] = float(np.median(times))
+    return round_cells(per, BASE)
+
+
 @dataclass(frozen=True)
 class Protocol:
     repeats: int = 3
@@ -130,6 +160,9 @@ class Protocol:
     steps: int | None = None  # measured steps per trial (None: the noise model's)
     spend_rho: float = 3.0  # alpha spending over the looks (protocol.alpha_spending)
     aa_alpha: float = 0.01  # the A/A calibration check's error rate (protocol.aa_alpha)
+    pairing: str = "process"  # process | steps (protocol.pairing; orchestrator.blocks)
+    block_steps: int = 3
+    switch_warmup_steps: int = 1
 
 
 @dataclass
@@ -156,9 +189,14 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
     while True:
         for r in planned:
             for b in buckets:
-                for arm in arm_order(running, r, True):
-                    eff = math.log(effects[b]) if arm == VAR else 0.0
-                    medians[b][(r, arm)] = trial_median(model, host, eff, rng, steps)
+                order = arm_order(running, r, True)
+                logs = {a: math.log(effects[b]) if a == VAR else 0.0 for a in order}
+                if p.pairing == "steps":
+                    medians[b].update(paired_process(model, host, logs, r, rng, steps, p))
+                    trials += len(order)
+                    continue
+                for arm in order:
+                    medians[b][(r, arm)] = trial_median(model, host, logs[arm], rng, steps)
                     trials += 1
         rounds_done = planned[-1] + 1
         final = rounds_done >= p.max_rounds

@@ -15,12 +15,13 @@ from __future__ import annotations
 import copy
 import difflib
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.config import Config, SweepConfig, WorkloadConfig
 from orchestrator.convert import to_dict
 from orchestrator.errors import ConfigError
-from recipes.registry import workload_from_dict, workload_kinds
+from recipes.registry import switchable_keys, workload_from_dict, workload_kinds
 
 ENV_PREFIX = "env."
 
@@ -275,3 +276,53 @@ def selected_buckets(cfg: Config) -> list[dict[str, Any]]:
     if cfg.sweep is not None and cfg.sweep.buckets is not None:
         buckets = [b for b in buckets if b["name"] in cfg.sweep.buckets]
     return buckets
+
+
+# --------------------------------------------------------------------------- pairing
+
+
+def _diff_paths(a: Any, b: Any, prefix: str) -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [p for k in sorted(set(a) | set(b))
+                for p in _diff_paths(a.get(k), b.get(k), f"{prefix}.{k}")]
+    return [] if a == b else [prefix]
+
+
+def pairing_obstacle(arms: Sequence[Any]) -> str:
+    """Why the arms cannot run paired by steps (one process switching between them), "" when
+    they can: only keys the recipe declares switchable (recipes.base.switchable) may differ
+    between arms, and no env.* switch (the environment is the process's)."""
+    if not arms:
+        return ""
+    base = arms[0]
+    recipe = str(base.workload.get("recipe", ""))
+    try:
+        allowed = set(switchable_keys(recipe))
+    except (KeyError, ImportError, AttributeError) as exc:
+        return f"cannot read which keys recipe {recipe!r} switches ({exc})"
+    for arm in arms[1:]:
+        if arm.env != base.env:
+            name = sorted(set(arm.env.items()) ^ set(base.env.items()))[0][0]
+            return (f"an environment variable cannot be switched between steps (arm "
+                    f"{arm.label!r} sets env {name})")
+        for path in _diff_paths(arm.workload, base.workload, "workload"):
+            if path not in allowed:
+                can = ", ".join(sorted(allowed)) or "none"
+                return (f"recipe {recipe!r} cannot switch {path} between steps (arm "
+                        f"{arm.label!r}; it switches: {can})")
+    return ""
+
+
+def choose_pairing(cfg: Config, arms: Sequence[Any]) -> tuple[str, str]:
+    """(process | steps, why): protocol.pairing=auto picks steps when every arm differs from
+    the baseline only in keys its recipe switches between steps, else process."""
+    p = cfg.protocol
+    if p.pairing != "auto":
+        return p.pairing, "set by protocol.pairing"
+    why = pairing_obstacle(arms)
+    if why:
+        return "process", f"auto: {why}"
+    return "steps", ("auto: every arm differs from the baseline only in keys the recipe switches "
+                     "between steps, so one fresh process per round and bucket runs them all "
+                     "and adjacent blocks are paired (a host whose speed changes within a second "
+                     "cancels out; fewer process starts)")

@@ -10,6 +10,7 @@ this module only, so its fixed cost stays close to ``python -c "import torch"``.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -304,6 +305,7 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
     failed: dict[str, dict[str, Any]] = {}
     warm: dict[str, tuple[list[float], bool]] = {}
     running = Path(spec.trial_dir) / "running.json"  # which arm, should the process die
+    running.unlink(missing_ok=True)  # an earlier attempt's
     min_s = spec.measured_min_s
     cap = max(spec.measured_steps, MAX_MEASURED_STEPS) if min_s > 0 else spec.measured_steps
     bound = (policy.max_steps + 3 * spec.measured_steps + cap + 10) * len(arms) * (
@@ -312,7 +314,8 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
     got_s = dict.fromkeys(ids, 0.0)
 
     def guarded(arm: str, fn: Any) -> None:
-        atomic_write_json(running, {"arm_id": arm})
+        if worker.rank == 0:  # no fsync: it only has to outlive this process, not the machine
+            running.write_text(json.dumps({"arm_id": arm}), encoding="utf-8")
         if not one_rank:
             fn()
             return

@@ -36,10 +36,10 @@ from orchestrator.hardware import validate_hardware
 from orchestrator.launch.checks import validate_launcher, validate_start_method
 from orchestrator.reference import MODES as SPEED_REFERENCE_MODES
 from orchestrator.steady import WARMUP_POLICIES
-from orchestrator.sweep import ResolvedArm, arm_key, check_sweep, resolve_arms
+from orchestrator.sweep import ResolvedArm, arm_key, check_sweep, pairing_obstacle, resolve_arms
 from recipes.command.config import CommandWorkloadConfig
 from recipes.gpt.config import GPTWorkloadConfig
-from recipes.registry import REGISTRY, check_import_path, switchable_keys
+from recipes.registry import REGISTRY, check_import_path
 
 
 def validate_workload(w: WorkloadConfig) -> None:
@@ -105,8 +105,9 @@ def validate(cfg: Config) -> None:
     validate_protocol(p)
     if not 0.5 <= p.confidence < 1:
         raise ConfigError("protocol.confidence", f"must be in [0.5, 1), got {p.confidence}")
-    if p.pairing not in ("process", "steps"):
-        raise ConfigError("protocol.pairing", f"must be process or steps, got {p.pairing!r}")
+    if p.pairing not in ("auto", "process", "steps"):
+        raise ConfigError("protocol.pairing", f"must be auto, process or steps, got "
+                          f"{p.pairing!r}")
     _positive("protocol.block_steps", p.block_steps)
     _positive("protocol.switch_warmup_steps", p.switch_warmup_steps, allow_zero=True)
     if not 0 < p.aa_alpha <= 0.5:
@@ -147,38 +148,14 @@ def validate(cfg: Config) -> None:
         check_pairing(cfg, arms)
 
 
-def _diff_paths(a: Any, b: Any, prefix: str) -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [p for k in sorted(set(a) | set(b))
-                for p in _diff_paths(a.get(k), b.get(k), f"{prefix}.{k}")]
-    return [] if a == b else [prefix]
-
-
 def check_pairing(cfg: Config, arms: Sequence[Any]) -> None:
-    """protocol.pairing=steps runs every arm in one process, switching between steps: only
-    keys the recipe declares switchable (recipes.base.switchable) may differ between arms,
-    and no env.* switch (the environment is the process's). Refused in one line otherwise."""
-    if cfg.protocol.pairing != "steps" or not arms:
+    """protocol.pairing=steps for arms that cannot run so is refused in one line."""
+    if cfg.protocol.pairing != "steps":
         return
-    base = arms[0]
-    recipe = str(base.workload.get("recipe", ""))
-    try:
-        allowed = set(switchable_keys(recipe))
-    except (KeyError, ImportError, AttributeError) as exc:
-        raise ConfigError("protocol.pairing", f"steps: cannot read which keys recipe {recipe!r} "
-                          f"switches ({exc}); use protocol.pairing=process") from None
-    for arm in arms[1:]:
-        if arm.env != base.env:
-            raise ConfigError("protocol.pairing", f"steps cannot switch an environment variable "
-                              f"between steps (arm {arm.label!r} sets env "
-                              f"{sorted(set(arm.env.items()) ^ set(base.env.items()))[0][0]}); "
-                              "use protocol.pairing=process")
-        for path in _diff_paths(arm.workload, base.workload, "workload"):
-            if path not in allowed:
-                can = ", ".join(sorted(allowed)) or "none"
-                raise ConfigError("protocol.pairing", f"steps: recipe {recipe!r} cannot switch "
-                                  f"{path} between steps (arm {arm.label!r}; it switches: {can}); "
-                                  "use protocol.pairing=process")
+    why = pairing_obstacle(arms)
+    if why:
+        raise ConfigError("protocol.pairing", f"steps: {why}; use protocol.pairing=process "
+                          "(or auto, which picks)")
 
 
 def validate_protocol(p: ProtocolConfig) -> None:

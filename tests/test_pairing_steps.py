@@ -89,11 +89,11 @@ def test_a_key_the_recipe_cannot_switch_is_refused(compose: Any) -> None:
                        r"switch workload.model.compile.mode between steps .*use "
                        r"protocol.pairing=process"):
         validate(compose(["workload=gpt_test", "+sweep=compile", "protocol.pairing=steps"]))
-    with pytest.raises(ConfigError, match=r"^protocol.pairing: steps cannot switch an "
-                       r"environment variable"):
+    with pytest.raises(ConfigError, match=r"^protocol.pairing: steps: an environment variable "
+                       r"cannot be switched between steps \(arm '1' sets env OMP_NUM_THREADS\)"):
         validate(compose(["workload=gpt_test", "+sweep=omp_threads", "protocol.pairing=steps"]))
     validate(compose(["workload=gpt_test", "+sweep=fa2_tiling", "protocol.pairing=steps"]))
-    with pytest.raises(ConfigError, match=r"^protocol.pairing: must be process or steps"):
+    with pytest.raises(ConfigError, match=r"^protocol.pairing: must be auto, process or steps"):
         validate(compose(["workload=gpt_test", "+sweep=fa2_tiling", "protocol.pairing=blocks"]))
 
 
@@ -212,3 +212,38 @@ def test_a_paired_process_that_dies_blames_the_arm_whose_block_ran(
     assert "a1's block" in recs["a0"]["infra_reason"]
     (v,) = result.verdicts
     assert v.verdict == "reject"
+
+
+def test_auto_pairing_picks_steps_only_where_every_arm_can_switch(compose: Any) -> None:
+    from orchestrator.sweep import choose_pairing, resolve_arms
+
+    def choice(overrides: list[str]) -> tuple[str, str]:
+        cfg = compose(["workload=gpt_test", "protocol.pairing=auto", *overrides])
+        return choose_pairing(cfg, resolve_arms(cfg))
+
+    mode, why = choice(["+sweep=fa2_tiling"])
+    assert mode == "steps" and why.startswith("auto: every arm differs")
+    mode, why = choice(["+sweep=compile"])
+    assert mode == "process" and "cannot switch workload.model.compile.mode" in why
+    mode, why = choice(["+sweep=omp_threads"])
+    assert mode == "process" and "environment variable" in why
+    cfg = compose(["workload=gpt_test", "+sweep=fa2_tiling", "protocol.pairing=process"])
+    assert choose_pairing(cfg, resolve_arms(cfg)) == ("process", "set by protocol.pairing")
+    # the everyday protocol picks; the smoke protocol keeps one arm per process
+    assert compose(["workload=gpt_test", "+sweep=fa2"]).protocol.pairing == "auto"
+    assert compose(["workload=gpt_test", "+sweep=fa2", "protocol=quick"]
+                   ).protocol.pairing == "process"
+
+
+def test_plan_json_records_the_pairing_and_why(compose: Any, run_dir: Path) -> None:
+    from orchestrator.campaign import run_campaign
+
+    cfg = compose([*SYN, "launcher=inline", "protocol.pairing=auto", "sweep.values=[3.0]",
+                   "sweep.labels=[4x-work]",
+                   "protocol.aa_arm=false", "protocol.repeats=2", "protocol.max_rounds=2"])
+    run_campaign(cfg, run_dir)
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["pairing"]["mode"] == "steps" and plan["pairing"]["block_steps"] == 2
+    assert plan["pairing"]["why"].startswith("auto: every arm differs")
+    assert json.loads((run_dir / "config.json").read_text())["protocol"]["pairing"] == "steps"
+    assert {r["pairing"] for r in _records(run_dir)} == {"steps"}

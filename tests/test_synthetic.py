@@ -12,7 +12,7 @@ import pytest
 from orchestrator.campaign import run_campaign
 from orchestrator.errors import ConfigError
 
-FAST = ["workload=synthetic", "+sweep=calibrate", "protocol=default",
+FAST = ["workload=synthetic", "+sweep=calibrate", "protocol=default", "protocol.pairing=process",
         "protocol.measured_steps=5", "workload.units_per_token=0.05"]
 
 
