@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import blocks as blocks_mod
 from orchestrator import paired, provenance, stats
 from orchestrator.analyze import (
     Analysis,
@@ -194,12 +196,13 @@ def _run_rounds(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
         rounds = next_rounds(rounds_done, max_rounds, p.adaptive_step_rounds)
         keep = [a.arm_id for a in running if a.is_baseline or a.arm_id in reasons
                 or (p.aa_arm and a.arm_id == running[1].arm_id)]
-        steps, planner = (trial_length(cfg, run_dir, analysis)
-                          if p.plan_trial_length and p.pairing == "process" else ({}, {}))
-        if p.pairing == "steps":
-            planner = {"why": "pairing=steps: every round keeps protocol.measured_steps / "
-                              "measured_min_s per arm (the trial-length planner models "
-                              "one arm per process)"}
+        if p.pairing == "process":
+            steps, planner = (trial_length(cfg, run_dir, analysis) if p.plan_trial_length
+                              else ({}, {}))
+        else:
+            steps, planner = (cycles_per_round(cfg, run_dir, analysis) if p.plan_cycles
+                              else ({}, {"why": "protocol.plan_cycles is off: every round keeps "
+                                            "measured_steps / measured_min_s per arm"}))
         planned += plan_rounds(keep, bucket_names, rounds,
                                reverse_every_other_round=p.reverse_every_other_round,
                                start_position=len(planned), steps=steps)
@@ -241,6 +244,78 @@ def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
         steps[bucket] = n
         doc[bucket] = {"choice": n, "why": why, **comp.__dict__}
         log.info("planner: %s: %d measured steps per trial (%s)", bucket, n, why)
+    return steps, doc
+
+
+# pairing=steps: the most measured time per arm one process gets from the cycles planner
+MAX_PAIRED_MEASURED_S = 60.0
+
+
+def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
+        dict[str, int], dict[str, Any]]:
+    """pairing=steps: measured steps per arm (a whole number of cycles) for the next rounds,
+    per bucket, by Kalibera and Jones over the paired design. A round's effect is the median of
+    its cycles' log ratios (arm / baseline), so its variance is sigma_b^2 + (pi/2) sigma_w^2 / n
+    for n cycles: sigma_w the SD of one cycle's log ratio within a process, sigma_b what varies
+    between processes beyond it (the block fit's residual less the cycles' share). A cycle
+    costs its arms' blocks, a process its start and warm-ups; n* = sqrt(fixed x (pi/2) x
+    sigma_w^2 / (cycle x sigma_b^2)), at least the cycles run so far, at most
+    MAX_PAIRED_MEASURED_S of measured time per arm (orchestrator.paired.optimal_steps)."""
+    trials_df, steps_df = load_trials(run_dir)
+    by_trial = step_times_by_trial(steps_df)
+    if analysis.speed_normalised:
+        by_trial = normalise(by_trial, reference_times_by_trial(steps_df))
+    ok = trials_df[(trials_df["status"] == "ok") & (trials_df.get("kind", "timed") == "timed")]
+    if "pairing" in ok:
+        ok = ok[ok["pairing"] == "steps"]
+    sel = steps_df[steps_df["phase"] == "measured"] if not steps_df.empty else steps_df
+    cycles_of = ({str(k): [int(x) for x in g["block"]] for k, g in sel.groupby("trial_id")}
+                 if "block" in sel else {})
+    base = analysis.arms[0].arm_id
+    k = cfg.protocol.block_steps
+    steps: dict[str, int] = {}
+    doc: dict[str, Any] = {}
+    for bucket in analysis.buckets:
+        fit = analysis.fits.get(bucket)
+        rows = ok[ok["bucket"] == bucket]
+        blocks_of = {}
+        for _, row in rows.iterrows():
+            t = str(row["trial_id"])
+            if by_trial.get(t) and len(cycles_of.get(t, [])) == len(by_trial[t]):
+                blocks_of[(int(row["round"]), str(row["arm_id"]))] = blocks_mod.block_medians(
+                    by_trial[t], cycles_of[t])
+        spreads, ncyc = [], []
+        for (r, arm), cyc in blocks_of.items():
+            b = blocks_of.get((r, base))
+            if arm == base or not b:
+                continue
+            d = [math.log(cyc[c] / b[c]) for c in sorted(set(cyc) & set(b))]
+            if len(d) >= 2:
+                spreads.append(1.4826 * stats.median([abs(x - stats.median(d)) for x in d]))
+                ncyc.append(len(d))
+        if fit is None or fit.resid_sd is None or not spreads:
+            doc[bucket] = {"choice": None, "why": "no cycle-level spread yet"}
+            continue
+        within, n_now = stats.median(spreads), int(stats.median(ncyc))
+        between2 = max(fit.resid_sd ** 2 - (math.pi / 2) * within ** 2 / n_now, 0.0)
+        procs = rows.drop_duplicates("paired_process") if "paired_process" in rows else rows
+        arms_n = max(1, rows["arm_id"].nunique())
+        measured = [sum(by_trial.get(str(t), [])) for t in rows["trial_id"]]
+        arm_cycle_s = sum(measured) / max(len(measured), 1) / n_now  # one arm's block
+        wall = (procs["finished_at"] - procs["started_at"]).astype(float).tolist()
+        # a cycle: every arm's block, its switch steps too
+        cycle_s = arm_cycle_s * arms_n * (1 + cfg.protocol.switch_warmup_steps / k)
+        fixed = max(stats.median(wall) - cycle_s * n_now, 0.0) if wall else 0.0
+        comp = paired.Components(within, math.sqrt(between2), n_now, cycle_s, fixed)
+        # at most 4x longer per extension (a between-process SD read as 0 from a few rounds
+        # would otherwise send every trial to the cap), at most MAX_PAIRED_MEASURED_S per arm
+        cap = max(n_now, min(4 * n_now, int(MAX_PAIRED_MEASURED_S / max(arm_cycle_s, 1e-9))))
+        n, why = paired.optimal_steps(comp, n_now, cap)
+        n += n % 2  # an even number of cycles: every arm as often first as last
+        steps[bucket] = n * k
+        doc[bucket] = {"choice_cycles": n, "choice": n * k, "why": why.replace(
+            "step ", "cycle ").replace("steps do not", "cycles do not"), **comp.__dict__}
+        log.info("planner: %s: %d cycles of %d steps per arm (%s)", bucket, n, k, doc[bucket]["why"])
     return steps, doc
 
 

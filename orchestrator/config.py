@@ -154,6 +154,10 @@ class ProtocolConfig:
     # (orchestrator.blocks). steps needs a sweep over keys the recipe declares switchable;
     # auto: steps when it can, else process (orchestrator.sweep.choose_pairing, in plan.json)
     pairing: str = "auto"
+    # pairing=steps: adaptive rounds run the cycles per round the first rounds' cycle-level and
+    # between-process spread make cheapest (orchestrator.campaign.cycles_per_round); off by
+    # default until its error rates are measured (docs/protocol.md)
+    plan_cycles: bool = False
     block_steps: int = 3
     switch_warmup_steps: int = 1
     confidence: float = 0.95  # 1 - the error rate of a campaign's decisions, over all looks
