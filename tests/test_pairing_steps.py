@@ -180,14 +180,22 @@ def test_steps_pairing_runs_every_arm_of_a_round_in_one_process(compose: Any,
     assert "pairing by steps" in text
 
 
-def test_a_failing_arm_in_a_paired_process_leaves_the_others_measured(
-        compose: Any, run_dir: Path) -> None:
+def _switchy(compose: Any, run_dir: Path, launcher: str, values: str, labels: str,
+             rounds: int) -> Any:
+    """A campaign of tests/helpers/switchy.py, whose arms fail on purpose (9: raises, 7:
+    segfaults), without the A/A arm and the correctness gate."""
     from orchestrator.campaign import run_campaign
 
-    cfg = compose([*SYN, "launcher=inline", "workload.recipe=tests.helpers.switchy:build",
-                   "sweep.values=[-0.01,9.0]", "sweep.labels=[same,broken]", "protocol.aa_arm=false",
-                   "protocol.repeats=2", "protocol.max_rounds=2", "protocol.correctness.mode=off"])
-    result = run_campaign(cfg, run_dir)
+    return run_campaign(compose([
+        *SYN, f"launcher={launcher}", "workload.recipe=tests.helpers.switchy:build",
+        f"sweep.values=[{values}]", f"sweep.labels=[{labels}]", "protocol.aa_arm=false",
+        f"protocol.repeats={rounds}", f"protocol.max_rounds={rounds}",
+        "protocol.correctness.mode=off"]), run_dir)
+
+
+def test_a_failing_arm_in_a_paired_process_leaves_the_others_measured(
+        compose: Any, run_dir: Path) -> None:
+    result = _switchy(compose, run_dir, "inline", "-0.01,9.0", "same,broken", 2)
     recs = {(r["round"], r["arm_id"]): r for r in _records(run_dir)}
     assert {k: r["status"] for k, r in recs.items()} == {
         (0, "a0"): "ok", (0, "a1"): "ok", (0, "a2"): "failed",
@@ -199,12 +207,7 @@ def test_a_failing_arm_in_a_paired_process_leaves_the_others_measured(
 
 def test_a_paired_process_that_dies_blames_the_arm_whose_block_ran(
         compose: Any, run_dir: Path) -> None:
-    from orchestrator.campaign import run_campaign
-
-    cfg = compose([*SYN, "launcher=local", "workload.recipe=tests.helpers.switchy:build",
-                   "sweep.values=[7.0]", "sweep.labels=[crashes]", "protocol.aa_arm=false",
-                   "protocol.repeats=1", "protocol.max_rounds=1", "protocol.correctness.mode=off"])
-    result = run_campaign(cfg, run_dir)
+    result = _switchy(compose, run_dir, "local", "7.0", "crashes", 1)
     recs = {r["arm_id"]: r for r in _records(run_dir)}
     assert recs["a1"]["status"] == "crashed", recs["a1"]
     assert "SIGSEGV" in recs["a1"]["error"]
