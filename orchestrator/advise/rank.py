@@ -231,13 +231,16 @@ def _evidence_line(sweep: SweepInfo, figs: Mapping[str, Figure],
 
 def rank(sweeps: Sequence[SweepInfo], buckets: Sequence[BucketProfile],
          workload: Mapping[str, Any], min_effect: float,
-         tried: Mapping[str, str] | None = None) -> list[Advice]:
+         tried: Mapping[str, str] | None = None,
+         excluded: Mapping[str, str] | None = None) -> list[Advice]:
     """Every sweep with its status and one line citing the figures, best first.
 
     ``workload``: the profiled baseline's workload (plain data); ``tried``: sweep name -> what
-    came of running it against this baseline already (the autopilot's record)."""
+    came of running it against this baseline already (the autopilot's record); ``excluded``:
+    sweep name -> why the caller cannot run it (listed as not applicable)."""
     figs = figures(buckets)
     tried = tried or {}
+    excluded = excluded or {}
     out: list[Advice] = []
     for sw in sweeps:
         arg = f"+sweep={sw.name}"
@@ -261,7 +264,7 @@ def rank(sweeps: Sequence[SweepInfo], buckets: Sequence[BucketProfile],
             bound += f" and {_x(mix)} on the mixture"
         line = f"{cited}, so {arg} can give {bound}"
         status = CANDIDATE
-        reason = not_applicable(sw, workload)
+        reason = not_applicable(sw, workload) or excluded.get(sw.name)
         if sw.name in tried:
             status, line = TRIED, f"{line}; already run against this baseline: {tried[sw.name]}"
         elif reason:
