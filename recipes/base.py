@@ -227,11 +227,15 @@ class Recipe:
     build: Callable[..., Any]  # build(workload, bucket, device) -> trainer
     external: bool = False  # its trainers run another program (ExternalTrainer)
     host_only: bool = False  # host CPU only, no torch device
+    # name -> fn(workload, bucket, device) returning a call that runs one operation once
+    # (forward and backward) at the bucket's shapes; a sweep's microbench names one
+    microbenchmarks: dict[str, Callable[..., Callable[[], Any]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, name: str, build: Callable[..., Any]) -> Recipe:
         return cls(name, build, bool(getattr(build, "external", False)),
-                   bool(getattr(build, "host_only", False)))
+                   bool(getattr(build, "host_only", False)),
+                   dict(getattr(build, "microbenchmarks", None) or {}))
 
     def trainer(self, workload: Any, bucket: Any, device: str) -> Any:
         """The recipe's trainer for one bucket on ``device``, with every optional hook."""

@@ -2,7 +2,7 @@
 
     python -m orchestrator.autopilot workload=gpt_tiny [protocol=quick ...] [--dir DIR]
         [--max-campaigns N] [--budget-min M] [--min-effect X] [--sweeps DIR]
-        [--baselines-dir DIR]
+        [--only NAME,...] [--baselines-dir DIR]
 
 Each iteration profiles the ledger's latest version, ranks the sweeps (python -m
 orchestrator.advise), runs the top one against that version, and on a retain runs the
@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.advise.load import load_sweeps
 from orchestrator.autopilot.loop import LOG, Autopilot, Settings
 from orchestrator.baseline.cli import cmd_init
 from orchestrator.baseline.ledger import Ledger, display_path
@@ -62,13 +63,20 @@ def main(a: argparse.Namespace) -> int:
         raise ConfigError("--max-campaigns", f"must be at least 1, got {a.max_campaigns}")
     budget_s = positive_number("--budget-min", a.budget_min) * 60.0
     min_effect = None if a.min_effect is None else positive_number("--min-effect", a.min_effect)
+    only = [x for x in (a.only or "").split(",") if x]
+    if only:
+        names = [s.name for s in load_sweeps([Path(d) for d in a.sweeps])]
+        for x in only:
+            if x not in names:
+                raise ConfigError("--only", f"{x!r} is not a sweep; choose from: "
+                                  f"{', '.join(names)}")
     root = Path(a.baselines_dir)
     if Ledger(root, name).latest() is None:
         cmd_init(root, [f"workload={name}", *overrides])
     stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
     out = Path(a.dir) if a.dir else Path("outputs") / "autopilot" / stamp
     settings = Settings(name, overrides, [str(d) for d in a.sweeps], str(root),
-                        a.max_campaigns, budget_s, min_effect)
+                        a.max_campaigns, budget_s, min_effect, only)
     pilot = Autopilot(out, settings, _compose, run_campaign_logged)
     reason = pilot.run()
     latest = Ledger(root, name).latest()
@@ -92,6 +100,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sweeps", action="append", default=[], metavar="DIR",
                    help="a config directory whose sweep/*.yaml are user sweeps (repeatable)")
     p.add_argument("--baselines-dir", default="baselines", help="the ledgers' root")
+    p.add_argument("--only", default=None, metavar="NAME,...",
+                   help="consider only these sweeps (the others are listed, not run)")
     return p
 
 

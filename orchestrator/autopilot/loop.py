@@ -62,11 +62,13 @@ class Settings:
     max_campaigns: int = 3  # sweep campaigns (confirmations are not counted)
     budget_s: float = 3600.0  # wall time of the steps, summed over invocations
     min_effect: float | None = None  # None: the protocol's
+    only: list[str] = field(default_factory=list)  # consider only these sweeps ([] = all)
 
     def identity(self) -> dict[str, Any]:
         """What a resumed autopilot must share with the one it resumes (budgets may change)."""
         return {"workload": self.workload, "overrides": self.overrides,
-                "sweeps_dirs": self.sweeps_dirs, "baselines_dir": self.baselines_dir}
+                "sweeps_dirs": self.sweeps_dirs, "baselines_dir": self.baselines_dir,
+                "only": self.only}
 
 
 class Stop(Exception):
@@ -261,6 +263,9 @@ class Autopilot:
         sweeps = load_sweeps([Path(d) for d in self.settings.sweeps_dirs])
         excluded = {s.name: "sets an environment switch (env.*), which the baseline ledger does "
                     "not record, so the autopilot cannot promote it" for s in sweeps if sets_env(s)}
+        if self.settings.only:
+            excluded.update({s.name: "is not among --only" for s in sweeps
+                             if s.name not in self.settings.only})
         min_effect = p.min_effect if self.settings.min_effect is None else self.settings.min_effect
         advice = rank(sweeps, p.buckets, p.workload, min_effect, self.tried(version), excluded)
         lines = render(advice, [f"Advice for {version.id} of {self.settings.workload} from "

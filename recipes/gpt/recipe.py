@@ -267,3 +267,31 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 def build(workload: GPTWorkloadConfig, bucket: BucketConfig, device: str) -> GPTTrainer:
     return GPTTrainer(workload, bucket, device)
+
+
+def attention_microbench(workload: GPTWorkloadConfig, bucket: BucketConfig,
+                         device: str) -> Any:
+    """The attention op alone, forward and backward, at the bucket's shapes
+    ([micro_batch, n_head, seq_len, d_model / n_head]) with the workload's attention settings:
+    the operation a tile or backend sweep changes (sweep.microbench: attention)."""
+    m = workload.model
+    dev = torch.device(device)
+    dtype = DTYPES[workload.precision]
+    attend = make_attention(m.attention.backend, sdpa_kernel=m.attention.sdpa_kernel,
+                            block_q=m.attention.block_q, block_k=m.attention.block_k,
+                            device=dev, dtype=dtype)
+    g = torch.Generator(device="cpu").manual_seed(workload.seed)
+    shape = (bucket.micro_batch, m.n_head, bucket.seq_len, m.d_model // m.n_head)
+    q, k, v, dout = (torch.randn(shape, generator=g).to(dev, dtype) for _ in range(4))
+    for t in (q, k, v):
+        t.requires_grad_(True)
+
+    def call() -> None:
+        for t in (q, k, v):
+            t.grad = None
+        attend(q, k, v).backward(dout)
+
+    return call
+
+
+build.microbenchmarks = {"attention": attention_microbench}  # type: ignore[attr-defined]
