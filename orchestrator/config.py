@@ -152,6 +152,9 @@ class ProtocolConfig:
     # equivalence band: a speedup within [1 / (1 + min_effect), 1 + min_effect] is no difference
     # that matters (0.02 = 2 %); retain needs the mixture significantly faster and outside it
     min_effect: float = 0.02
+    # run the sweep's microbenchmark (sweep.microbench) per arm and check its direction against
+    # the verdict (orchestrator/microbench); the quick protocol leaves it out
+    direction_check: bool = True
     # non-inferiority: every bucket's lower bound must stay above 1 - ni_margin for a retain,
     # and a bucket significantly slower than that rejects (0.05 = 5 %)
     ni_margin: float = 0.05

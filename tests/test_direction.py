@@ -71,17 +71,18 @@ def test_promote_refuses_a_disagreeing_retain_without_force(tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_fa2_tiling_campaign_shows_both_directions(compose: Any, run_dir: Path) -> None:
-    """The shipped fa2_tiling sweep (sweep.microbench: attention) on gpt_test, 8x8 tiles
-    against 64x64 so the kernel's direction is clear; local launcher (fresh processes)."""
-    cfg = compose(["workload=gpt_test", "+sweep=fa2_tiling", "protocol=quick", "device=cpu",
-                   "protocol.measured_steps=6", "sweep.baseline={block_q:8,block_k:8}",
+    """The shipped fa2_tiling sweep (sweep.microbench: attention) on gpt_test with the default
+    protocol (A/A arm, automatic warm-up; at most 3 rounds here), 8x8 tiles against 64x64 so
+    the kernel's direction is clear; local launcher (fresh processes)."""
+    cfg = compose(["workload=gpt_test", "+sweep=fa2_tiling", "device=cpu",
+                   "protocol.max_rounds=3", "sweep.baseline={block_q:8,block_k:8}",
                    "sweep.baseline_label=8x8", "sweep.values=[{block_q:64,block_k:64}]",
                    "sweep.labels=[64x64]"])
     assert cfg.sweep.microbench == "attention"
     run_campaign(cfg, run_dir)
     mb = sorted(p.parent.name for p in run_dir.glob("trials/mb-*/trial.json"))
-    # 2 rounds x 2 buckets x 2 arms
-    assert len(mb) == 8 and "mb-s64-a1-r1" in mb
+    # 3 rounds x 2 buckets x 2 arms (the A/A control is the baseline's copy: not benchmarked)
+    assert len(mb) == 12 and "mb-s64-a1-r2" in mb
     rec = json.loads((run_dir / "trials" / "mb-s64-a1-r0" / "trial.json").read_text())
     assert rec["kind"] == "microbench" and rec["status"] == "ok"
     assert len(rec["call_times_s"]) == 10

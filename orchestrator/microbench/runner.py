@@ -30,7 +30,7 @@ def microbench_trial_id(bucket: str, arm_id: str, rnd: int) -> str:
 def run_microbenchmarks(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                         launcher: Launcher, done: set[str]) -> None:
     sweep = cfg.sweep
-    if sweep is None or not sweep.microbench:
+    if sweep is None or not sweep.microbench or not cfg.protocol.direction_check:
         return
     planned = []
     pos = 200_000  # after the timed and profiled trials in plan order
@@ -65,7 +65,7 @@ def direction_checks(cfg: Config, arms: Sequence[Any], verdicts: Sequence[Any],
                      records: Sequence[dict[str, Any]]) -> dict[str, DirectionCheck]:
     """arm_id -> its direction check (no entry without sweep.microbench)."""
     sweep = cfg.sweep
-    if sweep is None or not sweep.microbench:
+    if sweep is None or not sweep.microbench or not cfg.protocol.direction_check:
         return {}
     weights = {b["name"]: float(b.get("weight", 1.0)) for b in selected_buckets(cfg)}
     return {v.arm_id: check_arm(records, sweep.microbench, arms[0].arm_id, v.arm_id, v.label,
