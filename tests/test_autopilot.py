@@ -91,7 +91,8 @@ def test_two_iterations_end_to_end_survive_a_kill(tmp_path: Path) -> None:
     profile_started = killed["it1/profile"]["started_at"]
 
     # second invocation, same arguments: resumes inside the first campaign
-    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                       check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     steps = _steps(auto)
     state = _state(auto)

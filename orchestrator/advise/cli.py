@@ -33,10 +33,11 @@ def header(p: Profile) -> list[str]:
     """Where the figures come from: the profile, its steps and weights, min_effect."""
     steps = ", ".join(f"{b.name} {b.step_s * 1e3:.1f} ms (weight {b.weight:g})" for b in p.buckets)
     against = f" at baseline {p.baseline}" if p.baseline else ""
-    lines = [f"Profile of {p.workload.get('name')}{against} ({p.device or 'device ?'}), "
+    first = (f"Profile of {p.workload.get('name')}{against} ({p.device or 'device ?'}), "
              f"{display_path(p.run_dir)}: profiled step {steps}; protocol.min_effect "
              f"{p.min_effect:g}. Bounds are Amdahl's: the most a sweep can give if the time it "
-             "addresses dropped to zero.", ""]
+             "addresses dropped to zero.")
+    lines = [first, ""]
     if p.failed:
         lines[1:1] = [f"Not profiled: {'; '.join(p.failed)}"]
     return lines

@@ -13,6 +13,7 @@ the protocol would call one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -94,7 +95,7 @@ class Advice:
 
 
 def _share(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and x == x else None
+    return float(x) if isinstance(x, (int, float)) and not math.isnan(x) else None
 
 
 def _figure_of(kind: str, s: Mapping[str, Any]) -> tuple[float | None, str | None]:

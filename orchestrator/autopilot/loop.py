@@ -268,8 +268,9 @@ class Autopilot:
                              if s.name not in self.settings.only})
         min_effect = p.min_effect if self.settings.min_effect is None else self.settings.min_effect
         advice = rank(sweeps, p.buckets, p.workload, min_effect, self.tried(version), excluded)
-        lines = render(advice, [f"Advice for {version.id} of {self.settings.workload} from "
-                                f"{display_path(prof_dir)} (min_effect {min_effect:g}):", ""])
+        head = (f"Advice for {version.id} of {self.settings.workload} from "
+                f"{display_path(prof_dir)} (min_effect {min_effect:g}):")
+        lines = render(advice, [head, ""])
         (self.root / f"{k}-advice.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
         top = top_candidate(advice)
         return {"top": top.sweep if top else None, "file": f"{k}-advice.md",
@@ -347,10 +348,10 @@ def log_lines(state: dict[str, Any]) -> list[str]:
     s = state["settings"]
     me = "the protocol's" if s["min_effect"] is None else f"{s['min_effect']:g}"
     out = [f"# Autopilot: {s['workload']}", "",
-           f"Budget: at most {s['max_campaigns']} sweep campaign(s) and {s['budget_s']:.0f} s of "
+           (f"Budget: at most {s['max_campaigns']} sweep campaign(s) and {s['budget_s']:.0f} s of "
            f"steps; min_effect: {me}; ledger: {display_path(s['baselines_dir'])}; overrides: "
            f"{' '.join(s['overrides']) or 'none'}; started {state['started_at']}, invocation "
-           f"{state.get('invocations', 1)}.", "",
+           f"{state.get('invocations', 1)}."), "",
            "| step | against | status | what happened | time |", "|---|---|---|---|---:|"]
     for r in state["steps"]:
         res = r.get("result") or {}

@@ -105,8 +105,8 @@ def section(checks: Sequence[DirectionCheck], microbench: str, tolerance: float)
             "never in the timing statistics). Ratio = baseline / variant call time (above 1: "
             f"the variant's op is faster), median over rounds; within ±{tolerance:.0%} it is "
             "`same`. The end-to-end direction is the verdict's."), "",
-           f"| variant | {microbench} alone, per bucket | {microbench} alone | end to end | "
-           "agree? |", "|---|---|---|---|---|"]
+           (f"| variant | {microbench} alone, per bucket | {microbench} alone | end to end | "
+           "agree? |"), "|---|---|---|---|---|"]
     for c in checks:
         per = ", ".join(f"{b} {_x(r)}" for b, r in c.buckets.items()) or "—"
         micro = f"**{c.micro}** {_x(c.ratio)}" if c.ratio is not None else "—"
