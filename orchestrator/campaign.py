@@ -38,6 +38,11 @@ from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import INFRA_STATUS, Launcher
 from orchestrator.levers import lever_sections
 from orchestrator.loss_gate import loss_trajectory_gates
+from orchestrator.microbench.runner import (
+    direction_checks,
+    direction_section,
+    run_microbenchmarks,
+)
 from orchestrator.profiling.campaign import profiles_section, run_profiled_trials
 from orchestrator.progress import Progress
 from orchestrator.reference import normalise
@@ -165,6 +170,8 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
         progress.close()
     # profiled trials: a separate step after the timed ones, never in timing statistics
     run_profiled_trials(cfg, run_dir, arms, launcher, set(completed_trials(run_dir)))
+    # the sweep's microbenchmark per arm (sweep.microbench): its direction against the verdict
+    run_microbenchmarks(cfg, run_dir, arms, launcher, set(completed_trials(run_dir)))
     session.sanitizer.add_hostnames(launcher.seen_hostnames)  # before the seal
     return finalize(cfg, run_dir, arms, session)
 
@@ -661,6 +668,7 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
         gates[arm_id] = gates.get(arm_id, []) + extra
     verdicts = decide(analysis, rule_for(cfg), gates)
     records = trials_df.to_dict("records") if not trials_df.empty else []
+    directions = direction_checks(cfg, arms, verdicts, records)
     peaks, util = campaign_utilization(records, analysis)
     write_csv(run_dir / "results.csv", add_utilization_columns(comparison_rows(analysis), peaks, util))
     atomic_write_json(run_dir / "utilization.json", {
@@ -688,10 +696,15 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
                          # per bucket and the mixture: {scope: |A/A speedup - 1|}, and the A/A
                          # intervals; null / {} without an A/A control arm
                          "noise_floor": {k: n["noise_floor"] for k, n in noise.items()} or None,
-                         "aa_control": noise}) for v in verdicts]
+                         "aa_control": noise,
+                         # sweep.microbench: the op's direction against the verdict's, or null
+                         "direction_check": (directions[v.arm_id].to_dict()
+                                             if v.arm_id in directions else None)})
+             for v in verdicts]
     atomic_write_text(run_dir / "decisions.jsonl", "\n".join(lines) + "\n")
     failures = [r for r in records if r.get("status") not in ("ok", None)
-                and r.get("kind", "timed") != "profile"]  # profiled: in their own section
+                # profiled and microbenchmark trials: in their own sections
+                and r.get("kind", "timed") not in ("profile", "microbench")]
     md = render_decisions(
         sweep=cfg.sweep,
         workload_name=cfg.workload.name,
@@ -703,6 +716,7 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
         start_line=start_method_line(records),
         failures=failures,
         extra_sections=[*lineage_section(run_dir),
+                        *direction_section(cfg, directions),
                         ("Utilization (MFU / HFU)", utilization_section(records, peaks, util)),
                         *lever_sections(cfg, trials_df, steps_df, analysis),
                         ("Sensitivity", sensitivity_lines(analysis, cfg.protocol,

@@ -168,6 +168,9 @@ class ProtocolConfig:
     # equivalence band: a speedup within [1 / (1 + min_effect), 1 + min_effect] is no difference
     # that matters (0.02 = 2 %); retain needs the mixture significantly faster and outside it
     min_effect: float = 0.02
+    # run the sweep's microbenchmark (sweep.microbench) per arm and check its direction against
+    # the verdict (orchestrator/microbench); the quick protocol leaves it out
+    direction_check: bool = True
     # non-inferiority: every bucket's lower bound must stay above 1 - ni_margin for a retain,
     # and a bucket significantly slower than that rejects (0.05 = 5 %)
     ni_margin: float = 0.05
@@ -243,6 +246,17 @@ class InvariantsConfig:
 # --------------------------------------------------------------------------- sweep
 
 
+# The evidence a profile can show and a sweep can declare that it addresses (sweep.evidence):
+# name -> what share of the step it is (orchestrator.advise.rank reads it from a profile)
+EVIDENCE_KINDS: dict[str, str] = {
+    "input_bound": "time producing the batch (phase/data) / step",
+    "host_gaps": "device idle waiting for the host (launch-bound) / step",
+    "attention_share": "the attention op, forward and backward (region/attention) / step",
+    "optimizer_share": "optimizer step and zeroing gradients (phase/optimizer) / step",
+    "allocator_churn": "device allocator calls reaching the driver (cudaMalloc/Free) / step",
+}
+
+
 @dataclass
 class SweepConfig:
     """One hypothesis, one variable.
@@ -269,6 +283,13 @@ class SweepConfig:
     # a workload of that kind, named in the refusal: the sweep file's default workload (its
     # defaults list overrides /workload unless workload= is given)
     workload_example: Optional[str] = None
+    # what a profile must show for this sweep to be worth running (EVIDENCE_KINDS): advise
+    # ranks the sweep by the Amdahl bound of that share of the step. [] = declares none
+    evidence: list[str] = field(default_factory=list)
+    # a microbenchmark of the one operation the knob changes (a recipe's MICROBENCHMARKS name,
+    # e.g. attention: the op alone, forward and backward, at each bucket's shapes); run for
+    # every arm, its direction is checked against the end-to-end verdict. None = no check
+    microbench: Optional[str] = None
 
 
 # --------------------------------------------------------------------------- launcher

@@ -88,8 +88,11 @@ class TrialSpec(WorkerJob):
     measured_steps: int = 10
     measured_min_s: float = 0.0  # keep measuring past measured_steps until this much step time
     env: dict[str, str] = field(default_factory=dict)
-    kind: str = "timed"  # timed | profile (a profiled trial: never in timing statistics)
+    # timed | profile | microbench (profiled and microbenchmark trials: never in timing
+    # statistics)
+    kind: str = "timed"
     profile: dict[str, Any] = field(default_factory=dict)  # layer and settings, kind=profile
+    microbench: dict[str, Any] = field(default_factory=dict)  # name, calls, kind=microbench
     hardware: dict[str, Any] = field(default_factory=dict)  # HardwareConfig as a dict
     timeout_s: float | None = None  # the launcher's limit for this trial (external commands stop sooner)
     warmup_policy: str = "fixed"  # fixed | auto (see orchestrator.steady)

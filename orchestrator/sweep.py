@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.config import Config, SweepConfig, WorkloadConfig
+from orchestrator.config import EVIDENCE_KINDS, Config, SweepConfig, WorkloadConfig
 from orchestrator.convert import to_dict
 from orchestrator.errors import ConfigError
 from recipes.registry import switchable_keys, workload_from_dict, workload_kinds
@@ -262,6 +262,12 @@ def check_sweep(cfg: Config) -> None:
         if v in seen:
             raise ConfigError(f"sweep.values[{i}]", f"{v!r} repeats the baseline or another value")
         seen.append(v)
+    for i, name in enumerate(sweep.evidence):
+        if name not in EVIDENCE_KINDS:
+            near = difflib.get_close_matches(str(name), list(EVIDENCE_KINDS), n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise ConfigError(f"sweep.evidence[{i}]", f"{name!r} is not a kind of evidence{hint}; "
+                              f"choose from: {', '.join(EVIDENCE_KINDS)}")
     if sweep.buckets is not None:
         names = [b.name for b in cfg.workload.buckets]
         for b in sweep.buckets:

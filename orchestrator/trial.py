@@ -31,6 +31,7 @@ from orchestrator.flops import trial_flops
 from orchestrator.interference import CpuWindow
 from orchestrator.jobs import LAUNCH_T0_VAR, TrialSpec
 from orchestrator.processes import die_with_parent
+from orchestrator.microbench.worker import run_microbench
 from orchestrator.profiling.runner import run_profiled
 from orchestrator.results import INFRA_STATUS, atomic_write_json, trial_record, write_csv
 from orchestrator.steady import warmup_complete
@@ -93,14 +94,16 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
     try:
         if spec.kind == "profile":
             record = run_profiled(spec, base)
-        elif spec.paired_arms:
+        elif spec.paired_arms and spec.kind == "timed":
             with compile_stats.cache_scope(spec.compile_cache):
                 records = _measure_paired(spec, base, launch_t0)
             record = records[0][0]
+        elif spec.kind == "microbench":
+            record = run_microbench(spec, base)
         else:
             with compile_stats.cache_scope(spec.compile_cache):
                 record = _measure(spec, base, launch_t0)
-        if spec.kind != "profile":
+        if spec.kind == "timed":
             for r in [record, *(r for r, _ in records)]:
                 r["compile_cache"] = spec.compile_cache
     except BackendUnavailable as exc:

@@ -245,12 +245,16 @@ class Recipe:
     external: bool = False  # its trainers run another program (ExternalTrainer)
     host_only: bool = False  # host CPU only, no torch device
     switchable: tuple[str, ...] = ()  # keys its trainers switch between steps (switchable())
+    # name -> fn(workload, bucket, device) returning a call that runs one operation once
+    # (forward and backward) at the bucket's shapes; a sweep's microbench names one
+    microbenchmarks: dict[str, Callable[..., Callable[[], Any]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, name: str, build: Callable[..., Any]) -> Recipe:
         return cls(name, build, bool(getattr(build, "external", False)),
                    bool(getattr(build, "host_only", False)),
-                   tuple(getattr(build, "switchable", ())))
+                   tuple(getattr(build, "switchable", ())),
+                   dict(getattr(build, "microbenchmarks", None) or {}))
 
     def trainer(self, workload: Any, bucket: Any, device: str) -> Any:
         """The recipe's trainer for one bucket on ``device``, with every optional hook."""

@@ -125,7 +125,7 @@ def cmd_promote(root: Path, a: argparse.Namespace) -> int:
         if ledger.latest() is None:
             raise ConfigError("baseline", f"no ledger for {ev.workload} under {root}/; create v0 "
                               f"with: python -m orchestrator.baseline init workload={ev.workload}")
-        d, gate = check_promotable(ev, ledger, a.variant)
+        d, gate = check_promotable(ev, ledger, a.variant, a.force)
         sp = d.get("speedups") or {}
         head = sp.get("mixture") or next((e for e in sp.values() if e), None)
         print(f"{d['label']!r}: retain {fmt_speedup(head)} against {ev.against}, correctness "
@@ -137,7 +137,7 @@ def cmd_promote(root: Path, a: argparse.Namespace) -> int:
     if Ledger(root, ev.workload).latest() is None:
         raise ConfigError("baseline", f"no ledger for {ev.workload} under {root}/; create v0 "
                           f"with: python -m orchestrator.baseline init workload={ev.workload}")
-    res = confirm(run_dir, root, a.variant, out, runner=_run)
+    res = confirm(run_dir, root, a.variant, out, runner=_run, force=a.force)
     if res.promoted is None:
         print(f"not promoted: the confirmation campaign ({res.confirmation}) did not agree: "
               f"{res.reason}; recorded as experimental in {res.record}")
@@ -226,6 +226,8 @@ def parser() -> argparse.ArgumentParser:
                         "it agrees")
     s.add_argument("--run-dir", dest="out", default=None,
                    help="the confirmation campaign's run dir (default outputs/baseline_confirm/...)")
+    s.add_argument("--force", action="store_true",
+                   help="promote a retain whose microbenchmark disagrees in direction")
     s = sub.add_parser("show", help="one version (default: the latest) and its lineage")
     s.add_argument("args", nargs="*", help="[vN] [workload=NAME]")
     s = sub.add_parser("log", help="every version, the experimental changes and verifies")

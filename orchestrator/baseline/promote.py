@@ -180,14 +180,21 @@ def gate_status(ev: Evidence, arm_id: str) -> str:
     return "pass"
 
 
-def check_promotable(ev: Evidence, ledger: Ledger, label: str | None) -> tuple[dict[str, Any], str]:
-    """(the variant's decision, its gate status), or a ConfigError naming what stops it."""
+def check_promotable(ev: Evidence, ledger: Ledger, label: str | None,
+                     force: bool = False) -> tuple[dict[str, Any], str]:
+    """(the variant's decision, its gate status), or a ConfigError naming what stops it.
+    ``force``: promote a retain whose microbenchmark disagrees in direction."""
     d = pick_variant(ev, label)
     name = d.get("label")
     if d.get("verdict") != "retain":
         raise ConfigError("verdict", f"variant {name!r} was judged {d.get('verdict')}, not "
                           "retain; only a retained change is promoted: try another hypothesis, "
                           "or follow the verdict's advice in decisions.md and re-run")
+    chk = d.get("direction_check") or {}
+    if chk.get("agrees") is False and not force:
+        raise ConfigError("direction", f"the retain of {name!r} disagrees in direction with its "
+                          f"microbenchmark ({chk.get('summary')}); see decisions.md's Direction "
+                          "check, and pass --force to promote it anyway")
     if d.get("final") is False or ev.missing_trials:
         why = (f"{len(ev.missing_trials)} of {len(ev.plan.get('trials', []))} planned trials "
                "have no final record (an interrupted campaign)" if ev.missing_trials else
@@ -264,12 +271,12 @@ class Outcome:
 
 
 def confirm(run_dir: Path, ledger_root: Path, label: str | None, out_dir: Path,
-            runner: Runner = _default_runner) -> Outcome:
+            runner: Runner = _default_runner, force: bool = False) -> Outcome:
     """Check, run the confirmation campaign (only this variant, against the latest version),
     and write the next version only when it agreed; else record the change as experimental."""
     ev = read_campaign(run_dir)
     ledger = Ledger(ledger_root, ev.workload)
-    d, gate = check_promotable(ev, ledger, label)
+    d, gate = check_promotable(ev, ledger, label, force)
     parent = ledger.latest()
     assert parent is not None
     arm = ev.arm(d["arm_id"])
@@ -289,7 +296,7 @@ def confirm(run_dir: Path, ledger_root: Path, label: str | None, out_dir: Path,
     reason = ""
     gate2 = ""
     try:
-        d2, gate2 = check_promotable(again, ledger, str(arm["label"]))
+        d2, gate2 = check_promotable(again, ledger, str(arm["label"]), force)
     except ConfigError as exc:
         reason = exc.message
     if reason:

@@ -100,6 +100,56 @@ def phase_sum_check(breakdown: pd.DataFrame, tolerance: float) -> dict[str, Any]
             "tolerance": tolerance, "ok": 1 - tolerance <= covered <= 1 + 1e-6}
 
 
+def _union_us(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Length of the union of intervals (a region nested in itself counts once)."""
+    total, edge = 0.0, -np.inf
+    for ts, te in sorted(zip(starts, ends)):
+        if te <= edge:
+            continue
+        total += te - max(ts, edge)
+        edge = te
+    return float(total)
+
+
+def region_breakdown(df: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Time per marked region (``region/*``: one operation, forward and backward) per step
+    (mean over the profiled steps) and its share of the step. Regions overlap the phases, so
+    they are not part of :func:`phase_breakdown`; each region's ranges are merged first."""
+    steps = step_windows(df) if steps is None else steps
+    n = max(len(steps), 1)
+    step_us = float(steps["dur"].sum()) / n if len(steps) else 0.0
+    marks = df[(df["ph"] == "X") & df["cat"].isin(patterns.ANNOTATION_CATS)
+               & df["name"].str.startswith(phases.REGION_PREFIX)]
+    out: dict[str, Any] = {}
+    if marks.empty or steps.empty:
+        return out
+    clipped = _in_windows(marks, steps)
+    for name, grp in clipped.groupby("name"):
+        per_step = sum(_union_us(g["ts"].to_numpy(float), g["end"].to_numpy(float))
+                       for _, g in grp.groupby("step")) / n
+        out[phases.short_region(str(name))] = {
+            "time_s": per_step / 1e6, "share": per_step / step_us if step_us > 0 else None,
+            "ranges_per_step": len(grp) / n}
+    return out
+
+
+def allocator_calls(df: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Device allocator calls that reach the driver (cudaMalloc/cudaFree, musaMalloc/musaFree):
+    the caching allocator's churn, per step. Not applicable to a CPU-only trace."""
+    steps = step_windows(df) if steps is None else steps
+    if device_events(df).empty:
+        return {"applicable": False,
+                "note": "no device timeline in this trace (CPU run: no device caching allocator)"}
+    calls = df[(df["ph"] == "X") & df["name"].map(patterns.is_allocator_call)]
+    clipped = _in_windows(calls, steps)
+    n = max(len(steps), 1)
+    step_us = float(steps["dur"].sum()) / n if len(steps) else 0.0
+    time_us = float(clipped["dur"].sum()) / n if len(clipped) else 0.0
+    return {"applicable": True, "calls_per_step": len(clipped) / n,
+            "time_us_per_step": time_us,
+            "share": time_us / step_us if step_us > 0 else None}
+
+
 # --------------------------------------------------------------------------- operators / kernels
 
 

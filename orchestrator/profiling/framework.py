@@ -170,6 +170,9 @@ def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | 
         "top_ops": ops.head(TOP_OPS).to_dict("records"),
         "temporal": A.temporal_breakdown(df, steps),
         "host_gaps": A.host_gaps(df, steps),
+        # one operation's time (forward and backward), e.g. attention: overlaps the phases
+        "regions": A.region_breakdown(df, steps),
+        "allocator": A.allocator_calls(df, steps),
         "synchronisations": A.synchronisations(df).to_dict("records"),
         "memory_by_phase": A.memory_by_phase(df).to_dict("records"),
     }

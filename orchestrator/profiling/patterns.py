@@ -40,6 +40,11 @@ DEVICE_SYNC_RE = re.compile(
     r"^(cuda|musa|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|StreamWaitEvent)"
     r"(_v\d+)?$|^(cu|mu)(CtxSynchronize|StreamSynchronize|EventSynchronize)(_v\d+)?$"
 )
+# device allocator calls that reach the driver (the caching allocator growing or releasing)
+ALLOCATOR_CALL_RE = re.compile(
+    r"^(cuda|musa|hip)(Malloc|Free|MallocAsync|FreeAsync|MallocHost|FreeHost)(_v\d+)?$|"
+    r"^(cu|mu)(MemAlloc|MemFree|MemCreate|MemRelease|MemMap|MemUnmap)(_v\d+)?$"
+)
 # operators that read a device value back to the host (a hidden sync in a GPU step)
 HOST_READBACK_RE = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|tolist)$")
 
@@ -73,3 +78,7 @@ def is_device_sync(name: str) -> bool:
 
 def is_host_readback(name: str) -> bool:
     return HOST_READBACK_RE.match(name) is not None
+
+
+def is_allocator_call(name: str) -> bool:
+    return ALLOCATOR_CALL_RE.match(name) is not None

@@ -9,6 +9,7 @@ timed step must not pay. Inside the window it is a real ``record_function`` rang
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,12 @@ OPTIMIZER = PREFIX + "optimizer"  # optimizer step and zeroing gradients
 COLLECTIVE = PREFIX + "collective"  # explicit collectives outside backward (all-reduce, ...)
 
 ALL: tuple[str, ...] = (DATA, FORWARD, BACKWARD, CLIP, OPTIMIZER, COLLECTIVE)
+
+# Regions: one operation's time, forward and backward together, inside the phases above (a
+# region overlaps its phases, so regions are summed apart from the phase breakdown).
+REGION_PREFIX = "region/"
+ATTENTION = REGION_PREFIX + "attention"  # the attention op: scores, softmax, weighted sum
+REGIONS: tuple[str, ...] = (ATTENTION,)
 # what the rest of the step is called in a breakdown (loop, sync, profiler bookkeeping)
 UNATTRIBUTED = "unattributed"
 
@@ -42,11 +49,24 @@ def _bind() -> None:
     _record = torch.profiler.record_function
 
 
-def phase(name: str) -> contextlib.AbstractContextManager[Any]:
-    """A profiler range named ``name`` while a profiler records, else a shared no-op."""
+def recording() -> bool:
+    """Whether a torch profiler records in this process (never, while torch is not imported:
+    a host-only recipe pays no torch import for its marks)."""
     if _enabled is None:
+        if "torch" not in sys.modules:
+            return False
         _bind()
     assert _enabled is not None
-    if not _enabled():
+    return bool(_enabled())
+
+
+def phase(name: str) -> contextlib.AbstractContextManager[Any]:
+    """A profiler range named ``name`` while a profiler records, else a shared no-op."""
+    if not recording():
         return _NULL
     return _record(name)  # type: ignore[no-any-return]
+
+
+def short_region(name: str) -> str:
+    """``region/attention`` -> ``attention``."""
+    return name.removeprefix(REGION_PREFIX)

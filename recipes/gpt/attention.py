@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from orchestrator.errors import BackendUnavailable
+from orchestrator.profiling.phases import phase, recording
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -193,3 +194,63 @@ def make_attention(
     if backend == "flash_attn":
         return make_flash_attn(device, dtype)
     raise ValueError(f"unknown attention backend {backend!r}")
+
+
+class _RangeState:
+    """The open profiler range of one marked call, shared by its two autograd nodes."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+
+
+class _CloseRangeInBackward(torch.autograd.Function):
+    """Identity on q, k, v; its backward runs after the op's backward and closes the range."""
+
+    @staticmethod
+    def forward(ctx: Any, state: _RangeState, q: torch.Tensor, k: torch.Tensor,  # type: ignore[override]
+                v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ctx.state = state
+        return q.view_as(q), k.view_as(k), v.view_as(v)
+
+    @staticmethod
+    def backward(ctx: Any, dq: torch.Tensor, dk: torch.Tensor,  # type: ignore[override]
+                 dv: torch.Tensor) -> tuple[Any, ...]:
+        if ctx.state.handle is not None:
+            torch.ops.profiler._record_function_exit._RecordFunction(ctx.state.handle)
+            ctx.state.handle = None
+        return None, dq, dk, dv
+
+
+class _OpenRangeInBackward(torch.autograd.Function):
+    """Identity on the op's output; its backward runs first and opens the range."""
+
+    @staticmethod
+    def forward(ctx: Any, state: _RangeState, name: str,  # type: ignore[override]
+                y: torch.Tensor) -> torch.Tensor:
+        ctx.state, ctx.name = state, name
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        ctx.state.handle = torch.ops.profiler._record_function_enter_new(ctx.name, None)
+        return None, None, dy
+
+
+def marked(attend: Attention, name: str) -> Attention:
+    """``attend`` inside a profiler range named ``name``, forward and backward, while a
+    profiler records (orchestrator.profiling.phases.REGIONS); the plain call otherwise. The
+    backward range opens when the output's gradient arrives and closes when q, k and v have
+    theirs, so it spans the op's backward nodes."""
+    def attend_marked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if not recording():
+            return attend(q, k, v)
+        with phase(name):
+            if not torch.is_grad_enabled():
+                return attend(q, k, v)
+            state = _RangeState()
+            q, k, v = _CloseRangeInBackward.apply(state, q, k, v)
+            return _OpenRangeInBackward.apply(state, name, attend(q, k, v))  # type: ignore[no-any-return]
+
+    return attend_marked

@@ -11,9 +11,17 @@ from typing import Any
 import torch
 
 from orchestrator.config import BucketConfig
-from orchestrator.profiling.phases import BACKWARD, CLIP, DATA, FORWARD, OPTIMIZER, phase
+from orchestrator.profiling.phases import (
+    ATTENTION,
+    BACKWARD,
+    CLIP,
+    DATA,
+    FORWARD,
+    OPTIMIZER,
+    phase,
+)
 from recipes.base import TrainerHooks, switchable
-from recipes.gpt.attention import make_attention
+from recipes.gpt.attention import make_attention, marked
 from recipes.gpt.config import GPTWorkloadConfig
 from recipes.gpt.model import GPT, lm_loss
 from recipes.gpt.text_data import make_loader, stream
@@ -87,9 +95,12 @@ class GPTTrainer(TrainerHooks):
             self.visits = []
 
     def _attention(self, m: Any) -> Any:
-        return make_attention(m.attention.backend, sdpa_kernel=m.attention.sdpa_kernel,
-                              block_q=m.attention.block_q, block_k=m.attention.block_k,
-                              device=self.device, dtype=self.dtype)
+        attend = make_attention(m.attention.backend, sdpa_kernel=m.attention.sdpa_kernel,
+                                block_q=m.attention.block_q, block_k=m.attention.block_k,
+                                device=self.device, dtype=self.dtype)
+        if m.compile.mode == "off":  # the attention op's share of a profiled step (no-op untraced)
+            attend = marked(attend, ATTENTION)
+        return attend
 
     def switch(self, workload: GPTWorkloadConfig) -> None:
         """Another arm's attention backend or tile shape, between steps (protocol.pairing=
@@ -268,3 +279,31 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
             "workload.model.attention.block_k", "workload.model.attention.sdpa_kernel")
 def build(workload: GPTWorkloadConfig, bucket: BucketConfig, device: str) -> GPTTrainer:
     return GPTTrainer(workload, bucket, device)
+
+
+def attention_microbench(workload: GPTWorkloadConfig, bucket: BucketConfig,
+                         device: str) -> Any:
+    """The attention op alone, forward and backward, at the bucket's shapes
+    ([micro_batch, n_head, seq_len, d_model / n_head]) with the workload's attention settings:
+    the operation a tile or backend sweep changes (sweep.microbench: attention)."""
+    m = workload.model
+    dev = torch.device(device)
+    dtype = DTYPES[workload.precision]
+    attend = make_attention(m.attention.backend, sdpa_kernel=m.attention.sdpa_kernel,
+                            block_q=m.attention.block_q, block_k=m.attention.block_k,
+                            device=dev, dtype=dtype)
+    g = torch.Generator(device="cpu").manual_seed(workload.seed)
+    shape = (bucket.micro_batch, m.n_head, bucket.seq_len, m.d_model // m.n_head)
+    q, k, v, dout = (torch.randn(shape, generator=g).to(dev, dtype) for _ in range(4))
+    for t in (q, k, v):
+        t.requires_grad_(True)
+
+    def call() -> None:
+        for t in (q, k, v):
+            t.grad = None
+        attend(q, k, v).backward(dout)
+
+    return call
+
+
+build.microbenchmarks = {"attention": attention_microbench}  # type: ignore[attr-defined]

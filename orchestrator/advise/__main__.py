@@ -1,0 +1,4 @@
+from orchestrator.advise.cli import entry
+
+if __name__ == "__main__":
+    raise SystemExit(entry())

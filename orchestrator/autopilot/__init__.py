@@ -1,0 +1,1 @@
+"""The autopilot: profile, advise, run the top sweep, promote a confirmed retain, repeat."""
