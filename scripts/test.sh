@@ -16,4 +16,4 @@ if [ "${ORCH_SLURM:-1}" = 1 ] && bash scripts/slurm_local.sh start; then
 else
   echo "note: no local Slurm cluster; the slurm tests will be skipped" >&2
 fi
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=15 "$@"  # the slowest tests, to keep CI short
