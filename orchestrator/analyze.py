@@ -165,16 +165,17 @@ def trial_medians(trials: pd.DataFrame, by_trial: dict[str, list[float]], bucket
     return out
 
 
-def block_paired_medians(trials: pd.DataFrame, steps: pd.DataFrame,
-                         by_trial: dict[str, list[float]], bucket: str, arm_ids: Sequence[str],
-                         baseline: str) -> dict[tuple[int, str], float]:
-    """protocol.pairing=steps: (round, arm) -> a time whose ratio to the baseline's is the
-    round's block-paired effect (orchestrator.blocks.round_cells); {} when the bucket's
-    trials were not run paired by steps."""
+def paired_blocks(trials: pd.DataFrame, steps: pd.DataFrame, by_trial: dict[str, list[float]],
+                  bucket: str, arm_ids: Sequence[str] | None = None
+                  ) -> dict[tuple[int, str], dict[int, float]]:
+    """protocol.pairing=steps: (round, arm) -> cycle -> the arm's block median (of the step
+    times in ``by_trial``), for the bucket's ok trials run paired by steps; {} when none were."""
     if trials.empty or "pairing" not in trials or steps.empty or "block" not in steps:
         return {}
     ok = trials[(trials["status"] == "ok") & (trials["bucket"] == bucket)
-                & trials["arm_id"].isin(list(arm_ids)) & (trials["pairing"] == "steps")]
+                & (trials["pairing"] == "steps")]
+    if arm_ids is not None:
+        ok = ok[ok["arm_id"].isin(list(arm_ids))]
     if ok.empty:
         return {}
     sel = steps[steps["phase"] == "measured"]
@@ -185,7 +186,17 @@ def block_paired_medians(trials: pd.DataFrame, steps: pd.DataFrame,
         if by_trial.get(t) and len(cycles.get(t, [])) == len(by_trial[t]):
             per[(int(row["round"]), str(row["arm_id"]))] = blocks.block_medians(by_trial[t],
                                                                                cycles[t])
-    return blocks.round_cells(per, baseline)
+    return per
+
+
+def block_paired_medians(trials: pd.DataFrame, steps: pd.DataFrame,
+                         by_trial: dict[str, list[float]], bucket: str, arm_ids: Sequence[str],
+                         baseline: str) -> dict[tuple[int, str], float]:
+    """protocol.pairing=steps: (round, arm) -> a time whose ratio to the baseline's is the
+    round's block-paired effect (orchestrator.blocks.round_cells); {} when the bucket's
+    trials were not run paired by steps."""
+    per = paired_blocks(trials, steps, by_trial, bucket, arm_ids)
+    return blocks.round_cells(per, baseline) if per else {}
 
 
 def _comparison(fit: paired.BlockFit | None, arm_id: str, key: str, alpha: float,

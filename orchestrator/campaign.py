@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import blocks as blocks_mod
 from orchestrator import paired, provenance, stats
 from orchestrator.analyze import (
     Analysis,
     analyze,
     comparison_rows,
+    paired_blocks,
     reference_times_by_trial,
     step_times_by_trial,
 )
@@ -275,9 +275,6 @@ def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     ok = trials_df[(trials_df["status"] == "ok") & (trials_df.get("kind", "timed") == "timed")]
     if "pairing" in ok:
         ok = ok[ok["pairing"] == "steps"]
-    sel = steps_df[steps_df["phase"] == "measured"] if not steps_df.empty else steps_df
-    cycles_of = ({str(k): [int(x) for x in g["block"]] for k, g in sel.groupby("trial_id")}
-                 if "block" in sel else {})
     base = analysis.arms[0].arm_id
     k = cfg.protocol.block_steps
     steps: dict[str, int] = {}
@@ -285,12 +282,7 @@ def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     for bucket in analysis.buckets:
         fit = analysis.fits.get(bucket)
         rows = ok[ok["bucket"] == bucket]
-        blocks_of = {}
-        for _, row in rows.iterrows():
-            t = str(row["trial_id"])
-            if by_trial.get(t) and len(cycles_of.get(t, [])) == len(by_trial[t]):
-                blocks_of[(int(row["round"]), str(row["arm_id"]))] = blocks_mod.block_medians(
-                    by_trial[t], cycles_of[t])
+        blocks_of = paired_blocks(trials_df, steps_df, by_trial, bucket)
         spreads, ncyc = [], []
         for (r, arm), cyc in blocks_of.items():
             b = blocks_of.get((r, base))

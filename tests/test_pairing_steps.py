@@ -178,6 +178,15 @@ def test_steps_pairing_runs_every_arm_of_a_round_in_one_process(compose: Any,
     assert v.verdict == "reject", v.reasons
     text = (run_dir / "decisions.md").read_text()
     assert "pairing by steps" in text
+    # the cycles planner (protocol.plan_cycles) reads these rounds: whole, even cycles per
+    # arm, never fewer than ran, at most 4x more per extension
+    from orchestrator.campaign import cycles_per_round
+
+    steps_next, doc = cycles_per_round(cfg, run_dir, result.analysis)
+    ran = recs[0]["cycles"]
+    n = doc["t1k"]["choice_cycles"]
+    assert n % 2 == 0 and ran <= n <= 4 * ran + 1 and steps_next["t1k"] == 2 * n
+    assert doc["t1k"]["why"] and doc["t1k"]["sigma_within"] > 0
 
 
 def _switchy(compose: Any, run_dir: Path, launcher: str, values: str, labels: str,
