@@ -10,8 +10,9 @@ the first by default) and estimates:
 - the per-process offset: the block fit's residual SD of the trials' log fast-step medians
   (orchestrator.paired), less what the step noise explains;
 - interference: the share of trials whose residual lies beyond 4 robust SDs, and their factor;
-- with a host-speed reference in steps.csv (``reference_s``): ``normalised``, and the step
-  noise and process offsets of step / reference, which is what the campaign analyses;
+- with a host-speed reference in steps.csv (``reference_s``): all of the above on step /
+  reference, which is what the campaign analyses (``normalised`` only when no slow state is
+  left in it: a reference that removes part of the host's speed leaves the rest as states);
 - the fixed cost per trial: start to first step plus the time outside the measured steps.
 
     python bench/noise_model.py RUN_DIR [RUN_DIR ...] --name gpt_tiny_s512 --bucket s512 \
@@ -53,6 +54,7 @@ def fit(run_dirs: list[Path], bucket: str | None, name: str, slow_at: float,
     import pandas as pd
 
     trials = []
+    procs: dict[tuple[str, str], tuple[float, float]] = {}  # pairing=steps: (ran s, wall s)
     for rd in run_dirs:
         for tj in sorted(rd.glob("trials/*/trial.json")):
             rec = json.loads(tj.read_text())
@@ -68,6 +70,12 @@ def fit(run_dirs: list[Path], bucket: str | None, name: str, slow_at: float,
             steps = pd.read_csv(tj.parent / "steps.csv")
             m = steps[steps["phase"] == "measured"]
             trials.append((rd.name, rec, m))
+            if rec.get("paired_process"):  # what the process ran past its warm-ups
+                key = (rd.name, rec["paired_process"])
+                ran = float(steps.loc[steps["phase"] != "warmup", "step_time_s"].sum())
+                procs[key] = (procs.get(key, (0.0, 0.0))[0] + ran,
+                              float((rec.get("finished_at") or 0) - (rec.get("started_at") or 0))
+                              + float(rec.get("startup_to_first_step_s") or 0.0))
     if len(trials) < 4:
         raise SystemExit(f"need at least 4 ok trials of bucket {bucket}, found {len(trials)}")
     fast_sd, spans_f, spans_s, ratios, fixed, fast_meds, n_steps, norm_sd = [], [], [], [], [], [], [], []
@@ -75,28 +83,30 @@ def fit(run_dirs: list[Path], bucket: str | None, name: str, slow_at: float,
     for i, (rd, rec, m) in enumerate(trials):
         t = m["step_time_s"].to_numpy(float)
         x = np.log(t)
+        if "reference_s" in m and m["reference_s"].notna().all():
+            # the campaign analyses step / reference: the states and noise are fitted on that
+            # (a reference taken before each step removes only part of the host's speed here)
+            ref = m["reference_s"].to_numpy(float)
+            x = np.log(t / ref) + float(np.median(np.log(ref)))
+            norm_sd.append(1.0)
         lo = np.percentile(x, 20)
-        slow = x > lo + slow_at  # the host's speed states, from the raw step times
+        slow = x > lo + slow_at  # the host's speed states, in the analysed series
         if slow.any() and (~slow).any():
             ratios.append(math.exp(float(np.median(x[slow]) - np.median(x[~slow]))))
         a, b = _runs(slow, t)
         spans_f += a
         spans_s += b
-        if "reference_s" in m and m["reference_s"].notna().all():
-            # normalised: the campaign analyses step / reference; its noise is what is left
-            ref = m["reference_s"].to_numpy(float)
-            y = np.log(t / ref)  # the campaign's scale is one constant: left out
-            norm_sd.append(_robust_sd(y))
-            f = y
-        else:
-            f = x[~slow]
+        f = x[~slow]
         fast_sd.append(_robust_sd(f))
         fast_meds.append(float(np.median(x[~slow])))
         n_steps.append(t.size)
         cells[(i, f"{rd}:{rec['arm_id']}:{rec['round']}")] = float(np.median(f))
+        if rec.get("paired_process"):
+            continue  # one fixed cost per paired process, below
         wall = (rec.get("finished_at") or 0) - (rec.get("started_at") or 0)
         outside = wall - float(t.sum())
         fixed.append(max(0.0, outside) + float(rec.get("startup_to_first_step_s") or 0.0))
+    fixed += [max(0.0, wall - ran) for ran, wall in procs.values()]
     # blocks: (run dir, round); arms: (run dir, arm) -- one fit over all trials
     by_block: dict[tuple[int, str], float] = {}
     blocks: dict[tuple[str, str], int] = {}
@@ -112,7 +122,9 @@ def fit(run_dirs: list[Path], bucket: str | None, name: str, slow_at: float,
     n = float(np.median(n_steps))
     proc2 = max(rsd ** 2 - (math.pi / 2) * step_sd ** 2 / n, 0.0)
     out = np.abs(resid) > 4 * max(rsd, 1e-9)
-    normalised = bool(norm_sd)
+    # the host's states are modelled on the analysed series itself: the simulator applies
+    # them as they are, not a perfect reference that would divide them out
+    normalised = bool(norm_sd) and not ratios
     ref_sd = 0.0  # normalised: the reference's own noise is inside step_sd_log already
     return NoiseModel(
         name=name, step_s=float(np.exp(np.median(fast_meds))), step_sd_log=step_sd,

@@ -21,6 +21,13 @@ from orchestrator.simulate import NoiseModel, Protocol, error_table, format_tabl
 PLANTED = [1.0, 1.02, 1 / 1.02, 1.05, 1 / 1.05, 1.10, 1 / 1.10]
 
 
+def _default_paired_min_s() -> float:
+    import yaml
+
+    conf = Path(__file__).resolve().parents[1] / "conf" / "protocol" / "default.yaml"
+    return float(yaml.safe_load(conf.read_text()).get("paired_min_s", 0.0))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model", type=Path)
@@ -30,10 +37,16 @@ def main() -> None:
                     help="process, steps or process,steps (protocol.pairing of the campaigns)")
     ap.add_argument("--steps", type=int, default=None,
                     help="measured steps per arm and round (default: the noise model's)")
+    ap.add_argument("--paired-min-s", type=float, default=None,
+                    help="pairing=steps: measured seconds per arm and process, at least "
+                         "(protocol.paired_min_s; default: conf/protocol/default.yaml's)")
     args = ap.parse_args()
+    if args.paired_min_s is None:
+        args.paired_min_s = _default_paired_min_s()
     model = NoiseModel.load(args.model)
     print(f"noise model {model.name}: {model.source}")
-    cells_to_run = [(f"{name}, pairing={pairing}", Protocol(**kw, pairing=pairing, steps=args.steps))
+    cells_to_run = [(f"{name}, pairing={pairing}", Protocol(**kw, pairing=pairing, steps=args.steps,
+                                                                  paired_min_s=args.paired_min_s))
                     for pairing in args.pairing.split(",")
                     for name, kw in (("adaptive (default: 3 rounds, +2 up to 7)", {}),
                                      ("fixed (7 rounds)", {"repeats": 7, "max_rounds": 7}))]

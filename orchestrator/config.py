@@ -160,6 +160,12 @@ class ProtocolConfig:
     plan_cycles: bool = False
     block_steps: int = 3
     switch_warmup_steps: int = 1
+    # pairing=steps: at least this much measured step time per arm in each paired process
+    # (seconds; 0 = measured_min_s alone). One process pays its start and warm-ups once for
+    # every arm, and a round's effect is then almost all within-process noise (the median of
+    # its cycles' log ratios), so longer paired processes are the cheap way to precision
+    # (Kalibera and Jones; docs/protocol.md, "How long a paired process runs")
+    paired_min_s: float = 0.0
     confidence: float = 0.95  # 1 - the error rate of a campaign's decisions, over all looks
     # how the error rate is spread over the looks: alpha * (rounds / max_rounds)^alpha_spending
     # (Lan-DeMets power family; 0 = the same share at every look, Bonferroni; 3 = strict early

@@ -224,14 +224,16 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
             )
         )
     if pair and cfg.protocol.pairing == "steps":
-        return pair_specs(specs, cfg.protocol.block_steps, cfg.protocol.switch_warmup_steps)
+        return pair_specs(specs, cfg.protocol.block_steps, cfg.protocol.switch_warmup_steps,
+                          cfg.protocol.paired_min_s)
     return specs
 
 
-def pair_specs(specs: Sequence[TrialSpec], block_steps: int, switch_warmup_steps: int
-               ) -> list[TrialSpec]:
+def pair_specs(specs: Sequence[TrialSpec], block_steps: int, switch_warmup_steps: int,
+               paired_min_s: float = 0.0) -> list[TrialSpec]:
     """protocol.pairing=steps: one spec per round and bucket, the first planned arm's, that
-    runs every arm of that round and bucket in the plan's order (orchestrator.blocks)."""
+    runs every arm of that round and bucket in the plan's order (orchestrator.blocks), each arm
+    for at least ``paired_min_s`` of measured step time (protocol.paired_min_s)."""
     groups: dict[tuple[int, str], list[TrialSpec]] = {}
     for s in specs:
         groups.setdefault((s.round, s.bucket["name"]), []).append(s)
@@ -242,6 +244,7 @@ def pair_specs(specs: Sequence[TrialSpec], block_steps: int, switch_warmup_steps
                              "is_baseline": m.is_baseline, "trial_id": m.trial_id,
                              "trial_dir": m.trial_dir, "workload": m.workload} for m in members]
         head.block_steps, head.switch_warmup_steps = block_steps, switch_warmup_steps
+        head.measured_min_s = max(head.measured_min_s, paired_min_s)
         if head.timeout_s is not None:  # every arm's trial in one process
             head.timeout_s *= len(members)
         out.append(head)

@@ -163,6 +163,7 @@ class Protocol:
     pairing: str = "process"  # process | steps (protocol.pairing; orchestrator.blocks)
     block_steps: int = 3
     switch_warmup_steps: int = 1
+    paired_min_s: float = 0.0  # protocol.paired_min_s: measured time per arm, paired processes
 
 
 @dataclass
@@ -170,6 +171,7 @@ class Outcome:
     verdict: str  # retain | reject | equivalent | inconclusive | invalid
     trials: int
     rounds: int
+    wall_s: float = 0.0  # the simulated host clock: fixed costs and steps
 
 
 def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
@@ -180,6 +182,8 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
     weights = weights or {b: 1.0 for b in buckets}
     host = Host(model, rng)
     steps = p.steps or model.steps
+    if p.pairing == "steps" and p.paired_min_s > 0:  # the trial's time floor, in steps
+        steps = max(steps, math.ceil(p.paired_min_s / model.step_s))
     plan = paired.looks(p.repeats, p.max_rounds, p.step_rounds)
     arms = [BASE, AA, VAR] if p.aa_arm else [BASE, VAR]
     medians: dict[str, dict[tuple[int, str], float]] = {b: {} for b in buckets}
@@ -205,13 +209,13 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
         alpha = paired.alpha_spent(1 - p.confidence, plan, rounds_done, p.spend_rho)
         kind, resolve, calibration = _judge(medians, weights, alpha, rule, p.aa_alpha)
         if calibration and final:
-            return Outcome("invalid", trials, rounds_done)
+            return Outcome("invalid", trials, rounds_done, host.t)
         verdict = {"good": "retain", "bad": "reject", "equivalent": "equivalent"}.get(
             kind, "inconclusive")
         why = more_rounds_reason(ArmProgress(VAR, verdict, True, resolve), rounds_done,
                                  p.max_rounds, calibration)
         if not why:
-            return Outcome(verdict, trials, rounds_done)
+            return Outcome(verdict, trials, rounds_done, host.t)
         planned = list(range(rounds_done, min(p.max_rounds, rounds_done + p.step_rounds)))
 
 
@@ -260,6 +264,7 @@ class Cell:
     kinds: Counter = field(default_factory=Counter)
     trials: int = 0
     n: int = 0
+    wall_s: float = 0.0
 
 
 def error_table(model: NoiseModel, p: Protocol, planted: Sequence[float], campaigns: int,
@@ -274,6 +279,7 @@ def error_table(model: NoiseModel, p: Protocol, planted: Sequence[float], campai
             cell.outcomes[o.verdict] += 1
             cell.kinds[correct(s, o.verdict, p.min_effect)] += 1
             cell.trials += o.trials
+            cell.wall_s += o.wall_s
             cell.n += 1
         cells.append(cell)
     return cells
@@ -281,14 +287,16 @@ def error_table(model: NoiseModel, p: Protocol, planted: Sequence[float], campai
 
 def format_table(cells: Sequence[Cell]) -> list[str]:
     out = [("| planted speedup | campaigns | retain | reject | equivalent | inconclusive "
-            "| invalid | correct | wrong direction | false decision | trials/campaign |"),
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| invalid | correct | wrong direction | false decision | trials/campaign "
+            "| simulated s/campaign |"),
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in cells:
         o, k = c.outcomes, c.kinds
         label = "A/A" if c.planted == 1.0 else f"{c.planted:.3f}x"
         out.append(f"| {label} | {c.n} | {o['retain']} | {o['reject']} | {o['equivalent']} | "
                    f"{o['inconclusive']} | {o['invalid']} | {k['correct'] / c.n:.0%} | "
-                   f"{k['wrong-direction']} | {k['false-decision']} | {c.trials / c.n:.1f} |")
+                   f"{k['wrong-direction']} | {k['false-decision']} | {c.trials / c.n:.1f} | "
+                   f"{c.wall_s / c.n:.0f} |")
     return out
 
 
@@ -296,7 +304,8 @@ def summary(cells: Sequence[Cell]) -> dict[str, Any]:
     return {f"{c.planted:g}": {"n": c.n, **dict(c.outcomes), "correct": c.kinds["correct"],
                                "wrong_direction": c.kinds["wrong-direction"],
                                "false_decision": c.kinds["false-decision"],
-                               "trials_per_campaign": c.trials / c.n} for c in cells}
+                               "trials_per_campaign": c.trials / c.n,
+                               "simulated_s_per_campaign": c.wall_s / c.n} for c in cells}
 
 
 __all__ = ["Host", "NoiseModel", "Outcome", "Protocol", "campaign", "correct", "error_table",

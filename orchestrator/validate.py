@@ -110,6 +110,7 @@ def validate(cfg: Config) -> None:
                           f"{p.pairing!r}")
     _positive("protocol.block_steps", p.block_steps)
     _positive("protocol.switch_warmup_steps", p.switch_warmup_steps, allow_zero=True)
+    _positive("protocol.paired_min_s", p.paired_min_s, allow_zero=True)
     if not 0 < p.aa_alpha <= 0.5:
         raise ConfigError("protocol.aa_alpha", f"must be in (0, 0.5] (the A/A check's error rate, "
                           f"e.g. 0.01), got {p.aa_alpha}")

@@ -75,7 +75,8 @@ def test_fa2_tiling_campaign_shows_both_directions(compose: Any, run_dir: Path) 
     protocol (A/A arm, automatic warm-up; at most 3 rounds here), 8x8 tiles against 64x64 so
     the kernel's direction is clear; local launcher (fresh processes)."""
     cfg = compose(["workload=gpt_test", "+sweep=fa2_tiling", "device=cpu",
-                   "protocol.max_rounds=3", "sweep.baseline={block_q:8,block_k:8}",
+                   "protocol.max_rounds=3", "protocol.paired_min_s=0",
+                   "sweep.baseline={block_q:8,block_k:8}",
                    "sweep.baseline_label=8x8", "sweep.values=[{block_q:64,block_k:64}]",
                    "sweep.labels=[64x64]"])
     assert cfg.sweep.microbench == "attention"

@@ -17,7 +17,8 @@ from orchestrator.analyze import block_paired_medians
 from orchestrator.errors import ConfigError
 
 SYN = ["workload=synthetic", "+sweep=calibrate", "protocol=default", "protocol.pairing=steps",
-       "protocol.measured_steps=6", "protocol.measured_min_s=0", "protocol.block_steps=2",
+       "protocol.measured_steps=6", "protocol.measured_min_s=0", "protocol.paired_min_s=0",
+       "protocol.block_steps=2",
        "workload.units_per_token=0.05"]
 
 
