@@ -11,6 +11,7 @@ objective a verdict decides on (orchestrator.decide).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,11 @@ class ArmSummary:
     warmup_steps_used: float | None = None  # median over trials
     excluded_steps: int = 0  # tagged steps (compile, epoch boundary, ...) left out, all trials
     warnings: list[str] = field(default_factory=list)
+    # what the ok trials' steps ran, where the recipe resolves it at run time (the trial
+    # record's ``executes``, recipes.base.Trainer.executes): each distinct description once,
+    # as canonical JSON; ok trials that did not describe it are counted apart
+    executes: list[str] = field(default_factory=list)
+    executes_missing: int = 0
 
 
 @dataclass
@@ -129,6 +135,10 @@ def summarize_arm(
             s.warnings.append(
                 f"warm-up did not settle within protocol.warmup_max_steps in {len(unsettled)} "
                 "trial(s): raise it or loosen protocol.warmup_tolerance")
+    described = [x for x in ok["executes"]] if "executes" in ok else []
+    described = [x for x in described if isinstance(x, (dict, list))]
+    s.executes = sorted({json.dumps(x, sort_keys=True) for x in described})
+    s.executes_missing = len(ok) - len(described)
     ids = [str(t) for t in ok["trial_id"]]
     s.warnings += stats.stability_warnings(
         [by_trial.get(t, []) for t in ids], [f"trial {t}" for t in ids], cv_warn=cv_warn

@@ -16,6 +16,9 @@ it, so the error rates hold over the initial rounds and every adaptive extension
   1 - ni_margin);
 - ``equivalent``: no difference that matters: the objective's and every bucket's 1 - 2 alpha'
   interval (two one-sided tests at alpha') lie inside [1 / (1 + min_effect), 1 + min_effect];
+  or, by construction, the variant resolved at run time to the baseline's own step in every
+  trial (the trials' ``executes``: an ``auto`` that chose the baseline's mode on every shape)
+  and the timing shows no significant difference either way;
 - ``retain``: the objective is significantly faster (its interval above 1), every bucket is
   non-inferior (its one-sided alpha' lower bound above 1 - ni_margin), and every gate passed;
 - ``inconclusive``: anything else, with what would resolve it: the rounds in all, when that is
@@ -26,6 +29,7 @@ Gates (correctness, memory budget, ...) are evaluated elsewhere and passed in.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +47,8 @@ RULE = ("the mixture decides (total work / total time): **retain** if significan
         "and no bucket worse than the non-inferiority margin; **reject** if significantly "
         "slower, or a bucket significantly slower beyond the margin, or a trial or gate failed; "
         "**equivalent** if the mixture and every bucket lie within ±min_effect (two one-sided "
-        "tests); **invalid** if the comparison cannot be made; else **inconclusive**")
+        "tests), or it ran the baseline's own step in every trial and timed no different; "
+        "**invalid** if the comparison cannot be made; else **inconclusive**")
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,18 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
             kind, timing, resolve, why = "unsure", [f"{objective}: no interval ({note})"], None, ""
         else:
             kind, timing, resolve, why = judge(scopes, objective, alpha, rule)
+        same = same_step(analysis, base.arm_id, arm.arm_id)
+        if same and kind == "unsure" and obj is not None:  # equivalent by what ran
+            kind, resolve = "equivalent", None
+            timing.insert(0, f"it runs the baseline's step in every trial ({same}); the timing "
+                             "shows no significant difference either way")
+            headline = headline or (f"equivalent: it runs the baseline's step ({same}); "
+                                    f"timed {_scope_text(obj, objective)}, no significant "
+                                    "difference")
+        elif same and kind in ("good", "bad"):
+            warnings.append(f"it runs the baseline's step in every trial ({same}), yet timed "
+                            f"{'faster' if kind == 'good' else 'slower'}: suspect an order or "
+                            "position effect, or a cost of the resolver itself")
         if not headline and kind != "unsure":
             headline = _headline(analysis, arm.arm_id, kind, scopes, objective, why)
         if not headline:
@@ -238,6 +255,45 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
         v.final = rule.final
         out.append(v)
     return out
+
+
+def same_step(analysis: Analysis, base: str, arm: str) -> str:
+    """A description of the step a variant shares with the baseline when, in every bucket,
+    every ok trial of both described what its step ran (recipes.base.Trainer.executes) and all
+    of them described the same; "" otherwise. Such a variant resolved at run time to the
+    baseline's own code (an ``auto`` that chose the baseline's mode on every shape)."""
+    shared = ""
+    for bucket in analysis.buckets:
+        bs = analysis.summaries.get((bucket, base))
+        vs = analysis.summaries.get((bucket, arm))
+        if (bs is None or vs is None or not bs.ok or not vs.ok or bs.executes_missing
+                or vs.executes_missing or len(bs.executes) != 1 or bs.executes != vs.executes):
+            return ""
+        shared = shared or _describe(json.loads(vs.executes[0]))
+    return shared
+
+
+def _describe(executes: Any) -> str:
+    """'newton_schulz: 6 duplicated, 3 local' for {"newton_schulz": ["384x128/p0:duplicated",
+    ...]}; other shapes of description are counted as items."""
+    if isinstance(executes, dict):
+        parts = []
+        for k, v in executes.items():
+            if isinstance(v, list) and all(isinstance(x, str) and ":" in x for x in v):
+                modes: dict[str, int] = {}
+                for x in v:
+                    modes[x.rsplit(":", 1)[1]] = modes.get(x.rsplit(":", 1)[1], 0) + 1
+                parts.append(f"{k}: " + ", ".join(f"{n} {m}" for m, n in modes.items()))
+            else:
+                parts.append(f"{k}: the same {len(v) if isinstance(v, list) else 1} item(s)")
+        return "; ".join(parts)
+    return f"the same {len(executes)} item(s)" if isinstance(executes, list) else "the same"
+
+
+def _scope_text(obj: Scope | None, key: str) -> str:
+    if obj is None:
+        return f"{key}: no interval"
+    return f"{key} {_fmt(obj.eff.speedup, *obj.two)}"
 
 
 def judge(scopes: dict[str, Scope | None], objective: str, alpha: float,

@@ -96,6 +96,14 @@ class TrainerHooks:
         """Recipe-specific facts for the trial record (never timings)."""
         return {}
 
+    def executes(self) -> Any:
+        """What this arm's step runs, where a setting is resolved at run time (an ``auto`` that
+        picks per shape): JSON-able, equal for two arms exactly when their steps run the same
+        code on the same shapes; None (the default): not described. Called after the measured
+        steps, on every rank. The decision rule reads it: a variant that resolved to the
+        baseline's step in every trial is equivalent by construction (orchestrator.decide)."""
+        return None
+
     def switch(self, workload: Any) -> None:
         """Take on another arm's workload between steps, keeping the model, optimizer and data
         state (``protocol.pairing=steps``). Only the keys the recipe declares switchable

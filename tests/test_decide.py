@@ -189,3 +189,42 @@ def test_warnings_are_grouped_and_deduplicated() -> None:
     (v,) = decide(a, RULE7)
     assert v.warnings == ["s: steps vary 20%"]
     assert all("warning" not in r for r in v.reasons)
+
+
+def _executes(a: Analysis, base: list[str] | None, var: list[str] | None,
+              missing: int = 0) -> Analysis:
+    import json
+
+    for (b, arm_id), s in a.summaries.items():
+        modes = base if arm_id == "a0" else var
+        if modes is not None:
+            s.executes = [json.dumps({"newton_schulz": modes}, sort_keys=True)]
+        s.executes_missing = missing if arm_id == "a1" else 0
+    return a
+
+
+def test_a_variant_that_runs_the_baselines_step_is_equivalent_by_construction() -> None:
+    """auto that chose the baseline's mode on every shape: the same step. With an interval
+    that straddles 1 far beyond the band (0.02 +- 3.0158 x 0.05, [0.867, 1.186]: inconclusive
+    by timing), the verdict is equivalent and says why."""
+    dup = ["384x128/p0:duplicated", "128x384/p1:duplicated", "64x64/pNone:local"]
+    (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), dup, dup), RULE7)
+    assert v.verdict == "equivalent" and v.timing_based
+    assert v.headline.startswith("equivalent: it runs the baseline's step (newton_schulz: "
+                                 "2 duplicated, 1 local); timed s 1.020x ["), v.headline
+    assert "no significant difference" in v.headline
+    # one shape resolved otherwise: a different step; the timing alone decides
+    other = [*dup[:1], "128x384/p1:distributed", dup[2]]
+    (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), dup, other), RULE7)
+    assert v.verdict == "inconclusive"
+    # a trial that did not say what it ran: no claim
+    (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), dup, dup, missing=1), RULE7)
+    assert v.verdict == "inconclusive"
+    # the same step, yet significantly faster (0.10 +- 0.0603): the timing stands, with a
+    # warning that something other than the step differs
+    (v,) = decide(_executes(_analysis({"s": (0.10, 0.02)}), dup, dup), RULE7)
+    assert v.verdict == "retain"
+    assert any("runs the baseline's step in every trial" in w for w in v.warnings), v.warnings
+    # recipes that describe nothing: unchanged
+    (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), None, None), RULE7)
+    assert v.verdict == "inconclusive"

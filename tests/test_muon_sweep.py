@@ -78,6 +78,18 @@ def test_tp_mode_sweep_two_ranks_end_to_end(compose: Any, run_dir: Path) -> None
             in log, log[-2000:]
     assert log.count("tp_mode auto: G=2") == 1  # the profile line, rank 0 only
     assert "all 1 trials chose the same mode" in md
+    # what each arm's step ran (recipes.base.Trainer.executes): the Newton-Schulz path per
+    # weight in step order; auto's from its choices, so the rule can see when auto is the
+    # baseline's step
+    by_mode = {r["muon_tp"]["mode"]: r["executes"]["newton_schulz"] for r in recs}
+    sharded = [x for x in by_mode["duplicated"] if not x.endswith(":local")]
+    assert sharded and all(x.endswith(":duplicated") for x in sharded), by_mode
+    assert all(x.endswith(":distributed") for x in by_mode["distributed"]
+               if not x.endswith(":local"))
+    chosen = {f"{c['m']}x{c['n']}/p{c['partition_dim']}": c["mode"]
+              for c in auto["muon_tp"]["choices"]}
+    assert [x.rsplit(":", 1)[1] for x in by_mode["auto"] if not x.endswith(":local")] == [
+        chosen[x.rsplit(":", 1)[0]] for x in by_mode["auto"] if not x.endswith(":local")]
 
     import torch
 

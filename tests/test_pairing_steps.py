@@ -260,3 +260,22 @@ def test_plan_json_records_the_pairing_and_why(compose: Any, run_dir: Path) -> N
     assert plan["pairing"]["why"].startswith("auto: every arm differs")
     assert json.loads((run_dir / "config.json").read_text())["protocol"]["pairing"] == "steps"
     assert {r["pairing"] for r in _records(run_dir)} == {"steps"}
+
+
+def test_paired_processes_time_every_arm_for_paired_min_s() -> None:
+    """protocol.paired_min_s raises the time floor of a paired process's arms (never lowers
+    measured_min_s); one-arm specs keep the protocol's floor."""
+    from orchestrator.jobs import TrialSpec, pair_specs
+
+    def spec(arm: str, r: int) -> TrialSpec:
+        return TrialSpec(trial_id=f"r{r}-{arm}", trial_dir=f"/x/r{r}-{arm}",
+                         bucket={"name": "b"}, arm_id=arm, arm_label=arm,
+                         is_baseline=arm == "a0", round=r, position=0, workload={},
+                         measured_min_s=0.5, timeout_s=10.0)
+
+    specs = [spec(a, r) for r in range(2) for a in ("a0", "a1", "aa")]
+    out = pair_specs(specs, 3, 1, 2.0)
+    assert [len(s.paired_arms) for s in out] == [3, 3]
+    assert all(s.measured_min_s == 2.0 and s.timeout_s == 30.0 for s in out)
+    assert all(s.measured_min_s == 0.5 for s in pair_specs(specs, 3, 1, 0.25))
+    assert all(s.measured_min_s == 0.5 for s in specs)  # the one-arm specs are not touched

@@ -285,6 +285,29 @@ class MuonTPTrainer(TrainerHooks):
         ]
         return {"muon_tp": info}
 
+    def executes(self) -> Any:
+        """The Newton-Schulz path each Muon weight takes, in step order: its global shape,
+        partition dim and mode (``local`` where it is not sharded; auto's choice from the
+        resolver's cache, None if a shape was never resolved)."""
+        muon = self.muon
+        out = []
+        for grp in muon.param_groups:
+            for p in grp["params"]:
+                pd = partition_dim_of(p)
+                m, n = muon.global_shape(p)
+                if pd is None or muon.group is None or muon.group_size == 1:
+                    mode = "local"
+                elif muon.tp_mode != "auto":
+                    mode = muon.tp_mode
+                else:
+                    hit = (muon.resolver.cache.get((m, n, muon.group_size, pd))
+                           if muon.resolver is not None else None)
+                    if hit is None:
+                        return None
+                    mode = hit.mode
+                out.append(f"{m}x{n}/p{pd}:{mode}")
+        return {"newton_schulz": out}
+
 
 @switchable("workload.tp.mode")
 def build(workload: MuonTPWorkloadConfig, bucket: BucketConfig, device: str) -> MuonTPTrainer:
