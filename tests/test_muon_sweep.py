@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from orchestrator.campaign import run_campaign
@@ -121,18 +122,24 @@ def test_tp_mode_sweep_two_ranks_default_protocol(compose: Any, run_dir: Path) -
     """The shipped default protocol (auto warm-up, time floor on the measured window, A/A arm)
     on two ranks: every rank must take the same warm-up and stopping decisions, or the ranks
     fall out of step and the trials crash in mismatched collectives (issue 22). Only the
-    adaptive extension is capped, for CI time."""
+    rounds are capped (2, no adaptive extension), for CI time: each paired process times every
+    arm for protocol.paired_min_s (2 s), the floor the ranks must agree on."""
     cfg = compose(["workload=muon_tp_test", "launcher=local", "+sweep=tp_mode",
-                   "protocol.correctness.steps=8", "protocol.max_rounds=3"])
+                   "protocol.correctness.steps=8", "protocol.repeats=2",
+                   "protocol.max_rounds=2"])
     assert cfg.protocol.warmup_policy == "auto" and cfg.protocol.aa_arm
-    assert cfg.protocol.measured_min_s > 0
+    assert cfg.protocol.measured_min_s > 0 and cfg.protocol.paired_min_s >= 2
     result = run_campaign(cfg, run_dir)
     recs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
-    assert len(recs) == 12, len(recs)  # 4 arms (A/A included) x 3 rounds
+    assert len(recs) == 8, len(recs)  # 4 arms (A/A included) x 2 rounds
     assert all(r["status"] == "ok" for r in recs), [(r["trial_id"], r["status"], r.get("error"))
                                                     for r in recs if r["status"] != "ok"]
     assert not list(run_dir.glob("trials/*/attempt*.json"))  # nothing needed a re-run
     assert all(r["step_agreement_median_s"] is not None for r in recs)
     assert all(r["warmup_policy"] == "auto" for r in recs)
+    for r in recs:  # paired by steps, every arm timed for at least paired_min_s
+        steps = pd.read_csv(run_dir / "trials" / r["trial_id"] / "steps.csv")
+        assert r["pairing"] == "steps"
+        assert steps.loc[steps["phase"] == "measured", "step_time_s"].sum() >= 0.9 * 2.0
     for v in result.verdicts:
         assert not any("failed" in why or "crashed" in why for why in v.reasons), v.reasons
