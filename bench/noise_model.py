@@ -78,7 +78,8 @@ def fit(run_dirs: list[Path], bucket: str | None, name: str, slow_at: float,
                               + float(rec.get("startup_to_first_step_s") or 0.0))
     if len(trials) < 4:
         raise SystemExit(f"need at least 4 ok trials of bucket {bucket}, found {len(trials)}")
-    fast_sd, spans_f, spans_s, ratios, fixed, fast_meds, n_steps, norm_sd = [], [], [], [], [], [], [], []
+    fast_sd, spans_f, spans_s, ratios, fixed, fast_meds, n_steps = [], [], [], [], [], [], []
+    referenced = False  # some trial had a host-speed reference: the analysed series is step / it
     cells: dict[tuple[int, str], float] = {}
     for i, (rd, rec, m) in enumerate(trials):
         t = m["step_time_s"].to_numpy(float)
@@ -88,7 +89,7 @@ def fit(run_dirs: list[Path], bucket: str | None, name: str, slow_at: float,
             # (a reference taken before each step removes only part of the host's speed here)
             ref = m["reference_s"].to_numpy(float)
             x = np.log(t / ref) + float(np.median(np.log(ref)))
-            norm_sd.append(1.0)
+            referenced = True
         lo = np.percentile(x, 20)
         slow = x > lo + slow_at  # the host's speed states, in the analysed series
         if slow.any() and (~slow).any():
@@ -124,7 +125,7 @@ def fit(run_dirs: list[Path], bucket: str | None, name: str, slow_at: float,
     out = np.abs(resid) > 4 * max(rsd, 1e-9)
     # the host's states are modelled on the analysed series itself: the simulator applies
     # them as they are, not a perfect reference that would divide them out
-    normalised = bool(norm_sd) and not ratios
+    normalised = referenced and not ratios
     ref_sd = 0.0  # normalised: the reference's own noise is inside step_sd_log already
     return NoiseModel(
         name=name, step_s=float(np.exp(np.median(fast_meds))), step_sd_log=step_sd,

@@ -376,9 +376,10 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
     retry: list[TrialSpec] = []
     attempts: dict[str, int] = {}
     p = cfg.protocol
-    # a paired process (protocol.pairing=steps) runs every arm of its round: its limit is the
-    # per-trial limit times its arms
-    timeout_s = p.trial_timeout_s * max((len(paired_members(s)) for s in specs), default=1)
+    # the specs' own limit (jobs.pair_specs gives a paired process the per-trial limit times
+    # its arms)
+    timeout_s = max((s.timeout_s or p.trial_timeout_s for s in specs),
+                    default=p.trial_timeout_s)
 
     def needs_rerun(spec: TrialSpec, record: dict[str, Any]) -> bool:
         n = attempts.get(spec.trial_id, 0)

@@ -403,24 +403,32 @@ def _unsure_headline(analysis: Analysis, arm_id: str, obj: Scope | None,
     return "inconclusive: " + ", ".join(parts) + "; " + more
 
 
-def aa_calibration(analysis: Analysis, aa_alpha: float = 0.01) -> str:
-    """A reason when the A/A control (the baseline run twice per round) shows the two identical
-    arms apart in some scope, i.e. the intervals are not calibrated on this machine (an order
-    or position effect, or more noise than the model assumes); "" when calibrated or no A/A.
-
-    This is a test of its own, not the decisions' interval: each scope's A/A interval is taken
-    at 1 - aa_alpha / scopes (Bonferroni), so calibrated intervals are called uncalibrated in at
-    most aa_alpha of campaigns (at the decisions' 95 % and three scopes it would be ~14 %)."""
-    effects = [(k, c.effect) for k, c in analysis.noise.items()
-               if c.effect is not None and c.effect.se is not None and c.effect.df >= 1]
+def aa_off(effects: dict[str, paired.Effect | None], aa_alpha: float = 0.01) -> list[str]:
+    """The scopes whose A/A effect (the baseline against itself) misses 1, each as "key
+    speedup [low, high]": a test of its own, not the decisions' interval. Each scope's interval
+    is taken at 1 - aa_alpha / scopes (Bonferroni), so calibrated intervals are called
+    uncalibrated in at most aa_alpha of campaigns (at the decisions' 95 % and three scopes it
+    would be ~14 %). Scopes without an interval are left out."""
+    usable = {k: e for k, e in effects.items()
+              if e is not None and e.se is not None and e.df >= 1}
     off = []
-    for key, eff in effects:
-        low, high = eff.interval(aa_alpha / len(effects))
+    for key, eff in usable.items():
+        low, high = eff.interval(aa_alpha / len(usable))
         if low > 1 or high < 1:
             off.append(f"{key} {_fmt(eff.speedup, low, high)}")
+    return off
+
+
+def aa_calibration(analysis: Analysis, aa_alpha: float = 0.01) -> str:
+    """A reason when the A/A control shows the two identical arms apart in some scope
+    (:func:`aa_off`), i.e. the intervals are not calibrated on this machine (an order or
+    position effect, or more noise than the model assumes); "" when calibrated or no A/A."""
+    effects = {k: c.effect for k, c in analysis.noise.items()}
+    off = aa_off(effects, aa_alpha)
     if not off:
         return ""
-    level = 1 - aa_alpha / len(effects)
+    scopes = sum(1 for e in effects.values() if e is not None and e.se is not None and e.df >= 1)
+    level = 1 - aa_alpha / scopes
     return ("the A/A control (the baseline against itself) does not cover 1 at "
             f"{'; '.join(off)} ({level:.1%} intervals): the intervals are not calibrated on "
             "this machine (an order or position effect, or interference); quiet the machine "

@@ -35,7 +35,7 @@ import numpy as np
 from orchestrator import paired
 from orchestrator.analyze import MIXTURE
 from orchestrator.blocks import block_order, round_cells
-from orchestrator.decide import Rule, effect_scope, judge
+from orchestrator.decide import Rule, aa_off, effect_scope, judge
 from orchestrator.plan import ArmProgress, arm_order, more_rounds_reason
 
 BASE, AA, VAR = "a0", "aa", "a1"
@@ -226,13 +226,8 @@ def _judge(medians: dict[str, dict[tuple[int, str], float]], weights: dict[str, 
         fits[MIXTURE] = paired.fit_blocks(paired.mixture_cells(medians, weights), BASE)
     objective = MIXTURE if len(medians) > 1 else next(iter(medians))
     scopes = {k: effect_scope(k, f.effects.get(VAR), alpha) for k, f in fits.items()}
-    calibration = ""
-    aa = {k: e for k, f in fits.items()
-          if (e := f.effects.get(AA)) is not None and e.se is not None and e.df >= 1}
-    for k, e in aa.items():  # the check of orchestrator.decide.aa_calibration
-        low, high = e.interval(aa_alpha / len(aa))
-        if not low <= 1 <= high:
-            calibration = f"A/A off at {k}"
+    off = aa_off({k: f.effects.get(AA) for k, f in fits.items()}, aa_alpha)
+    calibration = f"A/A off at {off[-1].split()[0]}" if off else ""
     if scopes[objective] is None:
         return "unsure", None, calibration
     kind, _, resolve, _ = judge(scopes, objective, alpha, rule)
