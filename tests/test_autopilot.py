@@ -119,10 +119,14 @@ def test_two_iterations_end_to_end_survive_a_kill(tmp_path: Path) -> None:
     # every promotion is a version in the ledger, and the next iteration ran against it
     assert [v.id for v in ledger.versions()] == ["v0", *[s["result"]["promoted"]
                                                         for s in promoted]]
-    if steps["it1/campaign"]["result"].get("retained") and promoted:
+    first = steps.get("it1/confirm")
+    if first and first["result"].get("promoted"):  # promoted after it1: it2 runs against it
+        assert steps["it1/campaign"]["result"].get("retained")
         assert steps["it2/campaign"]["against"] == "v1"
         assert steps["it2/profile"]["result"]["run_dir"].endswith("it2-profile")
-    else:  # v0 again: the sweep it ran is not run twice against it
+    else:  # v0 again (nothing retained, or the confirmation did not agree): the sweep it ran
+        # is not run twice against it
+        assert steps["it2/campaign"]["against"] == "v0"
         assert steps["it2/campaign"]["result"]["sweep"] == "tile64"
     # each campaign's decisions.md carries the direction check of the tile's microbenchmark
     md1 = (Path(steps["it1/campaign"]["result"]["path"]) / "decisions.md").read_text()
