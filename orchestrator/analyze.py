@@ -52,6 +52,9 @@ class ArmSummary:
     # as canonical JSON; ok trials that did not describe it are counted apart
     executes: list[str] = field(default_factory=list)
     executes_missing: int = 0
+    # the settings every described trial says its description covers (the record's
+    # ``executes_covers``, recipes.base.Trainer.executes_covers)
+    executes_covers: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -139,6 +142,10 @@ def summarize_arm(
     described = [x for x in described if isinstance(x, (dict, list))]
     s.executes = sorted({json.dumps(x, sort_keys=True) for x in described})
     s.executes_missing = len(ok) - len(described)
+    covers = [set(x) for x, d in zip(ok["executes_covers"], ok["executes"])
+              if isinstance(x, list) and isinstance(d, (dict, list))] \
+        if "executes_covers" in ok and "executes" in ok else []
+    s.executes_covers = sorted(set.intersection(*covers)) if covers else []
     ids = [str(t) for t in ok["trial_id"]]
     s.warnings += stats.stability_warnings(
         [by_trial.get(t, []) for t in ids], [f"trial {t}" for t in ids], cv_warn=cv_warn

@@ -16,9 +16,10 @@ it, so the error rates hold over the initial rounds and every adaptive extension
   1 - ni_margin);
 - ``equivalent``: no difference that matters: the objective's and every bucket's 1 - 2 alpha'
   interval (two one-sided tests at alpha') lie inside [1 / (1 + min_effect), 1 + min_effect];
-  or, by construction, the variant resolved at run time to the baseline's own step in every
-  trial (the trials' ``executes``: an ``auto`` that chose the baseline's mode on every shape)
-  and the timing shows no significant difference either way;
+  or, by construction, the variant differs from the baseline only in settings the recipe's
+  description covers (the trials' ``executes_covers``), it resolved at run time to the
+  baseline's own step in every trial (the trials' ``executes``: an ``auto`` that chose the
+  baseline's mode on every shape), and the timing shows no significant difference either way;
 - ``retain``: the objective is significantly faster (its interval above 1), every bucket is
   non-inferior (its one-sided alpha' lower bound above 1 - ni_margin), and every gate passed;
 - ``inconclusive``: anything else, with what would resolve it: the rounds in all, when that is
@@ -36,6 +37,7 @@ from typing import Any
 
 from orchestrator import paired
 from orchestrator.analyze import MIXTURE, Analysis, Comparison
+from orchestrator.sweep import Arm
 
 VERDICTS = ("retain", "reject", "equivalent", "inconclusive", "invalid")
 FAILED = ("failed", "oom", "timeout", "crashed", "killed")
@@ -219,7 +221,7 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
             kind, timing, resolve, why = "unsure", [f"{objective}: no interval ({note})"], None, ""
         else:
             kind, timing, resolve, why = judge(scopes, objective, alpha, rule)
-        same = same_step(analysis, base.arm_id, arm.arm_id)
+        same = same_step(analysis, base, arm)
         if same and kind == "unsure" and obj is not None:  # equivalent by what ran
             kind, resolve = "equivalent", None
             timing.insert(0, f"it runs the baseline's step in every trial ({same}); the timing "
@@ -257,17 +259,33 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
     return out
 
 
-def same_step(analysis: Analysis, base: str, arm: str) -> str:
-    """A description of the step a variant shares with the baseline when, in every bucket,
-    every ok trial of both described what its step ran (recipes.base.Trainer.executes) and all
-    of them described the same; "" otherwise. Such a variant resolved at run time to the
-    baseline's own code (an ``auto`` that chose the baseline's mode on every shape)."""
+def differing_settings(base: Arm, arm: Arm) -> set[str]:
+    """The settings in which a variant differs from the baseline, as a sweep names them
+    (``workload.*`` paths and ``env.NAME``)."""
+    keys = {k for k in {*base.overrides, *arm.overrides}
+            if base.overrides.get(k, _UNSET) != arm.overrides.get(k, _UNSET)}
+    return keys | {f"env.{k}" for k in {*base.env, *arm.env}
+                   if base.env.get(k) != arm.env.get(k)}
+
+
+_UNSET = object()
+
+
+def same_step(analysis: Analysis, base: Arm, arm: Arm) -> str:
+    """A description of the step a variant shares with the baseline when the variant differs
+    from the baseline only in settings the recipe's description covers
+    (recipes.base.Trainer.executes_covers) and, in every bucket, every ok trial of both
+    described what its step ran (Trainer.executes) and all of them described the same; ""
+    otherwise. Such a variant resolved at run time to the baseline's own code (an ``auto``
+    that chose the baseline's mode on every shape)."""
     shared = ""
+    differs = differing_settings(base, arm)
     for bucket in analysis.buckets:
-        bs = analysis.summaries.get((bucket, base))
-        vs = analysis.summaries.get((bucket, arm))
+        bs = analysis.summaries.get((bucket, base.arm_id))
+        vs = analysis.summaries.get((bucket, arm.arm_id))
         if (bs is None or vs is None or not bs.ok or not vs.ok or bs.executes_missing
-                or vs.executes_missing or len(bs.executes) != 1 or bs.executes != vs.executes):
+                or vs.executes_missing or len(bs.executes) != 1 or bs.executes != vs.executes
+                or not differs <= set(bs.executes_covers) & set(vs.executes_covers)):
             return ""
         shared = shared or _describe(json.loads(vs.executes[0]))
     return shared

@@ -468,9 +468,9 @@ def _record(spec: TrialSpec, base: dict[str, Any], worker: Any, st: _Stepper,
         stream_close()
     # recipe-specific data for the report (never timings): e.g. muon_tp's auto choices
     extra = trainer.extra_record()
-    executes = trainer.executes() if hasattr(trainer, "executes") else None
+    executes = trainer.executes()
     if executes is not None:  # what the step ran, where the recipe resolves it at run time
-        extra = {**extra, "executes": executes}
+        extra = {**extra, "executes": executes, "executes_covers": list(trainer.executes_covers)}
     if not writer:  # every rank ran the counted step above (it may hold collectives)
         return trial_record(**base, status="ok")
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]

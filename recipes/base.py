@@ -96,12 +96,19 @@ class TrainerHooks:
         """Recipe-specific facts for the trial record (never timings)."""
         return {}
 
+    # the settings whose effect executes() describes in full, as a sweep names them
+    # ("workload.tp.mode", "env.NAME"): a variant that differs from the baseline in any other
+    # setting is never called equivalent by construction, whatever executes() says
+    executes_covers: tuple[str, ...] = ()
+
     def executes(self) -> Any:
         """What this arm's step runs, where a setting is resolved at run time (an ``auto`` that
         picks per shape): JSON-able, equal for two arms exactly when their steps run the same
-        code on the same shapes; None (the default): not described. Called after the measured
-        steps, on every rank. The decision rule reads it: a variant that resolved to the
-        baseline's step in every trial is equivalent by construction (orchestrator.decide)."""
+        code on the same shapes, as far as the settings in ``executes_covers`` decide it; None
+        (the default): not described. Called after the measured steps, on every rank. The
+        decision rule reads it: a variant that differs from the baseline only in covered
+        settings and resolved to the baseline's step in every trial is equivalent by
+        construction (orchestrator.decide)."""
         return None
 
     def switch(self, workload: Any) -> None:
@@ -118,7 +125,7 @@ class TrainerHooks:
 
 
 HOOKS = ("useful_flops_definition", "step_tags", "visit_shapes", "useful_flops_per_step",
-         "extra_record", "full_tensor", "switch")
+         "extra_record", "full_tensor", "switch", "executes", "executes_covers")
 
 
 class Probeable(Trainer, Protocol):

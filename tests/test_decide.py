@@ -191,14 +191,21 @@ def test_warnings_are_grouped_and_deduplicated() -> None:
     assert all("warning" not in r for r in v.reasons)
 
 
-def _executes(a: Analysis, base: list[str] | None, var: list[str] | None,
-              missing: int = 0) -> Analysis:
+TP_ARMS = [Arm("a0", "duplicated", "duplicated", True, {"workload.tp.mode": "duplicated"}),
+           Arm("a1", "auto", "auto", False, {"workload.tp.mode": "auto"})]
+
+
+def _executes(a: Analysis, base: list[str] | None, var: list[str] | None, missing: int = 0,
+              arms: list[Arm] = TP_ARMS, covers: tuple[str, ...] = ("workload.tp.mode",)
+              ) -> Analysis:
     import json
 
+    a.arms = list(arms)
     for (b, arm_id), s in a.summaries.items():
         modes = base if arm_id == "a0" else var
         if modes is not None:
             s.executes = [json.dumps({"newton_schulz": modes}, sort_keys=True)]
+            s.executes_covers = list(covers)
         s.executes_missing = missing if arm_id == "a1" else 0
     return a
 
@@ -227,4 +234,29 @@ def test_a_variant_that_runs_the_baselines_step_is_equivalent_by_construction() 
     assert any("runs the baseline's step in every trial" in w for w in v.warnings), v.warnings
     # recipes that describe nothing: unchanged
     (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), None, None), RULE7)
+    assert v.verdict == "inconclusive"
+
+
+def test_the_same_step_claim_needs_a_variant_that_differs_only_in_covered_settings() -> None:
+    """The description covers tp.mode only: a variant that changes anything else (an
+    environment switch, a loader setting, tp.mode and something more) runs code the
+    description does not speak for, so the timing alone decides, and no warning claims the
+    same step."""
+    dup = ["384x128/p0:duplicated", "64x64/pNone:local"]
+    omp = [Arm("a0", "1", "1", True, {}, {"OMP_NUM_THREADS": "1"}),
+           Arm("a1", "2", "2", False, {}, {"OMP_NUM_THREADS": "2"})]
+    for arms in (omp, [Arm("a0", "0", 0, True, {"workload.data.workers": 0}),
+                       Arm("a1", "2", 2, False, {"workload.data.workers": 2})],
+                 [TP_ARMS[0], Arm("a1", "auto+", "auto", False,
+                                  {"workload.tp.mode": "auto", "workload.data.workers": 2})]):
+        (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), dup, dup, arms=arms), RULE7)
+        assert v.verdict == "inconclusive", (arms, v.headline)
+        (v,) = decide(_executes(_analysis({"s": (0.10, 0.02)}), dup, dup, arms=arms), RULE7)
+        assert v.verdict == "retain" and not any("baseline's step" in w for w in v.warnings)
+    # the environment switch covered: the claim holds again
+    (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), dup, dup, arms=omp,
+                            covers=("env.OMP_NUM_THREADS",)), RULE7)
+    assert v.verdict == "equivalent"
+    # a recipe that covers nothing (an older record without executes_covers): no claim
+    (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), dup, dup, covers=()), RULE7)
     assert v.verdict == "inconclusive"

@@ -83,6 +83,8 @@ def test_tp_mode_sweep_two_ranks_end_to_end(compose: Any, run_dir: Path) -> None
     # weight in step order; auto's from its choices, so the rule can see when auto is the
     # baseline's step
     by_mode = {r["muon_tp"]["mode"]: r["executes"]["newton_schulz"] for r in recs}
+    # ... and it speaks for the mode only: a sweep of anything else gets no same-step claim
+    assert all(r["executes_covers"] == ["workload.tp.mode"] for r in recs)
     sharded = [x for x in by_mode["duplicated"] if not x.endswith(":local")]
     assert sharded and all(x.endswith(":duplicated") for x in sharded), by_mode
     assert all(x.endswith(":distributed") for x in by_mode["distributed"]
@@ -143,3 +145,19 @@ def test_tp_mode_sweep_two_ranks_default_protocol(compose: Any, run_dir: Path) -
         assert steps.loc[steps["phase"] == "measured", "step_time_s"].sum() >= 0.9 * 2.0
     for v in result.verdicts:
         assert not any("failed" in why or "crashed" in why for why in v.reasons), v.reasons
+
+
+def test_the_tp_mode_sweep_changes_only_what_the_muon_description_covers(compose: Any) -> None:
+    """The shipped tp_mode sweep's arms differ from the baseline only in the setting the Muon
+    trainer's executes() speaks for, so auto that resolves to duplicated can be called
+    equivalent by construction; an environment sweep on the same workload cannot."""
+    from orchestrator.decide import differing_settings
+    from orchestrator.sweep import expand_arms
+    from recipes.muon.recipe import MuonTPTrainer
+
+    arms = expand_arms(compose(["workload=muon_tp_test", "+sweep=tp_mode"]))
+    assert [a.label for a in arms] == ["duplicated", "distributed", "auto"]
+    assert all(differing_settings(arms[0], a) == set(MuonTPTrainer.executes_covers)
+               for a in arms[1:])
+    arms = expand_arms(compose(["workload=muon_tp_test", "+sweep=omp_threads"]))
+    assert all(differing_settings(arms[0], a) == {"env.OMP_NUM_THREADS"} for a in arms[1:])

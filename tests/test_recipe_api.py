@@ -43,6 +43,7 @@ def test_a_trainer_without_hooks_gets_the_declared_defaults() -> None:
     assert isinstance(t, Hooked) and isinstance(t, TrainerHooks)
     assert t.step_tags() == ["epoch_boundary"]  # its own hook wins
     assert t.visit_shapes() is None and t.extra_record() == {}
+    assert t.executes() is None and t.executes_covers == ()
     assert t.useful_flops_per_step() is None and t.useful_flops_definition is None
     shard = object()
     assert t.full_tensor("w", shard) is shard

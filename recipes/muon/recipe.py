@@ -285,6 +285,10 @@ class MuonTPTrainer(TrainerHooks):
         ]
         return {"muon_tp": info}
 
+    # the description below is all that tp.mode changes (forward, gradients and AdamW run the
+    # same code in every mode)
+    executes_covers = ("workload.tp.mode",)
+
     def executes(self) -> Any:
         """The Newton-Schulz path each Muon weight takes, in step order: its global shape,
         partition dim and mode (``local`` where it is not sharded; auto's choice from the
