@@ -66,3 +66,39 @@ def test_unavailable_backends_say_why() -> None:
         make_attention("flash_attn", device=torch.device("cpu"), dtype=torch.bfloat16)
     with pytest.raises(BackendUnavailable, match="sdpa kernel 'efficient' cannot run on cpu"):
         make_attention("sdpa", sdpa_kernel="efficient", device=torch.device("cpu"))
+
+
+def test_recorded_sdpa_says_which_kernel_torch_picked_per_shape() -> None:
+    """auto on CPU: torch's own selector picks flash for causal fp32 and bf16 attention (this
+    torch's CPU flash kernel takes both); forcing math is recorded as math. The output is the
+    unrecorded op's, bit for bit."""
+    from recipes.gpt.attention import RecordedSdpa, make_sdpa, sdpa_choice
+
+    q, k, v = _qkv(32, torch.float32)
+    assert sdpa_choice(q, k, v) == "flash"
+    auto = make_attention("sdpa", sdpa_kernel="auto", record=True)
+    assert isinstance(auto, RecordedSdpa) and auto.describe() is None  # nothing called yet
+    assert torch.equal(auto(q, k, v), make_sdpa("auto")(q, k, v))
+    auto(*_qkv(32, torch.bfloat16))
+    auto(*_qkv(32, torch.float32, seed=3))  # a shape seen before: no second entry
+    assert auto.describe() == ["2x3x32x16/bfloat16:sdpa-flash", "2x3x32x16/float32:sdpa-flash"]
+    math = make_attention("sdpa", sdpa_kernel="math", record=True)
+    math(q, k, v)
+    assert math.describe() == ["2x3x32x16/float32:sdpa-math"]
+    flash = make_attention("sdpa", sdpa_kernel="flash", record=True)
+    flash(q, k, v)
+    assert flash.describe() == ["2x3x32x16/float32:sdpa-flash"]  # auto's own step
+    # unrecorded (the default, and under torch.compile): the plain function
+    assert not isinstance(make_attention("sdpa", sdpa_kernel="auto"), RecordedSdpa)
+
+
+def test_a_torch_that_does_not_say_leaves_the_kernel_unknown(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from recipes.gpt.attention import RecordedSdpa, sdpa_choice
+
+    q, k, v = _qkv(16, torch.float32)
+    monkeypatch.delattr(torch, "_fused_sdp_choice")
+    assert sdpa_choice(q, k, v) is None
+    auto = RecordedSdpa("auto")
+    auto(q, k, v)
+    assert auto.describe() is None

@@ -279,3 +279,47 @@ def test_paired_processes_time_every_arm_for_paired_min_s() -> None:
     assert all(s.measured_min_s == 2.0 and s.timeout_s == 30.0 for s in out)
     assert all(s.measured_min_s == 0.5 for s in pair_specs(specs, 3, 1, 0.25))
     assert all(s.measured_min_s == 0.5 for s in specs)  # the one-arm specs are not touched
+
+
+def test_gpt_describes_the_attention_code_each_arm_ran(compose: Any) -> None:
+    """sdpa auto resolves to a kernel per shape (torch's own selector: flash for causal fp32 on
+    CPU), so switching auto -> flash keeps the description and -> math changes it; other
+    backends are described by name and tile. Under torch.compile nothing is claimed. The
+    shipped attention sweeps change only settings the description covers."""
+    from orchestrator.decide import differing_settings
+    from orchestrator.sweep import expand_arms
+    from recipes.gpt.recipe import GPTTrainer, build
+
+    w = compose(["workload=gpt_test", "+sweep=fa2"]).workload
+    w.model.attention.backend, w.model.attention.sdpa_kernel = "sdpa", "auto"
+    bucket = w.buckets[0]
+    t = build(w, bucket, "cpu")
+    assert t.executes() is None  # no attention call yet: the kernel is unknown
+    stream = t.batches()
+    t.train_step(next(stream))
+    auto = t.executes()
+    heads = w.model.n_head
+    shape = f"{bucket.micro_batch}x{heads}x{bucket.seq_len}x{w.model.d_model // heads}"
+    assert auto == {"attention": [f"{shape}/float32:sdpa-flash"]}, auto
+    seen = {}
+    for kernel, backend in (("flash", "sdpa"), ("math", "sdpa"), ("auto", "tiled"),
+                            ("auto", "eager")):
+        other = compose(["workload=gpt_test", "+sweep=fa2"]).workload
+        other.model.attention.backend, other.model.attention.sdpa_kernel = backend, kernel
+        other.model.attention.block_q = other.model.attention.block_k = 32
+        t.switch(other)
+        t.train_step(next(stream))
+        seen[f"{backend}-{kernel}"] = t.executes()
+    assert seen["sdpa-flash"] == auto
+    assert seen["sdpa-math"] == {"attention": [f"{shape}/float32:sdpa-math"]}
+    assert seen["tiled-auto"] == {"attention": [f"{bucket.micro_batch}x{bucket.seq_len}:"
+                                                "tiled-32x32"]}
+    assert seen["eager-auto"] == {"attention": [f"{bucket.micro_batch}x{bucket.seq_len}:eager"]}
+    t.workload.model.compile.mode = "default"  # as a compiled arm sees it (not compiled here)
+    assert t.executes() is None
+    covers = set(GPTTrainer.executes_covers)
+    for sweep in ("fa2", "fa2_tiling"):
+        arms = expand_arms(compose(["workload=gpt_test", f"+sweep={sweep}"]))
+        assert all(differing_settings(arms[0], a) <= covers for a in arms[1:]), sweep
+    arms = expand_arms(compose(["workload=gpt_test", "+sweep=dataloader"]))
+    assert not any(differing_settings(arms[0], a) <= covers for a in arms[1:])

@@ -42,14 +42,75 @@ _SDPA_KERNELS = {
 }
 
 
-def make_sdpa(kernel: str) -> Attention:
-    if kernel == "auto":
-        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+# torch.nn.attention.SDPBackend member -> the name workload.model.attention.sdpa_kernel uses
+_SDPA_NAMES = {v: k for k, v in _SDPA_KERNELS.items()} | {"OVERRIDEABLE": "overrideable"}
+
+
+def sdpa_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """The kernel ``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` dispatches to for
+    these inputs, under the ``sdpa_kernel`` context in force: torch's own selection
+    (``torch._fused_sdp_choice``, what the op itself calls). None where this torch, or this
+    device's build of it, does not say (a vendor build without the selector on its device)."""
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None:
+        return None
+    try:
+        from torch.nn.attention import SDPBackend
+
+        return _SDPA_NAMES.get(SDPBackend(int(choose(q, k, v, None, 0.0, True))).name)
+    except Exception:  # noqa: BLE001 - no answer is an answer: not described
+        return None
+
+
+class RecordedSdpa:
+    """sdpa with one kernel setting (``auto``: torch picks), remembering which kernel torch
+    chose for each input shape and dtype it was called with (``chosen``; the selector runs on
+    a shape's first call only, so the timed steps pay one dict lookup). Eager mode only: under
+    torch.compile the graph decides what runs."""
+
+    def __init__(self, kernel: str) -> None:
+        self.kernel = kernel
+        self.chosen: dict[tuple[torch.Size, torch.dtype], str | None] = {}
+        self._attend = make_sdpa(kernel)
+        self._backend = None if kernel == "auto" else _sdpa_backend(kernel)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        key = (q.shape, q.dtype)
+        if key not in self.chosen:
+            if self._backend is None:
+                self.chosen[key] = sdpa_choice(q, k, v)
+            else:
+                from torch.nn.attention import sdpa_kernel
+
+                with sdpa_kernel(self._backend):
+                    self.chosen[key] = sdpa_choice(q, k, v)
+        return self._attend(q, k, v)
+
+    def describe(self) -> list[str] | None:
+        """'2x4x128x16/float32:sdpa-flash' per shape called, or None when a shape's kernel is
+        unknown (or nothing was called)."""
+        if not self.chosen or None in self.chosen.values():
+            return None
+        return sorted(f"{'x'.join(map(str, shape))}/{str(dtype).removeprefix('torch.')}:"
+                      f"sdpa-{kernel}"
+                      for (shape, dtype), kernel in self.chosen.items())
+
+
+def _sdpa_backend(kernel: str) -> Any:
+    from torch.nn.attention import SDPBackend
 
     backend = getattr(SDPBackend, _SDPA_KERNELS[kernel], None)
     if backend is None:
         raise BackendUnavailable(f"this torch has no SDPBackend for sdpa kernel {kernel!r}")
+    return backend
+
+
+def make_sdpa(kernel: str) -> Attention:
+    if kernel == "auto":
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    from torch.nn.attention import sdpa_kernel
+
+    backend = _sdpa_backend(kernel)
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         with sdpa_kernel(backend):
@@ -181,14 +242,17 @@ def make_attention(
     block_k: int = 64,
     device: torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    record: bool = False,
 ) -> Attention:
+    """``record``: an sdpa backend remembers the kernel torch chose per shape
+    (:class:`RecordedSdpa`; eager mode only)."""
     device = device or torch.device("cpu")
     if backend == "eager":
         return eager_attention
     if backend == "sdpa":
         if sdpa_kernel != "auto":
             probe_sdpa(sdpa_kernel, device, dtype)
-        return make_sdpa(sdpa_kernel)
+        return RecordedSdpa(sdpa_kernel) if record else make_sdpa(sdpa_kernel)
     if backend == "tiled":
         return make_tiled(block_q, block_k)
     if backend == "flash_attn":

@@ -21,7 +21,7 @@ from orchestrator.profiling.phases import (
     phase,
 )
 from recipes.base import TrainerHooks, switchable
-from recipes.gpt.attention import make_attention, marked
+from recipes.gpt.attention import RecordedSdpa, make_attention, marked
 from recipes.gpt.config import GPTWorkloadConfig
 from recipes.gpt.model import GPT, lm_loss
 from recipes.gpt.text_data import make_loader, stream
@@ -97,7 +97,9 @@ class GPTTrainer(TrainerHooks):
     def _attention(self, m: Any) -> Any:
         attend = make_attention(m.attention.backend, sdpa_kernel=m.attention.sdpa_kernel,
                                 block_q=m.attention.block_q, block_k=m.attention.block_k,
-                                device=self.device, dtype=self.dtype)
+                                device=self.device, dtype=self.dtype,
+                                record=m.compile.mode == "off")
+        self.attend_impl = attend  # what executes() reads: the kernel sdpa chose per shape
         if m.compile.mode == "off":  # the attention op's share of a profiled step (no-op untraced)
             attend = marked(attend, ATTENTION)
         return attend
@@ -190,6 +192,25 @@ class GPTTrainer(TrainerHooks):
                 self._loss_fn(inputs, targets).backward()
             self.optimizer.zero_grad(set_to_none=True)
         return [b.name for b in self.visits]
+
+    # what executes() describes in full: which attention code runs (backend, sdpa kernel as
+    # torch resolved it, tile shape); nothing else in the step depends on these keys
+    executes_covers = tuple(f"workload.model.attention.{k}"
+                            for k in ("backend", "sdpa_kernel", "block_q", "block_k"))
+
+    def executes(self) -> Any:
+        """The attention code each call ran: for sdpa the kernel torch dispatched to per input
+        shape and dtype (``auto`` resolved; '8x4x128x16/float32:sdpa-flash'), else the backend
+        and its tile shape. None under torch.compile (the compiled graph decides what runs) or
+        where torch does not say which sdpa kernel it picks."""
+        a = self.workload.model.attention
+        if self.workload.model.compile.mode != "off":
+            return None
+        if isinstance(self.attend_impl, RecordedSdpa):
+            described = self.attend_impl.describe()
+            return None if described is None else {"attention": described}
+        what = {"tiled": f"tiled-{a.block_q}x{a.block_k}"}.get(a.backend, a.backend)
+        return {"attention": [f"{self.bucket.micro_batch}x{self.bucket.seq_len}:{what}"]}
 
     def extra_record(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
