@@ -411,7 +411,8 @@ def _unsure_headline(analysis: Analysis, arm_id: str, obj: Scope | None,
         done = 1 + max((r for r, _ in fit.residuals), default=0) if fit is not None else 0
         if rule.final or resolve > rule.max_rounds:  # more than this campaign will run
             n = max(resolve, done + 1)
-            more = f"~{n} rounds in all may resolve it (protocol.max_rounds={n})"
+            more = (f"~{n} rounds in all may resolve it (resume the campaign with "
+                    f"protocol.max_rounds={n})")
         else:
             more = f"~{resolve} rounds in all should resolve it"
     else:

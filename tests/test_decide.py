@@ -149,7 +149,8 @@ def test_inconclusive_promises_rounds_only_within_reach() -> None:
     (v,) = decide(_analysis({"s": (0.012, 0.005)}), RULE7)
     assert v.verdict == "inconclusive" and v.rounds_to_resolve is not None
     assert v.rounds_to_resolve <= 21 and f"~{v.rounds_to_resolve} rounds in all" in v.headline
-    assert f"(protocol.max_rounds={v.rounds_to_resolve})" in v.headline  # the last look
+    assert f"(resume the campaign with protocol.max_rounds={v.rounds_to_resolve})" \
+        in v.headline  # the last look
     # exactly on the band's edge with a wide interval: out of reach -> what would help instead
     (v,) = decide(_analysis({"s": (math.log(1.02), 0.05)}), RULE7)
     assert v.verdict == "inconclusive" and v.rounds_to_resolve is None
