@@ -82,6 +82,9 @@ def test_recorded_sdpa_says_which_kernel_torch_picked_per_shape() -> None:
     auto(*_qkv(32, torch.bfloat16))
     auto(*_qkv(32, torch.float32, seed=3))  # a shape seen before: no second entry
     assert auto.describe() == ["2x3x32x16/bfloat16:sdpa-flash", "2x3x32x16/float32:sdpa-flash"]
+    with torch.no_grad():  # inference is selected (and described) apart
+        auto(*_qkv(32, torch.float32))
+    assert "2x3x32x16/float32/no-grad:sdpa-flash" in auto.describe()
     math = make_attention("sdpa", sdpa_kernel="math", record=True)
     math(q, k, v)
     assert math.describe() == ["2x3x32x16/float32:sdpa-math"]

@@ -70,12 +70,14 @@ class RecordedSdpa:
 
     def __init__(self, kernel: str) -> None:
         self.kernel = kernel
-        self.chosen: dict[tuple[torch.Size, torch.dtype], str | None] = {}
+        # (shape, dtype, needs a gradient): torch may pick another kernel for inference
+        self.chosen: dict[tuple[torch.Size, torch.dtype, bool], str | None] = {}
         self._attend = make_sdpa(kernel)
         self._backend = None if kernel == "auto" else _sdpa_backend(kernel)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        key = (q.shape, q.dtype)
+        key = (q.shape, q.dtype, torch.is_grad_enabled()
+               and (q.requires_grad or k.requires_grad or v.requires_grad))
         if key not in self.chosen:
             if self._backend is None:
                 self.chosen[key] = sdpa_choice(q, k, v)
@@ -87,13 +89,14 @@ class RecordedSdpa:
         return self._attend(q, k, v)
 
     def describe(self) -> list[str] | None:
-        """'2x4x128x16/float32:sdpa-flash' per shape called, or None when a shape's kernel is
-        unknown (or nothing was called)."""
+        """'2x4x128x16/float32:sdpa-flash' per shape called ('.../no-grad:...' for a call
+        without gradients), or None when a shape's kernel is unknown (or nothing was
+        called)."""
         if not self.chosen or None in self.chosen.values():
             return None
-        return sorted(f"{'x'.join(map(str, shape))}/{str(dtype).removeprefix('torch.')}:"
-                      f"sdpa-{kernel}"
-                      for (shape, dtype), kernel in self.chosen.items())
+        return sorted(f"{'x'.join(map(str, shape))}/{str(dtype).removeprefix('torch.')}"
+                      f"{'' if grad else '/no-grad'}:sdpa-{kernel}"
+                      for (shape, dtype, grad), kernel in self.chosen.items())
 
 
 def _sdpa_backend(kernel: str) -> Any:
