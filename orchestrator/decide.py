@@ -203,6 +203,9 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
             if g.status == "fail":
                 reject.append(f"{g.name} gate failed: {g.detail}")
                 headline = headline or f"reject: the {g.name} gate failed ({g.detail})"
+            elif g.status == "error" and g.detail.startswith("unavailable here"):
+                # the variant itself cannot run here: say that first, the gate second
+                invalid.append(f"{g.detail} (the {g.name} gate could not run it)")
             elif g.status == "error":
                 invalid.append(f"{g.name} gate could not be evaluated: {g.detail}")
             else:

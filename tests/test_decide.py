@@ -168,6 +168,13 @@ def test_failures_and_gates() -> None:
     assert v.verdict == "reject" and "correctness gate failed" in v.headline
     (v,) = decide(a, RULE7, {"a1": [Gate("correctness", "error", "no baseline probe")]})
     assert v.verdict == "invalid"
+    assert v.headline == "invalid: correctness gate could not be evaluated: no baseline probe"
+    # the gate could not run the variant because its backend is missing: that leads
+    (v,) = decide(a, RULE7, {"a1": [Gate("correctness", "error", "unavailable here: sdpa kernel "
+                                         "'cudnn' cannot run on cpu")]})
+    assert v.verdict == "invalid" and v.headline == (
+        "invalid: unavailable here: sdpa kernel 'cudnn' cannot run on cpu (the correctness "
+        "gate could not run it)")
     # a harness failure (ranks out of step) is never a reject
     a.summaries[("s", "a1")] = ArmSummary("a1", "var", "s", 3, 2, {"ok": 2, "infra_failed": 1},
                                           ["rank 1: Connection reset by peer"])
