@@ -37,7 +37,7 @@ from typing import Any
 
 from orchestrator import paired
 from orchestrator.analyze import MIXTURE, Analysis, Comparison
-from orchestrator.sweep import Arm
+from orchestrator.sweep import Arm, differing_settings
 
 VERDICTS = ("retain", "reject", "equivalent", "inconclusive", "invalid")
 FAILED = ("failed", "oom", "timeout", "crashed", "killed")
@@ -260,18 +260,6 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
         v.final = rule.final
         out.append(v)
     return out
-
-
-def differing_settings(base: Arm, arm: Arm) -> set[str]:
-    """The settings in which a variant differs from the baseline, as a sweep names them
-    (``workload.*`` paths and ``env.NAME``)."""
-    keys = {k for k in {*base.overrides, *arm.overrides}
-            if base.overrides.get(k, _UNSET) != arm.overrides.get(k, _UNSET)}
-    return keys | {f"env.{k}" for k in {*base.env, *arm.env}
-                   if base.env.get(k) != arm.env.get(k)}
-
-
-_UNSET = object()
 
 
 def same_step(analysis: Analysis, base: Arm, arm: Arm) -> str:

@@ -294,6 +294,25 @@ def _diff_paths(a: Any, b: Any, prefix: str) -> list[str]:
     return [] if a == b else [prefix]
 
 
+def differing_settings(base: Arm, arm: Arm) -> set[str]:
+    """The settings in which ``arm`` differs from ``base``, as a sweep names them: the
+    ``workload.*`` leaf paths where their workloads differ (resolved, for a ResolvedArm; else
+    their overrides, as a tree) and ``env.NAME``."""
+    if isinstance(base, ResolvedArm) and isinstance(arm, ResolvedArm):
+        a, b = base.workload, arm.workload
+    else:
+        a, b = ({"workload": {}}, {"workload": {}})
+        for tree, x in ((a, base), (b, arm)):
+            for path, value in x.overrides.items():
+                node = tree
+                for part in path.split(".")[:-1]:
+                    node = node.setdefault(part, {})
+                node[path.rsplit(".", 1)[-1]] = value
+        a, b = a["workload"], b["workload"]
+    return set(_diff_paths(a, b, "workload")) | {
+        f"{ENV_PREFIX}{k}" for k in {*base.env, *arm.env} if base.env.get(k) != arm.env.get(k)}
+
+
 def pairing_obstacle(arms: Sequence[Any]) -> str:
     """Why the arms cannot run paired by steps (one process switching between them), "" when
     they can: only keys the recipe declares switchable (recipes.base.switchable) may differ

@@ -151,13 +151,13 @@ def test_the_tp_mode_sweep_changes_only_what_the_muon_description_covers(compose
     """The shipped tp_mode sweep's arms differ from the baseline only in the setting the Muon
     trainer's executes() speaks for, so auto that resolves to duplicated can be called
     equivalent by construction; an environment sweep on the same workload cannot."""
-    from orchestrator.decide import differing_settings
-    from orchestrator.sweep import expand_arms
+    from orchestrator.sweep import differing_settings, expand_arms, resolve_arms
     from recipes.muon.recipe import MuonTPTrainer
 
-    arms = expand_arms(compose(["workload=muon_tp_test", "+sweep=tp_mode"]))
-    assert [a.label for a in arms] == ["duplicated", "distributed", "auto"]
-    assert all(differing_settings(arms[0], a) == set(MuonTPTrainer.executes_covers)
-               for a in arms[1:])
+    cfg = compose(["workload=muon_tp_test", "+sweep=tp_mode"])
+    for arms in (expand_arms(cfg), resolve_arms(cfg)):  # from the overrides, and resolved
+        assert [a.label for a in arms] == ["duplicated", "distributed", "auto"]
+        assert all(differing_settings(arms[0], a) == set(MuonTPTrainer.executes_covers)
+                   for a in arms[1:])
     arms = expand_arms(compose(["workload=muon_tp_test", "+sweep=omp_threads"]))
     assert all(differing_settings(arms[0], a) == {"env.OMP_NUM_THREADS"} for a in arms[1:])

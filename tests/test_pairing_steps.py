@@ -286,8 +286,7 @@ def test_gpt_describes_the_attention_code_each_arm_ran(compose: Any) -> None:
     CPU), so switching auto -> flash keeps the description and -> math changes it; other
     backends are described by name and tile. Under torch.compile nothing is claimed. The
     shipped attention sweeps change only settings the description covers."""
-    from orchestrator.decide import differing_settings
-    from orchestrator.sweep import expand_arms
+    from orchestrator.sweep import differing_settings, expand_arms
     from recipes.gpt.recipe import GPTTrainer, build
 
     w = compose(["workload=gpt_test", "+sweep=fa2"]).workload

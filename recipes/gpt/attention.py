@@ -69,7 +69,6 @@ class RecordedSdpa:
     torch.compile the graph decides what runs."""
 
     def __init__(self, kernel: str) -> None:
-        self.kernel = kernel
         # (shape, dtype, needs a gradient): torch may pick another kernel for inference
         self.chosen: dict[tuple[torch.Size, torch.dtype, bool], str | None] = {}
         self._attend = make_sdpa(kernel)
