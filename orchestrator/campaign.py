@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import paired, provenance, stats
+from orchestrator import paired, provenance, rundir, stats
 from orchestrator.analyze import (
     Analysis,
     analyze,
@@ -44,6 +44,7 @@ from orchestrator.microbench.runner import (
     run_microbenchmarks,
 )
 from orchestrator.profiling.campaign import profiles_section, run_profiled_trials
+from orchestrator.processes import COMMAND_SESSION, kill_recorded
 from orchestrator.progress import Progress
 from orchestrator.reference import normalise
 from orchestrator.plan import (
@@ -116,45 +117,90 @@ def _progress(verdicts: list[Verdict]) -> list[ArmProgress]:
 
 def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
                  overrides: list[str] | None = None,
-                 arms: list[ResolvedArm] | None = None) -> CampaignResult:
+                 arms: list[ResolvedArm] | None = None,
+                 claim: rundir.Claim | None = None,
+                 start: Start | None = None) -> CampaignResult:
     """Plan, launch, collect, analyze, decide, render. ``arms``: the sweep's arms already
-    resolved (:func:`orchestrator.sweep.resolve_arms`), else they are resolved here, once."""
+    resolved (:func:`orchestrator.sweep.resolve_arms`), else they are resolved here, once.
+    ``claim``: the run directory already claimed (:func:`orchestrator.rundir.claim`), else it
+    is claimed here; ``start``: what :func:`prepare` found under that claim, else it runs here. Every check of the run directory (another campaign holding it, a resume
+    planned differently or measured elsewhere, a busy machine under protocol.require_quiet)
+    happens before anything is written to it: a refusal leaves it as it was."""
     assert cfg.sweep is not None, "a campaign needs a sweep (+sweep=NAME)"
-    run_dir.mkdir(parents=True, exist_ok=True)
     arms = arms if arms is not None else resolve_arms(cfg)
-    if launcher is not None:
-        return _campaign(cfg, run_dir, launcher, overrides, arms)
-    launcher = make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
+    own = claim is None
+    if claim is None:
+        claim = rundir.claim(run_dir, resume=bool(cfg.resume))
     try:
-        return _campaign(cfg, run_dir, launcher, overrides, arms)
+        start = start if start is not None else prepare(cfg, run_dir, arms)
+        if launcher is not None:
+            return _campaign(cfg, run_dir, launcher, overrides, arms, start)
+        launcher = make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
+        try:
+            return _campaign(cfg, run_dir, launcher, overrides, arms, start)
+        finally:
+            launcher.close()  # the local launcher's fork server stops with its campaign
+    except ConfigError:
+        if own:  # refused before the first write: a directory made for it goes again
+            claim.release(undo=True)
+        raise
     finally:
-        launcher.close()  # the local launcher's fork server stops with its campaign
+        if own:
+            claim.release()
 
 
-def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[str] | None,
-              arms: list[ResolvedArm]) -> CampaignResult:
+@dataclass
+class Start:
+    """What :func:`prepare` found before the first write: the pairing the planner chose, the
+    initial plan (already checked against a resumed run directory's), the trials on disk and
+    the machine's load."""
+
+    pairing: dict[str, Any]
+    running: list[ResolvedArm]
+    buckets: list[dict[str, Any]]
+    planned: list[PlannedTrial]
+    done: dict[str, dict[str, Any]]
+    machine: dict[str, Any] | None
+
+
+def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
+    """Every check before the campaign's first write, and nothing written: the pairing
+    (``protocol.pairing=auto`` becomes the planner's choice), a run directory planned for
+    other trials (another sweep, arms, buckets, repeats or pairing), a resume on a different
+    environment, and a busy machine (refused under protocol.require_quiet)."""
     p = cfg.protocol
-    max_rounds = max(p.max_rounds, p.repeats)  # validate() refuses max_rounds < repeats
-    # protocol.pairing=auto becomes what the planner picked (config.json records the choice)
     pairing_choice, pairing_why = choose_pairing(cfg, with_control(cfg, arms))
     p.pairing = pairing_choice
     pairing_doc = {"mode": pairing_choice, "why": pairing_why,
                    **({"block_steps": p.block_steps, "switch_warmup_steps": p.switch_warmup_steps}
                       if pairing_choice == "steps" else {})}
-    log.info("pairing: %s (%s)", pairing_choice, pairing_why)
-    launcher.recover()  # a resume: trials of a killed earlier invocation stop before replanning
-    if cfg.launcher.name != "slurm":  # Slurm: the trials run on other machines
-        check_quiet(cfg, run_dir)
-    # refuses a resume on a different environment before anything is written
-    session = provenance.start(cfg, run_dir, arms, list(completed_trials(run_dir).values()),
-                               overrides)
     running = with_control(cfg, arms)
     buckets = selected_buckets(cfg)
-    bucket_names = [b["name"] for b in buckets]
     planned = plan_rounds(
-        [a.arm_id for a in running], bucket_names, range(p.repeats),
+        [a.arm_id for a in running], [b["name"] for b in buckets], range(p.repeats),
         reverse_every_other_round=p.reverse_every_other_round,
     )
+    check_same_plan(run_dir, json.loads(json.dumps(
+        _plan_doc(cfg, arms, running, buckets, planned, [], pairing_doc))))
+    done = completed_trials(run_dir)
+    provenance.check_resume_environment(cfg, run_dir, list(done.values()))
+    machine = None if cfg.launcher.name == "slurm" else check_quiet(cfg)  # Slurm: elsewhere
+    return Start(pairing_doc, running, buckets, planned, done, machine)
+
+
+def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[str] | None,
+              arms: list[ResolvedArm], start: Start) -> CampaignResult:
+    p = cfg.protocol
+    max_rounds = max(p.max_rounds, p.repeats)  # validate() refuses max_rounds < repeats
+    log.info("pairing: %s (%s)", start.pairing["mode"], start.pairing["why"])
+    launcher.recover()  # a resume: trials of a killed earlier invocation stop before replanning
+    if cfg.launcher.name != "slurm":  # Slurm's trials ran on other machines (recover() above)
+        kill_orphans(run_dir)
+    if start.machine is not None:
+        atomic_write_json(run_dir / "machine_load.json", start.machine)
+    session = provenance.start(cfg, run_dir, arms, list(start.done.values()), overrides)
+    running, buckets, planned = start.running, start.buckets, start.planned
+    bucket_names = [b["name"] for b in buckets]
     adaptive_log: list[dict[str, Any]] = []
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
     write_lineage(cfg, run_dir)
@@ -165,7 +211,7 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     progress = Progress(cfg.sweep.name, len(planned))
     try:
         _run_rounds(cfg, run_dir, arms, running, buckets, bucket_names, planned, adaptive_log,
-                    launcher, session, progress, rounds_done, max_rounds, pairing_doc)
+                    launcher, session, progress, rounds_done, max_rounds, start.pairing)
     finally:
         progress.close()
     # profiled trials: a separate step after the timed ones, never in timing statistics
@@ -318,14 +364,25 @@ def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     return steps, doc
 
 
-def _write_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: list[ResolvedArm],
-                buckets: list[dict[str, Any]], planned: list[PlannedTrial],
-                adaptive_log: list[dict[str, Any]], check: bool = False,
-                pairing: dict[str, Any] | None = None) -> None:
+def kill_orphans(run_dir: Path) -> None:
+    """A resume: kill what a dead campaign's commands left running (their watchdogs do it
+    unless they were killed too; each running command's session is recorded in its trial
+    directory, orchestrator.processes.SessionGuard)."""
+    for record in sorted(run_dir.glob(f"trials/*/{COMMAND_SESSION}")):
+        found = kill_recorded(record)
+        if found:
+            log.warning("resume: killed %d process(es) an earlier invocation's command left "
+                        "running in %s", len(found), record.parent.name)
+
+
+def _plan_doc(cfg: Config, arms: list[ResolvedArm], running: list[ResolvedArm],
+              buckets: list[dict[str, Any]], planned: list[PlannedTrial],
+              adaptive_log: list[dict[str, Any]],
+              pairing: dict[str, Any] | None = None) -> dict[str, Any]:
     assert cfg.sweep is not None
     p = cfg.protocol
     control = [a for a in running if a not in arms]
-    plan_doc = {
+    return {
             "schema_version": SCHEMA_VERSION,
             "sweep": cfg.sweep.name,
             "arms": [a.plan_dict() for a in arms],
@@ -337,7 +394,14 @@ def _write_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
             "pairing": pairing or {"mode": p.pairing, "why": "set by protocol.pairing"},
             "trials": [t.to_dict() for t in planned],
     }
-    if check:  # the first write of an invocation: a resumed run dir must have the same plan
+
+
+def _write_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: list[ResolvedArm],
+                buckets: list[dict[str, Any]], planned: list[PlannedTrial],
+                adaptive_log: list[dict[str, Any]], check: bool = False,
+                pairing: dict[str, Any] | None = None) -> None:
+    plan_doc = _plan_doc(cfg, arms, running, buckets, planned, adaptive_log, pairing)
+    if check:  # checked by prepare() before the first write; here for callers that skip it
         check_same_plan(run_dir, json.loads(json.dumps(plan_doc)))
     atomic_write_json(run_dir / "plan.json", plan_doc)
 
@@ -476,15 +540,15 @@ def paired_records(spec: TrialSpec, record: dict[str, Any]) -> list[tuple[TrialS
     return out
 
 
-def check_quiet(cfg: Config, run_dir: Path) -> None:
+def check_quiet(cfg: Config) -> dict[str, Any]:
     """Sample the machine's load before any trial: other processes busy on the CPU or the GPUs
-    are a warning, or with protocol.require_quiet a refusal (exit 2). Kept in
-    machine_load.json for decisions.md."""
+    are a warning, or with protocol.require_quiet a refusal (exit 2). Returns the record the
+    campaign keeps in machine_load.json for decisions.md (written only once nothing refuses)."""
     ml = machine_load(0.5)
     problems = ml.problems(cfg.protocol.interference_cores)
-    atomic_write_json(run_dir / "machine_load.json", {**ml.__dict__, "problems": problems})
+    doc = {**ml.__dict__, "problems": problems}
     if not problems:
-        return
+        return doc
     what = "; ".join(problems)
     if cfg.protocol.require_quiet:
         raise ConfigError("protocol.require_quiet", f"the machine is busy ({what}): wait until "
@@ -492,6 +556,7 @@ def check_quiet(cfg: Config, run_dir: Path) -> None:
                           "measured under interference are then re-run)")
     log.warning("the machine is busy before the campaign (%s): timings will be noisier; "
                 "trials measured under interference are re-run", what)
+    return doc
 
 
 def _interference(record: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,9 @@ dotted key and the fix, and exit code 2, instead of a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from dataclasses import dataclass
 import difflib
 import itertools
 import logging
@@ -20,8 +22,9 @@ from typing import Any
 
 from orchestrator import config as cfgmod
 from orchestrator import device as devmod
+from orchestrator import rundir
 from orchestrator.config import Config
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, Interrupted
 from orchestrator.paths import conf_dir
 from orchestrator.tools._cli import quiet_broken_pipe
 
@@ -83,6 +86,9 @@ def explain(exc: BaseException) -> ConfigError:
         parent = key.rsplit(".", 1)[0] if "." in key else ""
         near = difflib.get_close_matches(leaf, fields, n=1)
         hint = f"did you mean {parent + '.' if parent else ''}{near[0]}? " if near else ""
+        if not fields:  # a free-form mapping (workload.params, env): the key is new
+            return ConfigError(key, f"is not set in this config; a new key needs a leading +: "
+                               f"+{key}=VALUE")
         valid = f"valid keys{' under ' + parent if parent else ''}: {', '.join(fields)}"
         return ConfigError(key, f"unknown key; {hint}{valid}")
     if isinstance(cause, MissingMandatoryValue):
@@ -96,17 +102,59 @@ def explain(exc: BaseException) -> ConfigError:
 # --------------------------------------------------------------------------- composition
 
 
-def _split_args(argv: list[str]) -> tuple[list[str], bool, bool]:
-    """(overrides, multirun, hydra_flag): hydra's own flags (--help, --cfg ...) skip pre-flight."""
-    overrides, multirun, other = [], False, False
-    for a in argv:
-        if a in ("-m", "--multirun"):
-            multirun = True
-        elif a.startswith("-"):
-            other = True
+# Hydra's flags: those that only print (no composition) and those that take a value
+_PRINT_ONLY = ("--help", "-h", "--hydra-help", "--version", "--shell-completion", "-sc")
+_WITH_VALUE = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn",
+               "--cfg", "-c", "--package", "-p", "--experimental-rerun")
+
+
+@dataclass
+class Args:
+    """The command line, read the way Hydra reads it: overrides, -m, and Hydra's own flags."""
+
+    overrides: list[str] = dataclasses.field(default_factory=list)
+    multirun: bool = False
+    print_only: bool = False  # --help, --version ...: nothing is composed or run
+    prints: bool = False  # --cfg, --info, --resolve: composed and printed, nothing run
+    config_dirs: list[str] = dataclasses.field(default_factory=list)
+    flags: dict[str, str | None] = dataclasses.field(default_factory=dict)
+
+
+def parse_args(argv: list[str]) -> Args:
+    a = Args()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, val = arg.partition("=")
+        if arg in ("-m", "--multirun"):
+            a.multirun = True
+        elif arg in _PRINT_ONLY or name in _PRINT_ONLY:
+            a.print_only = True
+        elif arg.startswith("-") and (name in _WITH_VALUE):
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise ConfigError(arg, "needs a value")
+                i += 1
+                val = argv[i]
+            a.flags[name] = val
+            if name in ("--config-dir", "-cd"):
+                a.config_dirs.append(val)
+            if name in ("--cfg", "-c"):
+                a.prints = True
+        elif arg.startswith("-"):
+            a.flags[name] = val if eq else None
+            if name in ("--info", "-i", "--resolve"):
+                a.prints = True
         else:
-            overrides.append(a)
-    return overrides, multirun, other
+            a.overrides.append(arg)
+        i += 1
+    return a
+
+
+def _split_args(argv: list[str]) -> tuple[list[str], bool, bool]:
+    """(overrides, multirun, hydra_flag): whether any of Hydra's own flags is given."""
+    a = parse_args(argv)
+    return a.overrides, a.multirun, bool(a.flags) or a.print_only
 
 
 def _expand(overrides: list[str]) -> list[list[str]]:
@@ -168,20 +216,105 @@ def register_configs() -> None:
     cs.store(group="schema/profile", name="profile", node=cfgmod.ProfileConfig)
 
 
-def compose(overrides: list[str], need_sweep: bool = True) -> Any:
-    """Compose and validate one configuration (tests, notebooks, pre-flight)."""
+def compose(overrides: list[str], need_sweep: bool = True,
+            config_dirs: list[str] | None = None) -> Any:
+    """Compose and validate one configuration (tests, notebooks, pre-flight). ``config_dirs``:
+    the user's config directories (``--config-dir``), searched after the shipped ``conf/``."""
+    return to_config(compose_raw(overrides, config_dirs), need_sweep)
+
+
+def compose_raw(overrides: list[str], config_dirs: list[str] | None = None,
+                with_hydra: bool = False) -> Any:
+    """The composed DictConfig, errors translated (``with_hydra``: the ``hydra`` node too)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     register_configs()
     GlobalHydra.instance().clear()
+    overrides = _with_config_dirs(overrides, config_dirs or [])
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):
         try:
-            cfg = hydra_compose("config", overrides=overrides)
+            return hydra_compose("config", overrides=overrides, return_hydra_config=with_hydra)
         except Exception as exc:
+            # a YAML syntax error reaches us without its file: find it (conf/ or the user's)
+            for d in [conf_dir(), *user_config_dirs(overrides, config_dirs or [])]:
+                for f in sorted(Path(d).rglob("*.yaml")) if Path(d).is_dir() else []:
+                    yaml_error(f)
             raise explain(exc) from None
-    return to_config(cfg, need_sweep)
+
+
+def _with_config_dirs(overrides: list[str], dirs: list[str]) -> list[str]:
+    """``--config-dir DIR`` as Hydra applies it: DIR on the config search path."""
+    if not dirs:
+        return list(overrides)
+    out, paths = [], [f"file://{os.path.abspath(d)}" for d in dirs]
+    for o in overrides:
+        if o.startswith("hydra.searchpath="):
+            paths = _searchpath_entries(o) + paths
+        else:
+            out.append(o)
+    quoted = ",".join("'" + p.replace("\\", "\\\\").replace("'", "\\'") + "'" for p in paths)
+    return [*out, f"hydra.searchpath=[{quoted}]"]
+
+
+def _searchpath_entries(override: str) -> list[str]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides([override])[0]
+    except Exception as exc:
+        raise explain(exc) from None
+    value = parsed.value()
+    if not isinstance(value, list):
+        raise ConfigError("hydra.searchpath", "must be a list, e.g. hydra.searchpath=[file://DIR]")
+    return [str(v) for v in value]
+
+
+def user_config_dirs(overrides: list[str], config_dirs: list[str]) -> list[Path]:
+    """The user's own config directories: ``--config-dir`` and ``hydra.searchpath`` file://
+    entries (pkg:// entries are packages, not checked here)."""
+    dirs = [Path(os.path.abspath(d)) for d in config_dirs]
+    for o in overrides:
+        if o.startswith("hydra.searchpath="):
+            for e in _searchpath_entries(o):
+                if e.startswith("file://"):
+                    dirs.append(Path(os.path.abspath(e[len("file://"):])))
+    return dirs
+
+
+def check_config_dirs(dirs: list[Path]) -> None:
+    """A user's config directory must exist, and no file in it may have a shipped config's
+    name: Hydra searches the shipped ``conf/`` first, so such a file would be ignored
+    silently. Every YAML file in it must parse (the error names its file and line)."""
+    shipped = conf_dir()
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigError("--config-dir", f"{d} is not a directory; give the directory that "
+                              "holds your workload/, sweep/ ... folders")
+        for f in sorted(d.rglob("*.yaml")):
+            rel = f.relative_to(d)
+            if (shipped / rel).is_file():
+                stem = rel.with_name(f"{rel.stem}_mine{rel.suffix}")
+                raise ConfigError(str(f), f"has the name of a shipped config ({rel}), which "
+                                  f"Hydra would read instead of yours; rename it (e.g. {stem}) "
+                                  "and select it by its new name")
+            yaml_error(f)
+
+
+def yaml_error(path: Path) -> None:
+    """ConfigError naming the file and line of a YAML syntax error in ``path``."""
+    import yaml
+
+    try:
+        yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), "is not UTF-8 text; a config file is YAML") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(where, f"YAML error: {what}; fix the file's syntax") from None
 
 
 def check_device(config: Any) -> None:
@@ -207,14 +340,109 @@ def check_device(config: Any) -> None:
             "launcher=slurm this check is skipped: the trials run on the compute nodes)")
 
 
-def preflight(argv: list[str]) -> None:
-    overrides, multirun, other = _split_args(argv)
-    if other:
+# the directories Hydra creates for this invocation's run (preflight pins hydra.run.dir)
+_MADE_FOR_RUN: dict[str, list[Path]] = {}
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    out, p = [], path
+    while not p.exists() and p != p.parent:
+        out.append(p)
+        p = p.parent
+    return list(reversed(out))
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def run_target(config: Any, hydra_run_dir: str | None) -> tuple[Path | None, bool]:
+    """(the run directory a campaign of ``config`` writes, whether it resumes one)."""
+    if config.resume:
+        return Path(config.resume), True
+    if config.run_dir:
+        return Path(config.run_dir), False
+    return (Path(hydra_run_dir) if hydra_run_dir else None), False
+
+
+SLURM_PING_TIMEOUT_S = 15.0
+
+
+def check_launcher(config: Any) -> None:
+    """launcher=slurm: sbatch and squeue are on PATH and a controller answers, before any
+    work (else every trial would fail to submit, each with a traceback)."""
+    import shutil
+    import subprocess
+
+    if config.launcher.name != "slurm":
         return
-    job_overrides = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
-    combos = _expand(job_overrides) if multirun else [job_overrides]
+    missing = [t for t in ("sbatch", "squeue", "scancel") if shutil.which(t) is None]
+    if missing:
+        raise ConfigError("launcher", f"slurm: {', '.join(missing)} not on PATH (no Slurm "
+                          "client here); run where Slurm is installed, or use launcher=local")
+    try:
+        proc = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                              timeout=SLURM_PING_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError("launcher", f"slurm: squeue did not answer ({type(exc).__name__}); "
+                          "check that slurmctld runs, or use launcher=local") from None
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        raise ConfigError("launcher", f"slurm: no controller answers (squeue: {why}); start "
+                          "slurmctld (or check SLURM_CONF), or use launcher=local")
+
+
+def preflight(argv: list[str]) -> list[str]:
+    """Compose every requested configuration before Hydra runs (the same checks on every
+    route: plain overrides, -m, --config-dir, hydra.searchpath), check the run directory each
+    campaign would write (writes nothing), and return the overrides that pin Hydra's own run
+    directory to it, so that a refusal leaves no directory behind."""
+    a = parse_args(argv)
+    if a.print_only:
+        return []
+    for flag in ("--config-path", "-cp", "--config-name", "-cn", "--experimental-rerun"):
+        if flag in a.flags:
+            raise ConfigError(flag, "is not supported: the primary config is the orchestrator's "
+                              "conf/; add your own config files with --config-dir DIR "
+                              "(docs/configuration.md)")
+    dirs = user_config_dirs(a.overrides, a.config_dirs)
+    check_config_dirs(dirs)
+    keep = ("hydra.searchpath=", "hydra.run.dir=")
+    job_overrides = [o for o in a.overrides
+                     if not o.lstrip("+~").startswith("hydra") or o.startswith(keep)]
+    combos = _expand(job_overrides) if a.multirun else [job_overrides]
+    pins: list[str] = []
     for combo in combos:
-        check_device(compose(combo))
+        raw = compose_raw(combo, a.config_dirs, with_hydra=not a.multirun)
+        hydra_run_dir = None
+        if not a.multirun:
+            from omegaconf import OmegaConf, open_dict
+
+            hydra_run_dir = str(OmegaConf.select(raw, "hydra.run.dir"))
+            with open_dict(raw):
+                del raw["hydra"]
+        config = to_config(raw)
+        check_device(config)
+        if a.prints:
+            continue
+        check_launcher(config)
+        if a.prints:
+            continue
+        target, resume = run_target(config, hydra_run_dir)
+        if target is None:
+            continue
+        rundir.check_target(target, resume=resume)
+        if not a.multirun:
+            # Hydra makes its run directory before the task runs: the campaign's own, where it
+            # is a new one (the directories it makes are removed on a refusal), else the
+            # current directory, which exists (a resume or run_dir= makes no other directory)
+            if config.resume or config.run_dir:
+                pin = Path(".")
+            else:
+                pin = target
+                _MADE_FOR_RUN[str(target.absolute())] = _missing_dirs(target.absolute())
+            pins = [f"hydra.run.dir={_quote(str(pin))}"]
+    return pins
 
 
 # --------------------------------------------------------------------------- entry
@@ -269,66 +497,138 @@ def end_logging(handler: logging.Handler | None, run_dir: Path, config: Any = No
         log.warning("campaign.log not re-sanitized: %s: %s", type(exc).__name__, exc)
 
 
+@contextlib.contextmanager
+def signals_interrupt() -> Any:
+    """SIGINT and SIGTERM raise :class:`Interrupted` in the main thread, so a campaign stops
+    the same way for both (its launchers take their trial processes down) and says how to
+    resume. Not inside a Slurm job, whose SIGTERM announces preemption (submitit requeues)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or "SLURM_JOB_ID" in os.environ:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that resumes ``run_dir``: this invocation's arguments, with resume= for
+    run_dir= (Hydra's own run directory is pinned by resume= too)."""
+    import shlex
+
+    args = [a for a in _ARGV if not a.split("=", 1)[0].lstrip("+~") in ("run_dir", "resume")
+            and not a.startswith("hydra.run.dir=")]
+    return shlex.join(["python", "-m", "orchestrator", *args, f"resume={run_dir}"])
+
+
+def _interrupted(exc: KeyboardInterrupt, run_dir: Path) -> int:
+    """One line on the console and in campaign.log; the exit code (130 SIGINT, 143 SIGTERM)."""
+    # start-up cost: the campaign's record readers, needed only once a campaign ran
+    from orchestrator.resume import completed_on_disk
+    from orchestrator.results import read_json
+
+    signum = exc.signum if isinstance(exc, Interrupted) else int(signal.SIGINT)
+    try:
+        planned = len(read_json(run_dir / "plan.json").get("trials", []))
+    except (OSError, ValueError, AttributeError):
+        planned = 0
+    done = len(completed_on_disk(run_dir)) if run_dir.is_dir() else 0
+    name = signal.Signals(signum).name
+    what = (f"interrupted ({name}) after {done} of {planned} trials" if planned
+            else f"interrupted ({name}) before the first trial")
+    log.error("%s; resume with: %s", what, resume_command(run_dir))
+    return 128 + signum
+
+
 def run_job(cfg: Any) -> Any:
-    """Hydra's task function: one campaign."""
+    """Hydra's task function: one campaign. The run directory is claimed (locked) and every
+    check of it done before anything is written to it (campaign.log included)."""
     from hydra.core.hydra_config import HydraConfig
 
     # start-up cost: the campaign imports torch and pandas; --help and the pre-flight do not
-    from orchestrator.campaign import run_campaign
+    from orchestrator.campaign import prepare, run_campaign
     from orchestrator.sweep import resolve_arms
 
     config = to_config(cfg)
-    check_device(config)  # again: Hydra's own flags (--config-dir ...) skip the pre-flight
-    if config.resume:
-        run_dir = Path(config.resume)
-        if not (run_dir / "plan.json").exists():
-            raise ConfigError("resume", f"{run_dir} is not a campaign run directory (no plan.json)")
-    elif config.run_dir:
-        run_dir = Path(config.run_dir)
-    else:
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    arms = resolve_arms(config)  # once: the campaign and the log's sanitizer share them
-    handler = setup_logging(run_dir)
+    check_device(config)  # again: a route that skipped the pre-flight (a Python caller)
+    target, resume = run_target(config, HydraConfig.get().runtime.output_dir)
+    assert target is not None
+    run_dir = target
+    made = _MADE_FOR_RUN.pop(str(run_dir.absolute()), [])
+    claim = rundir.claim(run_dir, resume=resume, made=made)
+    handler = None
+    arms: Any = ()
     try:
+        arms = resolve_arms(config)  # once: the campaign and the log's sanitizer share them
+        start = prepare(config, run_dir, arms)
+        handler = setup_logging(run_dir)
         log.info("campaign %s on %s -> %s", config.sweep.name, config.workload.name, run_dir)
-        result = run_campaign(config, run_dir, overrides=list(HydraConfig.get().overrides.task),
-                              arms=arms)
+        try:
+            result = run_campaign(config, run_dir, overrides=list(HydraConfig.get().overrides.task),
+                                  arms=arms, claim=claim, start=start)
+        except KeyboardInterrupt as exc:
+            rc = _interrupted(exc, run_dir)
+            raise SystemExit(rc) from None
+    except ConfigError:
+        claim.release(undo=handler is None)  # refused before the first write: nothing stays
+        raise
     finally:
-        end_logging(handler, run_dir, config, arms)
+        claim.release()
+        if handler is not None:
+            end_logging(handler, run_dir, config, arms)
     return {"run_dir": str(run_dir), "verdicts": [v.to_dict() for v in result.verdicts]}
+
+
+_ARGV: list[str] = []
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    rc = quiet_broken_pipe(lambda: _main(argv))
+    try:
+        rc = quiet_broken_pipe(lambda: _main(argv))
+    except KeyboardInterrupt as exc:  # before a campaign started: nothing to resume
+        signum = exc.signum if isinstance(exc, Interrupted) else int(signal.SIGINT)
+        print(f"interrupted ({signal.Signals(signum).name}) before any campaign started",
+              file=sys.stderr)
+        sys.exit(128 + signum)
     if rc:
         sys.exit(rc)
 
 
 def _main(argv: list[str]) -> None:
-    if _split_args(argv)[2] and hasattr(signal, "SIGPIPE"):
+    _ARGV[:] = argv
+    pa = parse_args(argv)
+    if (pa.print_only or pa.prints) and hasattr(signal, "SIGPIPE"):
         # Hydra's own flags (--help, --cfg, --info) only print, and Hydra reports a
         # BrokenPipeError as a traceback: die of SIGPIPE quietly, as a Unix tool would. Never
         # for a campaign, whose sockets and subprocess pipes must not kill it silently.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    try:
-        preflight(argv)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-
-    import hydra
-
-    register_configs()
-
-    @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
-    def _task(cfg: Any) -> Any:
+    with signals_interrupt():
         try:
-            return run_job(cfg)
+            pins = preflight(argv)
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(exc.exit_code)
 
-    sys.argv = [sys.argv[0], *argv]
-    _task()
+        import hydra
+
+        register_configs()
+
+        @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+        def _task(cfg: Any) -> Any:
+            try:
+                return run_job(cfg)
+            except ConfigError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                sys.exit(exc.exit_code)
+
+        sys.argv = [sys.argv[0], *argv, *pins]
+        _task()

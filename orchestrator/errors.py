@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 
@@ -14,6 +15,15 @@ class ConfigError(Exception):
         self.key = key
         self.message = message
         super().__init__(f"{key}: {message}")
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM while a campaign runs (``signum`` says which): stopped like Ctrl-C,
+    reported in one line, exit code 128 + signum."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
 
 
 class BackendUnavailable(Exception):
@@ -29,7 +39,16 @@ def check_choice(key: str, value: object, choices: Sequence[object]) -> None:
         )
 
 
+def check_finite(key: str, value: float | None) -> None:
+    """ConfigError naming ``key`` when ``value`` is NaN (every range check passes NaN: each
+    comparison with it is false)."""
+    if isinstance(value, float) and math.isnan(value):
+        raise ConfigError(key, "must be a number, got nan")
+
+
 def check_positive(key: str, value: float, *, allow_zero: bool = False) -> None:
-    """ConfigError naming ``key`` unless ``value`` > 0 (>= 0 with ``allow_zero``)."""
+    """ConfigError naming ``key`` unless ``value`` > 0 (>= 0 with ``allow_zero``); NaN never
+    passes."""
+    check_finite(key, value)
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(key, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")

@@ -39,7 +39,7 @@ from orchestrator import device as devmod
 from orchestrator.errors import BackendUnavailable
 from orchestrator.flops import DEFINITIONS, EXECUTED, peaks_and_utilization
 from orchestrator.logparse import LogParseError, MalformedStepLine, StepRecord, reported_mfu
-from orchestrator.processes import run_child
+from orchestrator.processes import COMMAND_SESSION, run_child
 from orchestrator.results import trial_record, write_csv
 
 log = logging.getLogger(__name__)
@@ -104,9 +104,12 @@ def run_command(argv: list[str] | str, cwd: str | None, env: dict[str, str], log
     with open(log_path, "wb") as out:
         try:
             # the launcher stops a trial with SIGTERM to its group: take the command down too
+            # no pre-exec hook (this process may have threads): a watchdog kills the
+            # command's session if this process dies, and its record lets a resume do it
             return run_child(argv, cwd=cwd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, timeout_s=time_limit_s, preexec_fn=None,
-                             stop_on_sigterm=True), None
+                             stop_on_sigterm=True,
+                             guard=log_path.with_name(COMMAND_SESSION)), None
         except OSError as exc:
             return None, f"{type(exc).__name__}: {exc.strerror or exc}"
 

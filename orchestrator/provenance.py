@@ -367,14 +367,14 @@ def _argv(argv: Sequence[str]) -> list[str]:
 
 def start(cfg: Any, run_dir: Path, arms: Sequence[Any], records: Sequence[dict[str, Any]],
           overrides: Sequence[str] | None = None) -> Session:
-    """Before any trial: refuse a resume on a different environment, then write source.txt
+    """Before any trial, once the campaign's checks passed (a resume on a different
+    environment is refused by :func:`check_resume_environment` before this): write source.txt
     (+ source.diff) and command.txt."""
     # the arms' env.* switches reach the trial processes only: their secret values count too
     arm_env = {k: v for a in arms for k, v in a.env.items()}
     sanitizer = Sanitizer.from_config(cfg.sanitize, environ={**os.environ, **arm_env})
     sanitizer.add_secret_env((k, v) for a in arms for k, v in a.env.items())  # every arm's value
     reserve_run_dir(run_dir, sanitizer)
-    check_resume_environment(cfg, run_dir, records)
     git = write_source(run_dir, recipes_of(cfg, arms))
     cmd = Command(
         argv=_argv(sys.argv),

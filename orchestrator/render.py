@@ -242,7 +242,22 @@ def render_decisions(
         "- baseline figures: `baseline.json`",
         "",
     ]
-    return "\n".join(out)
+    return escape_table_cells("\n".join(out), [a.label for a in analysis.arms])
+
+
+def escape_table_cells(md: str, labels: Sequence[str]) -> str:
+    """A label holding ``|`` would split its table cell: escaped as ``\\|`` in table rows
+    (lines that start with ``|``); prose keeps it as written."""
+    risky = sorted({lb for lb in labels if "|" in lb}, key=len, reverse=True)
+    if not risky:
+        return md
+    lines = md.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("|"):
+            for lb in risky:
+                line = line.replace(lb, lb.replace("|", "\\|"))
+            lines[i] = line
+    return "\n".join(lines)
 
 
 def group_warnings(warnings: Sequence[str]) -> list[str]:

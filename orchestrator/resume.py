@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, Interrupted
 from orchestrator.launch.base import FINAL_STATUSES, read_record
 from orchestrator.results import read_json
 
@@ -67,7 +67,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         return
 
     def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Interrupted(signum)
 
     old = signal.signal(signal.SIGTERM, handler)
     try:

@@ -43,6 +43,7 @@ import hashlib
 import ipaddress
 import json
 import logging
+import math
 import os
 import re
 import secrets as _secrets
@@ -60,8 +61,36 @@ log = logging.getLogger(__name__)
 # variable / key names whose values are secrets
 SECRET_NAME = re.compile(
     r"(?i)(token(?!s|iz)|secret|passw(or)?d|passwd|api[_-]?key|access[_-]?key|private[_-]?key|"
-    r"credential|auth(?!or)|cookie|session[_-]?id|_key$|^key$)"
+    r"credential|creds?(?![a-z])|auth(?!or)|cookie|session[_-]?id|_key$|^key$)"
 )
+# a value shaped like a generated credential, whatever its variable's name: one word of 20+
+# characters from a token alphabet, with upper and lower case letters and digits, and at
+# least 3.5 bits of entropy per character (a path, a word list or a hex digest is not)
+_TOKEN_ALPHABET = re.compile(r"^[A-Za-z0-9_\-+/=.~]{20,512}$")
+
+
+def looks_like_credential(value: str) -> bool:
+    if not _TOKEN_ALPHABET.match(value) or value.startswith(("/", ".", "~")):
+        return False
+    if not (re.search(r"[a-z]", value) and re.search(r"[A-Z]", value)
+            and re.search(r"[0-9]", value)):
+        return False
+    if TOKEN_SHAPE.fullmatch(value):
+        return True
+    n = len(value)
+    counts: dict[str, int] = {}
+    for ch in value:
+        counts[ch] = counts.get(ch, 0) + 1
+    bits = -sum(c / n * math.log2(c / n) for c in counts.values())
+    return bits >= 3.5
+
+
+def is_secret_env(name: str, value: str) -> bool:
+    """A variable whose value the sanitizer hunts for in every file: a secret name (and a
+    value that is not generic), or a value that looks like a credential."""
+    if len(value) < 6 or value.lower() in _GENERIC_VALUES or value.replace(".", "").isdigit():
+        return False
+    return is_secret_name(name) or looks_like_credential(value)
 # secret-named variables whose values are too generic to hunt for in text (`true`, `1`)
 _GENERIC_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off"})
 
@@ -147,8 +176,7 @@ class Identity:
                 hosts.add(h)
         users = {env.get(v, "") for v in USER_VARS} | {_safe(getpass.getuser)}
         homes = {env.get("HOME", ""), os.path.expanduser("~")}
-        secret = sorted((k, v) for k, v in env.items() if is_secret_name(k) and len(v) >= 6
-                        and v.lower() not in _GENERIC_VALUES and not v.replace(".", "").isdigit())
+        secret = sorted((k, v) for k, v in env.items() if is_secret_env(k, v))
         return cls(
             hostnames=_keep(hosts),
             users=_keep(users),
@@ -261,8 +289,7 @@ class Sanitizer:
         """Values of secret-named variables beyond this process's environment: every arm's
         ``env.*`` switch (two arms may give one variable two secret values)."""
         known = set(self.identity.secret_env)
-        new = {(k, v) for k, v in pairs if is_secret_name(k) and len(v) >= 6
-               and v.lower() not in _GENERIC_VALUES and not v.replace(".", "").isdigit()} - known
+        new = {(k, v) for k, v in pairs if is_secret_env(k, v)} - known
         if new:
             self.identity = dataclasses.replace(self.identity,
                                                 secret_env=tuple(sorted(known | new)))

@@ -257,6 +257,11 @@ def check_sweep(cfg: Config) -> None:
         raise ConfigError(
             "sweep.labels", f"has {len(sweep.labels)} entries for {len(sweep.values)} values"
         )
+    labels = [str(x) for x in (sweep.labels or [])]
+    for i, label in enumerate(labels):
+        if label in labels[:i] or (sweep.baseline_label and label == sweep.baseline_label):
+            raise ConfigError(f"sweep.labels[{i}]", f"{label!r} names another arm too; give "
+                              "every arm its own label (each verdict is named by it)")
     seen = [sweep.baseline]
     for i, v in enumerate(sweep.values):
         if v in seen:
@@ -270,6 +275,9 @@ def check_sweep(cfg: Config) -> None:
                               f"choose from: {', '.join(EVIDENCE_KINDS)}")
     if sweep.buckets is not None:
         names = [b.name for b in cfg.workload.buckets]
+        if not sweep.buckets:
+            raise ConfigError("sweep.buckets", f"is empty; list the buckets to run (from "
+                              f"{names}), or drop the key to run them all")
         for b in sweep.buckets:
             if b not in names:
                 raise ConfigError(

@@ -10,6 +10,7 @@ vocabularies (warm-up policies, speed-reference and compile-cache modes).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -29,7 +30,7 @@ from orchestrator.config import (
     ProtocolConfig,
     WorkloadConfig,
 )
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, check_finite
 from orchestrator.errors import check_choice as _choice
 from orchestrator.errors import check_positive as _positive
 from orchestrator.hardware import validate_hardware
@@ -43,6 +44,7 @@ from recipes.registry import REGISTRY, check_import_path
 
 
 def validate_workload(w: WorkloadConfig) -> None:
+    reject_nan(w, "workload")
     if w.recipe not in REGISTRY and ":" not in w.recipe:
         raise ConfigError(
             "workload.recipe",
@@ -87,8 +89,25 @@ def validate_correctness(cfg: Config) -> None:
         )
 
 
+def reject_nan(obj: Any, key: str) -> None:
+    """ConfigError naming the first NaN anywhere under ``obj`` (dataclasses, dicts, lists):
+    every range check lets NaN through, since each comparison with it is false."""
+    if isinstance(obj, float):
+        check_finite(key, obj)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            reject_nan(getattr(obj, f.name), f"{key}.{f.name}" if key else f.name)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            reject_nan(v, f"{key}.{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            reject_nan(v, f"{key}[{i}]")
+
+
 def validate(cfg: Config) -> None:
     """Semantic checks a type cannot express. Raises ConfigError on the first problem."""
+    reject_nan(cfg, "")
     w = cfg.workload
     if not isinstance(w, WorkloadConfig):
         raise ConfigError("workload", "no workload selected; choose one with workload=NAME")

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.campaign import run_campaign
+from orchestrator.errors import ConfigError
 from orchestrator.jobs import make_specs
 from orchestrator.external import LogProblem, check_steps
 from orchestrator.loss_gate import loss_trajectory_gates
@@ -116,9 +117,20 @@ def test_faulty_commands_become_statuses(compose: Any, run_dir: Path, code: str,
     assert "## Failed trials" in md and kind != "exit_code" or "step 0 time 5ms" in md
 
 
+def test_a_missing_program_or_cwd_is_refused_before_any_work(compose: Any) -> None:
+    with pytest.raises(ConfigError, match=r"workload\.command: /no/such/trainer does not exist"):
+        compose([*CMD, "+sweep=example_delay", "workload.command='/no/such/trainer --steps {steps}'"])
+    with pytest.raises(ConfigError, match=r"workload\.command: 'no-such-trainer' is not on PATH"):
+        compose([*CMD, "+sweep=example_delay", "workload.command='no-such-trainer {steps}'"])
+    with pytest.raises(ConfigError, match=r"workload\.cwd: /no/such/dir is not a directory"):
+        compose([*CMD, "+sweep=example_delay", "workload.cwd=/no/such/dir"])
+
+
 def test_a_command_that_cannot_start_is_a_status(compose: Any, run_dir: Path) -> None:
+    # the program comes from a param (known per arm only), so the pre-flight cannot check it
     cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1",
-                   "workload.command='/no/such/trainer --steps {steps}'"])
+                   "+workload.params.prog=/no/such/trainer",
+                   "workload.command='{prog} --steps {steps}'"])
     spec = make_specs(cfg, run_dir, resolve_arms(cfg),
                       plan(["a0"], ["s32"], 1, reverse_every_other_round=False))[0]
     rec = run_trial(spec)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -58,6 +59,9 @@ def read_bucket_file(path: str) -> Any:
         raise ToolError("--buckets", f"cannot read {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise ToolError("--buckets", f"not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise ToolError("--buckets", f"{os.path.basename(path)} is not UTF-8 text; give a JSON "
+                        "file of buckets") from None
 
 
 def file_figures(data: Any) -> dict[str, Any]:
@@ -211,6 +215,13 @@ def main_args(args: argparse.Namespace) -> int:
         step_s = positive_number("--step-seconds", args.step_seconds)
         out.update(flops_per_device_step_tflop=flops, step_seconds=step_s,
                    utilization=utilization(flops * 1e12, step_s, peak))
+    over = [(b["name"], b["utilization"]) for b in out.get("buckets", []) if b["utilization"] > 1]
+    if out["utilization"] > 1 or over:
+        what = f"bucket {over[0][0]}: {over[0][1] * 100:.0f}%" if over else \
+            f"{out['utilization'] * 100:.0f}%"
+        raise ToolError("--peak-tflops-per-device", f"{name} above 100% ({what}) is impossible: "
+                        "the FLOPs, the step time or the peak is wrong (units: TFLOP per device "
+                        "step, seconds, TFLOP/s per device)")
     peak_txt = f"{peak:g} TFLOP/s per device" + (f" ({peak_kind})" if peak_kind else "")
     lines = [(f"{name}: {out['utilization'] * 100:.2f}% "
               f"({kind} FLOPs, relative to a peak of {peak_txt})")]

@@ -163,6 +163,10 @@ def main_args(args: argparse.Namespace) -> int:
         records = parse_steps(lines, args.pattern)
     except LogParseError as exc:
         raise ToolError(args.log, str(exc)) from None
+    bad = next((r for r in records if not r.step_time_s > 0), None)
+    if bad is not None:
+        raise ToolError(args.log, f"step {bad.step} has a step time of {bad.step_time_s:g} s; a "
+                        "step time must be > 0 (check the log's units or --pattern)")
     kept = records[args.skip_first:]
     if not kept:
         raise ToolError("--skip-first", f"skips all {len(records)} parsed steps; use a smaller N")

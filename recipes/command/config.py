@@ -6,7 +6,12 @@ The schema registers itself under its kind; ``conf/workload/command_example.yaml
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 import string
+import sys
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -96,5 +101,41 @@ class CommandWorkloadConfig(WorkloadConfig):
             raise ConfigError("workload.time_limit_s", f"must be > 0, got {self.time_limit_s}")
         if self.tokens_per_step is not None and self.tokens_per_step <= 0:
             raise ConfigError("workload.tokens_per_step", f"must be > 0, got {self.tokens_per_step}")
-        if self.loss_rtol < 0:
+        if self.loss_rtol < 0 or self.loss_rtol != self.loss_rtol:
             raise ConfigError("workload.loss_rtol", f"must be >= 0, got {self.loss_rtol}")
+        self.check_paths()
+
+    def check_paths(self) -> None:
+        """The working directory and the program exist here, before any trial (otherwise
+        every trial fails to start and the campaign ends invalid). Templates whose value is
+        only known per trial ({trial_dir}, a param a sweep varies) are not checked."""
+        fixed = {"python": sys.executable}
+        cwd = None
+        if self.cwd:
+            if set(template_fields(self.cwd)) - set(fixed):
+                return
+            cwd = Path(os.path.expanduser(self.cwd.format_map(fixed)))
+            if not cwd.is_dir():
+                raise ConfigError("workload.cwd", f"{cwd} is not a directory; set workload.cwd "
+                                  "to the directory the command runs in")
+        if self.shell:
+            return  # a shell line: its first word may be a builtin, a variable or a function
+        try:
+            first = shlex.split(self.command)[0]
+        except (ValueError, IndexError):
+            return
+        if set(template_fields(first)) - set(fixed):
+            return
+        exe = first.format_map(fixed)
+        if "/" in exe:
+            path = Path(os.path.expanduser(exe))
+            if not path.is_absolute():
+                path = (cwd or Path.cwd()) / path
+            if not path.is_file() or not os.access(path, os.X_OK):
+                what = "is not executable" if path.is_file() else "does not exist"
+                raise ConfigError("workload.command", f"{exe} {what} (looked for {path}); give "
+                                  "the path of the program to run (relative paths are from "
+                                  "workload.cwd)")
+        elif shutil.which(exe, path=self.env.get("PATH") or os.environ.get("PATH")) is None:
+            raise ConfigError("workload.command", f"{exe!r} is not on PATH; give the program's "
+                              "full path, or {python} for this Python")
