@@ -198,10 +198,13 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
         kill_orphans(run_dir)
     if start.machine is not None:
         atomic_write_json(run_dir / "machine_load.json", start.machine)
-    session = provenance.start(cfg, run_dir, arms, list(start.done.values()), overrides)
     running, buckets, planned = start.running, start.buckets, start.planned
     bucket_names = [b["name"] for b in buckets]
     adaptive_log: list[dict[str, Any]] = []
+    if not (run_dir / "plan.json").exists():  # first: a campaign stopped from here resumes
+        _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
+                    pairing=start.pairing)
+    session = provenance.start(cfg, run_dir, arms, list(start.done.values()), overrides)
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
     write_lineage(cfg, run_dir)
     run_gate(cfg, run_dir, arms, buckets, launcher)  # once per campaign, through its launcher

@@ -182,14 +182,14 @@ def utilization_section(records: Sequence[dict[str, Any]], peaks: Sequence[PeakS
                      f"{p.hardware}; source: {p.source}{spread}" + (f"; note: {p.note}" if p.note else ""))
     labels = [p.label for p in peaks]
     # every column names its FLOP kind (MFU: useful, HFU: executed) and its peak's kind
-    head = "| bucket | arm | useful GFLOP/step | executed GFLOP/step | " + " | ".join(
-        f"MFU vs {p.label} ({p.kind}) | HFU vs {p.label} ({p.kind})" for p in peaks) + " |"
+    head = "| " + " | ".join(["bucket", "arm", "useful GFLOP/step", "executed GFLOP/step", *(
+        f"MFU vs {p.label} ({p.kind}) | HFU vs {p.label} ({p.kind})" for p in peaks)]) + " |"
     lines += ["", ("MFU = useful FLOPs, HFU = executed FLOPs (definitions above), each against "
                    "the peak named in its column (kind in brackets, source above)."), "", head, "|" + "---|---|" + "---:|---:|" + "---:|---:|" * len(labels)]
     for r in rows:
-        cells = " | ".join(f"{_pct(r.mfu.get(lb))} | {_pct(r.hfu.get(lb))}" for lb in labels)
-        lines.append(f"| {r.bucket} | {r.label} | {_gflop(r.useful_flops_per_step)} | "
-                     f"{_gflop(r.executed_flops_per_step)} | {cells} |")
+        cells = [f"{_pct(r.mfu.get(lb))} | {_pct(r.hfu.get(lb))}" for lb in labels]
+        lines.append("| " + " | ".join([r.bucket, r.label, _gflop(r.useful_flops_per_step),
+                                        _gflop(r.executed_flops_per_step), *cells]) + " |")
     return lines
 
 
