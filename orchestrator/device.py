@@ -377,6 +377,8 @@ def musa_facts() -> dict[str, Any]:
         return out
     out["status"] = "present"
     _devices(mod, out)
+    if out["device_count"] > 0:
+        out["topology"] = musa_topology(out["device_count"])
     torch = _torch()
     mudnn = getattr(torch.backends, "mudnn", None)
     if mudnn is None:
@@ -408,6 +410,15 @@ def musa_facts() -> dict[str, Any]:
         if err:
             out["errors"]["arch_list"] = err
     return out
+
+
+def musa_topology(count: int) -> dict[str, Any]:
+    """MtLink domain of each visible MUSA device and MTML's topology level between each pair
+    (pymtml; None where it is absent or a query fails)."""
+    return {"source": "pymtml (MTML)",
+            "mtlink_domain": [fabric.mtml_domain_identity(i) for i in range(count)],
+            "topology_level": {f"{a}-{b}": fabric.mtml_topology_level(a, b)
+                               for a in range(count) for b in range(a + 1, count)}}
 
 
 def cuda_facts() -> dict[str, Any]:
