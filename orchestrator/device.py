@@ -54,29 +54,34 @@ autoload_error: str | None = None  # why `import torch` failed in an autoloaded 
 def autoload_failure(exc: BaseException) -> str | None:
     """One line naming the extension, its own error and the fix, when ``exc`` is torch's
     "Failed to load the backend extension" (raised at the end of ``import torch`` when an
-    autoloaded extension such as torch_musa raises); None for any other exception."""
+    autoloaded extension such as torch_musa raises); None for any other exception. The line
+    is kept (``autoload_error``): importing torch again in this process would fail otherwise
+    (torch's half-run import re-registers its operator libraries), so the seam does not."""
+    global autoload_error
     for e in (exc, exc.__cause__, exc.__context__):
         if isinstance(e, RuntimeError) and "Failed to load the backend extension" in str(e):
-            m = re.search(r"backend extension: ([\w.-]+)", str(e))
+            m = re.search(r"backend extension: (\S+?)\.?(?:\s|$)", str(e))
             name = m.group(1) if m else "?"
             cause = e.__cause__ or e.__context__
             why = f" ({_err(cause)})" if cause is not None else ""
-            return (f"import torch failed: its autoloaded backend extension {name} raised{why}; "
-                    f"repair or uninstall {name}, or set {AUTOLOAD_VAR}=0 to import torch "
-                    "without it")
+            autoload_error = (f"import torch failed: its autoloaded backend extension {name} "
+                              f"raised{why}; repair or uninstall {name}, or set "
+                              f"{AUTOLOAD_VAR}=0 to import torch without it")
+            return autoload_error
     return None
 
 
 def _torch() -> ModuleType:
-    """torch, imported here first in a worker; a broken autoloaded extension is one line."""
-    global autoload_error
+    """torch; a broken autoloaded backend extension is one line (BackendUnavailable), here
+    and at every later call in this process."""
+    if autoload_error is not None:
+        raise BackendUnavailable(autoload_error)
     try:
         import torch
     except Exception as exc:
         why = autoload_failure(exc)
         if why is None:
             raise
-        autoload_error = why
         raise BackendUnavailable(why) from None
     return torch
 
@@ -102,6 +107,9 @@ def _torch_musa() -> ModuleType | None:
     A broken install (import raises something other than ImportError) is logged and treated as
     absent, with the reason kept for the environment report."""
     global musa_import_error
+    if autoload_error is not None:  # import torch failed: so would torch_musa's `import torch`
+        musa_import_error = f"torch_musa import failed: {autoload_error}"
+        return None
     try:
         return importlib.import_module("torch_musa")
     except ImportError as exc:
@@ -124,7 +132,11 @@ def musa_module() -> Any | None:
 
 
 def available_kinds() -> list[str]:
-    torch = _torch()
+    try:
+        torch = _torch()
+    except BackendUnavailable as exc:  # a broken autoloaded extension: no device is usable
+        log.warning("%s", exc)
+        return ["cpu"]
     kinds = []
     musa = musa_module()
     try:
@@ -145,6 +157,8 @@ def _backend(kind: str) -> Any:
 def resolve(requested: str = "auto", index: int | None = None) -> DeviceInfo:
     """``auto`` = musa if torch_musa reports a device, else cuda, else cpu."""
     kinds = available_kinds()
+    if autoload_error is not None:  # not even the CPU: torch itself does not import
+        raise BackendUnavailable(autoload_error)
     kind = kinds[0] if requested == "auto" else requested
     if kind not in kinds:
         raise BackendUnavailable(
@@ -169,7 +183,10 @@ def unavailable_reason(requested: str) -> str | None:
         return f"unknown device kind {kind!r}"
     var = VISIBILITY_VARS[kind]
     hint = f"; {var}={os.environ[var]!r} is set" if var in os.environ else ""
-    torch = _torch()
+    try:
+        torch = _torch()
+    except BackendUnavailable as exc:  # import torch itself fails (an autoloaded extension)
+        return str(exc)
     if kind == "musa":
         if _torch_musa() is None:
             return f"{musa_import_error or 'torch_musa is not importable'} (install the vendor's torch_musa)"
@@ -630,24 +647,30 @@ def memory_figures(dev: DeviceInfo) -> dict[str, int] | None:
 def attention_target(requested: str) -> dict[str, Any] | None:
     """What the pre-flight needs to refuse an attention arm the device cannot run, or None
     when the trials will not run on MUSA (only torch_musa's selector is modelled:
-    :mod:`orchestrator.musa_rules`). Without torch_musa installed, torch is not imported."""
+    :mod:`orchestrator.musa_rules`). ``device=musa`` always gets the rules; the visible
+    devices' archs where torch_musa is installed here (else unknown: the arch rule cannot
+    refuse). ``auto`` gets them only where torch_musa sees a device; without torch_musa
+    installed, torch is not imported."""
     kind = requested.partition(":")[0]
-    if kind not in ("musa", "auto") or importlib.util.find_spec("torch_musa") is None:
+    installed = importlib.util.find_spec("torch_musa") is not None
+    if kind not in ("musa", "auto") or (kind == "auto" and not installed):
         return None
-    try:
-        if kind == "auto" and available_kinds()[0] != "musa":
-            return None
-        mod = musa_module()
-    except BackendUnavailable:  # a broken autoload: the device check says so
-        return None
-    if mod is None:
-        return None
-    try:
-        archs: list[str | None] = [
-            "{}.{}".format(*mod.get_device_capability(i)) for i in range(int(mod.device_count()))]
-    except Exception as exc:  # noqa: BLE001 - the arch rule then cannot refuse
-        log.debug("no MUSA device capability: %s", exc)
-        archs = [None]
+    archs: list[str | None] = [None]
+    mod = None
+    if installed:
+        try:
+            if kind == "auto" and available_kinds()[0] != "musa":
+                return None
+            mod = musa_module()
+        except BackendUnavailable:  # a broken autoload: the device check says so
+            if kind == "auto":
+                return None
+    if mod is not None:
+        try:
+            archs = ["{}.{}".format(*mod.get_device_capability(i))
+                     for i in range(int(mod.device_count()))] or [None]
+        except Exception as exc:  # noqa: BLE001 - the arch rule then cannot refuse
+            log.debug("no MUSA device capability: %s", exc)
     return {"kind": "musa", "archs": archs, "flash_attn": flash_attn_distributions()}
 
 

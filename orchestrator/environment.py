@@ -394,8 +394,7 @@ def _versions() -> dict[str, Any]:
 
 def fingerprint(device: str = "auto") -> dict[str, Any]:
     """The facts two comparable measurements must share. Cheap: no subprocess, no probe."""
-    import torch
-
+    torch = devmod._torch()  # a broken autoloaded extension: one line, not a second import
     sel = _selected(device)
     kind = sel.get("kind")
     fp: dict[str, Any] = {
@@ -470,11 +469,19 @@ def gather(device: str = "auto", gathered_in: str = "trial process") -> dict[str
         "versions": _probe("versions", _versions, errors),
     }
     report["torch"] = _probe("torch", devmod.torch_build, errors) or {}
-    report["torch"]["runtime"] = _probe("torch_runtime", torch_runtime, errors)
+
+    def with_torch(name: str, fn: Callable[[], Any]) -> Any:
+        # `import torch` failed in an autoloaded extension: a second import would fail
+        # differently (torch's half-run import), so the probes that need torch say why not
+        if devmod.autoload_error is not None:
+            return {"skipped": devmod.autoload_error}
+        return _probe(name, fn, errors)
+
+    report["torch"]["runtime"] = with_torch("torch_runtime", torch_runtime)
     report["torch_backend_autoload"] = _probe("backend_autoload", devmod.backend_autoload, errors)
     report["selected_device"] = _selected(device)
     report["musa"] = _probe("musa", devmod.musa_facts, errors)
-    report["cuda"] = _probe("cuda", devmod.cuda_facts, errors)
+    report["cuda"] = with_torch("cuda", devmod.cuda_facts)
     report["visibility"] = {v: os.environ.get(v) for v in VISIBILITY_VARS}
     tools = {name: _probe(f"tool:{name}", functools.partial(tool_version, name, args), errors)
              for name, args in TOOLS.items()}
@@ -489,19 +496,19 @@ def gather(device: str = "auto", gathered_in: str = "trial process") -> dict[str
         report["musa"]["toolkit_version"] = (tools.get("musa_toolkits_version") or {}).get("version")
         report["musa"]["runtime_version"] = (tools.get("musa_runtime_version") or {}).get("version")
         report["musa"]["mudnn_tool_version"] = (tools.get("mudnn_version") or {}).get("version")
-    dist = _probe("distributed", devmod.distributed_backends, errors) or {}
+    dist = with_torch("distributed", devmod.distributed_backends) or {}
     if dist.get("gloo") is True:
         dist["gloo_probe"] = _probe("gloo_probe", gloo_probe, errors)
     report["distributed"] = dist
     sel = report["selected_device"]
     if "kind" in sel:
         dev = devmod.DeviceInfo(sel["kind"], sel["index"], sel["name"], sel["count"])
-        report["attention"] = _probe("attention", lambda: attention_backends(dev), errors)
+        report["attention"] = with_torch("attention", lambda: attention_backends(dev))
     else:
         report["attention"] = {"skipped": f"no usable device: {sel.get('error')}"}
     report["profilers"] = {
-        "torch_activities": _probe("profiler", devmod.profiler_activities, errors),
-        "device_events": _probe("device_events", lambda: _device_events(sel), errors),
+        "torch_activities": with_torch("profiler", devmod.profiler_activities),
+        "device_events": with_torch("device_events", lambda: _device_events(sel)),
         "tools": {k: tools[k] for k in ("msys", "mcu", "nsys", "ncu")},
     }
     report["driver_tools"] = {k: tools[k] for k in ("mthreads-gmi", "nvidia-smi",
@@ -509,7 +516,7 @@ def gather(device: str = "auto", gathered_in: str = "trial process") -> dict[str
     report["compile"] = _probe("compile", compile_facts, errors)
     report["container"] = _probe("container", container_facts, errors)
     report["env_switches"] = env_switches()
-    report["fingerprint"] = _probe("fingerprint", lambda: fingerprint(device), errors)
+    report["fingerprint"] = with_torch("fingerprint", lambda: fingerprint(device))
     report["errors"] = errors
     report["gather_time_s"] = round(time.perf_counter() - t0, 3)
     return report
