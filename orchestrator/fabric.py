@@ -108,8 +108,7 @@ def cuda_fabric_handle_probe(index: int, load: Callable[[], Any] = _load_libcuda
 
 
 def nvml_fabric_identity(index: int, uuid: str | None,
-                         probe: Callable[[int], str | None] = cuda_fabric_handle_probe
-                         ) -> str | None:
+                         probe: Callable[[int], str | None] | None = None) -> str | None:
     """The multi-node NVLink clique of CUDA device ``index`` (``uuid`` from torch's device
     properties when known), or None: no pynvml, no fabric, fabric info not complete, a zero
     cluster UUID, or FABRIC handles that cannot be shared (the probe)."""
@@ -132,7 +131,7 @@ def nvml_fabric_identity(index: int, uuid: str | None,
     completed = getattr(pynvml, "NVML_GPU_FABRIC_STATE_COMPLETED", 3)
     if state != completed or not any(cluster):
         return None
-    why = probe(index)
+    why = (probe or cuda_fabric_handle_probe)(index)
     if why is not None:  # fabric info alone over-reports multi-node NVLink
         log.debug("NVML reports fabric clique %s but %s: domain unknown", cluster.hex(), why)
         return None
