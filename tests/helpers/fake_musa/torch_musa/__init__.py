@@ -239,8 +239,7 @@ if MODE != "no_register":
     torch.version.musa = _MUSAC._musa_version
     torch.backends.mudnn = types.SimpleNamespace(version=_MUSAC._mudnn_version,
                                                  allow_tf32=False)
-    setattr(torch._C._profiler.ProfilerActivity, "MUSA",
-            torch._C._profiler.ProfilerActivity.PrivateUse1)
+    torch._C._profiler.ProfilerActivity.MUSA = torch._C._profiler.ProfilerActivity.PrivateUse1
     _dist.is_mccl_available = lambda: True  # torch_patches: `_MCCL_AVAILABLE = True`, always
     if USE_MCCL:  # csrc/distributed/Register.cpp, compiled only with USE_MCCL
         b = _dist.Backend
