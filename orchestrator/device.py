@@ -3,24 +3,37 @@
 MUSA is detected from inside the process: ``torch_musa`` is imported when present (which
 registers ``torch.musa``) and asked whether it has a device. Shell variables are never taken as
 evidence. Tests replace :func:`_torch_musa` / ``torch.musa`` here and nowhere else.
+
+torch_musa registers a ``torch.backends`` entry point (``torch_musa = torch_musa:_autoload``,
+its setup.py), so ``import torch`` itself imports it unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``;
+a broken torch_musa then makes ``import torch`` raise. :func:`_torch` turns that into one line
+naming the variable. Counting devices (``is_available``, ``device_count``) calls torch_musa's
+``poison_fork()`` (csrc/core/Module.cpp): every child forked afterwards is a bad fork, and
+importing torch_musa counts them (``_dynamo/__init__.py``); so the fork server imports torch
+without the extension and never imports torch_musa (:func:`preload_for_fork`).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
+import re
 import resource
 import sys
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from orchestrator import fabric
 from orchestrator.errors import BackendUnavailable
 
 log = logging.getLogger(__name__)
 
 VISIBILITY_VARS = {"musa": "MUSA_VISIBLE_DEVICES", "cuda": "CUDA_VISIBLE_DEVICES"}
+AUTOLOAD_VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # torch/__init__.py: "1" (default) loads extensions
+AUTOLOAD_GROUP = "torch.backends"  # the entry-point group torch loads at import
 
 
 @dataclass(frozen=True)
@@ -35,10 +48,57 @@ class DeviceInfo:
         return self.kind if self.index is None else f"{self.kind}:{self.index}"
 
 
-def _torch() -> ModuleType:
-    import torch
+autoload_error: str | None = None  # why `import torch` failed in an autoloaded extension
 
+
+def autoload_failure(exc: BaseException) -> str | None:
+    """One line naming the extension, its own error and the fix, when ``exc`` is torch's
+    "Failed to load the backend extension" (raised at the end of ``import torch`` when an
+    autoloaded extension such as torch_musa raises); None for any other exception. The line
+    is kept (``autoload_error``): importing torch again in this process would fail otherwise
+    (torch's half-run import re-registers its operator libraries), so the seam does not."""
+    global autoload_error
+    for e in (exc, exc.__cause__, exc.__context__):
+        if isinstance(e, RuntimeError) and "Failed to load the backend extension" in str(e):
+            m = re.search(r"backend extension: (\S+?)\.?(?:\s|$)", str(e))
+            name = m.group(1) if m else "?"
+            cause = e.__cause__ or e.__context__
+            why = f" ({_err(cause)})" if cause is not None else ""
+            autoload_error = (f"import torch failed: its autoloaded backend extension {name} "
+                              f"raised{why}; repair or uninstall {name}, or set "
+                              f"{AUTOLOAD_VAR}=0 to import torch without it")
+            return autoload_error
+    return None
+
+
+def _torch() -> ModuleType:
+    """torch; a broken autoloaded backend extension is one line (BackendUnavailable), here
+    and at every later call in this process."""
+    if autoload_error is not None:
+        raise BackendUnavailable(autoload_error)
+    try:
+        import torch
+    except Exception as exc:
+        why = autoload_failure(exc)
+        if why is None:
+            raise
+        raise BackendUnavailable(why) from None
     return torch
+
+
+def backend_autoload() -> dict[str, Any]:
+    """Whether ``import torch`` loads out-of-tree backends here, and which: the variable as
+    set, torch's reading of it, the ``torch.backends`` entry points installed (from package
+    metadata, without importing them) and the failure seen in this process, if any."""
+    from importlib.metadata import entry_points  # start-up cost: only the report asks
+
+    value = os.environ.get(AUTOLOAD_VAR)
+    try:
+        found = sorted(f"{ep.name} = {ep.value}" for ep in entry_points(group=AUTOLOAD_GROUP))
+    except Exception as exc:  # noqa: BLE001 - broken metadata: recorded, not fatal
+        found = [f"error: {_err(exc)}"]
+    return {"variable": AUTOLOAD_VAR, "value": value, "enabled": (value or "1") == "1",
+            "entry_points": found, "error": autoload_error}
 
 
 def _torch_musa() -> ModuleType | None:
@@ -47,6 +107,9 @@ def _torch_musa() -> ModuleType | None:
     A broken install (import raises something other than ImportError) is logged and treated as
     absent, with the reason kept for the environment report."""
     global musa_import_error
+    if autoload_error is not None:  # import torch failed: so would torch_musa's `import torch`
+        musa_import_error = f"torch_musa import failed: {autoload_error}"
+        return None
     try:
         return importlib.import_module("torch_musa")
     except ImportError as exc:
@@ -69,7 +132,11 @@ def musa_module() -> Any | None:
 
 
 def available_kinds() -> list[str]:
-    torch = _torch()
+    try:
+        torch = _torch()
+    except BackendUnavailable as exc:  # a broken autoloaded extension: no device is usable
+        log.warning("%s", exc)
+        return ["cpu"]
     kinds = []
     musa = musa_module()
     try:
@@ -90,6 +157,8 @@ def _backend(kind: str) -> Any:
 def resolve(requested: str = "auto", index: int | None = None) -> DeviceInfo:
     """``auto`` = musa if torch_musa reports a device, else cuda, else cpu."""
     kinds = available_kinds()
+    if autoload_error is not None:  # not even the CPU: torch itself does not import
+        raise BackendUnavailable(autoload_error)
     kind = kinds[0] if requested == "auto" else requested
     if kind not in kinds:
         raise BackendUnavailable(
@@ -114,7 +183,10 @@ def unavailable_reason(requested: str) -> str | None:
         return f"unknown device kind {kind!r}"
     var = VISIBILITY_VARS[kind]
     hint = f"; {var}={os.environ[var]!r} is set" if var in os.environ else ""
-    torch = _torch()
+    try:
+        torch = _torch()
+    except BackendUnavailable as exc:  # import torch itself fails (an autoloaded extension)
+        return str(exc)
     if kind == "musa":
         if _torch_musa() is None:
             return f"{musa_import_error or 'torch_musa is not importable'} (install the vendor's torch_musa)"
@@ -194,11 +266,19 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def preload_for_fork() -> None:
-    """Import what a worker's device set-up imports (torch; torch_musa where installed)
-    without asking for a device: the launchers' fork server calls this once, so its children
-    start with them loaded and no device runtime initialised."""
-    _torch()
-    _torch_musa()
+    """Import torch for the launchers' fork server, with no device runtime touched: without
+    autoloaded backend extensions (``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` while it imports), and
+    never torch_musa, whose import counts devices and so poisons every later fork. A forked
+    child imports torch_musa itself when it resolves its device."""
+    saved = os.environ.get(AUTOLOAD_VAR)
+    os.environ[AUTOLOAD_VAR] = "0"
+    try:
+        _torch()
+    finally:
+        if saved is None:
+            os.environ.pop(AUTOLOAD_VAR, None)
+        else:
+            os.environ[AUTOLOAD_VAR] = saved
 
 
 def fork_safety() -> str | None:
@@ -314,6 +394,8 @@ def musa_facts() -> dict[str, Any]:
         return out
     out["status"] = "present"
     _devices(mod, out)
+    if out["device_count"] > 0:
+        out["topology"] = musa_topology(out["device_count"])
     torch = _torch()
     mudnn = getattr(torch.backends, "mudnn", None)
     if mudnn is None:
@@ -324,10 +406,17 @@ def musa_facts() -> dict[str, Any]:
         if err:
             out["errors"]["mudnn"] = err
         out["mudnn_allow_tf32"] = getattr(mudnn, "allow_tf32", None)
+    # torch.musa.mccl imports in every build; only a USE_MCCL build registers the backend
+    # (csrc/distributed/Register.cpp), and without it mccl.version() raises
+    out["mccl_built"] = mccl_registered()
     mccl = getattr(mod, "mccl", None)
-    if mccl is None:
+    if not out["mccl_built"]:
         out["mccl_version"] = None
-        out["errors"]["mccl"] = "torch.musa.mccl not present (builds with USE_MCCL=0 lack it)"
+        out["errors"]["mccl"] = ("no mccl backend registered in torch.distributed: this "
+                                 "torch_musa was built with USE_MCCL=0 (as for S80/S3000)")
+    elif mccl is None:
+        out["mccl_version"] = None
+        out["errors"]["mccl"] = "torch.musa.mccl not present"
     else:
         ver, err = _call(mccl.version)
         out["mccl_version"] = ".".join(str(x) for x in ver) if isinstance(ver, tuple) else ver
@@ -338,6 +427,15 @@ def musa_facts() -> dict[str, Any]:
         if err:
             out["errors"]["arch_list"] = err
     return out
+
+
+def musa_topology(count: int) -> dict[str, Any]:
+    """MtLink domain of each visible MUSA device and MTML's topology level between each pair
+    (pymtml; None where it is absent or a query fails)."""
+    return {"source": "pymtml (MTML)",
+            "mtlink_domain": [fabric.mtml_domain_identity(i) for i in range(count)],
+            "topology_level": {f"{a}-{b}": fabric.mtml_topology_level(a, b)
+                               for a in range(count) for b in range(a + 1, count)}}
 
 
 def cuda_facts() -> dict[str, Any]:
@@ -379,14 +477,26 @@ def distributed_backends() -> dict[str, Any]:
             out[name] = bool(ok) if err is None else f"error: {err}"
     registered = [str(b) for b in getattr(dist.Backend, "backend_list", [])]
     fn = getattr(dist, "is_mccl_available", None)
+    # torch_musa patches is_mccl_available in, but as a constant True
+    # (torch_patches/torch_distributed_distributed_c10d.py.patch): the registration is what a
+    # USE_MCCL=0 build lacks, so both must hold
+    ok = False
     if fn is not None:
         ok, err = _call(fn)
-        out["mccl"] = bool(ok) if err is None else f"error: {err}"
-    else:
-        musa = musa_module()
-        out["mccl"] = "mccl" in registered or (musa is not None and hasattr(musa, "mccl"))
+        out["is_mccl_available"] = bool(ok) if err is None else f"error: {err}"
+    out["mccl"] = ok is True and "mccl" in registered
     out["registered"] = registered
     return out
+
+
+def mccl_registered() -> bool:
+    """True when torch.distributed knows an ``mccl`` backend: torch_musa registers it only in
+    builds with MCCL (``torch.musa.mccl`` itself imports in every build)."""
+    try:
+        import torch.distributed as dist  # start-up cost: only the environment report asks
+    except Exception:  # noqa: BLE001 - no distributed support: no MCCL
+        return False
+    return "mccl" in [str(b) for b in getattr(dist.Backend, "backend_list", [])]
 
 
 def profiler_activities() -> list[str]:
@@ -412,51 +522,163 @@ def set_current(dev: DeviceInfo) -> None:
 
 
 def fabric_identity(kind: str, index: int | None) -> str | None:
-    """The device's fast-link domain as an opaque string, or None when it cannot be told.
-
-    CUDA: NVML GPU fabric info through ``pynvml`` (cluster UUID + clique id, only when the
-    fabric registration is complete and the UUID is non-zero, as on NVL72 racks). MUSA: no
-    public fabric/clique query is known, so None. Callers fall back to the host."""
-    if kind != "cuda":
-        return None
-    try:
-        import pynvml  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-        uuid = getattr(_torch().cuda.get_device_properties(index or 0), "uuid", None)
-        if uuid is not None:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-        else:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index or 0)
-        info = pynvml.nvmlDeviceGetGpuFabricInfo(handle)
-    except Exception as exc:  # no fabric (HGX, PCIe), old driver, no NVML: not an error
-        log.debug("no NVML fabric info: %s", exc)
-        return None
-    cluster = bytes(getattr(info, "clusterUuid", b"") or b"")
-    state = getattr(info, "state", None)
-    completed = getattr(pynvml, "NVML_GPU_FABRIC_STATE_COMPLETED", 3)
-    if state != completed or not any(cluster):
-        return None
-    return f"nvml:{cluster.hex()}:{getattr(info, 'cliqueId', 0)}"
+    """The device's fast-link domain as an opaque string, or None when it cannot be told
+    (callers fall back to the host). CUDA: NVML's GPU fabric clique, and only where a FABRIC
+    memory handle can be shared as NCCL requires before it uses multi-node NVLink; MUSA:
+    the MtLink domain through pymtml. See :mod:`orchestrator.fabric`."""
+    if kind == "cuda":
+        try:
+            uuid = getattr(_torch().cuda.get_device_properties(index or 0), "uuid", None)
+        except Exception as exc:  # noqa: BLE001 - no properties: look the device up by index
+            log.debug("no CUDA device properties: %s", exc)
+            uuid = None
+        return fabric.nvml_fabric_identity(index or 0, None if uuid is None else str(uuid))
+    if kind == "musa":
+        return fabric.mtml_domain_identity(index or 0)
+    return None
 
 
-def profiler_activities_for(dev: DeviceInfo) -> list[Any]:
-    """torch.profiler activities for ``dev``: CPU, plus CUDA, or MUSA (torch_musa registers
-    ``ProfilerActivity.MUSA`` as an alias of PrivateUse1; it must be imported first, which
-    :func:`resolve` has done). Raises BackendUnavailable when the device has no activity."""
-    activity = _torch().profiler.ProfilerActivity
-    out = [activity.CPU]
-    if dev.kind == "cpu":
+DEVICE_ACTIVITY = {"cuda": "CUDA", "musa": "PrivateUse1"}  # MUSA: torch_musa's alias
+
+
+def device_activity(kind: str) -> tuple[Any | None, str | None]:
+    """(the torch.profiler activity that records ``kind``'s device events, None), or (None,
+    why not). MUSA's is ``PrivateUse1`` (torch_musa sets ``ProfilerActivity.MUSA`` as an alias
+    of it); it records only where ``torch.profiler.supported_activities()`` lists it, the test
+    torch_musa's own profiler tests make, as a Kineto built without the device lacks it."""
+    if kind == "cpu":
+        return None, "the CPU has host events only"
+    if kind == "musa" and musa_module() is None:
+        return None, "profiler on musa needs torch_musa, which is not importable here"
+    profiler = _torch().profiler
+    name = DEVICE_ACTIVITY.get(kind, kind.upper())
+    act = getattr(profiler.ProfilerActivity, name, None)
+    shown = "MUSA (PrivateUse1)" if kind == "musa" else name
+    if act is None:
+        return None, (f"torch.profiler has no ProfilerActivity.{shown} in this build; "
+                      "device-side events cannot be recorded")
+    supported = getattr(profiler, "supported_activities", None)
+    if supported is not None and act not in supported():
+        return None, (f"ProfilerActivity.{shown} is not in torch.profiler.supported_activities() "
+                      f"(this build's Kineto records no {kind} events); device-side events "
+                      "cannot be recorded")
+    return act, None
+
+
+def profiler_activities_for(dev: DeviceInfo | str, required: bool = True) -> list[Any]:
+    """torch.profiler activities for ``dev`` (a DeviceInfo or a kind): CPU, plus the device's
+    when this build records its events (:func:`device_activity`). Without them: raises
+    BackendUnavailable when ``required``, else CPU only."""
+    kind = dev if isinstance(dev, str) else dev.kind
+    out = [_torch().profiler.ProfilerActivity.CPU]
+    if kind == "cpu":
         return out
-    if dev.kind == "musa" and musa_module() is None:
-        raise BackendUnavailable("profiler on musa needs torch_musa, which is not importable here")
-    name = {"cuda": "CUDA", "musa": "MUSA"}.get(dev.kind, dev.kind.upper())
-    extra = getattr(activity, name, None)
-    if extra is None:
-        raise BackendUnavailable(
-            f"torch.profiler has no ProfilerActivity.{name} in this build; device-side events "
-            "cannot be recorded"
-        )
-    return [*out, extra]
+    act, why = device_activity(kind)
+    if act is None:
+        if required:
+            raise BackendUnavailable(str(why))
+        log.info("profiling CPU events only: %s", why)
+        return out
+    return [*out, act]
+
+
+# --------------------------------------------------------------------------- device time, memory
+
+
+class DeviceTimer:
+    """The device-side time of one span: two ``Event(enable_timing=True)`` of the device's
+    backend (``torch.cuda.Event``, ``torch.musa.Event``) recorded on the current stream by
+    :meth:`start` and :meth:`stop`; :meth:`elapsed_s` once the device is synchronised
+    (``elapsed_time`` is in milliseconds). The span includes any time the device waited for
+    the host to launch work inside it."""
+
+    def __init__(self, backend: Any) -> None:
+        self._start = backend.Event(enable_timing=True)
+        self._end = backend.Event(enable_timing=True)
+
+    def start(self) -> None:
+        self._start.record()
+
+    def stop(self) -> None:
+        self._end.record()
+
+    def elapsed_s(self) -> float:
+        return float(self._start.elapsed_time(self._end)) / 1000.0
+
+
+def device_timer(dev: DeviceInfo) -> DeviceTimer | None:
+    """A :class:`DeviceTimer` on a GPU; None on the CPU or where the backend has no events."""
+    if dev.kind == "cpu":
+        return None
+    backend = _backend(dev.kind)
+    if backend is None or getattr(backend, "Event", None) is None:
+        return None
+    try:
+        return DeviceTimer(backend)
+    except Exception as exc:  # noqa: BLE001 - no timing events: host time only
+        log.warning("no device timing events on %s: %s", dev.torch_device, _err(exc))
+        return None
+
+
+MEMORY_FIGURES = (("peak_mem_bytes", "max_memory_allocated"),
+                  ("reserved_mem_bytes", "memory_reserved"),
+                  ("peak_reserved_mem_bytes", "max_memory_reserved"))
+
+
+def memory_figures(dev: DeviceInfo) -> dict[str, int] | None:
+    """The device allocator's figures since its last peak reset: allocated peak, reserved now,
+    reserved peak (bytes). None on the CPU (peak RSS cannot be reset)."""
+    if dev.kind == "cpu":
+        return None
+    backend = _backend(dev.kind)
+    out: dict[str, int] = {}
+    for key, fn in MEMORY_FIGURES:
+        f = getattr(backend, fn, None)
+        if f is not None:
+            value, err = _call(f, dev.index)
+            if err is None:
+                out[key] = int(value)
+    return out
+
+
+# --------------------------------------------------------------------------- attention limits
+
+
+def attention_target(requested: str) -> dict[str, Any] | None:
+    """What the pre-flight needs to refuse an attention arm the device cannot run, or None
+    when the trials will not run on MUSA (only torch_musa's selector is modelled:
+    :mod:`orchestrator.musa_rules`). ``device=musa`` always gets the rules; the visible
+    devices' archs where torch_musa is installed here (else unknown: the arch rule cannot
+    refuse). ``auto`` gets them only where torch_musa sees a device; without torch_musa
+    installed, torch is not imported."""
+    kind = requested.partition(":")[0]
+    installed = importlib.util.find_spec("torch_musa") is not None
+    if kind not in ("musa", "auto") or (kind == "auto" and not installed):
+        return None
+    archs: list[str | None] = [None]
+    mod = None
+    if installed:
+        try:
+            if kind == "auto" and available_kinds()[0] != "musa":
+                return None
+            mod = musa_module()
+        except BackendUnavailable:  # a broken autoload: the device check says so
+            if kind == "auto":
+                return None
+    if mod is not None:
+        try:
+            archs = ["{}.{}".format(*mod.get_device_capability(i))
+                     for i in range(int(mod.device_count()))] or [None]
+        except Exception as exc:  # noqa: BLE001 - the arch rule then cannot refuse
+            log.debug("no MUSA device capability: %s", exc)
+    return {"kind": "musa", "archs": archs, "flash_attn": flash_attn_distributions()}
+
+
+def flash_attn_distributions() -> list[str]:
+    """The installed distributions that provide the ``flash_attn`` package (metadata only)."""
+    from importlib.metadata import packages_distributions  # start-up cost: rarely asked
+
+    try:
+        return sorted(set(packages_distributions().get("flash_attn", [])))
+    except Exception:  # noqa: BLE001 - broken metadata: none known
+        return []

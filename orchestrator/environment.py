@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from orchestrator import __version__
+from orchestrator import __version__, musa_rules
 from orchestrator import device as devmod
 from orchestrator.results import SCHEMA_VERSION, atomic_write_json
 
@@ -52,8 +52,10 @@ VISIBILITY_VARS = ("MUSA_VISIBLE_DEVICES", "MTHREADS_VISIBLE_DEVICES", "CUDA_VIS
 TOOLS: dict[str, list[str]] = {
     "msys": ["--version"], "mcu": ["--version"], "nsys": ["--version"], "ncu": ["--version"],
     "mthreads-gmi": ["-q"], "nvidia-smi": ["--query-gpu=driver_version", "--format=csv,noheader"],
-    "musa_toolkits_version": [],
+    "musa_toolkits_version": [], "musa_runtime_version": [], "mudnn_version": [],
 }
+# the MUSA SDK's version tools: `name:{json}` before MUSA 5.2, plain text lines from 5.2
+MUSA_VERSION_TOOLS = ("musa_toolkits_version", "musa_runtime_version", "mudnn_version")
 PUBLIC_REGISTRIES = ("docker.io", "ghcr.io", "nvcr.io", "quay.io", "gcr.io", "public.ecr.aws",
                      "mcr.microsoft.com", "registry.k8s.io", "registry.mthreads.com")
 IMAGE_DIGEST_VARS = ("ORCHESTRATOR_IMAGE_DIGEST", "CONTAINER_IMAGE_DIGEST", "IMAGE_DIGEST")
@@ -160,14 +162,8 @@ def tool_version(name: str, args: list[str]) -> dict[str, Any]:
         out["product_name"] = m.group(1).strip() if m else None
     elif name == "nvidia-smi":
         out["driver_version"] = text.splitlines()[0].strip() if text else None
-    elif name == "musa_toolkits_version":
-        m = re.search(r"musa_toolkits:\s*(\{.*\})", text, re.DOTALL)
-        try:
-            out["version"] = json.loads(m.group(1)).get("version") if m else None
-        except json.JSONDecodeError:
-            out["version"] = None
-        if out["version"] is None:
-            out["output"] = text[:200]
+    elif name in MUSA_VERSION_TOOLS:
+        out.update(musa_rules.parse_version_tool(name, text))
     else:
         out["version"] = " ".join(text.splitlines()[:2])[:200] if text else None
     return out
@@ -183,15 +179,27 @@ def driver_versions() -> dict[str, str | None]:
 # --------------------------------------------------------------------------- probes in torch
 
 
+SELECTORS = {
+    "cpu": "ATen's selector (flash for CPU, math)",
+    "cuda": "ATen's selector (flash, efficient, cudnn, math; per GPU and build)",
+    "musa": ("torch_musa's selector (flash, math only; csrc/aten/ops/attention/mudnn/SDPUtils.h): "
+             "flash needs mp arch >= 2.2, fp16/bf16, head dims <= 128 (or 192/128, 160/160); "
+             "forcing efficient or cudnn is a configuration error"),
+}
+
+
 def attention_backends(dev: devmod.DeviceInfo) -> dict[str, Any]:
-    """Which attention kernels actually run forward and backward here, per dtype."""
-    import torch
+    """Which attention kernels actually run forward and backward here, per dtype. On MUSA a
+    forced kernel torch_musa's selector cannot run is a configuration error (not an absent
+    kernel), and its math kernel is muDNN's."""
+    import torch  # start-up cost: only the full report probes kernels
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     dtypes = [torch.float32, torch.bfloat16] if dev.kind == "cpu" else \
         [torch.bfloat16, torch.float16, torch.float32]
-    out: dict[str, Any] = {"device": dev.torch_device, "sdpa": {}}
+    out: dict[str, Any] = {"device": dev.torch_device, "selector": SELECTORS.get(dev.kind),
+                           "sdpa": {}}
     for kernel, attr in (("math", "MATH"), ("flash", "FLASH_ATTENTION"),
                          ("efficient", "EFFICIENT_ATTENTION"), ("cudnn", "CUDNN_ATTENTION")):
         backend = getattr(SDPBackend, attr, None)
@@ -207,15 +215,52 @@ def attention_backends(dev: devmod.DeviceInfo) -> dict[str, Any]:
                     F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
                 res[name] = "ok"
             except Exception as exc:  # "no available kernel" is the expected answer here
-                res[name] = _err(exc)[:160]
+                text = _err(exc)[:160]
+                configuration = ("Invalid backend configuration" in text
+                                 or "No viable backend" in text)
+                res[name] = f"configuration error: {text}" if (
+                    dev.kind == "musa" and configuration) else text
         out["sdpa"][kernel] = res
     out["sdpa_usable"] = {k: [dt for dt, r in res.items() if r == "ok"]
                           for k, res in out["sdpa"].items()}
+    if dev.kind == "musa":
+        archs = [d.get("arch") for d in (devmod.musa_facts().get("devices") or [])
+                 if d.get("index") == dev.index] or [None]
+        out["musa"] = {
+            "implementation": musa_rules.MUSA_IMPLEMENTATION,
+            "arch": archs[0],
+            "flash_refusal_bf16_head64": musa_rules.musa_sdpa_refusal(
+                "flash", "bfloat16", 64, 64, archs),
+        }
     out["flash_attn"] = _flash_attn(dev)
+    out["flash_attn_interface"] = _flash_attn_interface()
     return out
 
 
+def _distribution_version(module: Any, package: str) -> tuple[list[str], str | None]:
+    """(the distributions that provide ``package``, its version): the module's
+    ``__version__``, else its distribution's (MATE's flash_attn keeps it only there)."""
+    from importlib import metadata  # start-up cost: only the full report asks
+
+    try:
+        dists = sorted(set(metadata.packages_distributions().get(package, [])))
+    except Exception:  # noqa: BLE001 - broken metadata: none known
+        dists = []
+    version = getattr(module, "__version__", None)
+    for d in dists:
+        if version is not None:
+            break
+        try:
+            version = metadata.version(d)
+        except metadata.PackageNotFoundError:
+            continue
+    return dists, version
+
+
 def _flash_attn(dev: devmod.DeviceInfo) -> dict[str, Any]:
+    """The ``flash_attn`` package: who made it (Dao-AILab's flash-attn, or MATE's
+    mate-flash-attention on MUSA), its version, which entry points it exports, and whether the
+    dense ``flash_attn_func`` runs forward and backward on ``dev``."""
     import importlib.util
 
     if importlib.util.find_spec("flash_attn") is None:
@@ -224,9 +269,17 @@ def _flash_attn(dev: devmod.DeviceInfo) -> dict[str, Any]:
         import flash_attn
     except Exception as exc:
         return {"installed": True, "usable": False, "error": _err(exc)}
-    out: dict[str, Any] = {"installed": True, "version": getattr(flash_attn, "__version__", None)}
+    dists, version = _distribution_version(flash_attn, "flash_attn")
+    exports = {n: callable(getattr(flash_attn, n, None)) for n in musa_rules.FLASH_ATTN_ENTRY_POINTS}
+    out: dict[str, Any] = {"installed": True, "version": version, "distributions": dists,
+                           "provider": musa_rules.flash_attn_provider(dists), "exports": exports}
     if dev.kind == "cpu":
         out.update(usable=False, error="flash-attn needs a cuda or musa device")
+        return out
+    if not exports["flash_attn_func"]:
+        have = [n for n, ok in exports.items() if ok]
+        out.update(usable=False, error=(f"no flash_attn_func (this flash_attn exports "
+                                        f"{', '.join(have) or 'none of the known entry points'})"))
         return out
     try:
         import torch
@@ -237,6 +290,61 @@ def _flash_attn(dev: devmod.DeviceInfo) -> dict[str, Any]:
         out["usable"] = True
     except Exception as exc:
         out.update(usable=False, error=_err(exc)[:160])
+    return out
+
+
+def _flash_attn_interface() -> dict[str, Any]:
+    """The FlashAttention-3 layout (``flash_attn_interface``; MATE ships its wrapper so from
+    v0.2, as ``flash_attn_3``): installed, version, exports. Not probed."""
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn_interface") is None:
+        return {"installed": False}
+    try:
+        import flash_attn_interface  # type: ignore[import-not-found]
+    except Exception as exc:
+        return {"installed": True, "error": _err(exc)}
+    dists, version = _distribution_version(flash_attn_interface, "flash_attn_interface")
+    return {"installed": True, "version": version, "distributions": dists,
+            "provider": musa_rules.flash_attn_provider(dists),
+            "exports": {n: callable(getattr(flash_attn_interface, n, None))
+                        for n in musa_rules.FLASH_ATTN_ENTRY_POINTS}}
+
+
+def compile_facts() -> dict[str, Any]:
+    """What sets compile-time figures: Inductor's ``compile_threads`` (torch_musa's
+    ``_inductor/__init__.py`` forces 1), read where Inductor's config is loaded in this process
+    (it is once anything compiled, and wherever torch_musa is imported), and Triton: its
+    distribution, version and backends (from the files, without importing it)."""
+    import importlib.util
+    import sys
+    from importlib import metadata
+
+    cfg = sys.modules.get("torch._inductor.config")
+    out: dict[str, Any] = {"inductor_compile_threads": getattr(cfg, "compile_threads", None)}
+    if cfg is None:
+        out["inductor_note"] = ("torch._inductor is not loaded in this process (nothing "
+                                "compiled here), so its compile_threads is not read")
+    spec = importlib.util.find_spec("triton")
+    if spec is None:
+        out["triton"] = {"installed": False}
+        return out
+    try:
+        dists = sorted(set(metadata.packages_distributions().get("triton", [])))
+    except Exception:  # noqa: BLE001 - broken metadata
+        dists = []
+    version = None
+    for d in dists:
+        try:
+            version = metadata.version(d)
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    backends = sorted({p.name for loc in (spec.submodule_search_locations or [])
+                       for p in (Path(loc) / "backends").glob("*")
+                       if p.is_dir() and (p / "compiler.py").exists()})
+    out["triton"] = {"installed": True, "distributions": dists, "version": version,
+                     "backends": backends}
     return out
 
 
@@ -286,8 +394,7 @@ def _versions() -> dict[str, Any]:
 
 def fingerprint(device: str = "auto") -> dict[str, Any]:
     """The facts two comparable measurements must share. Cheap: no subprocess, no probe."""
-    import torch
-
+    torch = devmod._torch()  # a broken autoloaded extension: one line, not a second import
     sel = _selected(device)
     kind = sel.get("kind")
     fp: dict[str, Any] = {
@@ -336,6 +443,16 @@ def compare(fingerprints: Iterable[tuple[str, dict[str, Any] | None]]) -> list[s
             for k, vs in values.items() if len(vs) > 1]
 
 
+def _device_events(sel: dict[str, Any]) -> dict[str, Any]:
+    """Whether torch.profiler records the selected device's events in this build."""
+    kind = sel.get("kind")
+    if kind is None:
+        return {"kind": None, "activity": None, "why": "no usable device"}
+    act, why = devmod.device_activity(kind)
+    return {"kind": kind, "activity": None if act is None else str(act).split(".")[-1],
+            "why": why}
+
+
 def gather(device: str = "auto", gathered_in: str = "trial process") -> dict[str, Any]:
     """The full environment report. Never raises: a failing probe is recorded in ``errors``."""
     t0 = time.perf_counter()
@@ -352,10 +469,19 @@ def gather(device: str = "auto", gathered_in: str = "trial process") -> dict[str
         "versions": _probe("versions", _versions, errors),
     }
     report["torch"] = _probe("torch", devmod.torch_build, errors) or {}
-    report["torch"]["runtime"] = _probe("torch_runtime", torch_runtime, errors)
+
+    def with_torch(name: str, fn: Callable[[], Any]) -> Any:
+        # `import torch` failed in an autoloaded extension: a second import would fail
+        # differently (torch's half-run import), so the probes that need torch say why not
+        if devmod.autoload_error is not None:
+            return {"skipped": devmod.autoload_error}
+        return _probe(name, fn, errors)
+
+    report["torch"]["runtime"] = with_torch("torch_runtime", torch_runtime)
+    report["torch_backend_autoload"] = _probe("backend_autoload", devmod.backend_autoload, errors)
     report["selected_device"] = _selected(device)
     report["musa"] = _probe("musa", devmod.musa_facts, errors)
-    report["cuda"] = _probe("cuda", devmod.cuda_facts, errors)
+    report["cuda"] = with_torch("cuda", devmod.cuda_facts)
     report["visibility"] = {v: os.environ.get(v) for v in VISIBILITY_VARS}
     tools = {name: _probe(f"tool:{name}", functools.partial(tool_version, name, args), errors)
              for name, args in TOOLS.items()}
@@ -368,25 +494,29 @@ def gather(device: str = "auto", gathered_in: str = "trial process") -> dict[str
     }
     if isinstance(report["musa"], dict):
         report["musa"]["toolkit_version"] = (tools.get("musa_toolkits_version") or {}).get("version")
-    dist = _probe("distributed", devmod.distributed_backends, errors) or {}
+        report["musa"]["runtime_version"] = (tools.get("musa_runtime_version") or {}).get("version")
+        report["musa"]["mudnn_tool_version"] = (tools.get("mudnn_version") or {}).get("version")
+    dist = with_torch("distributed", devmod.distributed_backends) or {}
     if dist.get("gloo") is True:
         dist["gloo_probe"] = _probe("gloo_probe", gloo_probe, errors)
     report["distributed"] = dist
     sel = report["selected_device"]
     if "kind" in sel:
         dev = devmod.DeviceInfo(sel["kind"], sel["index"], sel["name"], sel["count"])
-        report["attention"] = _probe("attention", lambda: attention_backends(dev), errors)
+        report["attention"] = with_torch("attention", lambda: attention_backends(dev))
     else:
         report["attention"] = {"skipped": f"no usable device: {sel.get('error')}"}
     report["profilers"] = {
-        "torch_activities": _probe("profiler", devmod.profiler_activities, errors),
+        "torch_activities": with_torch("profiler", devmod.profiler_activities),
+        "device_events": with_torch("device_events", lambda: _device_events(sel)),
         "tools": {k: tools[k] for k in ("msys", "mcu", "nsys", "ncu")},
     }
     report["driver_tools"] = {k: tools[k] for k in ("mthreads-gmi", "nvidia-smi",
-                                                    "musa_toolkits_version")}
+                                                    *MUSA_VERSION_TOOLS)}
+    report["compile"] = _probe("compile", compile_facts, errors)
     report["container"] = _probe("container", container_facts, errors)
     report["env_switches"] = env_switches()
-    report["fingerprint"] = _probe("fingerprint", lambda: fingerprint(device), errors)
+    report["fingerprint"] = with_torch("fingerprint", lambda: fingerprint(device))
     report["errors"] = errors
     report["gather_time_s"] = round(time.perf_counter() - t0, 3)
     return report

@@ -208,7 +208,7 @@ def profiler_attributed_flops(
 ) -> ProfiledFlops:
     """Profile ``steps`` calls of ``step`` (after ``warmup`` unprofiled ones) with
     ``torch.profiler(with_flops=True)``. For a separate profiled run only: never time it."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
@@ -216,11 +216,8 @@ def profiler_attributed_flops(
         step()
     if sync is not None:
         sync()
-    activities = [ProfilerActivity.CPU]
-    if device_kind == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    elif device_kind == "musa":  # torch_musa aliases MUSA to PrivateUse1
-        activities.append(getattr(ProfilerActivity, "MUSA", ProfilerActivity.PrivateUse1))
+    # the device's events only where this build records them (the device seam decides)
+    activities = devmod.profiler_activities_for(device_kind, required=False)
     with profile(activities=activities, with_flops=True) as prof:
         for _ in range(steps):
             step()

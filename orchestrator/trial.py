@@ -165,6 +165,8 @@ class _Stepper:
         self.agree = (distmod.StepAgreement(dev.torch_device) if worker.group is not None
                       else None)
         self.compiled_before = compile_stats.activity()
+        # GPU: the device-side span of train_step (Event timing), beside the host's times
+        self.timer = devmod.device_timer(dev)
         self.rows: list[dict[str, Any]] = []
         self.losses: list[Any] = []
         self.first_step_at: float | None = None
@@ -180,9 +182,15 @@ class _Stepper:
             self.first_step_at = time.time()
         batch = next(self.batches)
         t1 = clock()
+        timer = self.timer
+        if timer is not None:
+            timer.start()
         loss = self.trainer.train_step(batch)
         if i == 0:  # e.g. workload.model.compile.visit_buckets: the other buckets' shapes
             self.trainer.visit_shapes()
+        if timer is not None:
+            timer.stop()
+            t_launched = clock()  # the host is done launching; the device may still run
         devmod.synchronize(self.dev)
         t2 = clock()
         tags = list(self.trainer.step_tags())
@@ -196,6 +204,8 @@ class _Stepper:
                "tokens": self.trainer.tokens_per_step, "samples": self.trainer.samples_per_step,
                "batch_index": getattr(batch, "index", i), "tags": ";".join(tags), **fields,
                **({"reference_s": ref_s} if self.ref is not None else {})}
+        if timer is not None:  # read after the clock stopped (the device is synchronised)
+            row["host_launch_s"], row["device_time_s"] = t_launched - t1, timer.elapsed_s()
         self.rows.append(row)
         self.losses.append(loss)
         return decide_s, tags, row
@@ -316,14 +326,22 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
     n = dict.fromkeys(ids, 0)
     got_s = dict.fromkeys(ids, 0.0)
 
+    arm_mem: dict[str, dict[str, int]] = {}  # each arm's own allocator peaks (GPU)
+
     def guarded(arm: str, fn: Any) -> None:
         if worker.rank == 0:  # no fsync: it only has to outlive this process, not the machine
             running.write_text(json.dumps({"arm_id": arm}), encoding="utf-8")
-        if not one_rank:
+        devmod.reset_peak_memory(st.dev)  # the peaks read after fn are this arm's
+
+        def run() -> None:
             fn()
+            _fold_memory(arm_mem.setdefault(arm, {}), devmod.memory_figures(st.dev))
+
+        if not one_rank:
+            run()
             return
         try:
-            fn()
+            run()
         except Exception as exc:  # this arm failed: recorded, the others go on
             failed[arm] = {"status": "oom" if devmod.is_oom(exc) else "failed",
                            "error": _compile_hint(exc, one_line(exc)),
@@ -418,10 +436,32 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
                                     [r["block"] for r in rows if r["phase"] == "measured"])
         rec = _record(spec, own, worker, st, rows, trainer, batches, launch_t0, build_s, policy,
                       times, settled, compile_fields, interference, dist_fields,
-                      close=arm == ok_arms[-1], trial_dir=a["trial_dir"], **session,
+                      close=arm == ok_arms[-1], trial_dir=a["trial_dir"],
+                      memory=arm_mem.get(arm), **session,
                       blocks=[{"cycle": c, "median_s": m} for c, m in sorted(meds.items())])
         out.append((rec, a["trial_dir"]))
     return out
+
+
+def _fold_memory(acc: dict[str, int], figures: dict[str, int] | None) -> None:
+    """One block's allocator figures into its arm's: the peaks' maximum, the latest reserved."""
+    for k, v in (figures or {}).items():
+        acc[k] = v if k == "reserved_mem_bytes" else max(acc.get(k, 0), v)
+
+
+def _memory_fields(dev: Any, memory: dict[str, int] | None,
+                   paired: bool) -> tuple[int, str, dict[str, int]]:
+    """(peak bytes, its source, the other allocator figures) of a record: the arm's own figures
+    in a paired process (``memory``), else the process's since the trainer was built. On the
+    CPU the peak is the process's peak RSS, which cannot be reset per arm."""
+    figures = memory if memory else devmod.memory_figures(dev)
+    peak, source = devmod.peak_memory_bytes(dev)
+    if figures and "peak_mem_bytes" in figures:
+        peak = figures["peak_mem_bytes"]
+        source = f"{dev.kind} allocator peak" + (" (this arm's blocks)" if paired else "")
+    elif paired:
+        source += " (the paired process, all arms)"
+    return peak, source, {k: v for k, v in (figures or {}).items() if k != "peak_mem_bytes"}
 
 
 def _interference(window: CpuWindow, world: int) -> dict[str, Any]:
@@ -436,13 +476,19 @@ def _record(spec: TrialSpec, base: dict[str, Any], worker: Any, st: _Stepper,
             build_s: float, policy: Any, warm_times: list[float], settled: bool,
             compile_fields: dict[str, Any], interference: dict[str, Any],
             dist_fields: dict[str, Any], close: bool, trial_dir: str | None = None,
-            **more: Any) -> dict[str, Any]:
+            memory: dict[str, int] | None = None, **more: Any) -> dict[str, Any]:
     """The trial record of ``rows`` (one arm's steps; all of them for a one-arm trial), after
     the timed steps: steps.csv, FLOPs and utilization (an extra counted step), the recipe's
-    extra facts. ``close``: the batch stream is done with (stops DataLoader workers)."""
+    extra facts. ``close``: the batch stream is done with (stops DataLoader workers).
+    ``memory``: this arm's allocator figures in a paired process."""
     dev, ctx, host_only = worker.device, worker.group, worker.host_only
-    peak, peak_source = devmod.peak_memory_bytes(dev)
+    peak, peak_source, mem_more = _memory_fields(dev, memory, "pairing" in more)
     measured = [r["step_time_s"] for r in rows if r["phase"] == "measured"]
+    timed = [r for r in rows if r["phase"] == "measured" and "device_time_s" in r]
+    if timed:  # GPU: the device-side span and the host's launch time, beside the wall time
+        mem_more = {**mem_more,
+                    "device_time_median_s": statistics.median(r["device_time_s"] for r in timed),
+                    "host_launch_median_s": statistics.median(r["host_launch_s"] for r in timed)}
     median = statistics.median(measured)
     # one-off cost: warm-up steps and the steps that compiled (excluded from the steady state)
     warmup = [r["step_time_s"] for r in rows if r["phase"] == "warmup"
@@ -502,6 +548,7 @@ def _record(spec: TrialSpec, base: dict[str, Any], worker: Any, st: _Stepper,
         tokens_per_s=trainer.tokens_per_step / median,
         peak_mem_bytes=peak,
         peak_mem_source=peak_source,
+        **mem_more,
         useful_flops_per_step=flops,
         final_loss=rows[-1]["loss"],
         nonfinite_loss_steps=nonfinite,

@@ -15,6 +15,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator import device as devmod
+from orchestrator import musa_rules
 from orchestrator.baseline.ledger import check_baseline_arm
 from orchestrator.compile_stats import CACHE_MODES
 from orchestrator.config import (
@@ -166,6 +168,7 @@ def validate(cfg: Config) -> None:
         check_lever_sweep(cfg, arms)
         check_baseline_arm(cfg, arms)  # baseline=vN: the baseline arm is the version
         check_pairing(cfg, arms)
+        check_attention_arms(cfg, arms)
 
 
 def check_pairing(cfg: Config, arms: Sequence[Any]) -> None:
@@ -233,6 +236,63 @@ def validate_arms(arms: Sequence[ResolvedArm]) -> None:
         except ConfigError as exc:
             raise ConfigError(arm_key(arm), f"arm {arm.label!r} sets {exc.key}: {exc.message}"
                               ) from None
+
+
+# --------------------------------------------------------------------------- attention arms
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def attention_refusal(w: WorkloadConfig, target: dict[str, Any]) -> str | None:
+    """Why the device ``target`` describes (:func:`orchestrator.device.attention_target`)
+    cannot run this workload's attention as configured, or None. Only MUSA is modelled."""
+    if target.get("kind") != "musa" or not isinstance(w, GPTWorkloadConfig):
+        return None
+    a = w.model.attention
+    if a.backend == "flash_attn":
+        dists = target.get("flash_attn") or []
+        mate = musa_rules.flash_attn_provider(dists).startswith("MATE")
+        return ("the gpt recipe's flash_attn backend calls flash_attn_func on CUDA only"
+                + ("; this flash_attn is MATE's, which exports flash_attn_varlen_func and "
+                   "flash_attn_with_kvcache, no flash_attn_func" if mate else ""))
+    if a.backend != "sdpa":
+        return None
+    head = w.model.d_model // w.model.n_head
+    return musa_rules.musa_sdpa_refusal(a.sdpa_kernel, _DTYPES.get(w.precision, w.precision),
+                                        head, head, list(target.get("archs") or [None]))
+
+
+def check_attention_arms(cfg: Config, arms: Sequence[ResolvedArm],
+                         target: dict[str, Any] | None = None) -> None:
+    """Arms that force an attention kernel (sdpa_kernel other than auto, the flash_attn
+    backend) which the device cannot run are refused in one line before any work, on MUSA,
+    where torch_musa's selector is known from its source (elsewhere the correctness gate
+    finds out). ``target``: the device's facts (default: asked through the device seam, only
+    when some arm forces a kernel)."""
+    forced = [a for a in arms if isinstance(a.workload_config, GPTWorkloadConfig) and (
+        a.workload_config.model.attention.backend == "flash_attn"
+        or (a.workload_config.model.attention.backend == "sdpa"
+            and a.workload_config.model.attention.sdpa_kernel != "auto"))]
+    if not forced:
+        return
+    target = target if target is not None else devmod.attention_target(cfg.device)
+    if not target:
+        return
+    bad = []
+    for arm in forced:
+        assert arm.workload_config is not None
+        why = attention_refusal(arm.workload_config, target)
+        if why:
+            bad.append((arm, why))
+    if not bad:
+        return
+    keep = [a.label for a in arms if not a.is_baseline and all(a is not b for b, _ in bad)]
+    fix = ("choose another sweep.baseline" if any(a.is_baseline for a, _ in bad) else
+           f"drop {', '.join(repr(a.label) for a, _ in bad)} from sweep.values (keeping "
+           f"{', '.join(map(repr, keep)) or 'none'})")
+    raise ConfigError(arm_key(bad[0][0]), "; ".join(
+        f"arm {a.label!r} cannot run on {target['kind']}: {why}" for a, why in bad)
+        + f"; {fix}, or run on another device")
 
 
 # --------------------------------------------------------------------------- levers across the arms

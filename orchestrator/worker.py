@@ -19,6 +19,7 @@ from orchestrator import device as devmod
 from orchestrator import distributed as distmod
 from orchestrator.config import BucketConfig, WorkloadConfig
 from orchestrator.convert import from_dict
+from orchestrator.errors import BackendUnavailable
 from recipes.base import Recipe
 from recipes.registry import builder_path, workload_from_dict
 
@@ -66,7 +67,14 @@ def start_worker(workload: dict[str, Any], device: str) -> Worker:
     order. Raises BackendUnavailable when the device is missing here."""
     w = workload_from_dict(workload)
     rank, world, local_rank = distmod.env_rank()
-    worker = Worker(w, load_recipe(w.recipe), device, None, None, rank, world)
+    try:  # the recipe's module is where a worker imports torch first
+        recipe = load_recipe(w.recipe)
+    except RuntimeError as exc:  # an autoloaded backend extension (torch_musa) that raises
+        why = devmod.autoload_failure(exc)
+        if why is None:
+            raise
+        raise BackendUnavailable(why) from None
+    worker = Worker(w, recipe, device, None, None, rank, world)
     if worker.external:  # another program trains: no device, no process group in this one
         return worker
     if worker.host_only:

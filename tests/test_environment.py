@@ -16,6 +16,7 @@ import torch
 
 from orchestrator import device as devmod
 from orchestrator import environment as envmod
+from tests.helpers.musa import fake_musa_installer
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "helpers" / "fake_musa"
@@ -24,18 +25,7 @@ FAKE = ROOT / "tests" / "helpers" / "fake_musa"
 @pytest.fixture
 def fake_musa(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Install the fake torch_musa for one test; undo everything it registered afterwards."""
-
-    def install(mode: str) -> None:
-        monkeypatch.setenv("FAKE_MUSA_MODE", mode)
-        monkeypatch.syspath_prepend(str(FAKE))
-
-    yield install
-    for name in [m for m in sys.modules if m == "torch_musa" or m.startswith("torch_musa.")]:
-        del sys.modules[name]
-    for obj, attr in ((torch, "musa"), (torch.version, "musa"), (torch.backends, "mudnn")):
-        if hasattr(obj, attr):
-            delattr(obj, attr)
-    devmod.musa_import_error = None
+    yield from fake_musa_installer(monkeypatch)
 
 
 def test_musa_present_is_detected_from_inside_the_process(fake_musa: Any) -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from orchestrator import device as devmod
+from orchestrator import fabric
 from recipes.muon.config import MuonOptimizerConfig
 from orchestrator.errors import ConfigError
 from recipes.muon import checks, topology
@@ -308,6 +309,8 @@ def test_fabric_identity_through_the_device_seam(monkeypatch: pytest.MonkeyPatch
         get_device_properties=lambda i: types.SimpleNamespace(uuid="1234")))
     monkeypatch.setattr(devmod, "_torch", lambda: fake_torch)
     monkeypatch.setitem(__import__("sys").modules, "pynvml", _fake_nvml(3, b"\x01" * 16, 7))
+    # a clique NCCL would use: FABRIC handles can be shared (orchestrator.fabric's probe)
+    monkeypatch.setattr(fabric, "cuda_fabric_handle_probe", lambda i: None)
     assert devmod.fabric_identity("cuda", 0) == "nvml:" + "01" * 16 + ":7"
     assert topology.local_identity("cuda", 0).startswith("nvml:")
     # registration not complete, or no cluster: no fabric, fall back to the host
@@ -315,7 +318,12 @@ def test_fabric_identity_through_the_device_seam(monkeypatch: pytest.MonkeyPatch
     assert devmod.fabric_identity("cuda", 0) is None
     monkeypatch.setitem(__import__("sys").modules, "pynvml", _fake_nvml(3, b"\x00" * 16, 0))
     assert topology.local_identity("cuda", 0).startswith("host:")
-    assert devmod.fabric_identity("musa", 0) is None  # no MUSA fabric query is known
+    # fabric info alone, where the FABRIC handle probe fails: unknown, the host decides
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", _fake_nvml(3, b"\x01" * 16, 7))
+    monkeypatch.setattr(fabric, "cuda_fabric_handle_probe", lambda i: "probe failed")
+    assert devmod.fabric_identity("cuda", 0) is None
+    monkeypatch.setitem(__import__("sys").modules, "pymtml", None)
+    assert devmod.fabric_identity("musa", 0) is None  # no pymtml here: unknown
 
 
 def test_single_rank_never_crosses() -> None:

@@ -185,8 +185,10 @@ def test_profiler_activities_through_the_device_seam(monkeypatch: pytest.MonkeyP
 
     cpu = devmod.DeviceInfo("cpu", None, "cpu", 1)
     assert devmod.profiler_activities_for(cpu) == [torch.profiler.ProfilerActivity.CPU]
-    fake_activity = SimpleNamespace(CPU="CPU", MUSA="PrivateUse1")
-    fake_torch = SimpleNamespace(profiler=SimpleNamespace(ProfilerActivity=fake_activity))
+    # torch_musa: ProfilerActivity.MUSA is PrivateUse1; it records where Kineto supports it
+    fake_activity = SimpleNamespace(CPU="CPU", PrivateUse1="PrivateUse1", MUSA="PrivateUse1")
+    fake_torch = SimpleNamespace(profiler=SimpleNamespace(
+        ProfilerActivity=fake_activity, supported_activities=lambda: {"CPU", "PrivateUse1"}))
     monkeypatch.setattr(devmod, "_torch", lambda: fake_torch)
     monkeypatch.setattr(devmod, "musa_module", lambda: SimpleNamespace())
     musa = devmod.DeviceInfo("musa", 0, "MTT S4000", 1)

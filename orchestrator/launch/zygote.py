@@ -105,12 +105,16 @@ def peer_gone(sock: socket.socket) -> bool:
 
 def preload_base() -> dict[str, str]:
     errors = {}
+    try:  # first: torch without its autoloaded extensions (torch_musa's import counts devices)
+        devmod.preload_for_fork()
+    except Exception as exc:  # a broken torch: reported; the jobs then spawn
+        errors["torch"] = devmod.autoload_failure(exc) or f"{type(exc).__name__}: {exc}"
+        return errors
     for name in BASE_MODULES:
         try:
             importlib.import_module(name)
         except Exception as exc:  # reported to the launcher; the jobs then spawn
             errors[name] = f"{type(exc).__name__}: {exc}"
-    devmod.preload_for_fork()
     return errors
 
 
