@@ -1,1 +1,0 @@
-"""The autopilot: profile, advise, run the top sweep, promote a confirmed retain, repeat."""

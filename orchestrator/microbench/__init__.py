@@ -1,1 +1,0 @@
-"""Microbenchmarks of one operation per arm, and their direction against the end-to-end verdict."""
