@@ -8,8 +8,8 @@ import time
 
 import torch
 
-from orchestrator.config import BucketConfig
-from orchestrator.convert import from_dict
+from orchestrator.spec.config import BucketConfig
+from orchestrator.core.convert import from_dict
 from recipes.registry import workload_from_dict
 from recipes.gpt.recipe import build
 

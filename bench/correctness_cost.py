@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.cli import compose  # noqa: E402
-from orchestrator.correctness.runner import run_gate  # noqa: E402
-from orchestrator.sweep import resolve_arms, selected_buckets  # noqa: E402
+from orchestrator.cli.main import compose  # noqa: E402
+from orchestrator.campaign.gate import run_gate  # noqa: E402
+from orchestrator.spec.sweep import resolve_arms, selected_buckets  # noqa: E402
 
 
 def main(argv: list[str]) -> None:

@@ -29,11 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.config import SlurmLauncherConfig  # noqa: E402
+from orchestrator.spec.config import SlurmLauncherConfig  # noqa: E402
 from orchestrator.launch.inline import InlineLauncher  # noqa: E402
 from orchestrator.launch.local import LocalLauncher  # noqa: E402
 from orchestrator.launch.slurm import SlurmLauncher  # noqa: E402
-from orchestrator.trial import TrialSpec  # noqa: E402
+from orchestrator.worker.trial import TrialSpec  # noqa: E402
 from tests.helpers.launching import make_spec, slurm_conf  # noqa: E402
 
 

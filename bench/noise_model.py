@@ -1,4 +1,4 @@
-"""Fit a campaign simulator noise model (orchestrator.simulate.NoiseModel) from real run dirs.
+"""Fit a campaign simulator noise model (orchestrator.analysis.simulate.NoiseModel) from real run dirs.
 
 Reads every ok timed trial's steps.csv of the given run directories (one bucket, ``--bucket``;
 the first by default) and estimates:
@@ -8,7 +8,7 @@ the first by default) and estimates:
   of the runs of fast and of slow steps (cut by trial ends, so under-estimates);
 - the per-step noise: the robust SD of log step time among fast steps;
 - the per-process offset: the block fit's residual SD of the trials' log fast-step medians
-  (orchestrator.paired), less what the step noise explains;
+  (orchestrator.core.paired), less what the step noise explains;
 - interference: the share of trials whose residual lies beyond 4 robust SDs, and their factor;
 - with a host-speed reference in steps.csv (``reference_s``): all of the above on step /
   reference, which is what the campaign analyses (``normalised`` only when no slow state is
@@ -31,8 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator import paired  # noqa: E402
-from orchestrator.simulate import NoiseModel  # noqa: E402
+from orchestrator.core import paired  # noqa: E402
+from orchestrator.analysis.simulate import NoiseModel  # noqa: E402
 
 
 def _robust_sd(x: np.ndarray) -> float:

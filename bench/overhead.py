@@ -33,10 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.cli import compose  # noqa: E402
-from orchestrator.convert import to_dict  # noqa: E402
+from orchestrator.cli.main import compose  # noqa: E402
+from orchestrator.core.convert import to_dict  # noqa: E402
 from orchestrator.launch.local import LocalLauncher  # noqa: E402
-from orchestrator.trial import LAUNCH_T0_VAR, TrialSpec  # noqa: E402
+from orchestrator.worker.trial import LAUNCH_T0_VAR, TrialSpec  # noqa: E402
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator import device as devmod
-from orchestrator.hardware import calibrate_peak, lookup
+from orchestrator.platform import device as devmod
+from orchestrator.platform.hardware import calibrate_peak, lookup
 
 
 def main() -> None:

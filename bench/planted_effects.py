@@ -37,9 +37,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.campaign import run_campaign
-from orchestrator.cli import compose
-from orchestrator.simulate import correct
+from orchestrator.campaign.run import run_campaign
+from orchestrator.cli.main import compose
+from orchestrator.analysis.simulate import correct
 
 
 def planted_fraction(effect_pct: float) -> float:
@@ -77,7 +77,7 @@ def run_one(effect_pct: float, protocol: str, launcher: str, run_dir: Path, seed
 
 
 def outcome(effect_pct: float, verdict: str, min_effect: float = 0.02) -> str:
-    """correct | wrong-direction | false-decision | undecided (orchestrator.simulate.correct)."""
+    """correct | wrong-direction | false-decision | undecided (orchestrator.analysis.simulate.correct)."""
     return correct(1 + effect_pct / 100 if effect_pct else 1.0, verdict, min_effect)
 
 

@@ -1,6 +1,6 @@
 """What profiling costs, measured side by side in one run.
 
-1. Phase marks in a timed trial: the cost per call of ``orchestrator.profiling.phases.phase``
+1. Phase marks in a timed trial: the cost per call of ``orchestrator.core.phases.phase``
    with no profiler running (what every timed step pays), next to an inactive
    ``torch.profiler.record_function`` and a bare ``nullcontext``.
 2. Profiler overhead: median step time of a profiled trial's active steps (torch.profiler,
@@ -24,11 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.cli import compose
-from orchestrator.convert import to_dict
+from orchestrator.cli.main import compose
+from orchestrator.core.convert import to_dict
 from orchestrator.launch.local import LocalLauncher
-from orchestrator.profiling.phases import FORWARD, phase
-from orchestrator.trial import TrialSpec
+from orchestrator.core.phases import FORWARD, phase
+from orchestrator.worker.trial import TrialSpec
 
 MARKS_PER_STEP = 6  # the gpt recipe: data, optimizer (x2), forward, backward, clip
 

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.report.cli import main as report_main  # noqa: E402
+from orchestrator.cli.report import main as report_main  # noqa: E402
 from tests.helpers.rundirs import write_campaign  # noqa: E402
 
 

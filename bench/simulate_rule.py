@@ -1,5 +1,5 @@
 """The verdict rule's error rates under a measured noise model, over simulated campaigns
-(orchestrator.simulate): the default protocol (adaptive, 3 rounds then 2 at a time up to 7)
+(orchestrator.analysis.simulate): the default protocol (adaptive, 3 rounds then 2 at a time up to 7)
 beside a fixed protocol of 7 rounds, one table each.
 
     python bench/simulate_rule.py tests/data/noise_synthetic_documented_quiet.json --campaigns 300
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.simulate import NoiseModel, Protocol, error_table, format_table  # noqa: E402
+from orchestrator.analysis.simulate import NoiseModel, Protocol, error_table, format_table  # noqa: E402
 
 PLANTED = [1.0, 1.02, 1 / 1.02, 1.05, 1 / 1.05, 1.10, 1 / 1.10]
 

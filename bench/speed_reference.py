@@ -2,7 +2,7 @@
 
 Runs trials of the calibrated synthetic step (the same recipe the planted-effects benchmark
 uses) back to back in this process, with the fixed host reference of
-``orchestrator.reference`` timed before every step, as a trial does with
+``orchestrator.core.reference`` timed before every step, as a trial does with
 ``protocol.speed_reference`` on. Pairs of consecutive trials form A/A rounds. Prints, side by
 side in one run, the spread of raw and normalised figures:
 
@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator import stats
-from orchestrator.cli import compose
-from orchestrator.reference import host_reference, normalise
+from orchestrator.core import stats
+from orchestrator.cli.main import compose
+from orchestrator.core.reference import host_reference, normalise
 from recipes.synthetic.recipe import SyntheticTrainer
 
 

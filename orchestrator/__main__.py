@@ -1,6 +1,6 @@
 """``python -m orchestrator +sweep=NAME [overrides]``"""
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 
 if __name__ == "__main__":
     main()

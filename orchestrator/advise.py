@@ -1,4 +1,4 @@
-from orchestrator.advise.cli import entry
+from orchestrator.cli.advise import entry
 
 if __name__ == "__main__":
     raise SystemExit(entry())

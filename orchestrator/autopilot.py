@@ -1,4 +1,4 @@
-from orchestrator.autopilot.cli import entry
+from orchestrator.cli.autopilot import entry
 
 if __name__ == "__main__":
     raise SystemExit(entry())

@@ -1,4 +1,4 @@
-from orchestrator.baseline.cli import main
+from orchestrator.cli.baseline import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -8,7 +8,7 @@ A recipe is a function ``build(workload, bucket, device) -> Trainer``:
   ``kind: gpt``, :class:`recipes.custom.config.CustomWorkloadConfig` for ``kind: custom``, whose
   ``params`` mapping carries the recipe's own settings and can be swept as
   ``workload.params.NAME``);
-- ``bucket`` is the :class:`orchestrator.config.BucketConfig` being measured (name, seq_len,
+- ``bucket`` is the :class:`orchestrator.spec.config.BucketConfig` being measured (name, seq_len,
   micro_batch);
 - ``device`` is a torch device string resolved by the orchestrator (``cpu``, ``cuda:0``,
   ``musa:0``); build the model there.
@@ -42,7 +42,7 @@ then runs its command under the orchestrator's time limit and takes step records
 (see ``recipes/command``). A builder decorated with :func:`host_only_recipe` runs on the host
 CPU without torch (see ``recipes/synthetic``). The orchestrator sees a recipe as a
 :class:`Recipe`: the builder with what it declares about itself
-(:func:`orchestrator.worker.load_recipe`).
+(:func:`orchestrator.worker.bootstrap.load_recipe`).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class TrainerHooks:
         (the default): not described. Called after the measured steps, on every rank. The
         decision rule reads it: a variant that differs from the baseline only in covered
         settings and resolved to the baseline's step in every trial is equivalent by
-        construction (orchestrator.decide)."""
+        construction (orchestrator.analysis.decide)."""
         return None
 
     def switch(self, workload: Any) -> None:
@@ -214,8 +214,8 @@ class ExternalTrainer(Protocol):
         ...
 
     def parse(self, lines: list[str]) -> list[Any]:
-        """Step records (orchestrator.logparse.StepRecord) from the log, in order. Raises
-        orchestrator.logparse.MalformedStepLine (a step line that cannot be read: status
+        """Step records (orchestrator.core.logparse.StepRecord) from the log, in order. Raises
+        orchestrator.core.logparse.MalformedStepLine (a step line that cannot be read: status
         ``malformed_log``), LogParseError (no step lines: ``no_step_lines``) or another
         ValueError (``malformed_log``)."""
         ...

@@ -2,7 +2,7 @@
 its decisions.md sections.
 
 Importing this module registers every bundled workload schema (each recipe's ``config`` module
-registers its own with :func:`orchestrator.config.workload_schema`). Builders and report sections are named by import path
+registers its own with :func:`orchestrator.spec.config.workload_schema`). Builders and report sections are named by import path
 and imported only when used, so building one recipe never imports another (nor torch into the
 pre-flight). One's own recipe is named by import path too (``workload.recipe=pkg.module:build``).
 """
@@ -17,9 +17,9 @@ import recipes.custom.config  # noqa: F401  (registers kind custom)
 import recipes.gpt.config  # noqa: F401  (registers kind gpt)
 import recipes.muon.config  # noqa: F401  (registers kind muon_tp)
 import recipes.synthetic.config  # noqa: F401  (registers kind synthetic)
-from orchestrator.config import WORKLOAD_SCHEMAS, WorkloadConfig
-from orchestrator.convert import from_dict
-from orchestrator.errors import ConfigError
+from orchestrator.spec.config import WORKLOAD_SCHEMAS, WorkloadConfig
+from orchestrator.core.convert import from_dict
+from orchestrator.core.errors import ConfigError
 
 # the order messages list the bundled kinds in (the default workload's first); kinds registered
 # by one's own code follow in the order they were registered

@@ -26,7 +26,7 @@ def run_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def compose() -> Any:
-    from orchestrator.cli import compose as _compose
+    from orchestrator.cli.main import compose as _compose
 
     return _compose
 

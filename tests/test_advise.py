@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.advise import rank as R
-from orchestrator.advise.cli import entry
-from orchestrator.advise.load import load_sweeps, read_profile
-from orchestrator.errors import ConfigError
+from orchestrator.analysis import rank as R
+from orchestrator.cli.advise import entry
+from orchestrator.campaign.advise.load import load_sweeps, read_profile
+from orchestrator.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "tests" / "data" / "advise" / "gpt_tiny_cpu"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from orchestrator.errors import BackendUnavailable
+from orchestrator.core.errors import BackendUnavailable
 from recipes.gpt.attention import eager_attention, make_attention
 
 TOL = {torch.float32: 2e-5, torch.bfloat16: 3e-2}

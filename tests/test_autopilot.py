@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.autopilot.cli import entry
-from orchestrator.autopilot.loop import rebase
-from orchestrator.baseline.cli import main as baseline_main
-from orchestrator.baseline.ledger import Ledger
+from orchestrator.cli.autopilot import entry
+from orchestrator.campaign.autopilot import rebase
+from orchestrator.cli.baseline import main as baseline_main
+from orchestrator.spec.ledger import Ledger
 
 # v0: the tiled FlashAttention-2 kernel with 8x8 tiles, so attention is most of the step and
 # the fused kernels win by several times

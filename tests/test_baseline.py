@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.baseline.cli import main as baseline_main
-from orchestrator.campaign import run_campaign
-from orchestrator.errors import ConfigError
+from orchestrator.cli.baseline import main as baseline_main
+from orchestrator.campaign.run import run_campaign
+from orchestrator.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 # quick protocol, in-process trials; three rounds to start (with two, one round disturbed by
@@ -52,7 +52,7 @@ def campaign(compose: Any, ledger: Path, run_dir: Path, *overrides: str) -> Any:
 def retained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A ledger with v0 and one real campaign against it: quarter-units retained, 4x-units
     rejected. Tests copy what they change."""
-    from orchestrator.cli import compose
+    from orchestrator.cli.main import compose
 
     base = tmp_path_factory.mktemp("retained")
     ledger, run = base / "baselines", base / "outputs" / "units"

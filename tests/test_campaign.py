@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.campaign import run_campaign
+from orchestrator.campaign.run import run_campaign
 from tests.conftest import TINY
 
 
@@ -117,8 +117,8 @@ def test_arms_are_resolved_once_and_carry_their_workload(compose: Any, run_dir: 
     """Planning resolves every arm's workload once; trial specs, the gate's probes and the
     A/A control read it from the arm (no stage applies the overrides again), and plan.json
     records the arms exactly as before."""
-    from orchestrator import sweep
-    from orchestrator.convert import to_dict
+    from orchestrator.spec import sweep
+    from orchestrator.core.convert import to_dict
     from recipes.gpt.config import GPTWorkloadConfig
 
     cfg = compose([*TINY, "launcher=local", "+sweep=fa2", "sweep.buckets=[s32]",

@@ -14,11 +14,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from orchestrator.campaign import run_campaign
-from orchestrator.config import BucketConfig, SweepConfig
+from orchestrator.campaign.run import run_campaign
+from orchestrator.spec.config import BucketConfig, SweepConfig
 from recipes.custom.config import CustomWorkloadConfig
-from orchestrator.validate import validate
-from orchestrator.levers import break_even_steps, projected_time_s
+from orchestrator.campaign.validate import validate
+from orchestrator.analysis.levers import break_even_steps, projected_time_s
 from tests.conftest import TINY
 
 
@@ -96,7 +96,7 @@ def test_gpt_compile_sweep_records_compile_time(compose: Any, run_dir: Path) -> 
 def test_cold_compile_cache_is_a_fresh_directory_per_trial(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    from orchestrator import compile_stats
+    from orchestrator.platform import compile_stats
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/somewhere/else")
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
@@ -115,7 +115,7 @@ def test_cold_compile_cache_is_a_fresh_directory_per_trial(monkeypatch: pytest.M
 def test_compile_cache_lookups_are_counted_from_torchs_counters() -> None:
     import torch._dynamo.utils as dyn
 
-    from orchestrator import compile_stats
+    from orchestrator.platform import compile_stats
 
     before = compile_stats.snapshot()
     dyn.counters["inductor"]["fxgraph_cache_hit"] += 2
@@ -129,7 +129,7 @@ def test_compile_cache_lookups_are_counted_from_torchs_counters() -> None:
 
 
 def test_bad_compile_cache_names_the_key(compose: Any) -> None:
-    from orchestrator.errors import ConfigError
+    from orchestrator.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"protocol\.compile_cache: 'hot'"):
         compose([*TINY, "+sweep=compile", "protocol.compile_cache=hot"])
@@ -185,7 +185,7 @@ def test_fullgraph_with_a_graph_break_fails_with_the_reason(compose: Any, run_di
 def test_a_graph_break_seen_before_in_this_process_counts_again() -> None:
     """An in-process re-run (inline launcher, interference) meets the same break reason
     again: it is the count that grows, and the re-run must still report the reason."""
-    from orchestrator.compile_stats import CompileSnapshot, trial_fields
+    from orchestrator.platform.compile_stats import CompileSnapshot, trial_fields
 
     first = CompileSnapshot(break_reasons=(("Call to graph_break()", 1),), graph_breaks=1)
     again = CompileSnapshot(break_reasons=(("Call to graph_break()", 2),), graph_breaks=2)

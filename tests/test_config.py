@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from orchestrator.cli import group_options
-from orchestrator.config import Config
-from orchestrator.convert import from_dict, to_dict
+from orchestrator.cli.main import group_options
+from orchestrator.spec.config import Config
+from orchestrator.core.convert import from_dict, to_dict
 from recipes.gpt.config import GPTWorkloadConfig
 from recipes.muon.config import MuonTPWorkloadConfig
 from recipes.registry import workload_from_dict
 from recipes.synthetic.config import SyntheticWorkloadConfig
-from orchestrator.errors import ConfigError
+from orchestrator.core.errors import ConfigError
 
 
 def test_every_conf_file_composes(compose: Any) -> None:
@@ -180,7 +180,7 @@ def test_a_one_kind_sweep_refuses_a_workload_of_another_kind(
 
 
 def test_cli_refuses_a_workload_of_another_kind_in_one_line(capsys: Any) -> None:
-    from orchestrator.cli import main
+    from orchestrator.cli.main import main
 
     with pytest.raises(SystemExit) as exc:
         main(["workload=gpt_tiny", "+sweep=tp_mode"])

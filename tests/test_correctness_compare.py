@@ -9,17 +9,17 @@ from typing import Any
 import pytest
 import torch
 
-from orchestrator.config import ToleranceConfig
-from orchestrator.correctness.compare import (
+from orchestrator.spec.config import ToleranceConfig
+from orchestrator.analysis.correctness.compare import (
     characterize,
     noise_level_mask,
     relative_series,
     signature_diff,
 )
-from orchestrator.correctness.gate import evaluate
-from orchestrator.correctness.runner import data_order_declared, load_gates, run_gate, section
-from orchestrator.errors import ConfigError
-from orchestrator.sweep import Arm
+from orchestrator.analysis.correctness.gate import evaluate
+from orchestrator.campaign.gate import data_order_declared, load_gates, run_gate, section
+from orchestrator.core.errors import ConfigError
+from orchestrator.spec.sweep import Arm
 
 TOL = ToleranceConfig(rel_l2=0.2, atol=0.0, rtol=0.1, trajectory_rtol=1e-3, update_rel_l2=0.2)
 FP32 = ToleranceConfig(rel_l2=1e-5, atol=1e-9, rtol=1e-4, trajectory_rtol=1e-5,
@@ -190,7 +190,7 @@ def test_bad_correctness_config_names_the_key(compose: Any, overrides: list[str]
 
 
 def test_tolerance_for_an_unknown_precision_is_refused(compose: Any) -> None:
-    from orchestrator.validate import validate
+    from orchestrator.campaign.validate import validate
 
     cfg = compose(["workload=gpt_test", "+sweep=fa2"])
     cfg.invariants.tolerances["fp8"] = ToleranceConfig(1.0, 0.0, 0.0, 0.0, 1.0)
@@ -218,7 +218,7 @@ def test_data_order_sweep_needs_its_invariants_and_then_passes_the_data_check(
     batch sequence and passes, and which data (kind, file) stays frozen."""
     import json
 
-    from orchestrator.campaign import run_campaign
+    from orchestrator.campaign.run import run_campaign
 
     seed_sweep = ["+sweep=fa2", "sweep.knob=null", "sweep.variable=workload.data.seed",
                   "sweep.baseline=1234", "sweep.values=[99]", "sweep.labels=[reshuffled]",

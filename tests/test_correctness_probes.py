@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import torch
 
-from orchestrator.campaign import run_campaign
-from orchestrator.correctness.runner import run_gate
+from orchestrator.campaign.run import run_campaign
+from orchestrator.campaign.gate import run_gate
 from orchestrator.launch.inline import InlineLauncher
-from orchestrator.sweep import resolve_arms, selected_buckets
+from orchestrator.spec.sweep import resolve_arms, selected_buckets
 
 BROKEN = "tests.helpers.broken"
 

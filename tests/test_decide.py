@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 
-from orchestrator import paired, stats
-from orchestrator.analyze import Analysis, ArmSummary, Comparison
-from orchestrator.decide import RULE, Gate, Rule, aa_calibration, decide
-from orchestrator.plan import control_arm
-from orchestrator.sweep import Arm
+from orchestrator.core import paired
+from orchestrator.core import stats
+from orchestrator.analysis.analyze import Analysis, ArmSummary, Comparison
+from orchestrator.analysis.decide import RULE, Gate, Rule, aa_calibration, decide
+from orchestrator.spec.plan import control_arm
+from orchestrator.spec.sweep import Arm
 
 ARMS = [Arm("a0", "base", 0, True), Arm("a1", "var", 1, False)]
 ALPHA = 0.05 / 3

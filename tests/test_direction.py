@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.baseline.ledger import Ledger
-from orchestrator.baseline.promote import Evidence, check_promotable
-from orchestrator.campaign import run_campaign
-from orchestrator.errors import ConfigError
-from orchestrator.microbench import direction as D
+from orchestrator.spec.ledger import Ledger
+from orchestrator.campaign.promote import Evidence, check_promotable
+from orchestrator.campaign.run import run_campaign
+from orchestrator.core.errors import ConfigError
+from orchestrator.analysis import direction as D
 
 
 def _rec(bucket: str, rnd: int, arm: str, t: float) -> dict[str, Any]:

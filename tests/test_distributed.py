@@ -14,9 +14,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from orchestrator import device as devmod
-from orchestrator import distributed as distmod
-from orchestrator.errors import ConfigError
+from orchestrator.platform import device as devmod
+from orchestrator.platform import distributed as distmod
+from orchestrator.core.errors import ConfigError
 from orchestrator.launch.local import LocalLauncher, trial_command
 from tests.conftest import TINY
 from tests.helpers.launching import make_spec
@@ -49,8 +49,8 @@ def test_env_rank_reads_the_standard_variables(monkeypatch: Any) -> None:
 def test_torchrun_command_for_world_size_above_one(tmp_path: Path) -> None:
     cmd = trial_command("py", tmp_path / "spec.json", 2)
     assert cmd[:5] == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-    assert cmd[5:7] == ["-m", "orchestrator.trial"]
-    assert trial_command("py", tmp_path / "s.json", 1) == ["py", "-m", "orchestrator.trial",
+    assert cmd[5:7] == ["-m", "orchestrator.worker.trial"]
+    assert trial_command("py", tmp_path / "s.json", 1) == ["py", "-m", "orchestrator.worker.trial",
                                                            str(tmp_path / "s.json")]
 
 
@@ -129,7 +129,7 @@ def test_two_rank_profiled_trial_keeps_one_trace_per_rank(compose: Any, run_dir:
     import dataclasses
     import gzip
 
-    from orchestrator.convert import to_dict
+    from orchestrator.core.convert import to_dict
 
     cfg = compose([*TINY, "+sweep=fa2", "profile=framework"])
     out = run_dir / "profiles" / "framework"
@@ -193,7 +193,7 @@ def test_a_collective_mismatch_is_re_run_and_never_a_reject(
     with the reason, and no verdict is a reject."""
     import json
 
-    from orchestrator.campaign import run_campaign
+    from orchestrator.campaign.run import run_campaign
 
     monkeypatch.setenv("DDP_TEST_MISMATCH_DIR", str(tmp_path))
     cfg = compose(["workload=gpt_test", "protocol=quick", "launcher=local", "+sweep=fa2",

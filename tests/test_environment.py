@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from orchestrator import device as devmod
-from orchestrator import environment as envmod
+from orchestrator.platform import device as devmod
+from orchestrator.platform import environment as envmod
 from tests.helpers.musa import fake_musa_installer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -229,8 +229,8 @@ TINY_SWEEP = ["workload=gpt_test", "protocol=quick", "+sweep=fa2_tiling"]
 def test_a_requested_musa_this_process_cannot_see_is_refused_before_any_trial(
     fake_musa: Any, compose: Any, mode: str, reason: str
 ) -> None:
-    from orchestrator.cli import check_device
-    from orchestrator.errors import ConfigError
+    from orchestrator.cli.main import check_device
+    from orchestrator.core.errors import ConfigError
 
     fake_musa(mode)
     cfg = compose([*TINY_SWEEP, "device=musa"])
@@ -242,7 +242,7 @@ def test_a_requested_musa_this_process_cannot_see_is_refused_before_any_trial(
 def test_a_visible_musa_passes_and_auto_cpu_never_ask_torch(
     fake_musa: Any, compose: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.cli import check_device
+    from orchestrator.cli.main import check_device
 
     fake_musa("present")
     check_device(compose([*TINY_SWEEP, "device=musa"]))
@@ -262,8 +262,8 @@ def test_a_requested_cuda_this_process_cannot_see_is_refused(
 ) -> None:
     from types import SimpleNamespace
 
-    from orchestrator.cli import check_device
-    from orchestrator.errors import ConfigError
+    from orchestrator.cli.main import check_device
+    from orchestrator.core.errors import ConfigError
 
     cfg = compose([*TINY_SWEEP, "device=cuda"])
     cpu_build = SimpleNamespace(__version__="2.9.0+cpu", version=SimpleNamespace(cuda=None, hip=None))
@@ -290,7 +290,7 @@ def test_a_requested_cuda_this_process_cannot_see_is_refused(
 def test_slurm_and_command_workloads_are_not_checked_here(
     compose: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from orchestrator.cli import check_device
+    from orchestrator.cli.main import check_device
 
     monkeypatch.setattr(devmod, "unavailable_reason", lambda requested: "absent here")
     # the submitting host need not have the GPU: the trials run on the compute nodes

@@ -11,15 +11,15 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from orchestrator.campaign import run_campaign
-from orchestrator.errors import ConfigError
-from orchestrator.jobs import make_specs
-from orchestrator.external import LogProblem, check_steps
-from orchestrator.loss_gate import loss_trajectory_gates
-from orchestrator.logparse import StepRecord
-from orchestrator.plan import plan
-from orchestrator.sweep import Arm, resolve_arms
-from orchestrator.trial import run_trial
+from orchestrator.campaign.run import run_campaign
+from orchestrator.core.errors import ConfigError
+from orchestrator.spec.jobs import make_specs
+from orchestrator.worker.external import LogProblem, check_steps
+from orchestrator.analysis.loss_gate import loss_trajectory_gates
+from orchestrator.core.logparse import StepRecord
+from orchestrator.spec.plan import plan
+from orchestrator.spec.sweep import Arm, resolve_arms
+from orchestrator.worker.trial import run_trial
 
 CMD = ["workload=command_example", "protocol=quick", "launcher=inline"]
 
@@ -228,8 +228,8 @@ def test_command_workload_cwd_env_log_file_pattern_and_skip(compose: Any, run_di
     """The example trainer run from its trial directory (workload.cwd), a templated
     workload.env value and the swept env.OMP_NUM_THREADS reaching it, step lines read from
     workload.log.file in a format only the custom pattern reads, and skip_steps."""
-    from orchestrator.validate import validate
-    from orchestrator.logparse import LogParseError, parse_steps
+    from orchestrator.campaign.validate import validate
+    from orchestrator.core.logparse import LogParseError, parse_steps
 
     script = Path(__file__).resolve().parents[1] / "recipes" / "examples" / "train_example.py"
     cfg = compose([*CMD, "+sweep=omp_threads", "protocol.repeats=1", "protocol.warmup_steps=1",
@@ -323,7 +323,7 @@ def test_trainer_reported_mfu_alone_says_how_to_get_ours(compose: Any, run_dir: 
       r"\(a, b\).*sweep\.buckets=\[a\]")),
 ])
 def test_declared_flops_are_checked(compose: Any, overrides: list[str], match: str) -> None:
-    from orchestrator.errors import ConfigError
+    from orchestrator.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=match):
         compose([*CMD, "+sweep=example_delay", *overrides])

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.trial import TrialSpec
+from orchestrator.worker.trial import TrialSpec
 from tests.helpers.launching import (
     LAUNCHERS,
     launcher_for,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator import device as devmod
-from orchestrator.flops import (
+from orchestrator.platform import device as devmod
+from orchestrator.platform.flops import (
     BucketWork,
     bucket_steps,
     count_executed_flops,
@@ -18,7 +18,7 @@ from orchestrator.flops import (
     utilization,
     utilization_name,
 )
-from orchestrator.utilization import campaign_utilization, utilization_section
+from orchestrator.analysis.utilization import campaign_utilization, utilization_section
 
 # analytic (useful) vs dispatch (executed) on the GPT without recompute must agree this closely
 AGREEMENT = 1e-3
@@ -56,7 +56,7 @@ def test_mixture_is_total_flops_over_total_time() -> None:
 
 
 def _trainer(overrides: list[str], bucket: int = 1) -> Any:
-    from orchestrator.cli import compose
+    from orchestrator.cli.main import compose
     from recipes.gpt.recipe import build
 
     cfg = compose(["workload=gpt_test", "+sweep=fa2", *overrides])

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator.campaign import run_campaign
-from orchestrator.convert import to_dict
-from orchestrator.errors import ConfigError
+from orchestrator.campaign.run import run_campaign
+from orchestrator.core.convert import to_dict
+from orchestrator.core.errors import ConfigError
 from orchestrator.launch.forkserver import env_switch_reason, pre_import_var
 from orchestrator.launch.local import LocalLauncher
-from orchestrator.render import start_method_line
-from orchestrator.trial import TrialSpec
+from orchestrator.analysis.render import start_method_line
+from orchestrator.worker.trial import TrialSpec
 from tests.helpers.launching import make_spec, pids_writing
 
 FAULTY = "tests.helpers.faulty:build_"

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator import device as devmod
-from orchestrator import hardware as hw
-from orchestrator.errors import ConfigError
+from orchestrator.platform import device as devmod
+from orchestrator.platform import hardware as hw
+from orchestrator.core.errors import ConfigError
 
 FIGURES = ("memory_bandwidth_gbps", "intra_domain_bandwidth_gbps", "inter_domain_bandwidth_gbps",
            "collective_latency_us", "domain_size")

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator import device as devmod
+from orchestrator.platform import device as devmod
 from orchestrator.launch.local import LocalLauncher
 from orchestrator.launch.slots import DeviceSlots, Inventory, inventory
-from orchestrator.trial import TrialSpec
+from orchestrator.worker.trial import TrialSpec
 from tests.helpers.launching import LAUNCHERS, launcher_for, make_spec
 
 

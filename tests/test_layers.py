@@ -241,11 +241,11 @@ def test_lint_imports_passes() -> None:
 
 @pytest.mark.parametrize(("module", "banned"), [
     # the trial worker's fixed cost stays close to `import torch`
-    ("orchestrator.trial", ("pandas", "matplotlib", "hydra", "omegaconf", "submitit")),
-    ("orchestrator.correctness.probe", ("pandas", "matplotlib", "hydra", "omegaconf",
+    ("orchestrator.worker.trial", ("pandas", "matplotlib", "hydra", "omegaconf", "submitit")),
+    ("orchestrator.worker.probe", ("pandas", "matplotlib", "hydra", "omegaconf",
                                         "submitit")),
     # `orchestrator --help` and the pre-flight's one-line errors stay fast
-    ("orchestrator.cli", ("torch", "pandas", "matplotlib", "hydra", "submitit")),
+    ("orchestrator.cli.main", ("torch", "pandas", "matplotlib", "hydra", "submitit")),
 ])
 def test_entry_modules_import_no_heavy_packages(module: str, banned: tuple[str, ...]) -> None:
     code = (f"import sys, {module}; "
@@ -259,17 +259,17 @@ def test_entry_modules_import_no_heavy_packages(module: str, banned: tuple[str, 
 
 
 def test_imports_of_reads_local_and_relative_imports(tmp_path: Path) -> None:
-    src = ("from orchestrator import stats\n"
+    src = ("from orchestrator.core import stats\n"
            "def f():\n"
            "    # start-up cost\n"
-           "    from orchestrator.stats import median\n"
+           "    from orchestrator.core.stats import median\n"
            "    return median\n")
     path = tmp_path / "m.py"
     path.write_text(src)
-    mods = {"orchestrator.x": path, "orchestrator.stats": path, "orchestrator": path}
+    mods = {"orchestrator.x": path, "orchestrator.core.stats": path, "orchestrator": path}
     found = imports_of("orchestrator.x", path, mods)
     assert [(i.target, i.line, i.local) for i in found] == [
-        ("orchestrator.stats", 1, False), ("orchestrator.stats", 4, True)]
+        ("orchestrator.core.stats", 1, False), ("orchestrator.core.stats", 4, True)]
     assert STARTUP.search(_comments(path)[3])
 
 

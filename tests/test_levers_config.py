@@ -8,7 +8,7 @@ import pytest
 
 from recipes.command.config import CommandWorkloadConfig
 from recipes.gpt.config import GPTWorkloadConfig
-from orchestrator.errors import ConfigError
+from orchestrator.core.errors import ConfigError
 
 CMD = ["workload=command_example", "+sweep=example_delay"]
 

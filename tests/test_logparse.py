@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.logparse import (
+from orchestrator.core.logparse import (
     TRAINER_MFU_LABEL,
     LogParseError,
     MalformedStepLine,

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.multirun import build_index, render_index
+from orchestrator.campaign.multirun import build_index, render_index
 from tests.conftest import TINY
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import torch
 
-from orchestrator import device as devmod
-from orchestrator import fabric
+from orchestrator.platform import device as devmod
+from orchestrator.platform import fabric
 from recipes.muon.config import MuonOptimizerConfig
-from orchestrator.errors import ConfigError
+from orchestrator.core.errors import ConfigError
 from recipes.muon import checks, topology
 from recipes.muon.calibrate import fit_line
 from recipes.muon.cost import CostProfile, Link, ModeResolver, choose, interpolate, \
@@ -218,7 +218,7 @@ def test_registry_profile_from_the_real_registry(monkeypatch: pytest.MonkeyPatch
     """An H100 seen through the device seam: the registry gives the datasheet peaks and NVLink
     bandwidth, the group measurement the collective latency (no datasheet states one); on a
     small tall weight that latency term flips the choice from distributed to duplicated."""
-    from orchestrator.errors import BackendUnavailable
+    from orchestrator.core.errors import BackendUnavailable
     from recipes.muon.recipe import registry_profile
 
     fake_cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 8,
@@ -309,7 +309,7 @@ def test_fabric_identity_through_the_device_seam(monkeypatch: pytest.MonkeyPatch
         get_device_properties=lambda i: types.SimpleNamespace(uuid="1234")))
     monkeypatch.setattr(devmod, "_torch", lambda: fake_torch)
     monkeypatch.setitem(__import__("sys").modules, "pynvml", _fake_nvml(3, b"\x01" * 16, 7))
-    # a clique NCCL would use: FABRIC handles can be shared (orchestrator.fabric's probe)
+    # a clique NCCL would use: FABRIC handles can be shared (orchestrator.platform.fabric's probe)
     monkeypatch.setattr(fabric, "cuda_fabric_handle_probe", lambda i: None)
     assert devmod.fabric_identity("cuda", 0) == "nvml:" + "01" * 16 + ":7"
     assert topology.local_identity("cuda", 0).startswith("nvml:")

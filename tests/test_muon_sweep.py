@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from orchestrator.campaign import run_campaign
+from orchestrator.campaign.run import run_campaign
 
 
 @pytest.fixture
@@ -103,8 +103,8 @@ def test_tp_mode_sweep_two_ranks_end_to_end(compose: Any, run_dir: Path) -> None
 def test_tp_mode_gate_rejects_a_planted_distributed_error(compose: Any, run_dir: Path) -> None:
     """distributed scaled by 1 + 5e-4 (tests/helpers/muon_planted.py): the gate, with the
     sweep's 1e-4 update tolerance, must reject it and name the sharded weights' updates."""
-    from orchestrator.correctness.runner import run_gate
-    from orchestrator.sweep import resolve_arms, selected_buckets
+    from orchestrator.campaign.gate import run_gate
+    from orchestrator.spec.sweep import resolve_arms, selected_buckets
 
     cfg = compose(["workload=muon_tp_test", "protocol=quick", "launcher=local",
                    "+sweep=tp_mode", "sweep.values=[distributed]",
@@ -151,7 +151,7 @@ def test_the_tp_mode_sweep_changes_only_what_the_muon_description_covers(compose
     """The shipped tp_mode sweep's arms differ from the baseline only in the setting the Muon
     trainer's executes() speaks for, so auto that resolves to duplicated can be called
     equivalent by construction; an environment sweep on the same workload cannot."""
-    from orchestrator.sweep import differing_settings, expand_arms, resolve_arms
+    from orchestrator.spec.sweep import differing_settings, expand_arms, resolve_arms
     from recipes.muon.recipe import MuonTPTrainer
 
     cfg = compose(["workload=muon_tp_test", "+sweep=tp_mode"])

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import torch
 
-from orchestrator import device as devmod
-from orchestrator import environment as envmod
-from orchestrator import fabric, musa_rules
-from orchestrator.errors import BackendUnavailable, ConfigError
+from orchestrator.platform import device as devmod
+from orchestrator.platform import environment as envmod
+from orchestrator.platform import fabric
+from orchestrator.core import musa_rules
+from orchestrator.core.errors import BackendUnavailable, ConfigError
 from tests.helpers.musa import FAKE, FAKE_BIN, FAKE_MATE, FAKE_PYMTML, fake_musa_installer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +67,7 @@ def test_a_broken_autoloaded_torch_musa_is_one_line_naming_the_variable(fake_mus
 
 def test_a_worker_whose_torch_import_fails_records_unavailable(
         fake_musa: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator import worker
+    from orchestrator.worker import bootstrap as worker
 
     exc = _autoload_error(fake_musa)
 
@@ -204,7 +205,7 @@ def test_device_events_only_where_the_profiler_supports_them(
 
 def test_flops_profiling_asks_the_seam_for_its_activities(fake_musa: Any,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator import flops
+    from orchestrator.platform import flops
 
     fake_musa("present")
     devmod.musa_module()
@@ -263,7 +264,7 @@ def test_paired_arms_get_their_own_peaks_and_device_times(
         compose: Any, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """tests/helpers/memory_arms.py allocates per step what its arm's setting says; the peak
     is reset before each arm's blocks, so the small arm no longer reports the big arm's peak."""
-    from orchestrator.campaign import run_campaign
+    from orchestrator.campaign.run import run_campaign
     from tests.helpers import memory_arms
 
     monkeypatch.setattr(devmod, "reset_peak_memory", lambda dev: memory_arms.reset())

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from orchestrator import paired
+from orchestrator.core import paired
 
 
 def test_t_distribution_against_tabulated_values() -> None:

@@ -12,9 +12,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from orchestrator import blocks, paired
-from orchestrator.analyze import block_paired_medians
-from orchestrator.errors import ConfigError
+from orchestrator.core import blocks
+from orchestrator.core import paired
+from orchestrator.analysis.analyze import block_paired_medians
+from orchestrator.core.errors import ConfigError
 
 SYN = ["workload=synthetic", "+sweep=calibrate", "protocol=default", "protocol.pairing=steps",
        "protocol.measured_steps=6", "protocol.measured_min_s=0", "protocol.paired_min_s=0",
@@ -84,7 +85,7 @@ def test_block_pairing_cancels_a_host_that_changes_speed_between_blocks() -> Non
 
 
 def test_a_key_the_recipe_cannot_switch_is_refused(compose: Any) -> None:
-    from orchestrator.validate import validate
+    from orchestrator.campaign.validate import validate
 
     with pytest.raises(ConfigError, match=r"^protocol.pairing: steps: recipe 'gpt' cannot "
                        r"switch workload.model.compile.mode between steps .*use "
@@ -100,7 +101,7 @@ def test_a_key_the_recipe_cannot_switch_is_refused(compose: Any) -> None:
 
 def test_the_registry_lists_what_each_builder_declares() -> None:
     from recipes.registry import REGISTRY, SWITCHABLE
-    from orchestrator.worker import load_recipe
+    from orchestrator.worker.bootstrap import load_recipe
 
     for name in REGISTRY:
         assert load_recipe(name).switchable == SWITCHABLE.get(name, ()), name
@@ -153,7 +154,7 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
 
 def test_steps_pairing_runs_every_arm_of_a_round_in_one_process(compose: Any,
                                                                 run_dir: Path) -> None:
-    from orchestrator.campaign import run_campaign
+    from orchestrator.campaign.run import run_campaign
 
     cfg = compose([*SYN, "launcher=local", "sweep.values=[3.0]", "sweep.labels=[4x-work]",
                    "protocol.repeats=2", "protocol.max_rounds=2"])
@@ -181,7 +182,7 @@ def test_steps_pairing_runs_every_arm_of_a_round_in_one_process(compose: Any,
     assert "pairing by steps" in text
     # the cycles planner (protocol.plan_cycles) reads these rounds: whole, even cycles per
     # arm, never fewer than ran, at most 4x more per extension
-    from orchestrator.campaign import cycles_per_round
+    from orchestrator.campaign.run import cycles_per_round
 
     steps_next, doc = cycles_per_round(cfg, run_dir, result.analysis)
     ran = recs[0]["cycles"]
@@ -194,7 +195,7 @@ def _switchy(compose: Any, run_dir: Path, launcher: str, values: str, labels: st
              rounds: int) -> Any:
     """A campaign of tests/helpers/switchy.py, whose arms fail on purpose (9: raises, 7:
     segfaults), without the A/A arm and the correctness gate."""
-    from orchestrator.campaign import run_campaign
+    from orchestrator.campaign.run import run_campaign
 
     return run_campaign(compose([
         *SYN, f"launcher={launcher}", "workload.recipe=tests.helpers.switchy:build",
@@ -228,7 +229,7 @@ def test_a_paired_process_that_dies_blames_the_arm_whose_block_ran(
 
 
 def test_auto_pairing_picks_steps_only_where_every_arm_can_switch(compose: Any) -> None:
-    from orchestrator.sweep import choose_pairing, resolve_arms
+    from orchestrator.spec.sweep import choose_pairing, resolve_arms
 
     def choice(overrides: list[str]) -> tuple[str, str]:
         cfg = compose(["workload=gpt_test", "protocol.pairing=auto", *overrides])
@@ -249,7 +250,7 @@ def test_auto_pairing_picks_steps_only_where_every_arm_can_switch(compose: Any) 
 
 
 def test_plan_json_records_the_pairing_and_why(compose: Any, run_dir: Path) -> None:
-    from orchestrator.campaign import run_campaign
+    from orchestrator.campaign.run import run_campaign
 
     cfg = compose([*SYN, "launcher=inline", "protocol.pairing=auto", "sweep.values=[3.0]",
                    "sweep.labels=[4x-work]",
@@ -265,7 +266,7 @@ def test_plan_json_records_the_pairing_and_why(compose: Any, run_dir: Path) -> N
 def test_paired_processes_time_every_arm_for_paired_min_s() -> None:
     """protocol.paired_min_s raises the time floor of a paired process's arms (never lowers
     measured_min_s); one-arm specs keep the protocol's floor."""
-    from orchestrator.jobs import TrialSpec, pair_specs
+    from orchestrator.spec.jobs import TrialSpec, pair_specs
 
     def spec(arm: str, r: int) -> TrialSpec:
         return TrialSpec(trial_id=f"r{r}-{arm}", trial_dir=f"/x/r{r}-{arm}",
@@ -286,7 +287,7 @@ def test_gpt_describes_the_attention_code_each_arm_ran(compose: Any) -> None:
     CPU), so switching auto -> flash keeps the description and -> math changes it; other
     backends are described by name and tile. Under torch.compile nothing is claimed. The
     shipped attention sweeps change only settings the description covers."""
-    from orchestrator.sweep import differing_settings, expand_arms
+    from orchestrator.spec.sweep import differing_settings, expand_arms
     from recipes.gpt.recipe import GPTTrainer, build
 
     w = compose(["workload=gpt_test", "+sweep=fa2"]).workload

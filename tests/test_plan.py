@@ -1,4 +1,4 @@
-from orchestrator.plan import plan
+from orchestrator.spec.plan import plan
 
 
 def test_interleaved_and_reversed_every_other_round() -> None:
@@ -29,7 +29,7 @@ def test_trial_ids_are_stable_and_path_safe() -> None:
 
 
 def test_adaptive_extension_keeps_interleaving_reversal_and_ids() -> None:
-    from orchestrator.plan import next_rounds, plan_rounds
+    from orchestrator.spec.plan import next_rounds, plan_rounds
 
     first = plan(["a0", "aa", "a1", "a2"], ["s"], 3)
     ext = plan_rounds(["a0", "aa", "a2"], ["s"], next_rounds(3, 9, 2), start_position=len(first))
@@ -41,7 +41,7 @@ def test_adaptive_extension_keeps_interleaving_reversal_and_ids() -> None:
 
 
 def test_more_rounds_reason_rules() -> None:
-    from orchestrator.plan import ArmProgress, more_rounds_reason
+    from orchestrator.spec.plan import ArmProgress, more_rounds_reason
 
     def why(verdict: str, done: int = 3, n: int | None = 9, timing: bool = True,
             calibration: str = "") -> str:
@@ -64,8 +64,8 @@ def test_more_rounds_reason_rules() -> None:
 
 
 def test_control_arm_copies_the_baseline() -> None:
-    from orchestrator.plan import AA_ARM_ID, control_arm
-    from orchestrator.sweep import Arm
+    from orchestrator.spec.plan import AA_ARM_ID, control_arm
+    from orchestrator.spec.sweep import Arm
 
     base = Arm("a0", "sdpa", {"k": 1}, True, {"workload.x": 1}, {"E": "1"})
     aa = control_arm(base)

@@ -10,10 +10,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from orchestrator.profiling import analysis as A
-from orchestrator.profiling import patterns, phases
-from orchestrator.profiling.diff import diff_frames, diff_traces
-from orchestrator.profiling.trace import events_frame, load_trace, save_trace
+from orchestrator.analysis.profile import analysis as A
+from orchestrator.analysis.profile import patterns
+from orchestrator.core import phases
+from orchestrator.analysis.profile.diff import diff_frames, diff_traces
+from orchestrator.analysis.profile.trace import events_frame, load_trace, save_trace
 
 
 def X(name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = 1, **args: Any) -> dict:
@@ -136,7 +137,7 @@ def _real_trace(tmp_path: Path, hidden: int) -> Path:
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from orchestrator.profiling.phases import BACKWARD, DATA, FORWARD, OPTIMIZER, phase
+    from orchestrator.core.phases import BACKWARD, DATA, FORWARD, OPTIMIZER, phase
 
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(32, hidden), torch.nn.ReLU(),
@@ -164,7 +165,7 @@ def _real_trace(tmp_path: Path, hidden: int) -> Path:
 def test_real_profiler_trace_phases_and_diff(tmp_path: Path) -> None:
     from contextlib import nullcontext
 
-    from orchestrator.profiling.phases import FORWARD, phase
+    from orchestrator.core.phases import FORWARD, phase
 
     assert isinstance(phase(FORWARD), nullcontext)  # outside a profiler: a no-op
     small = events_frame(load_trace(_real_trace(tmp_path, 16)))
@@ -193,9 +194,9 @@ def test_profiles_section_names_flop_kinds_and_hides_moved_vendor_reports(tmp_pa
     peak, never called MFU; vendor reports get no dead link unless they are kept."""
     from types import SimpleNamespace
 
-    from orchestrator.profiling.framework import flops_summary
-    from orchestrator.profiling.report import flops_lines, profile_section
-    from orchestrator.utilization import PeakSummary
+    from orchestrator.worker.profile.framework import flops_summary
+    from orchestrator.analysis.profile.report import flops_lines, profile_section
+    from orchestrator.analysis.utilization import PeakSummary
 
     prof = {"flops_per_step": 3e9, "steps": 2, "by_op": {"aten::mm": 3}, "coverage_time": 0.5,
             "time_basis": "cpu", "definition": "d"}

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from orchestrator import device as devmod
-from orchestrator.campaign import run_campaign
-from orchestrator.convert import to_dict
-from orchestrator.errors import BackendUnavailable, ConfigError
-from orchestrator.profiling import tools
-from orchestrator.trial import TrialSpec, run_trial
+from orchestrator.platform import device as devmod
+from orchestrator.campaign.run import run_campaign
+from orchestrator.core.convert import to_dict
+from orchestrator.core.errors import BackendUnavailable, ConfigError
+from orchestrator.worker.profile import tools
+from orchestrator.worker.trial import TrialSpec, run_trial
 from tests.conftest import TINY
 
 TWO_ARMS = [*TINY, "+sweep=fa2", "sweep.buckets=[s32]",

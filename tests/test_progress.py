@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from orchestrator.progress import Progress, format_line, remaining_s
+from orchestrator.campaign.progress import Progress, format_line, remaining_s
 from tests.helpers.launching import make_spec
 
 
@@ -35,7 +35,7 @@ def test_live_line_on_a_terminal(tmp_path: Path, caplog: Any) -> None:
     spec = make_spec(tmp_path, 1, label="tiled")
     p.on_start(spec)
     clock.t += 10
-    with caplog.at_level(logging.INFO, logger="orchestrator.campaign"):
+    with caplog.at_level(logging.INFO, logger="orchestrator.campaign.run"):
         p.on_done(spec, {"status": "ok", "step_time_median_s": 0.0025})
     p.close()
     text = out.getvalue()
@@ -51,7 +51,7 @@ def test_plain_log_lines_off_a_terminal(tmp_path: Path, caplog: Any) -> None:
     out = io.StringIO()  # not a tty
     p = Progress("fa2", 1, stream=out, clock=_Clock())
     assert p.live is False
-    with caplog.at_level(logging.INFO, logger="orchestrator.campaign"):
+    with caplog.at_level(logging.INFO, logger="orchestrator.campaign.run"):
         p.on_start(make_spec(tmp_path, 0))
         p.on_done(make_spec(tmp_path, 0), {"status": "oom", "error": "out of memory"})
     p.close()
@@ -70,7 +70,7 @@ def test_console_handler_is_quiet_while_the_live_line_shows(tmp_path: Path) -> N
         p = Progress("fa2", 1, stream=io.StringIO(), live=True, clock=_Clock())
         p.on_done(make_spec(tmp_path, 0), {"status": "ok", "step_time_median_s": 0.001})
         p.close()
-        logging.getLogger("orchestrator.campaign").info("after")
+        logging.getLogger("orchestrator.campaign.run").info("after")
     finally:
         root.removeHandler(handler)
         root.setLevel(old)
@@ -85,7 +85,7 @@ def test_total_is_the_plan_and_survives_extensions(tmp_path: Path, caplog: Any) 
     p.plan(total=8, done=6)  # resumed: 6 of 8 on disk
     assert p.line() == "fa2 [6/8] | elapsed 0s, ~? left"
     clock.t += 10
-    with caplog.at_level(logging.INFO, logger="orchestrator.campaign"):
+    with caplog.at_level(logging.INFO, logger="orchestrator.campaign.run"):
         p.on_done(make_spec(tmp_path, 0), {"status": "ok", "step_time_median_s": 0.001})
     assert "[7/8]" in caplog.records[-1].getMessage()
     assert p.line() == "fa2 [7/8] | elapsed 10s, ~10s left"  # 10 s per trial run here, not 10/7
@@ -100,7 +100,7 @@ def test_campaign_progress_counts_the_whole_plan(compose: Any, run_dir: Path, ca
     count per extension), and a resume that has one trial left starts at the done ones."""
     import re
 
-    from orchestrator import campaign
+    from orchestrator.campaign import run as campaign
 
     monkeypatch.setattr(campaign, "more_rounds_reason", lambda p, done, cap, g, n=0: (
         "test" if done < cap else ""))
@@ -115,12 +115,12 @@ def test_campaign_progress_counts_the_whole_plan(compose: Any, run_dir: Path, ca
         return [m.group(1) for r in caplog.records
                 if (m := re.match(r"\[(\d+/\d+)\]", r.getMessage()))]
 
-    with caplog.at_level(logging.INFO, logger="orchestrator.campaign"):
+    with caplog.at_level(logging.INFO, logger="orchestrator.campaign.run"):
         campaign.run_campaign(cfg, run_dir)
     assert counts() == ["1/4", "2/4", "3/4", "4/4", "5/6", "6/6"]
     caplog.clear()
     min(run_dir.glob("trials/*/trial.json")).unlink()  # a trial of round 0
-    with caplog.at_level(logging.INFO, logger="orchestrator.campaign"):
+    with caplog.at_level(logging.INFO, logger="orchestrator.campaign.run"):
         campaign.run_campaign(cfg, run_dir)
     # the resume's plan so far is the initial 4 trials, 3 on disk; the extension it then
     # re-derives (round 2) is complete already and adds no line

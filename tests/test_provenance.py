@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator import provenance
-from orchestrator.campaign import run_campaign
-from orchestrator.decide import Verdict
-from orchestrator.environment import fingerprint
-from orchestrator.errors import ConfigError
+from orchestrator.campaign import provenance
+from orchestrator.campaign.run import run_campaign
+from orchestrator.analysis.decide import Verdict
+from orchestrator.platform.environment import fingerprint
+from orchestrator.core.errors import ConfigError
 from tests.conftest import TINY
 
 
@@ -97,7 +97,7 @@ def test_campaign_writes_provenance_and_resume_appends_command(compose: Any, run
 
 
 def test_secret_set_by_a_sweep_arm_is_masked(compose: Any, run_dir: Path) -> None:
-    from orchestrator.sweep import resolve_arms
+    from orchestrator.spec.sweep import resolve_arms
 
     cfg = compose([*TINY, "+sweep=fa2", "sweep.buckets=[s32]",
                    "+sweep.fixed={env.WANDB_API_KEY: k3y-from-the-sweep-0042}"])

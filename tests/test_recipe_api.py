@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from orchestrator.worker import load_recipe
+from orchestrator.worker.bootstrap import load_recipe
 from recipes.base import (
     HOOKS,
     PROBE_HOOKS,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import reference
+from orchestrator.core import reference
 
 
 def test_resolve_by_device_and_world_size() -> None:
@@ -46,7 +46,7 @@ def test_reference_takes_real_time_on_the_given_clock() -> None:
 
 
 def _trial(tmp_path: Path, mode: str) -> tuple[dict, list[dict]]:
-    from orchestrator.trial import TrialSpec, run_trial
+    from orchestrator.worker.trial import TrialSpec, run_trial
 
     workload = {"name": "s", "kind": "synthetic", "recipe": "synthetic", "units_per_token": 0.5,
                 "buckets": [{"name": "b", "seq_len": 8, "micro_batch": 2}]}
@@ -69,7 +69,7 @@ def test_trial_records_the_reference_before_every_step(tmp_path: Path) -> None:
 
 
 def test_campaign_decides_on_normalised_times_and_says_so(compose, run_dir: Path) -> None:
-    from orchestrator.campaign import run_campaign
+    from orchestrator.campaign.run import run_campaign
 
     cfg = compose(["workload=synthetic", "+sweep=calibrate", "protocol=quick", "launcher=inline",
                    "sweep.values=[0.5]", "sweep.labels=[slower]"])

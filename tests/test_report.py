@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from orchestrator.report.cli import main as report_main
+from orchestrator.cli.report import main as report_main
 from orchestrator.report.load import load_campaigns
 from orchestrator.report.log import build_log, render_log
 from tests.helpers.require import need_chromium, need_module
@@ -118,8 +118,8 @@ def test_summary_tables_golden(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def real_campaign(tmp_path_factory: Any) -> Path:
-    from orchestrator.campaign import run_campaign
-    from orchestrator.cli import compose
+    from orchestrator.campaign.run import run_campaign
+    from orchestrator.cli.main import compose
 
     run_dir = tmp_path_factory.mktemp("real") / "fa2 run"
     cfg = compose(["workload=gpt_test", "protocol=quick", "launcher=inline", "+sweep=fa2",
@@ -205,7 +205,7 @@ def test_noise_floor_band_from_a_campaign_with_an_aa_arm(compose: Any, tmp_path:
     decisions.jsonl, and the forest plot draws the band from them."""
     import json
 
-    from orchestrator.campaign import run_campaign
+    from orchestrator.campaign.run import run_campaign
     from orchestrator.report import plots
 
     drawn: list[dict[str, Any]] = []

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.errors import ConfigError
-from orchestrator.resume import check_same_plan, completed_on_disk
+from orchestrator.core.errors import ConfigError
+from orchestrator.campaign.resume import check_same_plan, completed_on_disk
 from tests.helpers.launching import child_pids, pids_under
 
 ARGS = ["workload=gpt_test", "protocol=quick", "launcher=local", "+sweep=fa2",
@@ -115,7 +115,7 @@ def test_resume_refuses_a_run_dir_planned_differently(tmp_path: Path) -> None:
 
 
 def test_resume_with_other_overrides_exits_2(run_dir: Path, compose: Any) -> None:
-    from orchestrator.campaign import run_campaign
+    from orchestrator.campaign.run import run_campaign
 
     cfg = compose(["workload=gpt_test", "protocol=quick", "launcher=inline", "+sweep=fa2",
                    "sweep.buckets=[s32]", "sweep.values=[{backend:eager,sdpa_kernel:auto}]",

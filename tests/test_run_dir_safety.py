@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator import rundir
-from orchestrator.errors import ConfigError
-from orchestrator.sanitize import Sanitizer, is_secret_env, looks_like_credential
+from orchestrator.platform import rundir
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.sanitize import Sanitizer, is_secret_env, looks_like_credential
 from orchestrator.tools import compute_mfu, summarize_steps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -450,7 +450,7 @@ def test_soak_killed_ten_times_at_random_points_then_resumed(tmp_path: Path, com
     in one go."""
     import random
 
-    from orchestrator.campaign import finalize
+    from orchestrator.campaign.run import finalize
 
     rng = random.Random(34)
     run = tmp_path / "soak run"

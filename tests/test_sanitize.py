@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.errors import ConfigError
-from orchestrator.sanitize import (
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.sanitize import (
     Identity,
     Sanitizer,
     is_secret_name,

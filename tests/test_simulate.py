@@ -1,4 +1,4 @@
-"""The verdict rule's error rates over simulated campaigns (orchestrator.simulate), drawn from
+"""The verdict rule's error rates over simulated campaigns (orchestrator.analysis.simulate), drawn from
 noise models measured on the project's 2-core VM (tests/data/noise_*.json, fitted from real
 run directories by bench/noise_model.py; each file says which runs in its `source`)."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator import simulate
-from orchestrator.simulate import NoiseModel, Protocol
+from orchestrator.analysis import simulate
+from orchestrator.analysis.simulate import NoiseModel, Protocol
 
 DATA = Path(__file__).parent / "data"
 MODELS = sorted(DATA.glob("noise_*.json"))

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import SlurmLauncherConfig
-from orchestrator.errors import ConfigError
+from orchestrator.spec.config import SlurmLauncherConfig
+from orchestrator.core.errors import ConfigError
 from orchestrator.launch.slurm import (
     GroupJob,
     SlurmLauncher,
@@ -84,7 +84,7 @@ def test_requeue_stops_at_the_limit() -> None:
 def test_sanitizer_learns_a_compute_nodes_host_name() -> None:
     """The private channel's end: a host name a Slurm job reported is replaced from then on,
     placeholders already handed out keep their meaning."""
-    from orchestrator.sanitize import Identity, Sanitizer
+    from orchestrator.core.sanitize import Identity, Sanitizer
 
     san = Sanitizer(Identity(hostnames=("login-host",)))
     assert san.text("on login-host") == "on <host-1>"
@@ -218,8 +218,8 @@ def test_correctness_probes_run_as_a_slurm_job(compose: Any, run_dir: Path,
     """With launcher=slurm the gate dispatches its probes through the campaign's launcher: one
     Slurm job runs the baseline, the variant and the baseline repeat in order on one compute
     node (a distributed workload's probe as tasks of that job), where the trials run."""
-    from orchestrator.correctness.runner import run_gate
-    from orchestrator.sweep import resolve_arms, selected_buckets
+    from orchestrator.campaign.gate import run_gate
+    from orchestrator.spec.sweep import resolve_arms, selected_buckets
 
     cfg = compose(["workload=muon_tp_test", "protocol=quick", "launcher=slurm",
                    "launcher.slurm.partition=debug", "launcher.slurm.poll_interval_s=0.5",
@@ -358,9 +358,9 @@ def test_resume_cancels_the_jobs_of_a_killed_orchestrator(run_dir: Path, slurm_e
     hang = make_spec(run_dir, 0, recipe="tests.helpers.faulty:build_hang", label="hangs")
     code = (
         "import json, sys\n"
-        "from orchestrator.config import SlurmLauncherConfig\n"
+        "from orchestrator.spec.config import SlurmLauncherConfig\n"
         "from orchestrator.launch.slurm import SlurmLauncher\n"
-        "from orchestrator.trial import TrialSpec\n"
+        "from orchestrator.worker.trial import TrialSpec\n"
         "spec = TrialSpec(**json.loads(sys.argv[1]))\n"
         "cfg = SlurmLauncherConfig(partition='debug', time_limit_min=20, poll_interval_s=0.5)\n"
         "SlurmLauncher(cfg, folder=sys.argv[2]).run([spec], lambda s, r: None, 600)\n")

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from orchestrator import stats
+from orchestrator.core import stats
 
 
 def test_median_and_mad_by_hand() -> None:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from orchestrator.steady import WarmupPolicy, steady_state_start, warmup_complete, windows_agree
+from orchestrator.core.steady import WarmupPolicy, steady_state_start, warmup_complete, windows_agree
 
 
 def test_fixed_policy_counts_steps() -> None:

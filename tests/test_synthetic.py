@@ -9,8 +9,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from orchestrator.campaign import run_campaign
-from orchestrator.errors import ConfigError
+from orchestrator.campaign.run import run_campaign
+from orchestrator.core.errors import ConfigError
 
 FAST = ["workload=synthetic", "+sweep=calibrate", "protocol=default", "protocol.pairing=process",
         "protocol.measured_steps=5", "workload.units_per_token=0.05"]
@@ -21,7 +21,7 @@ def _trials(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def test_trial_excludes_warmup_and_tagged_steps(tmp_path: Path) -> None:
-    from orchestrator.trial import TrialSpec, run_trial
+    from orchestrator.worker.trial import TrialSpec, run_trial
 
     workload = {"name": "s", "kind": "synthetic", "recipe": "synthetic", "matrix_size": 16,
                 "units_per_token": 0.5, "slow_first_steps": 4, "slow_factor": 20.0,
@@ -61,7 +61,7 @@ def test_synthetic_campaign_fresh_processes_no_torch(compose: Any, run_dir: Path
 def test_adaptive_rounds_extend_the_plan_and_resume(
     compose: Any, run_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import campaign
+    from orchestrator.campaign import run as campaign
 
     # force "undecided" so the loop's planning is exercised deterministically
     monkeypatch.setattr(campaign, "more_rounds_reason", lambda p, done, cap, g, n=0: (
@@ -130,7 +130,7 @@ def test_bad_protocol_values_name_the_key(compose: Any, overrides: list[str], ma
 
 
 def test_synthetic_on_a_gpu_request_is_unavailable(tmp_path: Path) -> None:
-    from orchestrator.trial import TrialSpec, run_trial
+    from orchestrator.worker.trial import TrialSpec, run_trial
 
     workload = {"name": "s", "kind": "synthetic", "recipe": "synthetic",
                 "buckets": [{"name": "b", "seq_len": 8, "micro_batch": 1}]}
@@ -141,7 +141,7 @@ def test_synthetic_on_a_gpu_request_is_unavailable(tmp_path: Path) -> None:
 
 
 def test_cpu_clock_times_process_cpu(tmp_path: Path) -> None:
-    from orchestrator.trial import TrialSpec, run_trial
+    from orchestrator.worker.trial import TrialSpec, run_trial
 
     workload = {"name": "s", "kind": "synthetic", "recipe": "synthetic", "units_per_token": 0.5,
                 "buckets": [{"name": "b", "seq_len": 8, "micro_batch": 2}]}
@@ -155,7 +155,7 @@ def test_cpu_clock_times_process_cpu(tmp_path: Path) -> None:
 def test_measured_min_s_times_short_steps_in_larger_numbers(tmp_path: Path) -> None:
     import csv
 
-    from orchestrator.trial import TrialSpec, run_trial
+    from orchestrator.worker.trial import TrialSpec, run_trial
 
     workload = {"name": "s", "kind": "synthetic", "recipe": "synthetic", "units_per_token": 0.5,
                 "buckets": [{"name": "b", "seq_len": 8, "micro_batch": 2}]}
@@ -211,7 +211,7 @@ def test_cpu_window_counts_the_trials_own_live_workers_as_its_own() -> None:
     import sys
     import time
 
-    from orchestrator import interference
+    from orchestrator.platform import interference
 
     def child_cpu(pid: int) -> float:
         with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
@@ -237,9 +237,9 @@ def test_cpu_window_sees_another_process_and_require_quiet_refuses(
         compose: Any, run_dir: Path) -> None:
     import time
 
-    from orchestrator.campaign import check_quiet
-    from orchestrator.errors import ConfigError
-    from orchestrator.interference import CpuWindow
+    from orchestrator.campaign.run import check_quiet
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.platform.interference import CpuWindow
 
     from tests.helpers.noisy import start_busy, stop_busy
 
@@ -264,7 +264,7 @@ def test_cpu_window_sees_another_process_and_require_quiet_refuses(
 def test_a_window_shorter_than_procs_ticks_is_not_measured() -> None:
     """/proc/stat counts 10 ms ticks on every core: over a few milliseconds one tick would
     read as several cores, so such a window says why it was not measured."""
-    from orchestrator.interference import CpuWindow
+    from orchestrator.platform.interference import CpuWindow
 
     w = CpuWindow()
     w.start()

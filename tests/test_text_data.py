@@ -9,8 +9,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from orchestrator.campaign import run_campaign
-from orchestrator.config import BucketConfig, DataConfig
+from orchestrator.campaign.run import run_campaign
+from orchestrator.spec.config import BucketConfig, DataConfig
 from recipes.gpt.config import LoaderConfig
 from recipes.gpt.text_data import (
     BPETokenizer,

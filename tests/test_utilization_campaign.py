@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from orchestrator.campaign import run_campaign
+from orchestrator.campaign.run import run_campaign
 from tests.conftest import TINY
 
 

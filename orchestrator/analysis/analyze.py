@@ -2,11 +2,11 @@
 
 Per bucket and arm: a summary (median and MAD of step time, spread of trial medians, warm-up
 and stability warnings). Per bucket and variant: the speedup over the baseline from the block
-fit of log trial medians over rounds (orchestrator.paired: rounds are blocks, the residual
+fit of log trial medians over rounds (orchestrator.core.paired: rounds are blocks, the residual
 variance pooled over every arm, the A/A control included, one contaminated trial left out),
 a Mann-Whitney U rank test shown as a second opinion, and the A/A control's own effect. With
 several buckets, the same for the weighted mixture (total work over total time), which is the
-objective a verdict decides on (orchestrator.decide).
+objective a verdict decides on (orchestrator.analysis.decide).
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator import blocks, paired, stats
-from orchestrator.reference import normalise
-from orchestrator.config import ProtocolConfig
-from orchestrator.sweep import Arm
+from orchestrator.core import blocks
+from orchestrator.core import paired
+from orchestrator.core import stats
+from orchestrator.core.reference import normalise
+from orchestrator.spec.config import ProtocolConfig
+from orchestrator.spec.sweep import Arm
 
 MIXTURE = "mixture"
 
@@ -67,7 +69,7 @@ class Comparison:
     rank: stats.RankTest | None = None  # Mann-Whitney U over the paired rounds' steps
     # the effect the A/A control shows in this bucket, |A/A speedup - 1| (0.012 = 1.2 %); None without A/A
     noise_floor: float | None = None
-    effect: paired.Effect | None = None  # the block fit's estimate (orchestrator.paired)
+    effect: paired.Effect | None = None  # the block fit's estimate (orchestrator.core.paired)
 
 
 @dataclass
@@ -80,9 +82,9 @@ class Analysis:
     control: Arm | None = None  # the A/A arm, when the protocol runs one
     noise: dict[str, Comparison] = field(default_factory=dict)  # bucket or "mixture" -> A/A
     # speedups, intervals and the noise floor use host-speed-normalised step times
-    # (orchestrator.reference); trial medians in summaries stay raw
+    # (orchestrator.core.reference); trial medians in summaries stay raw
     speed_normalised: bool = False
-    alpha_look: float = 0.05  # the error rate this look spends (orchestrator.paired.alpha_spent)
+    alpha_look: float = 0.05  # the error rate this look spends (orchestrator.core.paired.alpha_spent)
     looks: int = 1  # planned looks (initial rounds, then each adaptive extension)
     fits: dict[str, Any] = field(default_factory=dict)  # bucket or "mixture" -> BlockFit
 
@@ -210,7 +212,7 @@ def block_paired_medians(trials: pd.DataFrame, steps: pd.DataFrame,
                          by_trial: dict[str, list[float]], bucket: str, arm_ids: Sequence[str],
                          baseline: str) -> dict[tuple[int, str], float]:
     """protocol.pairing=steps: (round, arm) -> a time whose ratio to the baseline's is the
-    round's block-paired effect (orchestrator.blocks.round_cells); {} when the bucket's
+    round's block-paired effect (orchestrator.core.blocks.round_cells); {} when the bucket's
     trials were not run paired by steps."""
     per = paired_blocks(trials, steps, by_trial, bucket, arm_ids)
     return blocks.round_cells(per, baseline) if per else {}
@@ -245,9 +247,9 @@ def analyze(
 ) -> Analysis:
     """``arms``: baseline first, then the variants; ``control``: the A/A arm, if one ran.
 
-    Per bucket, one block fit over every arm (orchestrator.paired); with several buckets, one
+    Per bucket, one block fit over every arm (orchestrator.core.paired); with several buckets, one
     more over the weighted mixture. Intervals are at the per-look level
-    (orchestrator.paired.alpha_spent: this look's share of the error rate over the protocol's
+    (orchestrator.core.paired.alpha_spent: this look's share of the error rate over the protocol's
     planned looks)."""
     trials = _timed(trials)
     out = Analysis(list(buckets), list(arms), bucket_weights=dict(bucket_weights), control=control)

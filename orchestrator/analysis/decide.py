@@ -2,8 +2,8 @@
 
 The objective is the mixture: total work over total time with the workload's bucket weights
 (the single bucket when there is one), because that is the throughput a training run sees.
-Speedup = baseline time / variant time, from the block fit of orchestrator.paired; each look
-spends its share alpha' of (1 - confidence) (orchestrator.paired.alpha_spent; the shares sum to
+Speedup = baseline time / variant time, from the block fit of orchestrator.core.paired; each look
+spends its share alpha' of (1 - confidence) (orchestrator.core.paired.alpha_spent; the shares sum to
 it, so the error rates hold over the initial rounds and every adaptive extension).
 
 - ``invalid``: the comparison cannot be made: the baseline has no measurement in a bucket, the
@@ -35,9 +35,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator import paired
-from orchestrator.analyze import MIXTURE, Analysis, Comparison
-from orchestrator.sweep import Arm, differing_settings
+from orchestrator.core import paired
+from orchestrator.analysis.analyze import MIXTURE, Analysis, Comparison
+from orchestrator.spec.sweep import Arm, differing_settings
 
 VERDICTS = ("retain", "reject", "equivalent", "inconclusive", "invalid")
 FAILED = ("failed", "oom", "timeout", "crashed", "killed")

@@ -1,5 +1,5 @@
 """The common levers' decisions.md sections (pure; their config checks are in
-:mod:`orchestrator.validate`, the external-loss gate in :mod:`orchestrator.loss_gate`).
+:mod:`orchestrator.campaign.validate`, the external-loss gate in :mod:`orchestrator.analysis.loss_gate`).
 
 - torch.compile: compile time, graph breaks and recompiles per arm, and a time-to-train
   projection (one-off warm-up cost + N x steady step time) next to the steady-state ratio, so a
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.config import Config
+from orchestrator.spec.config import Config
 from recipes.gpt.config import GPTWorkloadConfig
 
 if TYPE_CHECKING:  # pandas is imported where reports are made

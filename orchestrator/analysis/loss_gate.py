@@ -11,8 +11,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.config import Config
-from orchestrator.decide import Gate
+from orchestrator.spec.config import Config
+from orchestrator.analysis.decide import Gate
 from recipes.command.config import CommandWorkloadConfig
 
 if TYPE_CHECKING:  # pandas is imported where a campaign is analysed

@@ -2,7 +2,7 @@
 lines out; no torch, no pandas, no files).
 
 Each sweep declares the evidence it addresses (``sweep.evidence``, names in
-:data:`orchestrator.config.EVIDENCE_KINDS`). The evidence is a share ``f`` of the profiled
+:data:`orchestrator.spec.config.EVIDENCE_KINDS`). The evidence is a share ``f`` of the profiled
 step per bucket; a lever that removed that time entirely would make the bucket ``1 / (1 - f)``
 faster (Amdahl's law), and the mixture (total work over total time at the buckets' weights,
 as the campaign decides) ``T / (T - sum_b w_b f_b t_b)`` with ``T = sum_b w_b t_b`` and
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from orchestrator.config import EVIDENCE_KINDS
+from orchestrator.spec.config import EVIDENCE_KINDS
 
 # status, best first: the order of the ranked list
 CANDIDATE = "candidate"

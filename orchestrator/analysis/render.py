@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from orchestrator.analyze import Analysis, ArmSummary
-from orchestrator.decide import RULE, Verdict
+from orchestrator.analysis.analyze import Analysis, ArmSummary
+from orchestrator.analysis.decide import RULE, Verdict
 
 
 def _ms(x: float | None) -> str:

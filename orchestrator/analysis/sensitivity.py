@@ -1,6 +1,6 @@
 """The "Sensitivity" section of decisions.md (pure): what this machine and protocol can resolve.
 
-From the A/A control's contrast in the block fit (orchestrator.paired): its effect, its standard
+From the A/A control's contrast in the block fit (orchestrator.core.paired): its effect, its standard
 error and residual degrees of freedom, hence the minimum detectable effect (two-sided at the
 per-look level, 80 % power) at the rounds run and at ``max_rounds``. For the calibration sweep (variable ``workload.extra_work_fraction``)
 it also sets each planted effect beside the measured one.
@@ -12,8 +12,8 @@ import math
 from statistics import NormalDist
 from typing import Any
 
-from orchestrator import paired
-from orchestrator.analyze import Analysis
+from orchestrator.core import paired
+from orchestrator.analysis.analyze import Analysis
 
 PLANTED_VARIABLE = "workload.extra_work_fraction"
 

@@ -15,9 +15,9 @@ small JSON files in ``tests/data/``; ``bench/noise_model.py`` fits one from run 
 
 Each trial also spends ``fixed_s`` seconds (process start, warm-up), during which the host's
 speed goes on changing. The campaign follows the real protocol: the plan's interleaved,
-reversed rounds, the block fit (orchestrator.paired), the timing rule
-(orchestrator.decide.judge) with the A/A calibration check, and the sequential rule
-(orchestrator.plan.more_rounds_reason) at each look.
+reversed rounds, the block fit (orchestrator.core.paired), the timing rule
+(orchestrator.analysis.decide.judge) with the A/A calibration check, and the sequential rule
+(orchestrator.spec.plan.more_rounds_reason) at each look.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator import paired
-from orchestrator.analyze import MIXTURE
-from orchestrator.blocks import block_order, round_cells
-from orchestrator.decide import Rule, aa_off, effect_scope, judge
-from orchestrator.plan import ArmProgress, arm_order, more_rounds_reason
+from orchestrator.core import paired
+from orchestrator.analysis.analyze import MIXTURE
+from orchestrator.core.blocks import block_order, round_cells
+from orchestrator.analysis.decide import Rule, aa_off, effect_scope, judge
+from orchestrator.spec.plan import ArmProgress, arm_order, more_rounds_reason
 
 BASE, AA, VAR = "a0", "aa", "a1"
 
@@ -127,7 +127,7 @@ def paired_process(model: NoiseModel, host: Host, log_effects: dict[str, float],
     """One simulated pairing=steps process: every arm (in ``log_effects``' order) in blocks of
     ``p.block_steps`` measured steps after ``p.switch_warmup_steps`` unmeasured ones, block
     order reversed every cycle, an even number of cycles giving each arm ``steps`` steps; the
-    (round, arm) cells the analysis fits (orchestrator.blocks.round_cells)."""
+    (round, arm) cells the analysis fits (orchestrator.core.blocks.round_cells)."""
     host.idle(model.fixed_s)
     offset = rng.normal(0, model.process_sd_log)  # the process's, shared by its arms
     base = {a: model.step_s * math.exp(-e + offset + rng.normal(0, model.arm_process_sd_log))
@@ -160,7 +160,7 @@ class Protocol:
     steps: int | None = None  # measured steps per trial (None: the noise model's)
     spend_rho: float = 3.0  # alpha spending over the looks (protocol.alpha_spending)
     aa_alpha: float = 0.01  # the A/A calibration check's error rate (protocol.aa_alpha)
-    pairing: str = "process"  # process | steps (protocol.pairing; orchestrator.blocks)
+    pairing: str = "process"  # process | steps (protocol.pairing; orchestrator.core.blocks)
     block_steps: int = 3
     switch_warmup_steps: int = 1
     paired_min_s: float = 0.0  # protocol.paired_min_s: measured time per arm, paired processes

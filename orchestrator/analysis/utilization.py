@@ -1,7 +1,7 @@
 """MFU/HFU of a campaign: per bucket x arm and for the mixture, against every peak the
 trials reported (pure over trial records and the analysis), and their rendering for
 decisions.md and results.csv. The FLOP kinds and the per-trial counting live in
-:mod:`orchestrator.flops`."""
+:mod:`orchestrator.platform.flops`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.flops import utilization
-from orchestrator.logparse import TRAINER_MFU_LABEL
+from orchestrator.platform.flops import utilization
+from orchestrator.core.logparse import TRAINER_MFU_LABEL
 
 
 @dataclass

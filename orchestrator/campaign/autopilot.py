@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.advise.load import load_sweeps, read_profile, sets_env
-from orchestrator.advise.profile import profile_baseline
-from orchestrator.advise.rank import Advice, rank, render, top_candidate
-from orchestrator.baseline.ledger import (
+from orchestrator.campaign.advise.load import load_sweeps, read_profile, sets_env
+from orchestrator.campaign.advise.profile import profile_baseline
+from orchestrator.analysis.rank import Advice, rank, render, top_candidate
+from orchestrator.spec.ledger import (
     Ledger,
     Version,
     apply_baseline,
@@ -35,19 +35,19 @@ from orchestrator.baseline.ledger import (
     objective,
     utc_now,
 )
-from orchestrator.baseline.promote import confirm, read_campaign
-from orchestrator.config import Config
-from orchestrator.errors import ConfigError
-from orchestrator.results import SCHEMA_VERSION, atomic_write_json, read_json
-from orchestrator.sweep import expand_arms
-from orchestrator.validate import validate
+from orchestrator.campaign.promote import confirm, read_campaign
+from orchestrator.spec.config import Config
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, read_json
+from orchestrator.spec.sweep import expand_arms
+from orchestrator.campaign.validate import validate
 
 log = logging.getLogger(__name__)
 
 STATE = "autopilot.json"
 LOG = "decisions.md"
 
-# (overrides, need_sweep) -> a validated Config (orchestrator.cli.compose)
+# (overrides, need_sweep) -> a validated Config (orchestrator.cli.main.compose)
 Compose = Callable[[list[str], bool], Config]
 # (config, run_dir) -> runs one campaign
 Runner = Callable[[Config, Path], Any]

@@ -3,7 +3,7 @@
 Order: the baseline's probe (writes ``init.pt`` and the probe batches), each variant's probe,
 then the baseline again: its repeat gives the noise floor and tries every variant's final
 checkpoint. The probes are worker jobs dispatched through the campaign's launcher like the
-timed trials (``Launcher.run_jobs``): each is a fresh ``python -m orchestrator.correctness.probe``
+timed trials (``Launcher.run_jobs``): each is a fresh ``python -m orchestrator.worker.probe``
 process with ``launcher=local``, one Slurm job runs them all on a compute node with
 ``launcher=slurm``, and they run in this process with ``launcher=inline`` (for debugging); a
 distributed workload's probe (``workload.world_size`` = G > 1) is G ranks. A probe that
@@ -30,16 +30,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Config
-from orchestrator.convert import to_dict
-from orchestrator.correctness.gate import ArmGate, evaluate
-from orchestrator.decide import Gate
-from orchestrator.jobs import ProbeSpec, WorkerJob
+from orchestrator.spec.config import Config
+from orchestrator.core.convert import to_dict
+from orchestrator.analysis.correctness.gate import ArmGate, evaluate
+from orchestrator.analysis.decide import Gate
+from orchestrator.spec.jobs import ProbeSpec, WorkerJob
 from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import Launcher
-from orchestrator.results import SCHEMA_VERSION, atomic_write_json, read_json
-from orchestrator.sweep import Arm, ResolvedArm
-from orchestrator.worker import load_recipe
+from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, read_json
+from orchestrator.spec.sweep import Arm, ResolvedArm
+from orchestrator.worker.bootstrap import load_recipe
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ def run_gate(
 
 
 def load_gates(run_dir: Path, arms: Sequence[Arm], mode: str) -> dict[str, list[Gate]]:
-    """Gates for :func:`orchestrator.decide.decide`; a missing file with the gate on = error."""
+    """Gates for :func:`orchestrator.analysis.decide.decide`; a missing file with the gate on = error."""
     if mode == "off":
         return {}
     path = run_dir / FILE

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Config
-from orchestrator.jobs import make_specs
+from orchestrator.spec.config import Config
+from orchestrator.spec.jobs import make_specs
 from orchestrator.launch.base import Launcher
-from orchestrator.microbench.direction import DirectionCheck, check_arm, section
-from orchestrator.plan import PlannedTrial, _slug
-from orchestrator.sweep import ResolvedArm, selected_buckets
+from orchestrator.analysis.direction import DirectionCheck, check_arm, section
+from orchestrator.spec.plan import PlannedTrial, _slug
+from orchestrator.spec.sweep import ResolvedArm, selected_buckets
 
 log = logging.getLogger(__name__)
 

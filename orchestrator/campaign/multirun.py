@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.launch.base import read_record
-from orchestrator.results import atomic_write_json, atomic_write_text, read_json
+from orchestrator.core.results import atomic_write_json, atomic_write_text, read_json
 
 log = logging.getLogger(__name__)
 

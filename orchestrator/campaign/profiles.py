@@ -14,17 +14,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Config
-from orchestrator.convert import to_dict
-from orchestrator.jobs import TrialSpec, make_specs
+from orchestrator.spec.config import Config
+from orchestrator.core.convert import to_dict
+from orchestrator.spec.jobs import TrialSpec, make_specs
 from orchestrator.launch.base import Launcher
-from orchestrator.plan import PlannedTrial, _slug
-from orchestrator.profiling.diff import diff_traces
-from orchestrator.profiling.framework import trace_name
-from orchestrator.profiling.report import profile_section
-from orchestrator.results import write_csv
-from orchestrator.sweep import ResolvedArm, selected_buckets
-from orchestrator.utilization import summarize_peaks
+from orchestrator.spec.plan import PlannedTrial, _slug
+from orchestrator.analysis.profile.diff import diff_traces
+from orchestrator.worker.profile.framework import trace_name
+from orchestrator.analysis.profile.report import profile_section
+from orchestrator.core.results import write_csv
+from orchestrator.spec.sweep import ResolvedArm, selected_buckets
+from orchestrator.analysis.utilization import summarize_peaks
 
 log = logging.getLogger(__name__)
 

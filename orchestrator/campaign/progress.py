@@ -12,9 +12,9 @@ import sys
 import time
 from typing import Any, Callable, Optional, TextIO
 
-from orchestrator.jobs import TrialSpec
+from orchestrator.spec.jobs import TrialSpec
 
-log = logging.getLogger("orchestrator.campaign")
+log = logging.getLogger("orchestrator.campaign.run")
 
 _MARK = "progress_line"
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.baseline.ledger import (
+from orchestrator.spec.ledger import (
     LEDGER_SCHEMA,
     LINEAGE_FILE,
     Ledger,
@@ -35,13 +35,13 @@ from orchestrator.baseline.ledger import (
     objective,
     utc_now,
 )
-from orchestrator.campaign import FINAL_STATUSES, run_campaign
-from orchestrator.config import Config, SweepConfig
-from orchestrator.convert import from_dict
-from orchestrator.environment import compare
-from orchestrator.errors import ConfigError
-from orchestrator.results import read_json
-from orchestrator.validate import validate
+from orchestrator.campaign.run import FINAL_STATUSES, run_campaign
+from orchestrator.spec.config import Config, SweepConfig
+from orchestrator.core.convert import from_dict
+from orchestrator.platform.environment import compare
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.results import read_json
+from orchestrator.campaign.validate import validate
 from recipes.registry import workload_from_dict
 
 log = logging.getLogger(__name__)

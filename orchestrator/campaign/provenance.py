@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import orchestrator
-from orchestrator.convert import to_dict
-from orchestrator.environment import compare, fingerprint, gather
-from orchestrator.errors import ConfigError
-from orchestrator.results import atomic_write_json, atomic_write_text, read_json
-from orchestrator.sanitize import Sanitizer, reserve_run_dir, sanitize_run_dir
+from orchestrator.core.convert import to_dict
+from orchestrator.platform.environment import compare, fingerprint, gather
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.results import atomic_write_json, atomic_write_text, read_json
+from orchestrator.core.sanitize import Sanitizer, reserve_run_dir, sanitize_run_dir
 from recipes.registry import REGISTRY
 
 log = logging.getLogger(__name__)

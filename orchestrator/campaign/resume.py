@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from orchestrator.errors import ConfigError, Interrupted
+from orchestrator.core.errors import ConfigError, Interrupted
 from orchestrator.launch.base import FINAL_STATUSES, read_record
-from orchestrator.results import read_json
+from orchestrator.core.results import read_json
 
 
 def completed_on_disk(run_dir: Path) -> dict[str, dict[str, Any]]:

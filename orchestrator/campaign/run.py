@@ -1,6 +1,6 @@
 """One campaign = one sweep on one workload: plan, launch, collect, analyze, decide, render.
 
-Works on the plain dataclasses of :mod:`orchestrator.config`; no omegaconf below this line.
+Works on the plain dataclasses of :mod:`orchestrator.spec.config`; no omegaconf below this line.
 Completed trials already in the run directory are kept (resume): re-running on the same run
 directory only runs what is missing.
 """
@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import paired, provenance, rundir, stats
-from orchestrator.analyze import (
+from orchestrator.core import paired
+from orchestrator.campaign import provenance
+from orchestrator.platform import rundir
+from orchestrator.core import stats
+from orchestrator.analysis.analyze import (
     Analysis,
     analyze,
     comparison_rows,
@@ -25,29 +28,29 @@ from orchestrator.analyze import (
     reference_times_by_trial,
     step_times_by_trial,
 )
-from orchestrator.baseline.ledger import LINEAGE_FILE, Ledger, lineage, lineage_lines
-from orchestrator.config import Config
-from orchestrator.convert import to_dict
-from orchestrator.correctness.runner import load_gates, run_gate
-from orchestrator.correctness.runner import section as correctness_section
-from orchestrator.decide import Rule, Verdict, aa_calibration, decide
-from orchestrator.errors import ConfigError
-from orchestrator.interference import machine_load
-from orchestrator.jobs import TrialSpec, make_specs, paired_members
+from orchestrator.spec.ledger import LINEAGE_FILE, Ledger, lineage, lineage_lines
+from orchestrator.spec.config import Config
+from orchestrator.core.convert import to_dict
+from orchestrator.campaign.gate import load_gates, run_gate
+from orchestrator.campaign.gate import section as correctness_section
+from orchestrator.analysis.decide import Rule, Verdict, aa_calibration, decide
+from orchestrator.core.errors import ConfigError
+from orchestrator.platform.interference import machine_load
+from orchestrator.spec.jobs import TrialSpec, make_specs, paired_members
 from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import INFRA_STATUS, Launcher
-from orchestrator.levers import lever_sections
-from orchestrator.loss_gate import loss_trajectory_gates
-from orchestrator.microbench.runner import (
+from orchestrator.analysis.levers import lever_sections
+from orchestrator.analysis.loss_gate import loss_trajectory_gates
+from orchestrator.campaign.microbench import (
     direction_checks,
     direction_section,
     run_microbenchmarks,
 )
-from orchestrator.profiling.campaign import profiles_section, run_profiled_trials
-from orchestrator.processes import COMMAND_SESSION, kill_recorded
-from orchestrator.progress import Progress
-from orchestrator.reference import normalise
-from orchestrator.plan import (
+from orchestrator.campaign.profiles import profiles_section, run_profiled_trials
+from orchestrator.platform.processes import COMMAND_SESSION, kill_recorded
+from orchestrator.campaign.progress import Progress
+from orchestrator.core.reference import normalise
+from orchestrator.spec.plan import (
     ArmProgress,
     PlannedTrial,
     control_arm,
@@ -55,10 +58,10 @@ from orchestrator.plan import (
     next_rounds,
     plan_rounds,
 )
-from orchestrator.render import render_decisions, start_method_line, terminal_summary
+from orchestrator.analysis.render import render_decisions, start_method_line, terminal_summary
 from orchestrator.report.load import load_campaign
 from orchestrator.report.summary import render_summary
-from orchestrator.results import (
+from orchestrator.core.results import (
     SCHEMA_VERSION,
     atomic_write_json,
     atomic_write_text,
@@ -67,12 +70,12 @@ from orchestrator.results import (
     trial_record,
     write_csv,
 )
-from orchestrator.resume import check_same_plan, completed_on_disk, sigterm_as_interrupt
-from orchestrator.sanitize import Sanitizer
-from orchestrator.sensitivity import sensitivity_lines
-from orchestrator.sweep import ResolvedArm, choose_pairing, like, resolve_arms, selected_buckets
-from orchestrator.trial import MAX_MEASURED_STEPS
-from orchestrator.utilization import add_utilization_columns, campaign_utilization, utilization_section
+from orchestrator.campaign.resume import check_same_plan, completed_on_disk, sigterm_as_interrupt
+from orchestrator.core.sanitize import Sanitizer
+from orchestrator.analysis.sensitivity import sensitivity_lines
+from orchestrator.spec.sweep import ResolvedArm, choose_pairing, like, resolve_arms, selected_buckets
+from orchestrator.worker.trial import MAX_MEASURED_STEPS
+from orchestrator.analysis.utilization import add_utilization_columns, campaign_utilization, utilization_section
 from recipes.registry import report_sections
 
 log = logging.getLogger(__name__)
@@ -121,8 +124,8 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
                  claim: rundir.Claim | None = None,
                  start: Start | None = None) -> CampaignResult:
     """Plan, launch, collect, analyze, decide, render. ``arms``: the sweep's arms already
-    resolved (:func:`orchestrator.sweep.resolve_arms`), else they are resolved here, once.
-    ``claim``: the run directory already claimed (:func:`orchestrator.rundir.claim`), else it
+    resolved (:func:`orchestrator.spec.sweep.resolve_arms`), else they are resolved here, once.
+    ``claim``: the run directory already claimed (:func:`orchestrator.platform.rundir.claim`), else it
     is claimed here; ``start``: what :func:`prepare` found under that claim, else it runs here. Every check of the run directory (another campaign holding it, a resume
     planned differently or measured elsewhere, a busy machine under protocol.require_quiet)
     happens before anything is written to it: a refusal leaves it as it was."""
@@ -271,7 +274,7 @@ def _run_rounds(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
 def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
         dict[str, int], dict[str, Any]]:
     """Measured steps per trial for the next rounds, per bucket, from the variance components
-    of the rounds so far (orchestrator.paired.optimal_steps), and the planner's record for
+    of the rounds so far (orchestrator.core.paired.optimal_steps), and the planner's record for
     plan.json: the components, the measured fixed cost and step time, the choice and why."""
     trials_df, steps_df = load_trials(run_dir)
     by_trial = step_times_by_trial(steps_df)
@@ -316,7 +319,7 @@ def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     between processes beyond it (the block fit's residual less the cycles' share). A cycle
     costs its arms' blocks, a process its start and warm-ups; n* = sqrt(fixed x (pi/2) x
     sigma_w^2 / (cycle x sigma_b^2)), at least the cycles run so far, at most
-    MAX_PAIRED_MEASURED_S of measured time per arm (orchestrator.paired.optimal_steps)."""
+    MAX_PAIRED_MEASURED_S of measured time per arm (orchestrator.core.paired.optimal_steps)."""
     trials_df, steps_df = load_trials(run_dir)
     by_trial = step_times_by_trial(steps_df)
     if analysis.speed_normalised:
@@ -370,7 +373,7 @@ def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
 def kill_orphans(run_dir: Path) -> None:
     """A resume: kill what a dead campaign's commands left running (their watchdogs do it
     unless they were killed too; each running command's session is recorded in its trial
-    directory, orchestrator.processes.SessionGuard)."""
+    directory, orchestrator.platform.processes.SessionGuard)."""
     for record in sorted(run_dir.glob(f"trials/*/{COMMAND_SESSION}")):
         found = kill_recorded(record)
         if found:

@@ -1,8 +1,8 @@
 """Pre-flight validation: the semantic checks a type cannot express.
 
-Composition (Hydra, the schemas of :mod:`orchestrator.config`) catches misspelt keys and wrong
+Composition (Hydra, the schemas of :mod:`orchestrator.spec.config`) catches misspelt keys and wrong
 types; :func:`validate` checks what is left, before any work, and raises
-:class:`~orchestrator.errors.ConfigError` naming the dotted key, the valid choices and the fix.
+:class:`~orchestrator.core.errors.ConfigError` naming the dotted key, the valid choices and the fix.
 It stands above everything it asks: the recipes (is the recipe importable, is each arm a valid
 workload), the hardware registry, the launcher's settings, the sweep's structure, the protocol's
 vocabularies (warm-up policies, speed-reference and compile-cache modes).
@@ -15,11 +15,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator import device as devmod
-from orchestrator import musa_rules
-from orchestrator.baseline.ledger import check_baseline_arm
-from orchestrator.compile_stats import CACHE_MODES
-from orchestrator.config import (
+from orchestrator.platform import device as devmod
+from orchestrator.core import musa_rules
+from orchestrator.spec.ledger import check_baseline_arm
+from orchestrator.platform.compile_stats import CACHE_MODES
+from orchestrator.spec.config import (
     CORRECTNESS_MODES,
     DEVICES,
     LAUNCHERS,
@@ -32,14 +32,14 @@ from orchestrator.config import (
     ProtocolConfig,
     WorkloadConfig,
 )
-from orchestrator.errors import ConfigError, check_finite
-from orchestrator.errors import check_choice as _choice
-from orchestrator.errors import check_positive as _positive
-from orchestrator.hardware import validate_hardware
+from orchestrator.core.errors import ConfigError, check_finite
+from orchestrator.core.errors import check_choice as _choice
+from orchestrator.core.errors import check_positive as _positive
+from orchestrator.platform.hardware import validate_hardware
 from orchestrator.launch.checks import validate_launcher, validate_start_method
-from orchestrator.reference import MODES as SPEED_REFERENCE_MODES
-from orchestrator.steady import WARMUP_POLICIES
-from orchestrator.sweep import ResolvedArm, arm_key, check_sweep, pairing_obstacle, resolve_arms
+from orchestrator.core.reference import MODES as SPEED_REFERENCE_MODES
+from orchestrator.core.steady import WARMUP_POLICIES
+from orchestrator.spec.sweep import ResolvedArm, arm_key, check_sweep, pairing_obstacle, resolve_arms
 from recipes.command.config import CommandWorkloadConfig
 from recipes.gpt.config import GPTWorkloadConfig
 from recipes.registry import REGISTRY, check_import_path
@@ -244,7 +244,7 @@ _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def attention_refusal(w: WorkloadConfig, target: dict[str, Any]) -> str | None:
-    """Why the device ``target`` describes (:func:`orchestrator.device.attention_target`)
+    """Why the device ``target`` describes (:func:`orchestrator.platform.device.attention_target`)
     cannot run this workload's attention as configured, or None. Only MUSA is modelled."""
     if target.get("kind") != "musa" or not isinstance(w, GPTWorkloadConfig):
         return None

@@ -19,14 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.advise.load import Profile, load_sweeps, read_profile
-from orchestrator.advise.profile import profile_baseline
-from orchestrator.advise.rank import Advice, rank, render
-from orchestrator.baseline.ledger import Ledger, display_path
-from orchestrator.cli import compose, setup_logging
-from orchestrator.errors import ConfigError
-from orchestrator.results import atomic_write_json
-from orchestrator.tools._cli import emit, make_parser, run
+from orchestrator.campaign.advise.load import Profile, load_sweeps, read_profile
+from orchestrator.campaign.advise.profile import profile_baseline
+from orchestrator.analysis.rank import Advice, rank, render
+from orchestrator.spec.ledger import Ledger, display_path
+from orchestrator.cli.main import compose, setup_logging
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.results import atomic_write_json
+from orchestrator.cli.tools._cli import emit, make_parser, run
 
 
 def header(p: Profile) -> list[str]:

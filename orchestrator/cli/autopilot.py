@@ -21,20 +21,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.advise.load import load_sweeps
-from orchestrator.autopilot.loop import LOG, Autopilot, Settings
-from orchestrator.baseline.cli import cmd_init
-from orchestrator.baseline.ledger import Ledger, display_path
-from orchestrator.cli import compose, end_logging, setup_logging
-from orchestrator.config import Config
-from orchestrator.errors import ConfigError
-from orchestrator.tools._cli import make_parser, positive_number, run
+from orchestrator.campaign.advise.load import load_sweeps
+from orchestrator.campaign.autopilot import LOG, Autopilot, Settings
+from orchestrator.cli.baseline import cmd_init
+from orchestrator.spec.ledger import Ledger, display_path
+from orchestrator.cli.main import compose, end_logging, setup_logging
+from orchestrator.spec.config import Config
+from orchestrator.core.errors import ConfigError
+from orchestrator.cli.tools._cli import make_parser, positive_number, run
 
 
 def run_campaign_logged(cfg: Config, run_dir: Path) -> Any:
     """One campaign with its campaign.log, as ``python -m orchestrator`` runs it."""
     # start-up cost: the campaign imports torch and pandas; --help needs neither
-    from orchestrator.campaign import run_campaign
+    from orchestrator.campaign.run import run_campaign
 
     run_dir.mkdir(parents=True, exist_ok=True)
     handler = setup_logging(run_dir)

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.baseline.ledger import (
+from orchestrator.spec.ledger import (
     Ledger,
     Version,
     flatten,
@@ -32,16 +32,16 @@ from orchestrator.baseline.ledger import (
     lineage_path,
     utc_now,
 )
-from orchestrator.baseline.promote import (
+from orchestrator.campaign.promote import (
     check_promotable,
     confirm,
     read_campaign,
     verify,
 )
-from orchestrator.cli import compose, end_logging, setup_logging
-from orchestrator.convert import to_dict
-from orchestrator.errors import ConfigError
-from orchestrator.tools._cli import quiet_broken_pipe
+from orchestrator.cli.main import compose, end_logging, setup_logging
+from orchestrator.core.convert import to_dict
+from orchestrator.core.errors import ConfigError
+from orchestrator.cli.tools._cli import quiet_broken_pipe
 
 log = logging.getLogger("orchestrator.baseline")
 
@@ -53,7 +53,7 @@ def _stamp() -> str:
 def _run(cfg: Any, run_dir: Path) -> Any:
     """One campaign with its campaign.log, as ``python -m orchestrator`` runs it."""
     # start-up cost: the campaign imports torch and pandas; show/log/diff need neither
-    from orchestrator.campaign import run_campaign
+    from orchestrator.campaign.run import run_campaign
 
     run_dir.mkdir(parents=True, exist_ok=True)
     handler = setup_logging(run_dir)

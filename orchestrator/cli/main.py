@@ -20,13 +20,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator import config as cfgmod
-from orchestrator import device as devmod
-from orchestrator import rundir
-from orchestrator.config import Config
-from orchestrator.errors import ConfigError, Interrupted
-from orchestrator.paths import conf_dir
-from orchestrator.tools._cli import quiet_broken_pipe
+from orchestrator.spec import config as cfgmod
+from orchestrator.platform import device as devmod
+from orchestrator.platform import rundir
+from orchestrator.spec.config import Config
+from orchestrator.core.errors import ConfigError, Interrupted
+from orchestrator.core.paths import conf_dir
+from orchestrator.cli.tools._cli import quiet_broken_pipe
 
 log = logging.getLogger("orchestrator")
 
@@ -178,8 +178,8 @@ def to_config(cfg: Any, need_sweep: bool = True) -> Any:
     from omegaconf import OmegaConf
 
     # start-up cost: every recipe schema, hardware registry, launcher check; --help needs none
-    from orchestrator.baseline.ledger import apply_baseline
-    from orchestrator.validate import validate
+    from orchestrator.spec.ledger import apply_baseline
+    from orchestrator.campaign.validate import validate
 
     try:
         obj = OmegaConf.to_object(cfg)
@@ -486,7 +486,7 @@ def end_logging(handler: logging.Handler | None, run_dir: Path, config: Any = No
         return
     try:
         # start-up cost: the sanitizer is needed only once a campaign has run
-        from orchestrator.sanitize import Sanitizer, reserve_run_dir
+        from orchestrator.core.sanitize import Sanitizer, reserve_run_dir
 
         pairs = [(k, v) for a in arms for k, v in a.env.items()]
         sanitizer = Sanitizer.from_config(config.sanitize, environ={**os.environ, **dict(pairs)})
@@ -532,8 +532,8 @@ def resume_command(run_dir: Path) -> str:
 def _interrupted(exc: KeyboardInterrupt, run_dir: Path) -> int:
     """One line on the console and in campaign.log; the exit code (130 SIGINT, 143 SIGTERM)."""
     # start-up cost: the campaign's record readers, needed only once a campaign ran
-    from orchestrator.resume import completed_on_disk
-    from orchestrator.results import read_json
+    from orchestrator.campaign.resume import completed_on_disk
+    from orchestrator.core.results import read_json
 
     signum = exc.signum if isinstance(exc, Interrupted) else int(signal.SIGINT)
     try:
@@ -554,8 +554,8 @@ def run_job(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
 
     # start-up cost: the campaign imports torch and pandas; --help and the pre-flight do not
-    from orchestrator.campaign import prepare, run_campaign
-    from orchestrator.sweep import resolve_arms
+    from orchestrator.campaign.run import prepare, run_campaign
+    from orchestrator.spec.sweep import resolve_arms
 
     config = to_config(cfg)
     check_device(config)  # again: a route that skipped the pre-flight (a Python caller)

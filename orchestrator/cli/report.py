@@ -26,7 +26,7 @@ from orchestrator.report.export import (
 from orchestrator.report.load import SchemaMismatch, load_campaigns
 from orchestrator.report.log import build_log, render_log
 from orchestrator.report.summary import render_summary
-from orchestrator.tools._cli import quiet_broken_pipe
+from orchestrator.cli.tools._cli import quiet_broken_pipe
 
 log = logging.getLogger("orchestrator.report")
 

@@ -41,7 +41,7 @@ def block_medians(times: Sequence[float], blocks: Sequence[int]) -> dict[int, fl
 
 def round_cells(blocks: Mapping[tuple[int, str], Mapping[int, float]], baseline: str
                 ) -> dict[tuple[int, str], float]:
-    """(round, arm) -> one time per round for the block fit (orchestrator.paired.fit_blocks).
+    """(round, arm) -> one time per round for the block fit (orchestrator.core.paired.fit_blocks).
 
     ``blocks``: (round, arm) -> cycle -> block median. The baseline's cell is the geometric
     mean of its blocks; an arm's is that times exp(median over the cycles both ran of

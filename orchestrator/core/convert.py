@@ -11,7 +11,7 @@ import types
 import typing
 from typing import Any
 
-from orchestrator.errors import ConfigError
+from orchestrator.core.errors import ConfigError
 
 
 def to_dict(obj: Any) -> Any:

@@ -1,8 +1,8 @@
 """What the MUSA stack's own source says, as pure functions: which SDPA kernel torch_musa's
 selector can run, what MATE's flash_attn exports, how the MUSA version tools print.
 
-No torch and no device here: the device seam (:mod:`orchestrator.device`) and the environment
-report feed these with what they read, the pre-flight (:mod:`orchestrator.validate`) asks them
+No torch and no device here: the device seam (:mod:`orchestrator.platform.device`) and the environment
+report feed these with what they read, the pre-flight (:mod:`orchestrator.campaign.validate`) asks them
 about a sweep's arms. Sources (torch_musa 2.7.1, ``MooreThreads/torch_musa``):
 
 * ``torch_musa/csrc/aten/ops/attention/mudnn/SDPUtils.h`` (``select_backend``,

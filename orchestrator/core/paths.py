@@ -15,7 +15,7 @@ CONF_ENV = "ORCHESTRATOR_CONF_DIR"
 
 def package_root() -> str:
     """The directory holding the ``orchestrator`` and ``recipes`` packages."""
-    return str(Path(__file__).resolve().parents[1])
+    return str(Path(__file__).resolve().parents[2])
 
 
 def conf_dir() -> Path:

@@ -266,7 +266,7 @@ class Sanitizer:
 
     @classmethod
     def from_config(cls, cfg: Any = None, environ: Mapping[str, str] | None = None) -> Sanitizer:
-        """From a :class:`orchestrator.config.SanitizeConfig` (or None for the defaults)."""
+        """From a :class:`orchestrator.spec.config.SanitizeConfig` (or None for the defaults)."""
         return cls(
             identity=Identity.detect(environ),
             keep_hostnames=bool(getattr(cfg, "keep_hostnames", False)),

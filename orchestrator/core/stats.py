@@ -4,7 +4,7 @@ Each process launch is the unit of replication: a trial is summarised by the med
 measured steps, and arms are compared over rounds. ``speedup`` = baseline time / variant time
 (the inverse of the ratio of medians variant/baseline), so > 1 means the variant is faster.
 
-- the speedup and its interval come from the block fit in :mod:`orchestrator.paired`.
+- the speedup and its interval come from the block fit in :mod:`orchestrator.core.paired`.
 - :func:`mann_whitney_u`: a rank test as a second opinion (normal approximation with tie and
   continuity corrections; matches ``scipy.stats.mannwhitneyu(method="asymptotic")``).
 - :func:`noise_floor`: the effect an A/A comparison (baseline against itself) shows.

@@ -20,8 +20,8 @@ import signal
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from orchestrator.jobs import ProbeSpec, TrialSpec, WorkerJob
-from orchestrator.results import INFRA_STATUS, SCHEMA_VERSION, read_json, trial_record
+from orchestrator.spec.jobs import ProbeSpec, TrialSpec, WorkerJob
+from orchestrator.core.results import INFRA_STATUS, SCHEMA_VERSION, read_json, trial_record
 
 OnDone = Callable[[TrialSpec, dict[str, Any]], None]
 OnStart = Callable[[TrialSpec], None]

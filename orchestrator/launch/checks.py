@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.errors import ConfigError
+from orchestrator.core.errors import ConfigError
 from orchestrator.launch.forkserver import START_METHODS, env_switch_reason
 
 
 def validate_launcher(cfg: Any) -> None:
-    """``cfg`` is a :class:`orchestrator.config.Config`; raises ConfigError on the first problem."""
+    """``cfg`` is a :class:`orchestrator.spec.config.Config`; raises ConfigError on the first problem."""
     lc = cfg.launcher
     world = int(getattr(cfg.workload, "world_size", 1) or 1)
     if getattr(cfg.workload, "kind", "") == "command":  # it starts its own ranks

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from orchestrator.config import LauncherConfig
-from orchestrator.errors import ConfigError
+from orchestrator.spec.config import LauncherConfig
+from orchestrator.core.errors import ConfigError
 from orchestrator.launch.base import Launcher
 from orchestrator.launch.inline import InlineLauncher
 from orchestrator.launch.local import LocalLauncher

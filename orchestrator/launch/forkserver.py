@@ -39,10 +39,10 @@ import time
 import weakref
 from typing import IO, TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-from orchestrator.processes import GRACE_S, signal_group, start_child
+from orchestrator.platform.processes import GRACE_S, signal_group, start_child
 
 if TYPE_CHECKING:
-    from orchestrator.jobs import WorkerJob
+    from orchestrator.spec.jobs import WorkerJob
 
 START_METHODS = ("auto", "spawn", "forkserver")
 FORK_SERVER = "fork-server"  # the record's start_method values

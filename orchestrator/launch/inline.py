@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from orchestrator.correctness.probe import run_probe
-from orchestrator.envvars import env_overrides
-from orchestrator.jobs import ProbeSpec, TrialSpec, WorkerJob
+from orchestrator.worker.probe import run_probe
+from orchestrator.core.envvars import env_overrides
+from orchestrator.spec.jobs import ProbeSpec, TrialSpec, WorkerJob
 from orchestrator.launch.base import (
     Launcher,
     OnDone,
@@ -24,8 +24,8 @@ from orchestrator.launch.base import (
     record_or_failure,
     world_size,
 )
-from orchestrator.results import atomic_write_json
-from orchestrator.trial import run_trial
+from orchestrator.core.results import atomic_write_json
+from orchestrator.worker.trial import run_trial
 
 
 class InlineLauncher(Launcher):

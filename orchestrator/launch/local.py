@@ -2,7 +2,7 @@
 
 Fresh means forked from the campaign's fork server where that is sound (torch, the worker code
 and the recipes imported once; ``launcher.start_method``, :mod:`orchestrator.launch.forkserver`),
-else spawned (``python -m orchestrator.trial``); every record says which.
+else spawned (``python -m orchestrator.worker.trial``); every record says which.
 
 Sequential by default (``launcher.max_parallel=1``) so that one trial's timing is never disturbed
 by another. With ``max_parallel > 1`` the unit of parallelism is a (round, bucket) group: it
@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from orchestrator.jobs import TrialSpec, WorkerJob
+from orchestrator.spec.jobs import TrialSpec, WorkerJob
 from orchestrator.launch.base import (
     Launcher,
     OnDone,
@@ -38,7 +38,7 @@ from orchestrator.launch.base import (
 from orchestrator.launch.forkserver import Starter
 from orchestrator.launch.process import run_worker_process, trial_command  # noqa: F401
 from orchestrator.launch.slots import DeviceSlots, Inventory, inventory
-from orchestrator.results import atomic_write_json
+from orchestrator.core.results import atomic_write_json
 
 log = logging.getLogger(__name__)
 

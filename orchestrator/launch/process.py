@@ -4,7 +4,7 @@ launchers both start every worker job through :func:`run_worker_process`).
 ``python -m <worker> <job dir>/spec.json``, or ``python -m torch.distributed.run
 --standalone --nproc-per-node G -m <worker> ...`` for a distributed job run by one launcher
 process (the local launcher; inside a Slurm job each rank is a task of its own). The child is
-started and stopped through :mod:`orchestrator.processes` (its own session; a time-out or an
+started and stopped through :mod:`orchestrator.platform.processes` (its own session; a time-out or an
 interrupt takes down its whole process group; it dies with its parent). A worker that raises,
 segfaults, is killed or hangs past its time limit becomes a record with a status and the tail
 of its stderr.
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrator.jobs import LAUNCH_T0_VAR, WorkerJob
+from orchestrator.spec.jobs import LAUNCH_T0_VAR, WorkerJob
 from orchestrator.launch.base import job_outcome, stderr_tail
 from orchestrator.launch.forkserver import (
     FORK_SERVER,
@@ -27,9 +27,9 @@ from orchestrator.launch.forkserver import (
     ForkServerLost,
     Starter,
 )
-from orchestrator.paths import package_root
-from orchestrator.processes import die_with_parent, ignore_job_signals, run_child
-from orchestrator.results import atomic_write_json, atomic_write_text
+from orchestrator.core.paths import package_root
+from orchestrator.platform.processes import die_with_parent, ignore_job_signals, run_child
+from orchestrator.core.results import atomic_write_json, atomic_write_text
 
 
 def worker_command(python: str, worker: str, spec_path: Path, nproc: int) -> list[str]:
@@ -40,7 +40,7 @@ def worker_command(python: str, worker: str, spec_path: Path, nproc: int) -> lis
 
 
 def trial_command(python: str, spec_path: Path, nproc: int) -> list[str]:
-    return worker_command(python, "orchestrator.trial", spec_path, nproc)
+    return worker_command(python, "orchestrator.worker.trial", spec_path, nproc)
 
 
 def run_worker_process(

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Optional
 
-from orchestrator import device as devmod
+from orchestrator.platform import device as devmod
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from orchestrator.config import SlurmLauncherConfig
-from orchestrator.jobs import JOB_KINDS, TrialSpec, WorkerJob, job_from_payload
+from orchestrator.spec.config import SlurmLauncherConfig
+from orchestrator.spec.jobs import JOB_KINDS, TrialSpec, WorkerJob, job_from_payload
 from orchestrator.launch.base import (
     Launcher,
     OnDone,
@@ -61,7 +61,7 @@ from orchestrator.launch.base import (
 )
 from orchestrator.launch.forkserver import Starter
 from orchestrator.launch.process import run_worker_process
-from orchestrator.results import atomic_write_json, atomic_write_text
+from orchestrator.core.results import atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 

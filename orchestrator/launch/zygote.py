@@ -44,17 +44,17 @@ import threading
 import traceback
 from typing import Any, Optional
 
-from orchestrator import device as devmod
-from orchestrator.processes import die_with_parent, signal_group
-from orchestrator.worker import load_recipe
+from orchestrator.platform import device as devmod
+from orchestrator.platform.processes import die_with_parent, signal_group
+from orchestrator.worker.bootstrap import load_recipe
 
 MAX_MESSAGE = 1 << 22  # a request carries an environment: far below this
 MAX_FDS = 4
 # imported before any job: the worker entry points (timed and profiled trials, probes) with
 # torch and the optimizer machinery a recipe's first step pulls in (torch.optim; the first
 # AdamW step imports torch._dynamo)
-BASE_MODULES = ("torch", "torch.optim", "torch._dynamo", "orchestrator.trial",
-                "orchestrator.correctness.probe")
+BASE_MODULES = ("torch", "torch.optim", "torch._dynamo", "orchestrator.worker.trial",
+                "orchestrator.worker.probe")
 
 
 def thread_count() -> int:

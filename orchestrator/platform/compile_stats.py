@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.envvars import env_overrides
+from orchestrator.core.envvars import env_overrides
 
 # protocol.compile_cache: cold = every trial compiles with a fresh, empty inductor/Triton cache
 # (compile_time_s is then what a first run on a machine pays); warm = the user's own caches

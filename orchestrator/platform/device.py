@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from orchestrator import fabric
-from orchestrator.errors import BackendUnavailable
+from orchestrator.platform import fabric
+from orchestrator.core.errors import BackendUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +309,7 @@ def visibility_var(kind: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- environment facts
-# Read by orchestrator.environment. Every function here returns plain data and records why a
+# Read by orchestrator.platform.environment. Every function here returns plain data and records why a
 # query failed instead of raising: a broken driver or library must not take a report down.
 
 
@@ -525,7 +525,7 @@ def fabric_identity(kind: str, index: int | None) -> str | None:
     """The device's fast-link domain as an opaque string, or None when it cannot be told
     (callers fall back to the host). CUDA: NVML's GPU fabric clique, and only where a FABRIC
     memory handle can be shared as NCCL requires before it uses multi-node NVLink; MUSA:
-    the MtLink domain through pymtml. See :mod:`orchestrator.fabric`."""
+    the MtLink domain through pymtml. See :mod:`orchestrator.platform.fabric`."""
     if kind == "cuda":
         try:
             uuid = getattr(_torch().cuda.get_device_properties(index or 0), "uuid", None)
@@ -647,7 +647,7 @@ def memory_figures(dev: DeviceInfo) -> dict[str, int] | None:
 def attention_target(requested: str) -> dict[str, Any] | None:
     """What the pre-flight needs to refuse an attention arm the device cannot run, or None
     when the trials will not run on MUSA (only torch_musa's selector is modelled:
-    :mod:`orchestrator.musa_rules`). ``device=musa`` always gets the rules; the visible
+    :mod:`orchestrator.core.musa_rules`). ``device=musa`` always gets the rules; the visible
     devices' archs where torch_musa is installed here (else unknown: the arch rule cannot
     refuse). ``auto`` gets them only where torch_musa sees a device; without torch_musa
     installed, torch is not imported."""

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from orchestrator import device as devmod
+from orchestrator.platform import device as devmod
 
 
 @dataclass(frozen=True)

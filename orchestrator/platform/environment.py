@@ -1,7 +1,7 @@
 """The environment report: what the training process itself sees, gathered inside it.
 
 MUSA behaviour is never inferred from CUDA behaviour nor from shell variables: device facts come
-from torch (through :mod:`orchestrator.device`, the only module that asks torch about musa or
+from torch (through :mod:`orchestrator.platform.device`, the only module that asks torch about musa or
 cuda), attention backends are probed with a tiny forward and backward call, tools are asked for
 their version. Every probe that fails records why and the report still completes.
 
@@ -31,9 +31,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from orchestrator import __version__, musa_rules
-from orchestrator import device as devmod
-from orchestrator.results import SCHEMA_VERSION, atomic_write_json
+from orchestrator import __version__
+from orchestrator.core import musa_rules
+from orchestrator.platform import device as devmod
+from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Fast-link domains from the vendors' management libraries (no torch here).
 
-Called only through :func:`orchestrator.device.fabric_identity`. An identity is an opaque string
+Called only through :func:`orchestrator.platform.device.fabric_identity`. An identity is an opaque string
 that two ranks share exactly when they sit in one fast-link domain; None means "unknown here",
 and the caller falls back to the host. Nothing here raises: a missing library, an old driver or
 a refused query is an unknown domain, logged at debug level.

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from orchestrator import device as devmod
-from orchestrator import hardware as hw
+from orchestrator.platform import device as devmod
+from orchestrator.platform import hardware as hw
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +300,7 @@ def peaks_and_utilization(dev: Any, hardware: dict[str, Any], precision: str,
                           step_time_s: float | None) -> dict[str, Any]:
     """The peaks of ``dev`` (a DeviceInfo) at the workload's precision, and MFU/HFU against
     each: registry entry, ``hardware=`` SKU, or a calibration run here (see
-    :func:`orchestrator.hardware.resolve_peaks`)."""
+    :func:`orchestrator.platform.hardware.resolve_peaks`)."""
     dtype, why = hw.matmul_dtype(precision, dev.kind)
     peaks = [p.to_dict() for p in hw.resolve_peaks(
         hardware or {"name": "auto"}, dev.kind, dev.name, dtype,

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import device as devmod
-from orchestrator.errors import ConfigError
-from orchestrator.paths import conf_dir
+from orchestrator.platform import device as devmod
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.paths import conf_dir
 
 log = logging.getLogger(__name__)
 

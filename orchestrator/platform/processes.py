@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator._watchdog import kill_session, start_ticks
+from orchestrator.core import _watchdog
+from orchestrator.core._watchdog import kill_session, start_ticks
 
 GRACE_S = 5.0
 _PR_SET_PDEATHSIG = 1
@@ -146,7 +147,7 @@ def run_child(
 
 # a running command's session, in its trial directory while it runs (a resume kills it)
 COMMAND_SESSION = "command.session.json"
-WATCHDOG = str(Path(__file__).resolve().parent / "_watchdog.py")
+WATCHDOG = str(Path(_watchdog.__file__).resolve())
 
 
 class SessionGuard:

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.errors import ConfigError
+from orchestrator.core.errors import ConfigError
 
 # files a campaign writes first: a directory holding one of them is a campaign's run directory
 CAMPAIGN_MARKERS = ("plan.json", "config.json", "campaign.log", "command.txt", "source.txt")

@@ -1,4 +1,4 @@
-from orchestrator.report.cli import main
+from orchestrator.cli.report import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.results import SCHEMA_VERSION
+from orchestrator.core.results import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 

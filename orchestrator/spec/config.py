@@ -5,7 +5,7 @@ The CLI registers them with Hydra's ConfigStore and the YAML files under ``conf/
 composition time with the dotted key in the message. Each workload kind's own schema lives with
 its recipe (``recipes/<recipe>/config.py``) and registers itself here with
 :func:`workload_schema`; :mod:`recipes.registry` imports the bundled ones. Semantic checks that
-a type cannot express live in :mod:`orchestrator.validate`.
+a type cannot express live in :mod:`orchestrator.campaign.validate`.
 
 Below the Hydra entry point the code works on these plain dataclasses only (no omegaconf).
 """
@@ -69,7 +69,7 @@ class WorkloadConfig:
 
     def validate(self) -> None:
         """This kind's own checks (a recipe's schema overrides it); raise ConfigError naming
-        the dotted key and the fix. The fields above are checked by orchestrator.validate."""
+        the dotted key and the fix. The fields above are checked by orchestrator.campaign.validate."""
 
 
 # workload kind -> its schema; each recipe's config module registers its own
@@ -119,25 +119,25 @@ class ProtocolConfig:
     # CPU time (time.process_time), host-CPU work only: leaves out time lost to other processes
     # on a shared machine, so it is for calibrating the statistics, not for claiming speedups
     clock: str = "wall"  # wall | cpu
-    # host-speed reference (orchestrator.reference): a fixed host workload timed before every
+    # host-speed reference (orchestrator.core.reference): a fixed host workload timed before every
     # step, outside the timed window; speedups, intervals and the noise floor of host-bound
     # trials then use step times in units of the host's speed of the moment. auto = on for
     # single-threaded steps on the CPU device; off on GPUs (their step time does not follow the
     # host's speed) and for CPU thread pools (their spinning threads bias the reference by arm);
     # host = on for any CPU trial
     speed_reference: str = "auto"  # auto | host | off
-    # torch.compile caches (orchestrator.compile_stats): cold = a fresh, empty inductor/Triton
+    # torch.compile caches (orchestrator.platform.compile_stats): cold = a fresh, empty inductor/Triton
     # cache per trial, so compile_time_s is a first run's cost; warm = the machine's own caches
     compile_cache: str = "cold"  # cold | warm
     repeats: int = 3  # initial rounds; each round runs every arm once, in a fresh process
     # adaptive rounds: while a variant is inconclusive and a decision on the objective (the
     # mixture) is within reach, add adaptive_step_rounds rounds, up to max_rounds in all; a
     # decided variant drops out. Each look (the first rounds, then each extension) spends
-    # (1 - confidence) / looks of the error rate (orchestrator.paired)
+    # (1 - confidence) / looks of the error rate (orchestrator.core.paired)
     max_rounds: int = 3  # >= repeats; == repeats: a fixed protocol of `repeats` rounds
     adaptive_step_rounds: int = 2
     # adaptive rounds run the trial length the variance components of the rounds so far make
-    # cheapest for the precision (Kalibera and Jones; orchestrator.paired.optimal_steps,
+    # cheapest for the precision (Kalibera and Jones; orchestrator.core.paired.optimal_steps,
     # recorded in plan.json); false: every round runs measured_steps / measured_min_s
     plan_trial_length: bool = True
     # the A/A control (the baseline run twice per round) checks that the intervals are
@@ -151,11 +151,11 @@ class ProtocolConfig:
     # process: every trial is one arm in its own fresh process; steps: one fresh process per
     # round and bucket runs every arm, switching arm every block_steps measured steps (each
     # block after switch_warmup_steps excluded ones), blocks paired in the analysis
-    # (orchestrator.blocks). steps needs a sweep over keys the recipe declares switchable;
-    # auto: steps when it can, else process (orchestrator.sweep.choose_pairing, in plan.json)
+    # (orchestrator.core.blocks). steps needs a sweep over keys the recipe declares switchable;
+    # auto: steps when it can, else process (orchestrator.spec.sweep.choose_pairing, in plan.json)
     pairing: str = "auto"
     # pairing=steps: adaptive rounds run the cycles per round the first rounds' cycle-level and
-    # between-process spread make cheapest (orchestrator.campaign.cycles_per_round); off by
+    # between-process spread make cheapest (orchestrator.campaign.run.cycles_per_round); off by
     # default until its error rates are measured (docs/protocol.md)
     plan_cycles: bool = False
     block_steps: int = 3
@@ -186,7 +186,7 @@ class ProtocolConfig:
     # in the harness, not on the variant's account: re-run it this many times, then the
     # variant's verdict is invalid (never reject) if it still fails so
     infra_retries: int = 1
-    # interference (orchestrator.interference): a single-process trial during whose measured
+    # interference (orchestrator.platform.interference): a single-process trial during whose measured
     # steps other processes took more than interference_cores cores on average is re-run (up
     # to interference_retries times; the first attempt kept aside, never pooled)
     interference_cores: float = 0.25
@@ -253,7 +253,7 @@ class InvariantsConfig:
 
 
 # The evidence a profile can show and a sweep can declare that it addresses (sweep.evidence):
-# name -> what share of the step it is (orchestrator.advise.rank reads it from a profile)
+# name -> what share of the step it is (orchestrator.analysis.rank reads it from a profile)
 EVIDENCE_KINDS: dict[str, str] = {
     "input_bound": "time producing the batch (phase/data) / step",
     "host_gaps": "device idle waiting for the host (launch-bound) / step",
@@ -341,7 +341,7 @@ class LauncherConfig:
 
 @dataclass
 class HardwareConfig:
-    """The peak that utilization (MFU/HFU) is relative to; see :mod:`orchestrator.hardware`.
+    """The peak that utilization (MFU/HFU) is relative to; see :mod:`orchestrator.platform.hardware`.
 
     ``name``: ``auto`` matches the detected device against the registry (``conf/hardware/``;
     an unknown device gives MFU null with the reason, never a fallback), ``measured``
@@ -379,7 +379,7 @@ class HardwareConfig:
 
 @dataclass
 class SanitizeConfig:
-    """What is scrubbed from every artifact of the run directory (orchestrator/sanitize.py):
+    """What is scrubbed from every artifact of the run directory (orchestrator/core/sanitize.py):
     secrets, user names, home paths, private IPs and host names are always replaced."""
 
     # true keeps host names (for private use only: such a run directory must not be shared)
@@ -418,7 +418,7 @@ class ProfileConfig:
     active_steps: int = 3  # steps recorded into the trace
     record_shapes: bool = True
     profile_memory: bool = True
-    with_flops: bool = True  # profiler-attributed FLOPs (orchestrator.flops) in an extra window
+    with_flops: bool = True  # profiler-attributed FLOPs (orchestrator.platform.flops) in an extra window
     with_stack: bool = False  # off by default: stacks make traces large (and carry paths)
     # system: steps run under msys/nsys (after protocol.warmup_steps); bounded on purpose
     system_steps: int = 5

@@ -3,8 +3,8 @@ a plan turns into.
 
 A worker job is one worker process (one per rank for a distributed workload) started as
 ``python -m <worker> <job dir>/spec.json``: a timed or profiled trial
-(:class:`TrialSpec`, ``orchestrator.trial``) or a correctness probe (:class:`ProbeSpec`,
-``orchestrator.correctness.probe``). The spec carries everything the worker needs (the arm's
+(:class:`TrialSpec`, ``orchestrator.worker.trial``) or a correctness probe (:class:`ProbeSpec`,
+``orchestrator.worker.probe``). The spec carries everything the worker needs (the arm's
 resolved workload, the bucket(s), the protocol's numbers), so the worker imports no config
 machinery beyond the schemas; the worker writes its record (``trial.json`` / ``probe.json``)
 into the job directory. Every launcher runs both kinds the same way, so on Slurm the gate's
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from orchestrator.config import Config
-from orchestrator.convert import to_dict
-from orchestrator.plan import PlannedTrial
-from orchestrator.steady import WarmupPolicy
-from orchestrator.sweep import ResolvedArm, selected_buckets
+from orchestrator.spec.config import Config
+from orchestrator.core.convert import to_dict
+from orchestrator.spec.plan import PlannedTrial
+from orchestrator.core.steady import WarmupPolicy
+from orchestrator.spec.sweep import ResolvedArm, selected_buckets
 
 # set by the launcher just before it starts the process: start-to-first-step is measured from it
 LAUNCH_T0_VAR = "ORCHESTRATOR_LAUNCH_T0"
@@ -70,7 +70,7 @@ class WorkerJob(abc.ABC):
 
 @dataclass
 class TrialSpec(WorkerJob):
-    worker: ClassVar[str] = "orchestrator.trial"
+    worker: ClassVar[str] = "orchestrator.worker.trial"
     record_file: ClassVar[str] = "trial.json"
     id_field: ClassVar[str] = "trial_id"
 
@@ -95,13 +95,13 @@ class TrialSpec(WorkerJob):
     microbench: dict[str, Any] = field(default_factory=dict)  # name, calls, kind=microbench
     hardware: dict[str, Any] = field(default_factory=dict)  # HardwareConfig as a dict
     timeout_s: float | None = None  # the launcher's limit for this trial (external commands stop sooner)
-    warmup_policy: str = "fixed"  # fixed | auto (see orchestrator.steady)
+    warmup_policy: str = "fixed"  # fixed | auto (see orchestrator.core.steady)
     warmup_max_steps: int = 30
     warmup_window: int = 3
     warmup_tolerance: float = 0.05
     clock: str = "wall"  # wall | cpu (process CPU time; host-CPU recipes only)
-    speed_reference: str = "off"  # auto | host | off (orchestrator.reference)
-    compile_cache: str = "warm"  # cold | warm (orchestrator.compile_stats.cache_scope)
+    speed_reference: str = "off"  # auto | host | off (orchestrator.core.reference)
+    compile_cache: str = "warm"  # cold | warm (orchestrator.platform.compile_stats.cache_scope)
     env_report: bool = False  # also write the full environment.json (the campaign's first trial)
     # protocol.pairing=steps: every arm of this round and bucket, in block order, each
     # {arm_id, arm_label, is_baseline, trial_id, trial_dir, workload}; this spec is the first's
@@ -136,9 +136,9 @@ class TrialSpec(WorkerJob):
 
 @dataclass
 class ProbeSpec(WorkerJob):
-    """One arm's correctness probe (every bucket), see :mod:`orchestrator.correctness.probe`."""
+    """One arm's correctness probe (every bucket), see :mod:`orchestrator.worker.probe`."""
 
-    worker: ClassVar[str] = "orchestrator.correctness.probe"
+    worker: ClassVar[str] = "orchestrator.worker.probe"
     record_file: ClassVar[str] = "probe.json"
     id_field: ClassVar[str] = "name"
 
@@ -232,7 +232,7 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
 def pair_specs(specs: Sequence[TrialSpec], block_steps: int, switch_warmup_steps: int,
                paired_min_s: float = 0.0) -> list[TrialSpec]:
     """protocol.pairing=steps: one spec per round and bucket, the first planned arm's, that
-    runs every arm of that round and bucket in the plan's order (orchestrator.blocks), each arm
+    runs every arm of that round and bucket in the plan's order (orchestrator.core.blocks), each arm
     for at least ``paired_min_s`` of measured step time (protocol.paired_min_s)."""
     groups: dict[tuple[int, str], list[TrialSpec]] = {}
     for s in specs:

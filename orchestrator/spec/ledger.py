@@ -9,7 +9,7 @@ changes that did not repeat, ``verify/`` the end-to-end measurements of a versio
 A version file is written once, atomically and exclusively (a temporary file hard-linked to its
 name, which fails if the name exists): a reader sees a whole version or none. This module is
 the spec layer's part: reading versions, applying one to a configuration, the lineage a
-campaign records; running campaigns for promote and verify is :mod:`orchestrator.baseline.promote`.
+campaign records; running campaigns for promote and verify is :mod:`orchestrator.campaign.promote`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Config
-from orchestrator.convert import to_dict
-from orchestrator.errors import ConfigError
-from orchestrator.results import atomic_write_json, read_json
-from orchestrator.sanitize import Sanitizer
-from orchestrator.sweep import Arm, apply_overrides, arm_key
+from orchestrator.spec.config import Config
+from orchestrator.core.convert import to_dict
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.results import atomic_write_json, read_json
+from orchestrator.core.sanitize import Sanitizer
+from orchestrator.spec.sweep import Arm, apply_overrides, arm_key
 from recipes.registry import workload_from_dict
 
 LEDGER_SCHEMA = 1

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.sweep import Arm
+from orchestrator.spec.sweep import Arm
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class PlannedTrial:
     round: int
     bucket: str
     arm_id: str
-    # measured steps the planner chose for this trial (orchestrator.paired.optimal_steps);
+    # measured steps the planner chose for this trial (orchestrator.core.paired.optimal_steps);
     # None: the protocol's measured_steps / measured_min_s
     measured_steps: int | None = None
 
@@ -107,7 +107,7 @@ class ArmProgress:
     verdict: str  # retain | reject | equivalent | inconclusive | invalid
     timing_based: bool  # False when a failure or a gate (not the timing) made the verdict
     # total rounds estimated to resolve the objective at the observed effect and noise; None
-    # when out of reach (orchestrator.decide.REACH x max_rounds) or unknown
+    # when out of reach (orchestrator.analysis.decide.REACH x max_rounds) or unknown
     rounds_to_resolve: int | None = None
 
 
@@ -115,7 +115,7 @@ def more_rounds_reason(p: ArmProgress, rounds_done: int, max_rounds: int,
                        calibration: str = "") -> str:
     """Why this variant needs more rounds ("" = it does not). Sequential stopping: a variant
     decided at this look (retain, reject, equivalent: the error rate is spent per look, see
-    orchestrator.paired.alpha_per_look) drops out; an inconclusive one goes on while a decision
+    orchestrator.core.paired.alpha_per_look) drops out; an inconclusive one goes on while a decision
     on the objective is within reach (futility is judged on the objective only); an A/A control
     that does not cover 1 (``calibration``, a reason) keeps every timing-based variant running
     to the cap, where the verdicts become invalid if it still does not."""

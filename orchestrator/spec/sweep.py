@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.config import EVIDENCE_KINDS, Config, SweepConfig, WorkloadConfig
-from orchestrator.convert import to_dict
-from orchestrator.errors import ConfigError
+from orchestrator.spec.config import EVIDENCE_KINDS, Config, SweepConfig, WorkloadConfig
+from orchestrator.core.convert import to_dict
+from orchestrator.core.errors import ConfigError
 from recipes.registry import switchable_keys, workload_from_dict, workload_kinds
 
 ENV_PREFIX = "env."
@@ -233,7 +233,7 @@ def _check_workload_kind(cfg: Config) -> None:
 
 def check_sweep(cfg: Config) -> None:
     """Reject a sweep that is malformed, touches an invariant, or changes more than one knob.
-    (That every arm is still a valid workload is checked by :mod:`orchestrator.validate`.)"""
+    (That every arm is still a valid workload is checked by :mod:`orchestrator.campaign.validate`.)"""
     sweep = cfg.sweep
     assert sweep is not None
     _check_workload_kind(cfg)

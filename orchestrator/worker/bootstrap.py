@@ -15,11 +15,11 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import device as devmod
-from orchestrator import distributed as distmod
-from orchestrator.config import BucketConfig, WorkloadConfig
-from orchestrator.convert import from_dict
-from orchestrator.errors import BackendUnavailable
+from orchestrator.platform import device as devmod
+from orchestrator.platform import distributed as distmod
+from orchestrator.spec.config import BucketConfig, WorkloadConfig
+from orchestrator.core.convert import from_dict
+from orchestrator.core.errors import BackendUnavailable
 from recipes.base import Recipe
 from recipes.registry import builder_path, workload_from_dict
 

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import device as devmod
-from orchestrator.errors import BackendUnavailable
-from orchestrator.flops import DEFINITIONS, EXECUTED, peaks_and_utilization
-from orchestrator.logparse import LogParseError, MalformedStepLine, StepRecord, reported_mfu
-from orchestrator.processes import COMMAND_SESSION, run_child
-from orchestrator.results import trial_record, write_csv
+from orchestrator.platform import device as devmod
+from orchestrator.core.errors import BackendUnavailable
+from orchestrator.platform.flops import DEFINITIONS, EXECUTED, peaks_and_utilization
+from orchestrator.core.logparse import LogParseError, MalformedStepLine, StepRecord, reported_mfu
+from orchestrator.platform.processes import COMMAND_SESSION, run_child
+from orchestrator.core.results import trial_record, write_csv
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,12 @@ import statistics
 import time
 from typing import Any
 
-from orchestrator import device as devmod
-from orchestrator.config import BucketConfig
-from orchestrator.convert import from_dict
-from orchestrator.errors import BackendUnavailable
-from orchestrator.results import trial_record
-from orchestrator.worker import start_worker
+from orchestrator.platform import device as devmod
+from orchestrator.spec.config import BucketConfig
+from orchestrator.core.convert import from_dict
+from orchestrator.core.errors import BackendUnavailable
+from orchestrator.core.results import trial_record
+from orchestrator.worker.bootstrap import start_worker
 
 
 def run_microbench(spec: Any, base: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The correctness probe: one arm, every bucket, in its own process.
 
-Run as ``python -m orchestrator.correctness.probe SPEC.json``. From the same seed, the same
+Run as ``python -m orchestrator.worker.probe SPEC.json``. From the same seed, the same
 initial weights (``init.pt``, written by the baseline's probe and loaded by every arm) and the
 same batch (the baseline's first batch per bucket), it records:
 
@@ -39,15 +39,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from orchestrator import device as devmod
-from orchestrator import distributed as distmod
-from orchestrator.config import BucketConfig
-from orchestrator.convert import from_dict
-from orchestrator.errors import BackendUnavailable
-from orchestrator.jobs import ProbeSpec
-from orchestrator.processes import die_with_parent
-from orchestrator.results import SCHEMA_VERSION, atomic_write_json
-from orchestrator.worker import Worker, start_worker
+from orchestrator.platform import device as devmod
+from orchestrator.platform import distributed as distmod
+from orchestrator.spec.config import BucketConfig
+from orchestrator.core.convert import from_dict
+from orchestrator.core.errors import BackendUnavailable
+from orchestrator.spec.jobs import ProbeSpec
+from orchestrator.platform.processes import die_with_parent
+from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json
+from orchestrator.worker.bootstrap import Worker, start_worker
 from recipes.base import probe_hooks_missing
 
 
@@ -398,7 +398,7 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m orchestrator.correctness.probe SPEC.json", file=sys.stderr)
+        print("usage: python -m orchestrator.worker.probe SPEC.json", file=sys.stderr)
         return 2
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
         die_with_parent()

@@ -4,7 +4,7 @@ The orchestrator owns the timing protocol here: warm-up steps are run and exclud
 is synchronised at every step boundary, each step's wall time, data wait, loss and tokens are
 kept raw in steps.csv so trimming can be redone in analysis. Recipes never time themselves.
 
-Run as ``python -m orchestrator.trial SPEC.json``. The process imports torch, the recipe and
+Run as ``python -m orchestrator.worker.trial SPEC.json``. The process imports torch, the recipe and
 this module only, so its fixed cost stays close to ``python -c "import torch"``.
 """
 
@@ -20,22 +20,23 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from orchestrator import blocks, compile_stats
-from orchestrator import device as devmod
-from orchestrator import distributed as distmod
-from orchestrator import reference as refmod
-from orchestrator.environment import record_facts
-from orchestrator.errors import BackendUnavailable
-from orchestrator.external import measure_external
-from orchestrator.flops import trial_flops
-from orchestrator.interference import CpuWindow
-from orchestrator.jobs import LAUNCH_T0_VAR, TrialSpec
-from orchestrator.processes import die_with_parent
-from orchestrator.microbench.worker import run_microbench
-from orchestrator.profiling.runner import run_profiled
-from orchestrator.results import INFRA_STATUS, atomic_write_json, trial_record, write_csv
-from orchestrator.steady import warmup_complete
-from orchestrator.worker import start_worker
+from orchestrator.core import blocks
+from orchestrator.platform import compile_stats
+from orchestrator.platform import device as devmod
+from orchestrator.platform import distributed as distmod
+from orchestrator.core import reference as refmod
+from orchestrator.platform.environment import record_facts
+from orchestrator.core.errors import BackendUnavailable
+from orchestrator.worker.external import measure_external
+from orchestrator.platform.flops import trial_flops
+from orchestrator.platform.interference import CpuWindow
+from orchestrator.spec.jobs import LAUNCH_T0_VAR, TrialSpec
+from orchestrator.platform.processes import die_with_parent
+from orchestrator.worker.microbench import run_microbench
+from orchestrator.worker.profile.runner import run_profiled
+from orchestrator.core.results import INFRA_STATUS, atomic_write_json, trial_record, write_csv
+from orchestrator.core.steady import warmup_complete
+from orchestrator.worker.bootstrap import start_worker
 from recipes.registry import workload_from_dict
 
 # the most measured steps protocol.measured_min_s may ask for
@@ -297,7 +298,7 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
 def _measure_paired(spec: TrialSpec, base: dict[str, Any],
                     launch_t0: float | None) -> list[tuple[dict[str, Any], str]]:
     """protocol.pairing=steps: every arm of ``spec.paired_arms`` in this one process (see
-    orchestrator.blocks). Each arm warms up to its own steady state; then cycles of one block
+    orchestrator.core.blocks). Each arm warms up to its own steady state; then cycles of one block
     per arm (order reversed every cycle, an even number of cycles), each block
     ``switch_warmup_steps`` excluded steps after the switch and ``block_steps`` measured ones,
     until every arm has its measured_steps / measured_min_s. One (record, trial_dir) per arm,
@@ -570,7 +571,7 @@ def _record(spec: TrialSpec, base: dict[str, Any], worker: Any, st: _Stepper,
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m orchestrator.trial SPEC.json", file=sys.stderr)
+        print("usage: python -m orchestrator.worker.trial SPEC.json", file=sys.stderr)
         return 2
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
         die_with_parent()

@@ -15,9 +15,9 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from orchestrator.config import MISSING, WorkloadConfig, workload_schema
-from orchestrator.errors import ConfigError, check_positive
-from orchestrator.logparse import LogParseError, compile_pattern
+from orchestrator.spec.config import MISSING, WorkloadConfig, workload_schema
+from orchestrator.core.errors import ConfigError, check_positive
+from orchestrator.core.logparse import LogParseError, compile_pattern
 
 # the template placeholders every command gets (besides workload.params)
 BUILTINS = ("python", "steps", "warmup_steps", "measured_steps", "bucket", "seq_len",
@@ -34,7 +34,7 @@ class CommandLogConfig:
     """How step records are read from an external command's log."""
 
     # a regex with named groups step, step_time_s | step_time_ms | time+unit, and optionally
-    # loss, tokens, samples; None = the built-in formats of orchestrator.logparse
+    # loss, tokens, samples; None = the built-in formats of orchestrator.core.logparse
     pattern: Optional[str] = None
     # read this file (template, relative to cwd) instead of the command's stdout+stderr
     file: Optional[str] = None

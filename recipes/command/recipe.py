@@ -12,8 +12,8 @@ import shlex
 import sys
 from typing import Any
 
-from orchestrator.config import BucketConfig
-from orchestrator.logparse import StepRecord, compile_pattern, parse_steps
+from orchestrator.spec.config import BucketConfig
+from orchestrator.core.logparse import StepRecord, compile_pattern, parse_steps
 from recipes.base import Invocation, TrainerHooks, external_recipe
 from recipes.command.config import CommandWorkloadConfig
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.config import WorkloadConfig, workload_schema
+from orchestrator.spec.config import WorkloadConfig, workload_schema
 
 
 @workload_schema

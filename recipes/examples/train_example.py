@@ -5,7 +5,7 @@ stream and prints one line per step in a common log format, e.g.::
 
     step 12 | loss 3.9876 | time 4.21ms | tokens 256
 
-which ``orchestrator.logparse`` reads (``--log-format json`` and ``kv`` print the other built-in
+which ``orchestrator.core.logparse`` reads (``--log-format json`` and ``kv`` print the other built-in
 formats; ``custom`` prints ``[it 12] 4.210 ms/it loss=3.9876``, which only a
 ``workload.log.pattern`` reads; ``--log-file`` writes the step lines to a file instead of
 stdout). The first line names the intra-op thread count (``--threads 0`` leaves it to

@@ -19,8 +19,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from orchestrator.errors import BackendUnavailable
-from orchestrator.profiling.phases import phase, recording
+from orchestrator.core.errors import BackendUnavailable
+from orchestrator.core.phases import phase, recording
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -306,7 +306,7 @@ class _OpenRangeInBackward(torch.autograd.Function):
 
 def marked(attend: Attention, name: str) -> Attention:
     """``attend`` inside a profiler range named ``name``, forward and backward, while a
-    profiler records (orchestrator.profiling.phases.REGIONS); the plain call otherwise. The
+    profiler records (orchestrator.core.phases.REGIONS); the plain call otherwise. The
     backward range opens when the output's gradient arrives and closes when q, k and v have
     theirs, so it spans the op's backward nodes."""
     def attend_marked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -11,13 +11,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from orchestrator.config import (
+from orchestrator.spec.config import (
     DATA_KINDS,
     DataConfig,
     WorkloadConfig,
     workload_schema,
 )
-from orchestrator.errors import ConfigError, check_choice, check_positive
+from orchestrator.core.errors import ConfigError, check_choice, check_positive
 
 ATTENTION_BACKENDS = ("eager", "sdpa", "tiled", "flash_attn")
 SDPA_KERNELS = ("auto", "math", "flash", "efficient", "cudnn")

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from orchestrator.config import BucketConfig
-from orchestrator.profiling.phases import (
+from orchestrator.spec.config import BucketConfig
+from orchestrator.core.phases import (
     ATTENTION,
     BACKWARD,
     CLIP,
@@ -225,7 +225,7 @@ class GPTTrainer(TrainerHooks):
         return out
 
     def train_step(self, batch: Batch) -> torch.Tensor:
-        # phase ranges cost nothing outside a profiled window (orchestrator.profiling.phases)
+        # phase ranges cost nothing outside a profiled window (orchestrator.core.phases)
         with phase(OPTIMIZER):
             self.optimizer.zero_grad(set_to_none=True)
         if self.mark_dynamic:

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from orchestrator.config import BucketConfig, DataConfig
+from orchestrator.spec.config import BucketConfig, DataConfig
 from recipes.gpt.config import LoaderConfig
 
 EOS, UNK = 0, 1

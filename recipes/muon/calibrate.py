@@ -29,7 +29,7 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from orchestrator import device as devmod
+from orchestrator.platform import device as devmod
 from recipes.muon.cost import DTYPE_BYTES, CostProfile, Link, interpolate, mode_costs
 from recipes.muon.newton_schulz import NS_DTYPES, newton_schulz, newton_schulz_tp, quadratic_steps
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from orchestrator.errors import ConfigError
+from orchestrator.core.errors import ConfigError
 
 # keys of newton_schulz.COEFFICIENT_SETS (kept here: the pre-flight imports no torch)
 COEFFICIENT_SETS = ("simple", "quintic", "cubic", "polar_express", "cans")

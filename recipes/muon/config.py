@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from orchestrator.config import DataConfig, WorkloadConfig, workload_schema
+from orchestrator.spec.config import DataConfig, WorkloadConfig, workload_schema
 from recipes.muon.checks import validate_muon_tp
 
 

@@ -16,10 +16,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from orchestrator import device as devmod
-from orchestrator import hardware
-from orchestrator.config import BucketConfig
-from orchestrator.errors import BackendUnavailable
+from orchestrator.platform import device as devmod
+from orchestrator.platform import hardware
+from orchestrator.spec.config import BucketConfig
+from orchestrator.core.errors import BackendUnavailable
 from recipes.base import TrainerHooks, switchable
 from recipes.muon.calibrate import calibrate, describe, measure_latency
 from recipes.muon.config import MuonTPWorkloadConfig

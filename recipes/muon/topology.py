@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 import torch.distributed as dist
 
-from orchestrator import device as devmod
+from orchestrator.platform import device as devmod
 
 
 def host_identity(hostname: Optional[str] = None) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.config import WorkloadConfig, workload_schema
-from orchestrator.errors import ConfigError, check_positive
+from orchestrator.spec.config import WorkloadConfig, workload_schema
+from orchestrator.core.errors import ConfigError, check_positive
 
 
 @workload_schema

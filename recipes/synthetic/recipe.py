@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from orchestrator.config import BucketConfig
-from orchestrator.errors import BackendUnavailable
+from orchestrator.spec.config import BucketConfig
+from orchestrator.core.errors import BackendUnavailable
 from recipes.base import TrainerHooks, host_only_recipe, switchable
 from recipes.synthetic.config import SyntheticWorkloadConfig
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from orchestrator.config import BucketConfig
+from orchestrator.spec.config import BucketConfig
 from recipes.base import host_only_recipe
 from recipes.synthetic.config import SyntheticWorkloadConfig
 from recipes.synthetic.recipe import SyntheticTrainer

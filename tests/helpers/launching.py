@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrator.jobs import ProbeSpec, TrialSpec
+from orchestrator.spec.jobs import ProbeSpec, TrialSpec
 
 DEFAULT_SLURM_CONF = "/tmp/orchestrator-slurm/slurm.conf"
 
@@ -150,7 +150,7 @@ def child_pids(parent: int) -> list[int]:
 
 
 # local: the default start method (auto: forked from the fork server); local-spawn: every trial
-# through `python -m orchestrator.trial`
+# through `python -m orchestrator.worker.trial`
 LAUNCHERS = ["inline", "local", "local-spawn", "slurm"]
 
 
@@ -169,7 +169,7 @@ def launcher_for(name: str, run_dir: Path, monkeypatch: Any) -> Any:
     conf = require_slurm()
     if conf:
         monkeypatch.setenv("SLURM_CONF", conf)
-    from orchestrator.config import SlurmLauncherConfig
+    from orchestrator.spec.config import SlurmLauncherConfig
     from orchestrator.launch.slurm import SlurmLauncher
 
     cfg = SlurmLauncherConfig(partition="debug", time_limit_min=20, poll_interval_s=0.5,

@@ -203,7 +203,7 @@ def train(mode: str, steps: int, world_size: int, extra: dict[str, Any] | None =
           profile: Any = None) -> list[float]:
     """Losses of ``steps`` training steps. With ``profile`` (auto only) the trainer's resolver
     uses that fixed profile instead of calibrating (fast, and mixed choices on purpose)."""
-    from orchestrator.config import BucketConfig
+    from orchestrator.spec.config import BucketConfig
     from recipes.muon.config import MuonTPModelConfig, MuonTPWorkloadConfig, TPConfig
     from recipes.muon.cost import ModeResolver
     from recipes.muon.recipe import build

@@ -18,7 +18,7 @@ FAKE_PYMTML = HELPERS / "fake_pymtml"  # pymtml with MtLink and topology queries
 
 
 def undo_fake_musa() -> None:
-    from orchestrator import device as devmod
+    from orchestrator.platform import device as devmod
 
     tm = sys.modules.get("torch_musa")
     if tm is not None and hasattr(tm, "_undo"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from orchestrator import device as devmod
+from orchestrator.platform import device as devmod
 
 
 def main(argv: list[str] | None = None) -> int:

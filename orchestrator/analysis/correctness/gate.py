@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.correctness.compare import (
+from orchestrator.analysis.correctness.compare import (
     TensorDiff,
     Tolerance,
     characterize,

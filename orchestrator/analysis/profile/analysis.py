@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orchestrator.profiling import patterns, phases
+from orchestrator.analysis.profile import patterns
+from orchestrator.core import phases
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from orchestrator.profiling import analysis as A
-from orchestrator.profiling.trace import events_frame, load_trace
+from orchestrator.analysis.profile import analysis as A
+from orchestrator.analysis.profile.trace import events_frame, load_trace
 
 
 def diff_frames(base: Any, variant: Any, top: int | None = None) -> dict[str, Any]:

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from orchestrator.flops import utilization
-from orchestrator.profiling import phases as ph
-from orchestrator.profiling.diff import diff_traces
-from orchestrator.sanitize import VENDOR_REPORT_SUFFIXES
+from orchestrator.platform.flops import utilization
+from orchestrator.core import phases as ph
+from orchestrator.analysis.profile.diff import diff_traces
+from orchestrator.core.sanitize import VENDOR_REPORT_SUFFIXES
 
 TOP_CHANGES = 5
 
@@ -135,9 +135,9 @@ def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequ
                     timed_median_s: dict[tuple[str, str], float | None],
                     peaks: Sequence[Any] = (), keep_vendor_reports: bool = False) -> list[str]:
     """Body of the ``Profiles`` section; empty when nothing was profiled. ``peaks`` are the
-    Utilization section's (:class:`orchestrator.utilization.PeakSummary`). Vendor reports
+    Utilization section's (:class:`orchestrator.analysis.utilization.PeakSummary`). Vendor reports
     are named without a link unless ``keep_vendor_reports``: the run directory's seal moves
-    them to the private store (orchestrator.sanitize)."""
+    them to the private store (orchestrator.core.sanitize)."""
     def artifact(x: str) -> str:
         if not keep_vendor_reports and x.lower().endswith(VENDOR_REPORT_SUFFIXES):
             return f"`{Path(x).name}` (moved to the private store)"

@@ -1,7 +1,7 @@
 """Reading what advise ranks: a profiled run directory and the sweep files (the I/O shell).
 
 A run directory is either a campaign run with ``profile=framework`` (its baseline arm ``a0``
-is read) or a baseline profile (:mod:`orchestrator.advise.profile`). Sweeps are the shipped
+is read) or a baseline profile (:mod:`orchestrator.campaign.advise.profile`). Sweeps are the shipped
 ones (``conf/sweep/*.yaml``) and those of each user config directory (``DIR/sweep/*.yaml``,
 the layout Hydra's ``hydra.searchpath=[file://DIR]`` reads, so the same files run with
 ``python -m orchestrator +sweep=NAME hydra.searchpath=[file://DIR]``).
@@ -17,11 +17,11 @@ from typing import Any
 
 import yaml
 
-from orchestrator.advise.rank import BucketProfile, SweepInfo
-from orchestrator.config import EVIDENCE_KINDS
-from orchestrator.errors import ConfigError
-from orchestrator.paths import conf_dir
-from orchestrator.sweep import ENV_PREFIX, apply_overrides
+from orchestrator.analysis.rank import BucketProfile, SweepInfo
+from orchestrator.spec.config import EVIDENCE_KINDS
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.paths import conf_dir
+from orchestrator.spec.sweep import ENV_PREFIX, apply_overrides
 
 
 @dataclass

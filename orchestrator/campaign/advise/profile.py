@@ -2,7 +2,7 @@
 
 The run directory has the layout a profiled campaign's has for its baseline arm
 (``config.json``, ``trials/prof-framework-<bucket>-a0/``, ``profiles/framework/``), plus
-``profile.json`` naming what was profiled; :func:`orchestrator.advise.load.read_profile` reads
+``profile.json`` naming what was profiled; :func:`orchestrator.campaign.advise.load.read_profile` reads
 both kinds. A killed profile run is finished by running it again in the same directory: trials
 with a final record are kept.
 """
@@ -13,15 +13,15 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from orchestrator.config import Config
-from orchestrator.convert import to_dict
+from orchestrator.spec.config import Config
+from orchestrator.core.convert import to_dict
 from orchestrator.launch.base import Launcher
 from orchestrator.launch.factory import make_launcher
-from orchestrator.profiling.campaign import run_profiled_trials
-from orchestrator.results import SCHEMA_VERSION, atomic_write_json
-from orchestrator.resume import completed_on_disk
-from orchestrator.sanitize import Sanitizer, reserve_run_dir, sanitize_run_dir
-from orchestrator.sweep import Arm, ResolvedArm
+from orchestrator.campaign.profiles import run_profiled_trials
+from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json
+from orchestrator.campaign.resume import completed_on_disk
+from orchestrator.core.sanitize import Sanitizer, reserve_run_dir, sanitize_run_dir
+from orchestrator.spec.sweep import Arm, ResolvedArm
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from orchestrator.errors import ConfigError
+from orchestrator.core.errors import ConfigError
 
 EXIT_BAD_INPUT = 2
 EXIT_BROKEN_PIPE = 128 + 13  # a process killed by SIGPIPE, as a shell reports it

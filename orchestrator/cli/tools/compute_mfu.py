@@ -34,7 +34,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.flops import (
+from orchestrator.platform.flops import (
     DEFINITIONS,
     FLOP_KINDS,
     BucketWork,
@@ -43,7 +43,7 @@ from orchestrator.flops import (
     utilization,
     utilization_name,
 )
-from orchestrator.tools._cli import ToolError, emit, make_parser, positive_number, run
+from orchestrator.cli.tools._cli import ToolError, emit, make_parser, positive_number, run
 
 # figures a bucket file may state at its top level instead of (or as well as) a flag
 FILE_FIELDS = {"flops_kind": "--flops-kind", "peak_tflops_per_device": "--peak-tflops-per-device",

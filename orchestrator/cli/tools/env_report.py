@@ -4,7 +4,7 @@
     python -m orchestrator.tools.env_report --json          # the report on stdout
     python -m orchestrator.tools.env_report                 # a short text summary
 
-The environment report a trial gathers (orchestrator/environment.py), standalone: what this
+The environment report a trial gathers (orchestrator/platform/environment.py), standalone: what this
 process sees of MUSA, CUDA and the CPU, library and driver versions, usable attention kernels,
 profilers, distributed backends and the relevant environment switches. Sanitized like every
 run-directory artifact unless ``--keep-hostnames`` (host names only; secrets, users, home paths
@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.environment import gather
-from orchestrator.results import atomic_write_text
-from orchestrator.sanitize import Sanitizer
-from orchestrator.tools._cli import ToolError, emit, make_parser, run
+from orchestrator.platform.environment import gather
+from orchestrator.core.results import atomic_write_text
+from orchestrator.core.sanitize import Sanitizer
+from orchestrator.cli.tools._cli import ToolError, emit, make_parser, run
 
 DEVICES = ("auto", "cpu", "cuda", "musa")
 

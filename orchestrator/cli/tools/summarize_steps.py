@@ -2,7 +2,7 @@
 
     python -m orchestrator.tools.summarize_steps train.log --skip-first 2 --json
 
-Built-in formats (see :mod:`orchestrator.logparse`): ``step 10 ... time 123.4ms``, nanoGPT's
+Built-in formats (see :mod:`orchestrator.core.logparse`): ``step 10 ... time 123.4ms``, nanoGPT's
 ``iter 10: loss 4.2, time 123.45ms``, key=value and JSON lines; ``--pattern`` takes a regex
 with named groups instead. Prints count, mean, median, min, max, standard deviation, p10/p90,
 coefficient of variation, and throughput when tokens or samples per step are logged (or given).
@@ -24,9 +24,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.flops import utilization
-from orchestrator.logparse import LogParseError, StepRecord, parse_steps, reported_mfu
-from orchestrator.tools._cli import ToolError, emit, make_parser, positive_number, run
+from orchestrator.platform.flops import utilization
+from orchestrator.core.logparse import LogParseError, StepRecord, parse_steps, reported_mfu
+from orchestrator.cli.tools._cli import ToolError, emit, make_parser, positive_number, run
 
 
 def percentile(values: Sequence[float], pct: float) -> float:

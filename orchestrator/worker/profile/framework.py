@@ -1,6 +1,6 @@
 """The framework layer: a profiled trial under torch.profiler, and its summary.
 
-Runs in the trial's own process (``python -m orchestrator.trial SPEC.json`` with
+Runs in the trial's own process (``python -m orchestrator.worker.trial SPEC.json`` with
 ``kind == "profile"``), like a timed trial: the same recipe, bucket and warm-up, then a
 ``torch.profiler.schedule`` of wait, warm-up and active steps. The gzipped Chrome trace and a
 JSON summary go to ``profiles/framework/`` of the run directory. Step times taken here are
@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator import device as devmod
-from orchestrator.errors import BackendUnavailable
-from orchestrator.flops import DEFINITIONS, PROFILER, USEFUL, profile_trainer_flops
-from orchestrator.profiling.trace import events_frame, load_trace, save_trace
-from orchestrator.results import SCHEMA_VERSION, atomic_write_json, trial_record, write_csv
-from orchestrator.worker import start_worker
+from orchestrator.platform import device as devmod
+from orchestrator.core.errors import BackendUnavailable
+from orchestrator.platform.flops import DEFINITIONS, PROFILER, USEFUL, profile_trainer_flops
+from orchestrator.analysis.profile.trace import events_frame, load_trace, save_trace
+from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, trial_record, write_csv
+from orchestrator.worker.bootstrap import start_worker
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def per_rank_summary(traces: list[Path]) -> list[dict[str, Any]]:
     """One row per rank from its own trace: the temporal breakdown and the rank's profiled
     step relative to the fastest rank (skew)."""
     # start-up cost: pandas is imported when a trace is summarised, not by every trial process
-    from orchestrator.profiling import analysis as A
+    from orchestrator.analysis.profile import analysis as A
 
     frames = {k: events_frame(load_trace(t)) for k, t in enumerate(traces)}
     table = A.per_rank(frames)
@@ -152,7 +152,7 @@ def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | 
               useful_definition: str | None = None) -> dict[str, Any]:
     """The summary of one framework trace (pure apart from pandas)."""
     # start-up cost: pandas is imported when a trace is summarised, not by every trial process
-    from orchestrator.profiling import analysis as A
+    from orchestrator.analysis.profile import analysis as A
 
     df = events_frame(trace)
     steps = A.step_windows(df)
@@ -182,7 +182,7 @@ def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | 
 
 def flops_summary(flops: dict[str, Any] | None, analytic_flops_per_step: float | None,
                   useful_definition: str | None = None) -> dict[str, Any]:
-    """The profiled trial's FLOPs, each labelled by its kind (orchestrator.flops): the
+    """The profiled trial's FLOPs, each labelled by its kind (orchestrator.platform.flops): the
     recipe's ``useful`` (analytic) count and the ``profiler-attributed`` count with its
     coverage. Keyed by kind, so no figure is ever read without its definition."""
     out: dict[str, Any] = {
@@ -190,7 +190,7 @@ def flops_summary(flops: dict[str, Any] | None, analytic_flops_per_step: float |
                    "definition": useful_definition or DEFINITIONS[USEFUL]},
         "profiler_attributed": None,
     }
-    if flops is not None:  # orchestrator.flops.ProfiledFlops as a dict
+    if flops is not None:  # orchestrator.platform.flops.ProfiledFlops as a dict
         per_step = flops["flops_per_step"]
         out["profiler_attributed"] = {
             "kind": PROFILER,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.profiling.framework import run_framework
-from orchestrator.profiling.tools import run_bounded, run_tool_layer
+from orchestrator.worker.profile.framework import run_framework
+from orchestrator.worker.profile.tools import run_bounded, run_tool_layer
 
 LAYERS = ("framework", "system", "compute", "bounded")
 

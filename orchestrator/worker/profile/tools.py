@@ -9,7 +9,7 @@
 
 Neither layer is required: when no tool is on PATH, or the device has no kernels to capture
 (CPU), the profiled trial is recorded as ``unavailable`` with the reason. The wrapped command is
-``python -m orchestrator.trial inner.json`` with the ``bounded`` layer: the recipe's steps with
+``python -m orchestrator.worker.trial inner.json`` with the ``bounded`` layer: the recipe's steps with
 no torch.profiler, so the vendor tool sees only the workload. ``mcu``'s launch filter flags are
 taken to mirror ``ncu``'s; check them against the installed Moore Perf Compute.
 """
@@ -25,11 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator import device as devmod
-from orchestrator.errors import BackendUnavailable
-from orchestrator.processes import run_child
-from orchestrator.results import trial_record
-from orchestrator.worker import start_worker
+from orchestrator.platform import device as devmod
+from orchestrator.core.errors import BackendUnavailable
+from orchestrator.platform.processes import run_child
+from orchestrator.core.results import trial_record
+from orchestrator.worker.bootstrap import start_worker
 
 # per layer and device kind: the tools to try, in order
 TOOLS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -109,7 +109,7 @@ def run_tool_layer(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     (tdir / "inner").mkdir(parents=True, exist_ok=True)
     inner_path = tdir / "inner" / "spec.json"
     inner_path.write_text(inner.to_json(), encoding="utf-8")
-    inner_cmd = [sys.executable, "-m", "orchestrator.trial", str(inner_path)]
+    inner_cmd = [sys.executable, "-m", "orchestrator.worker.trial", str(inner_path)]
     out_base = out_dir / spec.trial_id
     if layer == "system":
         cmd = system_command(tool, path, out_base, dev.kind, inner_cmd)
