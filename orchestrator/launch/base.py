@@ -1,6 +1,6 @@
 """The launcher interface: one contract for inline, local processes and Slurm.
 
-Contract (checked by ``tests/test_launcher_contract.py`` against every implementation):
+Contract (checked by ``tests/launch/test_launcher_contract.py`` against every implementation):
 
 * ``run(specs, on_done, timeout_s, on_start)`` runs the trial specs and calls ``on_done(spec,
   record)`` exactly once per spec; a failure (raise, crash, kill, time-out, OOM, backend

@@ -24,7 +24,7 @@ def make_launcher(cfg: LauncherConfig, device: str = "auto",
         folder = cfg.slurm.folder or (str(run_dir / "slurm") if run_dir else "slurm")
         ledger = run_dir / "slurm" / "jobs.json" if run_dir else None
         # Slurm jobs spawn their workers: the job's own fork server did not survive preemption
-        # and requeue (tests/test_slurm.py::test_preempted_job_is_requeued_and_finishes)
+        # and requeue (tests/launch/test_slurm.py::test_preempted_job_is_requeued_and_finishes)
         return SlurmLauncher(cfg.slurm, folder=folder, python=cfg.python, ledger=ledger,
                              start_method="spawn")
     raise ConfigError("launcher.name", f"{cfg.name!r} is not available; use inline, local or slurm")

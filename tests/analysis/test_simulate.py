@@ -12,7 +12,7 @@ import pytest
 from orchestrator.analysis import simulate
 from orchestrator.analysis.simulate import NoiseModel, Protocol
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 MODELS = sorted(DATA.glob("noise_*.json"))
 PLANTED = [1.0, 1.02, 1 / 1.02, 1.05, 1 / 1.05, 1.10, 1 / 1.10]
 

@@ -23,7 +23,7 @@ from orchestrator.cli.advise import entry
 from orchestrator.campaign.advise.load import load_sweeps, read_profile
 from orchestrator.core.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "data" / "advise" / "gpt_tiny_cpu"
 
 # The recorded summaries' figures (profiles/framework/prof-framework-<bucket>-a0.summary.json):

@@ -21,7 +21,7 @@ from orchestrator.cli.baseline import main as baseline_main
 from orchestrator.campaign.run import run_campaign
 from orchestrator.core.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # quick protocol, in-process trials; three rounds to start (with two, one round disturbed by
 # another process leaves no interval) and adaptive ones of the same short trials, so a planted
 # 4x effect reaches retain on a shared machine

@@ -22,7 +22,7 @@ from orchestrator.core.errors import ConfigError
 from orchestrator.core.sanitize import Sanitizer, is_secret_env, looks_like_credential
 from orchestrator.tools import compute_mfu, summarize_steps
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASE = ["workload=synthetic", "+sweep=calibrate", "protocol=quick", "launcher=inline",
         "protocol.correctness.mode=off"]
 QUICK = [*BASE, "sweep.values=[0.1]", "sweep.labels=['ten|pct']"]

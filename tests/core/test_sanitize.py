@@ -27,7 +27,7 @@ from orchestrator.core.sanitize import (
 )
 from tests.helpers.leaky import LEAK_HOST, LEAK_IP
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "hf_" + "Zx9" * 11  # a Hugging Face-shaped token
 GH_TOKEN = "ghp_" + "A1b2" * 9
 PASSWORD = "Sup3r-S3cret-Pa55"

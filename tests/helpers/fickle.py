@@ -1,6 +1,6 @@
 """A recipe whose speed-up does not repeat: the synthetic load at a quarter of the work units while
 the file named by ORCH_TEST_FICKLE_MARKER does not exist, and at the full units once it does
-(as a change whose first result was a fluke of the moment). tests/test_baseline.py."""
+(as a change whose first result was a fluke of the moment). tests/campaign/test_baseline.py."""
 
 from __future__ import annotations
 

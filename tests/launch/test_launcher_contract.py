@@ -71,7 +71,7 @@ def test_every_trial_one_record_in_plan_order(name: str, run_dir: Path, monkeypa
 
 def test_inline_records_a_distributed_spec_as_unavailable(run_dir: Path, monkeypatch: Any) -> None:
     """A world_size=2 trial where the launcher cannot run one becomes a record, not a hole
-    (local and Slurm run them: tests/test_distributed.py, tests/test_slurm.py)."""
+    (local and Slurm run them: tests/platform/test_distributed.py, tests/launch/test_slurm.py)."""
     launcher = launcher_for("inline", run_dir, monkeypatch)
     (tid, rec), = _run(launcher, [make_spec(run_dir, 0, world_size=2)])
     assert rec["status"] == "unavailable" and "launcher=local" in rec["error"]

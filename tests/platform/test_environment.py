@@ -18,7 +18,7 @@ from orchestrator.platform import device as devmod
 from orchestrator.platform import environment as envmod
 from tests.helpers.musa import fake_musa_installer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "helpers" / "fake_musa"
 
 

@@ -25,7 +25,7 @@ from orchestrator.core import musa_rules
 from orchestrator.core.errors import BackendUnavailable, ConfigError
 from tests.helpers.musa import FAKE, FAKE_BIN, FAKE_MATE, FAKE_PYMTML, fake_musa_installer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MUSA0 = devmod.DeviceInfo("musa", 0, "MTT S4000", 2)
 
 

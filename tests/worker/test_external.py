@@ -231,7 +231,7 @@ def test_command_workload_cwd_env_log_file_pattern_and_skip(compose: Any, run_di
     from orchestrator.campaign.validate import validate
     from orchestrator.core.logparse import LogParseError, parse_steps
 
-    script = Path(__file__).resolve().parents[1] / "recipes" / "examples" / "train_example.py"
+    script = Path(__file__).resolve().parents[2] / "recipes" / "examples" / "train_example.py"
     cfg = compose([*CMD, "+sweep=omp_threads", "protocol.repeats=1", "protocol.warmup_steps=1",
                    "protocol.measured_steps=4", "workload.log.skip_steps=2",
                    "workload.cwd='{trial_dir}'", "workload.log.file=steps.log",

@@ -18,7 +18,7 @@ from recipes.base import (
     with_hooks,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Bare:
