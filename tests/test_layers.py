@@ -276,3 +276,30 @@ def test_imports_of_reads_local_and_relative_imports(tmp_path: Path) -> None:
 def test_comment_reader_is_not_fooled_by_strings() -> None:
     toks = list(tokenize.tokenize(io.BytesIO(b"x = '# start-up'\n").readline))
     assert not any(t.type == tokenize.COMMENT for t in toks)
+
+
+def _architecture_table() -> list[tuple[str, set[str]]]:
+    rows = []
+    for line in (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0] != "package":
+            rows.append((cells[0].strip("`"), set(re.findall(r"`([\w/]+)`", cells[2]))))
+    return rows
+
+
+def test_the_architecture_table_lists_the_layers_and_their_modules() -> None:
+    """docs/architecture.md's table: one row per layer package, in the contract's order, each
+    naming exactly the modules on disk (a module added, moved or removed fails this test)."""
+    rows = _architecture_table()
+    packages = [layer[0] for layer in _layers() if layer[0].startswith("orchestrator.")]
+    assert [r[0] for r in rows] == [p.split(".")[1] for p in packages]
+    for pkg, named in rows:
+        base = ROOT / "orchestrator" / pkg
+        on_disk = {str(p.relative_to(base).with_suffix("")) for p in base.rglob("*.py")
+                   if p.name != "__init__.py" and "__pycache__" not in p.parts}
+        assert named >= on_disk and not (named - on_disk - _NOT_MODULES), (
+            pkg, sorted(on_disk - named), sorted(named - on_disk - _NOT_MODULES))
+
+
+# names in the table's 'holds' column that are classes, not modules
+_NOT_MODULES = {"Launcher", "TrialSpec", "ProbeSpec"}
