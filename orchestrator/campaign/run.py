@@ -713,6 +713,20 @@ def _render_summary(run_dir: Path) -> None:
         log.warning("summary.md not rendered: %s: %s", type(exc).__name__, exc)
 
 
+@dataclass
+class Outcome:
+    """What the campaign decided from the records on disk, and what its sections read."""
+
+    analysis: Analysis
+    verdicts: list[Verdict]
+    trials_df: Any
+    steps_df: Any
+    records: list[dict[str, Any]]
+    directions: dict[str, Any]
+    peaks: list[Any]
+    util: list[Any]
+
+
 def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
              session: provenance.Session | None = None) -> CampaignResult:
     """Collect the trials on disk, analyze, decide and write the campaign's artifacts; the
@@ -721,6 +735,25 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
     arms = arms if arms is not None else resolve_arms(cfg)
     if session is None:
         session = provenance.Session(Sanitizer.from_config(cfg.sanitize))
+    out = decide_from_disk(cfg, run_dir, arms)
+    write_tables(run_dir, arms, out)
+    # applies the environment policy to the verdicts (in place) before they are written
+    provenance_section = provenance.environment_section(cfg, run_dir, out.records, out.verdicts,
+                                                        session.git, arms=arms)
+    write_decisions_jsonl(cfg, run_dir, out)
+    atomic_write_text(run_dir / "decisions.md", decisions_md(cfg, run_dir, arms, out,
+                                                             provenance_section))
+    _render_summary(run_dir)
+    # logged before the seal: campaign.log gets this line sanitized (the run dir's path names
+    # the home directory and the user)
+    log.info("%s", terminal_summary(cfg.sweep.name, out.verdicts, str(run_dir)))
+    session.seal(run_dir)
+    return CampaignResult(run_dir, out.analysis, out.verdicts)
+
+
+def decide_from_disk(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Outcome:
+    """The final look: the analysis of every record on disk, the gates (the correctness
+    probes' and the logged-loss ones), the verdicts, the direction checks, the utilization."""
     buckets = selected_buckets(cfg)
     trials_df, steps_df = load_trials(run_dir)
     weights = {b["name"]: float(b["weight"]) for b in buckets}
@@ -734,68 +767,65 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
     records = trials_df.to_dict("records") if not trials_df.empty else []
     directions = direction_checks(cfg, arms, verdicts, records)
     peaks, util = campaign_utilization(records, analysis)
-    write_csv(run_dir / "results.csv", add_utilization_columns(comparison_rows(analysis), peaks, util))
+    return Outcome(analysis, verdicts, trials_df, steps_df, records, directions, peaks, util)
+
+
+def write_tables(run_dir: Path, arms: list[ResolvedArm], out: Outcome) -> None:
+    """results.csv (per bucket and arm, with utilization), utilization.json, baseline.json."""
+    analysis = out.analysis
+    write_csv(run_dir / "results.csv",
+              add_utilization_columns(comparison_rows(analysis), out.peaks, out.util))
     atomic_write_json(run_dir / "utilization.json", {
-        "schema_version": SCHEMA_VERSION, "peaks": [p.__dict__ for p in peaks],
-        "rows": [u.__dict__ for u in util]})
-    provenance_section = provenance.environment_section(cfg, run_dir, records, verdicts,
-                                                        session.git, arms=arms)
+        "schema_version": SCHEMA_VERSION, "peaks": [p.__dict__ for p in out.peaks],
+        "rows": [u.__dict__ for u in out.util]})
     base = arms[0]
-    atomic_write_json(
-        run_dir / "baseline.json",
-        {
-            "schema_version": SCHEMA_VERSION,
-            "arm": base.label,
-            "buckets": {
-                b: analysis.summaries[(b, base.arm_id)].__dict__ for b in analysis.buckets
-            },
-        },
-    )
+    atomic_write_json(run_dir / "baseline.json", {
+        "schema_version": SCHEMA_VERSION, "arm": base.label,
+        "buckets": {b: analysis.summaries[(b, base.arm_id)].__dict__ for b in analysis.buckets},
+    })
+
+
+def write_decisions_jsonl(cfg: Config, run_dir: Path, out: Outcome) -> None:
+    """decisions.jsonl: one machine-readable verdict per variant, with its evidence."""
+    assert cfg.sweep is not None
     decided_at = time.time()
-    noise = noise_table(analysis)
+    noise = noise_table(out.analysis)
     lines = [json.dumps({"schema_version": SCHEMA_VERSION, "sweep": cfg.sweep.name,
                          "workload": cfg.workload.name, "variable": cfg.sweep.variable,
                          "decided_at": decided_at, **v.to_dict(),
-                         "speedups": speedup_table(analysis, v.arm_id),
+                         "speedups": speedup_table(out.analysis, v.arm_id),
                          # per bucket and the mixture: {scope: |A/A speedup - 1|}, and the A/A
                          # intervals; null / {} without an A/A control arm
                          "noise_floor": {k: n["noise_floor"] for k, n in noise.items()} or None,
                          "aa_control": noise,
                          # sweep.microbench: the op's direction against the verdict's, or null
-                         "direction_check": (directions[v.arm_id].to_dict()
-                                             if v.arm_id in directions else None)})
-             for v in verdicts]
+                         "direction_check": (out.directions[v.arm_id].to_dict()
+                                             if v.arm_id in out.directions else None)})
+             for v in out.verdicts]
     atomic_write_text(run_dir / "decisions.jsonl", "\n".join(lines) + "\n")
+
+
+def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outcome,
+                 provenance_section: tuple[str, list[str]]) -> str:
+    """decisions.md: the verdicts, then every section of evidence, in reading order."""
+    assert cfg.sweep is not None
+    records, analysis = out.records, out.analysis
     failures = [r for r in records if r.get("status") not in ("ok", None)
                 # profiled and microbenchmark trials: in their own sections
                 and r.get("kind", "timed") not in ("profile", "microbench")]
-    md = render_decisions(
-        sweep=cfg.sweep,
-        workload_name=cfg.workload.name,
-        analysis=analysis,
-        verdicts=verdicts,
-        env_line=env_line(records),
-        protocol=cfg.protocol,
-        launcher=cfg.launcher.name,
-        start_line=start_method_line(records),
-        failures=failures,
-        extra_sections=[*lineage_section(run_dir),
-                        *direction_section(cfg, directions),
-                        ("Utilization (MFU / HFU)", utilization_section(records, peaks, util)),
-                        *lever_sections(cfg, trials_df, steps_df, analysis),
-                        ("Sensitivity", sensitivity_lines(analysis, cfg.protocol,
-                                                          cfg.sweep.variable)),
-                        *correctness_section(run_dir),
-                        provenance_section,
-                        *report_sections(cfg.workload.kind, records),
-                        *profiles_section(cfg, run_dir, arms, analysis, records),
-                        *rerun_section(records, cfg.protocol.interference_cores,
-                                       _read_optional(run_dir / "machine_load.json"))],
-    )
-    atomic_write_text(run_dir / "decisions.md", md)
-    _render_summary(run_dir)
-    # logged before the seal: campaign.log gets this line sanitized (the run dir's path names
-    # the home directory and the user)
-    log.info("%s", terminal_summary(cfg.sweep.name, verdicts, str(run_dir)))
-    session.seal(run_dir)
-    return CampaignResult(run_dir, analysis, verdicts)
+    sections = [*lineage_section(run_dir),
+                *direction_section(cfg, out.directions),
+                ("Utilization (MFU / HFU)", utilization_section(records, out.peaks, out.util)),
+                *lever_sections(cfg, out.trials_df, out.steps_df, analysis),
+                ("Sensitivity", sensitivity_lines(analysis, cfg.protocol, cfg.sweep.variable)),
+                *correctness_section(run_dir),
+                provenance_section,
+                *report_sections(cfg.workload.kind, records),
+                *profiles_section(cfg, run_dir, arms, analysis, records),
+                *rerun_section(records, cfg.protocol.interference_cores,
+                               _read_optional(run_dir / "machine_load.json"))]
+    return render_decisions(
+        sweep=cfg.sweep, workload_name=cfg.workload.name, analysis=analysis,
+        verdicts=out.verdicts, env_line=env_line(records), protocol=cfg.protocol,
+        launcher=cfg.launcher.name, start_line=start_method_line(records), failures=failures,
+        extra_sections=sections)

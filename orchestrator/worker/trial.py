@@ -66,50 +66,16 @@ def _mad(values: list[float]) -> float:
 def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]:
     """Run the trial and write trial.json and steps.csv atomically. Never raises for a failure
     of the workload itself: the failure becomes the record's status."""
-    t_start = time.time()
     tdir = Path(spec.trial_dir)
     tdir.mkdir(parents=True, exist_ok=True)
-    base: dict[str, Any] = {
-        "trial_id": spec.trial_id,
-        "kind": spec.kind,
-        "bucket": spec.bucket["name"],
-        "seq_len": spec.bucket["seq_len"],
-        "micro_batch": spec.bucket["micro_batch"],
-        "bucket_weight": spec.bucket.get("weight", 1.0),
-        "arm_id": spec.arm_id,
-        "arm_label": spec.arm_label,
-        "is_baseline": spec.is_baseline,
-        "round": spec.round,
-        "position": spec.position,
-        "pid": os.getpid(),
-        "started_at": t_start,
-        "warmup_steps": spec.warmup_steps,
-        "measured_steps": spec.measured_steps,
-    }
+    base = _base_fields(spec)
     rank, world, _ = distmod.env_rank()
     if world > 1:
         base["rank"] = rank
-    if spec.kind == "profile":
-        base["layer"] = spec.profile.get("layer")
-    records: list[tuple[dict[str, Any], str]] = []
     try:
-        if spec.kind == "profile":
-            record = run_profiled(spec, base)
-        elif spec.paired_arms and spec.kind == "timed":
-            with compile_stats.cache_scope(spec.compile_cache):
-                records = _measure_paired(spec, base, launch_t0)
-            record = records[0][0]
-        elif spec.kind == "microbench":
-            record = run_microbench(spec, base)
-        else:
-            with compile_stats.cache_scope(spec.compile_cache):
-                record = _measure(spec, base, launch_t0)
-        if spec.kind == "timed":
-            for r in [record, *(r for r, _ in records)]:
-                r["compile_cache"] = spec.compile_cache
+        record, records = _run_kind(spec, base, launch_t0)
     except BackendUnavailable as exc:
-        record = trial_record(**base, status="unavailable", error=str(exc))
-        records = []
+        record, records = trial_record(**base, status="unavailable", error=str(exc)), []
     except BaseException as exc:  # the workload failed: a status, not a lost row
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -129,18 +95,59 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
                                     and k not in ("schema_version",)}), a["trial_dir"])
                    for a in spec.paired_arms]
         record = records[0][0]
-    # the first record last: the launcher reads it as the process's own
-    for i, (rec, rdir) in reversed(list(enumerate(records or [(record, str(tdir))]))):
+    _write_records(spec, records or [(record, str(tdir))], rank)
+    return record
+
+
+def _base_fields(spec: TrialSpec) -> dict[str, Any]:
+    """The fields every record of this trial starts from."""
+    base: dict[str, Any] = {
+        "trial_id": spec.trial_id, "kind": spec.kind, "bucket": spec.bucket["name"],
+        "seq_len": spec.bucket["seq_len"], "micro_batch": spec.bucket["micro_batch"],
+        "bucket_weight": spec.bucket.get("weight", 1.0), "arm_id": spec.arm_id,
+        "arm_label": spec.arm_label, "is_baseline": spec.is_baseline, "round": spec.round,
+        "position": spec.position, "pid": os.getpid(), "started_at": time.time(),
+        "warmup_steps": spec.warmup_steps, "measured_steps": spec.measured_steps,
+    }
+    if spec.kind == "profile":
+        base["layer"] = spec.profile.get("layer")
+    return base
+
+
+def _run_kind(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None,
+              ) -> tuple[dict[str, Any], list[tuple[dict[str, Any], str]]]:
+    """(the process's record, each paired arm's (record, trial dir) or []) by trial kind."""
+    records: list[tuple[dict[str, Any], str]] = []
+    if spec.kind == "profile":
+        record = run_profiled(spec, base)
+    elif spec.paired_arms and spec.kind == "timed":
+        with compile_stats.cache_scope(spec.compile_cache):
+            records = _measure_paired(spec, base, launch_t0)
+        record = records[0][0]
+    elif spec.kind == "microbench":
+        record = run_microbench(spec, base)
+    else:
+        with compile_stats.cache_scope(spec.compile_cache):
+            record = _measure(spec, base, launch_t0)
+    if spec.kind == "timed":
+        for r in [record, *(r for r, _ in records)]:
+            r["compile_cache"] = spec.compile_cache
+    return record, records
+
+
+def _write_records(spec: TrialSpec, records: list[tuple[dict[str, Any], str]], rank: int) -> None:
+    """Each record with its facts, the first last: the launcher reads it as the process's own;
+    distributed, rank 0 is the only writer and other ranks leave only their failures."""
+    for i, (rec, rdir) in reversed(list(enumerate(records))):
         Path(rdir).mkdir(parents=True, exist_ok=True)
         # after the timed steps, so neither the timing nor start-to-first-step pays for it
         if rank == 0:
             record_facts(rec, spec.device, Path(rdir), full=spec.env_report and i == 0)
         rec["finished_at"] = time.time()
-        if rank == 0:  # distributed: rank 0 is the only writer; other ranks leave only failures
+        if rank == 0:
             atomic_write_json(Path(rdir) / "trial.json", rec)
         elif rec["status"] != "ok":
             atomic_write_json(Path(rdir) / f"trial.rank{rank}.json", rec)
-    return record
 
 
 class _Stepper:
