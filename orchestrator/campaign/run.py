@@ -415,6 +415,27 @@ def _write_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
 def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
                  planned: list[PlannedTrial],
                  launcher: Launcher, session: provenance.Session, progress: Any = None) -> None:
+    """Run the planned trials not yet on disk (under pairing by steps a round's arms are
+    measured together or not at all), then re-run what a harness failure or interference
+    spoiled; an interrupt seals what is on disk."""
+    todo = _todo(cfg, run_dir, planned)
+    own_progress = progress is None
+    if own_progress:
+        progress = Progress(cfg.sweep.name if cfg.sweep else "campaign", len(planned))
+    progress.plan(len(planned), len(planned) - len(todo))
+    try:
+        if todo:
+            _TrialPass(cfg, launcher, session, progress).run(make_specs(cfg, run_dir, running,
+                                                                        todo))
+    except BaseException:  # interrupted: what is on disk stays, sanitized
+        session.seal(run_dir)
+        raise
+    finally:
+        if own_progress:
+            progress.close()
+
+
+def _todo(cfg: Config, run_dir: Path, planned: list[PlannedTrial]) -> list[PlannedTrial]:
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
     if cfg.protocol.pairing == "steps":  # a round's arms are measured together or not at all
@@ -425,79 +446,76 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
     if done and todo:
         log.info("%s: %d of %d planned trials already complete", run_dir,
                  len(planned) - len(todo), len(planned))
-    own_progress = progress is None
-    if own_progress:
-        progress = Progress(cfg.sweep.name if cfg.sweep else "campaign", len(planned))
-    progress.plan(len(planned), len(planned) - len(todo))
-    if not todo:
-        if own_progress:
-            progress.close()
-        return
-    specs = make_specs(cfg, run_dir, running, todo)
-    if specs:  # the first trial of each invocation also writes the full environment report
-        specs[0].env_report = True
-    def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
-        # a compute node's host name (Slurm) is replaced like this machine's own
-        session.sanitizer.add_hostnames(launcher.seen_hostnames)
-        for member, rec in paired_records(spec, record):
-            session.sanitize_trial(Path(member.trial_dir))  # stderr tails sanitized as recorded
-            progress.on_done(member, session.sanitizer.data(rec))
+    return todo
 
-    retry: list[TrialSpec] = []
-    attempts: dict[str, int] = {}
-    p = cfg.protocol
-    # the specs' own limit (jobs.pair_specs gives a paired process the per-trial limit times
-    # its arms)
-    timeout_s = max((s.timeout_s or p.trial_timeout_s for s in specs),
-                    default=p.trial_timeout_s)
 
-    def needs_rerun(spec: TrialSpec, record: dict[str, Any]) -> bool:
-        n = attempts.get(spec.trial_id, 0)
-        if record.get("status") == INFRA_STATUS:
-            return n < p.infra_retries
-        return interfered(record, p.interference_cores) and n < p.interference_retries
+class _TrialPass:
+    """One pass over trials through the launcher: each record sanitized and shown as it
+    comes; a trial spoiled by a harness failure (ranks out of step, a lost peer: nothing of
+    the variant's) or measured under interference runs again after the others, its earlier
+    attempts kept beside it, up to protocol.infra_retries / interference_retries times."""
 
-    def on_done_retrying(spec: TrialSpec, record: dict[str, Any]) -> None:
-        if needs_rerun(spec, record):
-            retry.append(spec)
-        on_done(spec, record)
+    def __init__(self, cfg: Config, launcher: Launcher, session: provenance.Session,
+                 progress: Any) -> None:
+        self.p, self.launcher, self.session, self.progress = cfg.protocol, launcher, session, progress
+        self.retry: list[TrialSpec] = []
+        self.attempts: dict[str, int] = {}
+        self.earlier: dict[str, list[dict[str, Any]]] = {}
 
-    try:
+    def run(self, specs: list[TrialSpec]) -> None:
+        if specs:  # the first trial of each invocation also writes the full environment report
+            specs[0].env_report = True
+        # the specs' own limit (jobs.pair_specs gives a paired process the per-trial limit
+        # times its arms)
+        self.timeout_s = max((s.timeout_s or self.p.trial_timeout_s for s in specs),
+                             default=self.p.trial_timeout_s)
         with sigterm_as_interrupt():
-            launcher.run(specs, on_done_retrying, timeout_s, on_start=progress.on_start)
-            # a harness failure (ranks out of step, a lost peer) says nothing of the variant,
-            # and a trial measured while other processes took the CPU is not pooled: each runs
-            # again after the others of this pass, its earlier attempts kept beside it
-            while retry:
-                again, retry[:] = list(retry), []
-                earlier = {}
-                for s in again:
-                    attempts[s.trial_id] = attempts.get(s.trial_id, 0) + 1
-                    for m in paired_members(s):
-                        earlier[m.trial_id] = _keep_attempt(Path(m.trial_dir),
-                                                            attempts[s.trial_id])
-                log.warning("re-running %d trial(s) (%s): %s", len(again),
-                            "; ".join(sorted({str(e[-1].get("why")) for e in earlier.values()})),
-                            ", ".join(s.trial_id for s in again))
-                progress.plan(progress.total + sum(len(paired_members(s)) for s in again),
-                              progress.done)
+            self.launcher.run(specs, self.on_done_retrying, self.timeout_s,
+                              on_start=self.progress.on_start)
+            while self.retry:
+                self.rerun()
 
-                def on_retry_done(spec: TrialSpec, record: dict[str, Any]) -> None:
-                    for m in paired_members(spec)[1:]:  # the arms a paired process also ran
-                        rec = read_json(Path(m.trial_dir) / "trial.json") if (
-                            Path(m.trial_dir) / "trial.json").exists() else None
-                        if rec is not None:
-                            _with_attempts(Path(m.trial_dir), rec, earlier[m.trial_id])
-                    record = _with_attempts(Path(spec.trial_dir), record, earlier[spec.trial_id])
-                    on_done_retrying(spec, record)
+    def on_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+        # a compute node's host name (Slurm) is replaced like this machine's own
+        self.session.sanitizer.add_hostnames(self.launcher.seen_hostnames)
+        for member, rec in paired_records(spec, record):
+            self.session.sanitize_trial(Path(member.trial_dir))  # stderr tails sanitized
+            self.progress.on_done(member, self.session.sanitizer.data(rec))
 
-                launcher.run(again, on_retry_done, timeout_s, on_start=progress.on_start)
-    except BaseException:  # interrupted: what is on disk stays, sanitized
-        session.seal(run_dir)
-        raise
-    finally:
-        if own_progress:
-            progress.close()
+    def needs_rerun(self, spec: TrialSpec, record: dict[str, Any]) -> bool:
+        n = self.attempts.get(spec.trial_id, 0)
+        if record.get("status") == INFRA_STATUS:
+            return n < self.p.infra_retries
+        return interfered(record, self.p.interference_cores) and n < self.p.interference_retries
+
+    def on_done_retrying(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+        if self.needs_rerun(spec, record):
+            self.retry.append(spec)
+        self.on_done(spec, record)
+
+    def rerun(self) -> None:
+        again, self.retry[:] = list(self.retry), []
+        self.earlier = {}
+        for s in again:
+            self.attempts[s.trial_id] = self.attempts.get(s.trial_id, 0) + 1
+            for m in paired_members(s):
+                self.earlier[m.trial_id] = _keep_attempt(Path(m.trial_dir),
+                                                         self.attempts[s.trial_id])
+        log.warning("re-running %d trial(s) (%s): %s", len(again),
+                    "; ".join(sorted({str(e[-1].get("why")) for e in self.earlier.values()})),
+                    ", ".join(s.trial_id for s in again))
+        self.progress.plan(self.progress.total + sum(len(paired_members(s)) for s in again),
+                           self.progress.done)
+        self.launcher.run(again, self.on_retry_done, self.timeout_s,
+                          on_start=self.progress.on_start)
+
+    def on_retry_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+        for m in paired_members(spec)[1:]:  # the arms a paired process also ran
+            path = Path(m.trial_dir) / "trial.json"
+            if path.exists():
+                _with_attempts(Path(m.trial_dir), read_json(path), self.earlier[m.trial_id])
+        record = _with_attempts(Path(spec.trial_dir), record, self.earlier[spec.trial_id])
+        self.on_done_retrying(spec, record)
 
 
 def paired_records(spec: TrialSpec, record: dict[str, Any]) -> list[tuple[TrialSpec, dict[str, Any]]]:
