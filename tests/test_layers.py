@@ -303,3 +303,16 @@ def test_the_architecture_table_lists_the_layers_and_their_modules() -> None:
 
 # names in the table's 'holds' column that are classes, not modules
 _NOT_MODULES = {"Launcher", "TrialSpec", "ProbeSpec"}
+
+
+def test_no_function_in_the_coordinators_is_over_60_lines() -> None:
+    """campaign/ and worker/ read top to bottom: small named steps, state in small objects."""
+    long = []
+    for pkg in ("campaign", "worker"):
+        for path in sorted((ROOT / "orchestrator" / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    n = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if n > 60:
+                        long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n})")
+    assert not long, long

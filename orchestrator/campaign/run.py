@@ -81,7 +81,7 @@ from recipes.registry import report_sections
 log = logging.getLogger(__name__)
 
 # a trial with one of these statuses is final and is not re-run on resume
-from orchestrator.launch.base import FINAL_STATUSES as FINAL_STATUSES  # noqa: E402
+from orchestrator.core.results import FINAL_STATUSES as FINAL_STATUSES  # noqa: E402
 
 
 @dataclass
