@@ -185,6 +185,13 @@ def peak_memory_bytes(dev: DeviceInfo) -> tuple[int, str]:
     return (rss if sys.platform == "darwin" else rss * 1024), "process peak RSS"
 
 
+def peak_reserved_bytes(dev: DeviceInfo) -> int | None:
+    """The caching allocator's peak of reserved (held from the driver) bytes since the last
+    :func:`reset_peak_memory`; None on the CPU, which has no such allocator."""
+    read = None if dev.kind == "cpu" else getattr(_backend(dev.kind), "max_memory_reserved", None)
+    return None if read is None else int(read(dev.index))
+
+
 def is_oom(exc: BaseException) -> bool:
     torch = sys.modules.get("torch")  # a process that never imported torch raised no torch OOM
     if torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ())):

@@ -291,12 +291,16 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
     per arm (order reversed every cycle, an even number of cycles), each block
     ``switch_warmup_steps`` excluded steps after the switch and ``block_steps`` measured ones,
     until every arm has its measured_steps / measured_min_s. One (record, trial_dir) per arm,
-    in the spec's order; an arm that raises (one rank) is recorded failed and leaves the
-    rotation, the others go on."""
+    in the spec's order; an arm that raises (one rank) is recorded failed (``unavailable``
+    for a backend missing here) and leaves the rotation, the others go on. The process is
+    built with the baseline's workload, so a variant that cannot run here never takes the
+    baseline's measurement with it. On a device with an allocator, each arm's memory peak is
+    its own: the peak is reset before each of its warm-ups and blocks and read after."""
     arms = spec.paired_arms
     ids = [str(a["arm_id"]) for a in arms]
     baseline = next((str(a["arm_id"]) for a in arms if a["is_baseline"]), ids[0])
-    worker = start_worker(spec.workload, spec.device)
+    worker = start_worker(next(a["workload"] for a in arms if str(a["arm_id"]) == baseline),
+                          spec.device)
     if worker.external:
         raise BackendUnavailable("protocol.pairing=steps needs an in-process recipe; an external "
                                  "command cannot switch arms between steps")
@@ -316,18 +320,37 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
     n = dict.fromkeys(ids, 0)
     got_s = dict.fromkeys(ids, 0.0)
 
+    dev = worker.device
+    assert dev is not None  # an in-process recipe (external ones were refused above)
+    per_arm_peak = dev.kind != "cpu"  # a process's peak RSS cannot be reset
+    peaks: dict[str, tuple[int, int | None]] = {}
+
     def guarded(arm: str, fn: Any) -> None:
         if worker.rank == 0:  # no fsync: it only has to outlive this process, not the machine
             running.write_text(json.dumps({"arm_id": arm}), encoding="utf-8")
+        if per_arm_peak:
+            devmod.reset_peak_memory(dev)
         if not one_rank:
             fn()
+            _note_peak(arm)
             return
         try:
             fn()
+            _note_peak(arm)
+        except BackendUnavailable as exc:  # e.g. a kernel this device cannot run: a status
+            failed[arm] = {"status": "unavailable", "error": str(exc)}
         except Exception as exc:  # this arm failed: recorded, the others go on
             failed[arm] = {"status": "oom" if devmod.is_oom(exc) else "failed",
                            "error": _compile_hint(exc, one_line(exc)),
                            "traceback": traceback.format_exc(limit=8)}
+
+    def _note_peak(arm: str) -> None:
+        if per_arm_peak:
+            alloc, _ = devmod.peak_memory_bytes(dev)
+            reserved = devmod.peak_reserved_bytes(dev)
+            was = peaks.get(arm, (0, None))
+            peaks[arm] = (max(was[0], alloc), None if reserved is None
+                          else max(was[1] or 0, reserved))
 
     def check_bound() -> None:
         if len(st.rows) >= bound:
@@ -418,7 +441,8 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
                                     [r["block"] for r in rows if r["phase"] == "measured"])
         rec = _record(spec, own, worker, st, rows, trainer, batches, launch_t0, build_s, policy,
                       times, settled, compile_fields, interference, dist_fields,
-                      close=arm == ok_arms[-1], trial_dir=a["trial_dir"], **session,
+                      close=arm == ok_arms[-1], trial_dir=a["trial_dir"],
+                      arm_peak=peaks.get(arm), **session,
                       blocks=[{"cycle": c, "median_s": m} for c, m in sorted(meds.items())])
         out.append((rec, a["trial_dir"]))
     return out
@@ -436,12 +460,17 @@ def _record(spec: TrialSpec, base: dict[str, Any], worker: Any, st: _Stepper,
             build_s: float, policy: Any, warm_times: list[float], settled: bool,
             compile_fields: dict[str, Any], interference: dict[str, Any],
             dist_fields: dict[str, Any], close: bool, trial_dir: str | None = None,
-            **more: Any) -> dict[str, Any]:
+            arm_peak: tuple[int, int | None] | None = None, **more: Any) -> dict[str, Any]:
     """The trial record of ``rows`` (one arm's steps; all of them for a one-arm trial), after
     the timed steps: steps.csv, FLOPs and utilization (an extra counted step), the recipe's
-    extra facts. ``close``: the batch stream is done with (stops DataLoader workers)."""
+    extra facts. ``close``: the batch stream is done with (stops DataLoader workers).
+    ``arm_peak``: (allocated, reserved) peak bytes of this arm's own blocks (paired process)."""
     dev, ctx, host_only = worker.device, worker.group, worker.host_only
     peak, peak_source = devmod.peak_memory_bytes(dev)
+    reserved = devmod.peak_reserved_bytes(dev)
+    if arm_peak is not None:
+        peak, reserved = arm_peak
+        peak_source += ", this arm's blocks"
     measured = [r["step_time_s"] for r in rows if r["phase"] == "measured"]
     median = statistics.median(measured)
     # one-off cost: warm-up steps and the steps that compiled (excluded from the steady state)
@@ -502,6 +531,7 @@ def _record(spec: TrialSpec, base: dict[str, Any], worker: Any, st: _Stepper,
         tokens_per_s=trainer.tokens_per_step / median,
         peak_mem_bytes=peak,
         peak_mem_source=peak_source,
+        peak_reserved_bytes=reserved,  # what the caching allocator held (None on the CPU)
         useful_flops_per_step=flops,
         final_loss=rows[-1]["loss"],
         nonfinite_loss_steps=nonfinite,
