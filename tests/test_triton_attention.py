@@ -175,7 +175,7 @@ def test_a_triton_arm_runs_under_the_interpreter_and_says_what_it_ran(
     from orchestrator.campaign import run_campaign
 
     cfg = compose([*TINY, "+sweep=fa2", "sweep.buckets=[s32]", "protocol.pairing=steps",
-                   "protocol.correctness.mode=off",
+                   "protocol.paired_min_s=0", "protocol.correctness.mode=off",
                    "sweep.values=[{backend:triton,sdpa_kernel:auto}]", "sweep.labels=[triton]",
                    "workload.model.attention.num_warps=8"])
     result = run_campaign(cfg, run_dir)
@@ -184,6 +184,9 @@ def test_a_triton_arm_runs_under_the_interpreter_and_says_what_it_ran(
     assert triton_recs and all(r["status"] == "ok" for r in triton_recs)
     assert triton_recs[0]["executes"] == {"attention": ["2x32:triton-64x64-w8s2"]}
     assert result.verdicts[0].verdict != "invalid"
+    md = (run_dir / "decisions.md").read_text()
+    assert "- ran (each arm's trials, as the recipe describes its step): `sdpa-math`: " in md
+    assert "`triton`: 2x32:triton-64x64-w8s2" in md
 
 
 # ------------------------------------------------------------------ where it cannot run
@@ -197,6 +200,7 @@ def test_without_the_interpreter_a_cpu_triton_arm_is_unavailable_here(
     from orchestrator.campaign import run_campaign
 
     cfg = compose([*TINY, "+sweep=fa2", "sweep.buckets=[s32]", "protocol.pairing=steps",
+                   "protocol.paired_min_s=0",
                    "sweep.values=[{backend:triton,sdpa_kernel:auto}]", "sweep.labels=[triton]"])
     result = run_campaign(cfg, run_dir)
     recs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
@@ -235,12 +239,14 @@ def test_a_missing_triton_is_unavailable_not_a_crash(monkeypatch: pytest.MonkeyP
 ])
 def test_what_the_kernel_can_never_run_is_refused_at_start(compose: Any, overrides: list[str],
                                                            match: str) -> None:
-    from orchestrator.validate import validate
+    from orchestrator.validate import validate, validate_workload
 
-    with pytest.raises(ConfigError, match=match):
-        validate(compose(["workload=gpt_test", "workload.model.attention.backend=triton",
-                          *overrides]))
-    # fa2 runs the kernel on a GPU: the same settings are refused for it, whatever the device
-    with pytest.raises(ConfigError, match=match.replace("triton", "fa2")):
-        validate(compose(["workload=gpt_test", "workload.model.attention.backend=fa2",
-                          *overrides]))
+    for backend in ("triton", "fa2"):  # fa2 runs the kernel on a GPU: refused on any device
+        with pytest.raises(ConfigError, match=match.replace("triton", backend)):
+            validate_workload(compose(["workload=gpt_test", "+sweep=compile",
+                                       f"workload.model.attention.backend={backend}",
+                                       *overrides]).workload)
+    # the sweep's arms are checked before any work too
+    with pytest.raises(ConfigError, match=r"workload\.model\.attention\.block_q: backend fa2"):
+        validate(compose(["workload=gpt_test", "+sweep=fa2_tiling",
+                          "sweep.values=[{block_q:24,block_k:32}]", "sweep.labels=null"]))

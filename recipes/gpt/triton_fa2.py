@@ -321,8 +321,9 @@ class FlashAttention2(torch.autograd.Function):
             num_warps=warps, num_stages=stages)
         dq, dk, dv = _bthd_like(q), _bthd_like(k), _bthd_like(v)  # one layout for the three
         strides = (*_bht(q), *_bht(k), *_bht(v), *_bht(dout), *_bht(dq))
-        common = dict(HEAD_D=d, BLOCK_M=block_q, BLOCK_N=block_k, PRECISION=ctx.precision,
-                      UPCAST=_UPCAST_DOTS, num_warps=warps, num_stages=stages)
+        common = {"HEAD_D": d, "BLOCK_M": block_q, "BLOCK_N": block_k,
+                  "PRECISION": ctx.precision, "UPCAST": _UPCAST_DOTS, "num_warps": warps,
+                  "num_stages": stages}
         qk_scale = sm_scale * LOG2E
         _dkdv_kernel[(triton.cdiv(t, block_k), b * h)](
             q, k, v, dout, dk, dv, lse, delta, *strides, h, t, qk_scale, sm_scale, **common)
