@@ -176,6 +176,7 @@ def test_a_triton_arm_runs_under_the_interpreter_and_says_what_it_ran(
 
     cfg = compose([*TINY, "+sweep=fa2", "sweep.buckets=[s32]", "protocol.pairing=steps",
                    "protocol.paired_min_s=0", "protocol.correctness.mode=off",
+                   "protocol.interference_retries=0",  # a busy machine: no re-runs
                    "sweep.values=[{backend:triton,sdpa_kernel:auto}]", "sweep.labels=[triton]",
                    "workload.model.attention.num_warps=8"])
     result = run_campaign(cfg, run_dir)

@@ -229,7 +229,8 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-# (device, dtype) -> None when the Triton kernels ran there, else why not (probed once each)
+# (device, dtype, interpreted) -> None when the Triton kernels ran there, else why not
+# (probed once each)
 _TRITON_PROBED: dict[tuple[str, torch.dtype, bool], str | None] = {}
 
 
@@ -259,8 +260,9 @@ def probe_triton(kernels: Any, device: torch.device, dtype: torch.dtype) -> None
     key = (str(device), dtype, kernels.INTERPRETED)
     if key not in _TRITON_PROBED:
         q = torch.randn(1, 1, 16, 16, device=device, dtype=dtype, requires_grad=True)
-        try:
-            kernels.FlashAttention2.apply(q, q, q, (16, 16, 4, 1)).sum().backward()
+        try:  # wherever the caller is: gradients on, no autocast
+            with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+                kernels.FlashAttention2.apply(q, q, q, (16, 16, 4, 1)).sum().backward()
             _TRITON_PROBED[key] = None
         except Exception as exc:  # no Triton backend for this device, or not this dtype
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
