@@ -310,9 +310,12 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
     per arm (order reversed every cycle, an even number of cycles), each block
     ``switch_warmup_steps`` excluded steps after the switch and ``block_steps`` measured ones,
     until every arm has its measured_steps / measured_min_s. One (record, trial_dir) per arm,
-    in the spec's order; an arm that raises (one rank) is recorded failed and leaves the
-    rotation, the others go on."""
-    worker = start_worker(spec.workload, spec.device)
+    in the spec's order; an arm that raises (one rank) is recorded failed (``unavailable``
+    for a backend missing here) and leaves the rotation, the others go on. The process is
+    built with the baseline's workload, so a variant that cannot run here never takes the
+    baseline's measurement with it."""
+    base_arm = next((a for a in spec.paired_arms if a["is_baseline"]), spec.paired_arms[0])
+    worker = start_worker(base_arm["workload"], spec.device)
     if worker.external:
         raise BackendUnavailable("protocol.pairing=steps needs an in-process recipe; an external "
                                  "command cannot switch arms between steps")
@@ -372,6 +375,8 @@ class _PairedRun:
             return
         try:
             self._run(arm, fn)
+        except BackendUnavailable as exc:  # e.g. a kernel this device cannot run: a status
+            self.failed[arm] = {"status": "unavailable", "error": str(exc)}
         except Exception as exc:  # this arm failed: recorded, the others go on
             self.failed[arm] = {"status": "oom" if devmod.is_oom(exc) else "failed",
                                 "error": _compile_hint(exc, one_line(exc)),
