@@ -47,7 +47,7 @@ from orchestrator.campaign.microbench import (
     run_microbenchmarks,
 )
 from orchestrator.campaign.profiles import profiles_section, run_profiled_trials
-from orchestrator.platform.processes import COMMAND_SESSION, kill_recorded
+from orchestrator.platform.children import COMMAND_SESSION, kill_recorded
 from orchestrator.campaign.progress import Progress
 from orchestrator.core.reference import normalise
 from orchestrator.spec.plan import (
@@ -58,7 +58,7 @@ from orchestrator.spec.plan import (
     next_rounds,
     plan_rounds,
 )
-from orchestrator.analysis.render import render_decisions, start_method_line, terminal_summary
+from orchestrator.analysis.decisions_md import render_decisions, start_method_line, terminal_summary
 from orchestrator.report.load import load_campaign
 from orchestrator.report.summary import render_summary
 from orchestrator.core.results import (
@@ -373,7 +373,7 @@ def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
 def kill_orphans(run_dir: Path) -> None:
     """A resume: kill what a dead campaign's commands left running (their watchdogs do it
     unless they were killed too; each running command's session is recorded in its trial
-    directory, orchestrator.platform.processes.SessionGuard)."""
+    directory, orchestrator.platform.children.SessionGuard)."""
     for record in sorted(run_dir.glob(f"trials/*/{COMMAND_SESSION}")):
         found = kill_recorded(record)
         if found:

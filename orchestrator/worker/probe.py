@@ -45,7 +45,7 @@ from orchestrator.spec.config import BucketConfig
 from orchestrator.core.convert import from_dict
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.spec.jobs import ProbeSpec
-from orchestrator.platform.processes import die_with_parent
+from orchestrator.platform.children import die_with_parent
 from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json
 from orchestrator.worker.bootstrap import Worker, start_worker
 from recipes.base import probe_hooks_missing

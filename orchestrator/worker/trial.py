@@ -32,7 +32,7 @@ from orchestrator.worker.external import measure_external
 from orchestrator.platform.flops import trial_flops
 from orchestrator.platform.interference import CpuWindow
 from orchestrator.spec.jobs import LAUNCH_T0_VAR, TrialSpec
-from orchestrator.platform.processes import die_with_parent
+from orchestrator.platform.children import die_with_parent
 from orchestrator.worker.microbench import run_microbench
 from orchestrator.worker.profile.runner import run_profiled
 from orchestrator.core.results import INFRA_STATUS, atomic_write_json, trial_record, write_csv

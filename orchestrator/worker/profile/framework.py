@@ -159,7 +159,7 @@ def per_rank_summary(traces: list[Path]) -> list[dict[str, Any]]:
     """One row per rank from its own trace: the temporal breakdown and the rank's profiled
     step relative to the fastest rank (skew)."""
     # start-up cost: pandas is imported when a trace is summarised, not by every trial process
-    from orchestrator.analysis.profile import analysis as A
+    from orchestrator.analysis.profile import trace_stats as A
 
     frames = {k: events_frame(load_trace(t)) for k, t in enumerate(traces)}
     table = A.per_rank(frames)
@@ -171,7 +171,7 @@ def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | 
               useful_definition: str | None = None) -> dict[str, Any]:
     """The summary of one framework trace (pure apart from pandas)."""
     # start-up cost: pandas is imported when a trace is summarised, not by every trial process
-    from orchestrator.analysis.profile import analysis as A
+    from orchestrator.analysis.profile import trace_stats as A
 
     df = events_frame(trace)
     steps = A.step_windows(df)
