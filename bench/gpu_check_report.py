@@ -61,7 +61,7 @@ def environment(out: Path) -> list[str]:
     report = _read_json(out / "environment.json")
     if not isinstance(report, dict):
         return ["- no environment.json (see logs/env_report.log)"]
-    from orchestrator.tools.env_report import summary_lines
+    from orchestrator.cli.tools.env_report import summary_lines
 
     lines = [f"- {line}" for line in summary_lines(report, 0.0)[:-1]]
     usable = (report.get("attention") or {}).get("sdpa_usable") or {}
