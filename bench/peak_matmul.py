@@ -6,9 +6,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from orchestrator.platform import device as devmod
-from orchestrator.platform.hardware import calibrate_peak, lookup
+# run as a script (python bench/peak_matmul.py): the repository root is not on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from orchestrator.platform import device as devmod  # noqa: E402
+from orchestrator.platform.hardware import calibrate_peak, lookup  # noqa: E402
 
 
 def main() -> None:

@@ -303,3 +303,31 @@ def test_the_architecture_table_lists_the_layers_and_their_modules() -> None:
 
 # names in the table's 'holds' column that are classes, not modules
 _NOT_MODULES = {"Launcher", "TrialSpec", "ProbeSpec"}
+
+
+def test_no_function_in_the_coordinators_is_over_60_lines() -> None:
+    """campaign/ and worker/ read top to bottom: small named steps, state in small objects."""
+    long = []
+    for pkg in ("campaign", "worker"):
+        for path in sorted((ROOT / "orchestrator" / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    n = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if n > 60:
+                        long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n})")
+    assert not long, long
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """A name with a leading underscore stays in its module (a module may be private, as
+    core/_watchdog, which runs as a script, and cli/tools/_cli)."""
+    bad = []
+    for mod, path in project_modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PACKAGES:
+                for a in node.names:
+                    target = f"{node.module}.{a.name}"
+                    is_module = target in project_modules()
+                    if a.name.startswith("_") and not a.name.startswith("__") and not is_module:
+                        bad.append(f"{mod} imports {target}")
+    assert not bad, bad

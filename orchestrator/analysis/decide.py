@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.core import paired
+from orchestrator.core.results import FAILED_STATUSES, INFRA_STATUS, VERDICTS  # noqa: F401
 from orchestrator.analysis.analyze import MIXTURE, Analysis, Comparison
 from orchestrator.spec.sweep import Arm, differing_settings
 
-VERDICTS = ("retain", "reject", "equivalent", "inconclusive", "invalid")
-FAILED = ("failed", "oom", "timeout", "crashed", "killed")
-INFRA = "infra_failed"  # a multi-rank trial that failed in the harness (launch.base)
+FAILED = FAILED_STATUSES
+INFRA = INFRA_STATUS  # a trial that failed in the harness (core.results)
 # rounds to resolve are promised only up to this multiple of protocol.max_rounds
 REACH = 3
 

@@ -136,28 +136,60 @@ def run_gate(
     c = cfg.protocol.correctness
     path = run_dir / FILE
     if c.mode == "off":
-        doc = {"schema_version": SCHEMA_VERSION, "mode": "off", "arms": {}}
-        atomic_write_json(path, doc)
-        return doc
+        return _write(path, {"mode": "off", "arms": {}})
     external = external_reason(cfg, arms)
     if external:
-        doc = {"schema_version": SCHEMA_VERSION, "mode": "not_applicable", "reason": external,
-               "arms": {}}
-        atomic_write_json(path, doc)
         log.info("correctness gate: not applicable: %s", external)
-        return doc
+        return _write(path, {"mode": "not_applicable", "reason": external, "arms": {}})
     specs = probe_specs(cfg, run_dir, arms, buckets)
     fp = _fingerprint(specs, cfg)
-    if path.exists():
-        try:
-            old = read_json(path)
-            if old.get("fingerprint") == fp and old.get("mode") in (c.mode, "not_applicable"):
-                log.info("correctness gate: reusing %s", path)
-                return old  # type: ignore[no-any-return]
-        except (OSError, json.JSONDecodeError):
-            pass
+    old = _reusable(path, fp, c.mode)
+    if old is not None:
+        log.info("correctness gate: reusing %s", path)
+        return old
     launcher = launcher or make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
     t0 = time.perf_counter()
+    probes = _run_probes(launcher, specs, c.timeout_s)
+    base = probes.get(arms[0].arm_id, {})
+    if base.get("status") == "unsupported":  # e.g. a numpy workload: no torch model to compare
+        reason = f"the baseline cannot be probed: {base.get('error')}"
+        log.info("correctness gate: not applicable: %s", reason)
+        return _write(path, {"mode": "not_applicable", "fingerprint": fp, "reason": reason,
+                             "arms": {}})
+    summary, gates = _judge(cfg, run_dir, arms, probes)
+    doc = _gate_doc(cfg, launcher, probes, summary, gates, fp, time.perf_counter() - t0, arms)
+    _write(path, doc)
+    log.info(
+        "correctness gate: %s in %.1f s (%s)",
+        ", ".join(f"{g.label} {g.status}" for g in gates),
+        doc["gate_seconds"],
+        f"{doc['seconds_per_variant']:.1f} s per variant"
+        if doc["seconds_per_variant"] is not None else "no variant",
+    )
+    return doc
+
+
+def _write(path: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    doc = {"schema_version": SCHEMA_VERSION, **doc}
+    atomic_write_json(path, doc)
+    return doc
+
+
+def _reusable(path: Path, fp: str, mode: str) -> dict[str, Any] | None:
+    """A resume: the gate an earlier invocation ran for the same probes, else None."""
+    if not path.exists():
+        return None
+    try:
+        old = read_json(path)
+    except (OSError, json.JSONDecodeError):
+        return None
+    if old.get("fingerprint") == fp and old.get("mode") in (mode, "not_applicable"):
+        return old  # type: ignore[no-any-return]
+    return None
+
+
+def _run_probes(launcher: Launcher, specs: Sequence[Any], timeout_s: float) -> dict[str, dict[str, Any]]:
+    """Every probe through the launcher, one after another; probe name -> record."""
     probes: dict[str, dict[str, Any]] = {}
 
     def on_done(job: WorkerJob, rec: dict[str, Any]) -> None:
@@ -168,35 +200,33 @@ def run_gate(
 
     log.info("correctness probes through launcher=%s: %s", launcher.name,
              ", ".join(f"{s.name} ({s.arm_label}, {s.role})" for s in specs))
-    launcher.run_jobs(specs, on_done, c.timeout_s)
-    base = probes.get(arms[0].arm_id, {})
-    if base.get("status") == "unsupported":  # e.g. a numpy workload: no torch model to compare
-        doc = {"schema_version": SCHEMA_VERSION, "mode": "not_applicable", "fingerprint": fp,
-               "reason": f"the baseline cannot be probed: {base.get('error')}", "arms": {}}
-        atomic_write_json(path, doc)
-        log.info("correctness gate: not applicable: %s", doc["reason"])
-        return doc
+    launcher.run_jobs(specs, on_done, timeout_s)
+    return probes
+
+
+def _judge(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
+           probes: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[ArmGate]]:
+    """The probes judged against the tolerances; a bug in judging errors the gate, never the
+    campaign."""
     try:
-        summary, gates = evaluate(
-            arms,
-            probes,
-            _loader(run_dir),
-            cfg.invariants.tolerances,
-            cfg.workload.precision,
-            data_order_declared(cfg),
-        )
+        return evaluate(arms, probes, _loader(run_dir), cfg.invariants.tolerances,
+                        cfg.workload.precision, data_order_declared(cfg))
     except Exception as exc:  # a bug in judging must not lose the campaign: the gate errors
         log.exception("correctness gate evaluation failed")
-        summary = {"evaluation_error": f"{type(exc).__name__}: {exc}"}
-        gates = [
-            ArmGate(a.arm_id, a.label, "error", [f"evaluation failed: {exc}"]) for a in arms[1:]
-        ]
-    gate_s = time.perf_counter() - t0
+        return ({"evaluation_error": f"{type(exc).__name__}: {exc}"},
+                [ArmGate(a.arm_id, a.label, "error", [f"evaluation failed: {exc}"])
+                 for a in arms[1:]])
+
+
+def _gate_doc(cfg: Config, launcher: Launcher, probes: dict[str, dict[str, Any]],
+              summary: dict[str, Any], gates: list[ArmGate], fp: str, gate_s: float,
+              arms: Sequence[ResolvedArm]) -> dict[str, Any]:
+    """correctness.json: what was probed, how long it took, each arm's gate."""
+    c = cfg.protocol.correctness
     secs = {n: p.get("process_seconds") for n, p in probes.items()}
     var_secs = [float(v) for a in arms[1:] if (v := secs.get(a.arm_id)) is not None]
     key = summary.get("tolerance_key", cfg.workload.precision)
-    doc = {
-        "schema_version": SCHEMA_VERSION,
+    return {
         "mode": c.mode,
         "fingerprint": fp,
         "precision": cfg.workload.precision,
@@ -210,23 +240,13 @@ def run_gate(
         "probe_seconds": secs,  # wall time of each probe process, start-up included
         "seconds_per_variant": sum(var_secs) / len(var_secs) if var_secs else None,
         "probes": {
-            n: {
-                k: p.get(k)
-                for k in ("status", "error", "device", "torch_version", "matmul_precision", "pid")
-            }
+            n: {k: p.get(k)
+                for k in ("status", "error", "device", "torch_version", "matmul_precision", "pid")}
             for n, p in probes.items()
         },
         **{k: v for k, v in summary.items() if k != "tolerance_key"},
         "arms": {g.arm_id: g.to_dict() for g in gates},
     }
-    atomic_write_json(path, doc)
-    log.info(
-        "correctness gate: %s in %.1f s (%s)",
-        ", ".join(f"{g.label} {g.status}" for g in gates),
-        gate_s,
-        f"{doc['seconds_per_variant']:.1f} s per variant" if var_secs else "no variant",
-    )
-    return doc
 
 
 # --------------------------------------------------------------------------- reading it back
@@ -292,63 +312,53 @@ def section(run_dir: Path) -> list[tuple[str, list[str]]]:
         return [("Correctness", ["Not run: correctness.json is missing."])]
     doc = read_json(path)
     if doc.get("mode") == "off":
-        return [
-            (
-                "Correctness",
-                [
-                    (
-                        "Off (`protocol.correctness.mode=off`): variants were not "
-                        "checked for numerics or checkpoint compatibility."
-                    )
-                ],
-            )
-        ]
+        return [("Correctness", ["Off (`protocol.correctness.mode=off`): variants were not "
+                                 "checked for numerics or checkpoint compatibility."])]
     if doc.get("mode") == "not_applicable":
         return [("Correctness", [f"Not applicable: {doc.get('reason')}."])]
+    lines = [
+        _intro(doc),
+        "",
+        "| variant | gate | worst tensor (rel_l2 / limit) | loss trajectory (max rel) "
+        "| checkpoint | same batches | details |",
+        "|---|---|---|---|---|---|---|",
+        *[_row(g) for g in doc.get("arms", {}).values()],
+        "",
+        "Per-tensor figures (max abs/rel error, RMS error, cosine, share beyond tolerance, "
+        "NaN/Inf counts): `correctness.json`; raw tensors: `correctness/`.",
+    ]
+    return [("Correctness", lines)]
+
+
+def _intro(doc: dict[str, Any]) -> str:
+    """What the gate compared, at which tolerance and noise floor, and what it cost."""
     tol = doc.get("tolerance") or {}
     floor = doc.get("noise_floor", {})
     fl = ", ".join(f"{b} {_fmt(f.get('max_tensor_rel_l2'))}" for b, f in floor.items()) or "—"
-    lines = [
-        (
-            f"One probe per arm {_where(doc)}, "
-            f"once per campaign: same initial weights and batch, "
-            f"{doc.get('steps')} training steps. Tolerance `{doc.get('tolerance_key')}`: rel_l2 "
-            f"{_fmt(tol.get('rel_l2'))} per tensor (outputs, loss, gradients, optimizer update), "
-            f"loss trajectory {_fmt(tol.get('trajectory_rtol'))} relative; judged against "
-            "max(tolerance, noise floor). Noise floor (baseline run twice, largest tensor "
-            f"rel_l2): {fl}. Gate cost: {_fmt(doc.get('gate_seconds'), '.1f')} s in all, "
-            f"{_fmt(doc.get('seconds_per_variant'), '.1f')} s per variant (process start included)."
-        ),
-        "",
-        (
-            "| variant | gate | worst tensor (rel_l2 / limit) | loss trajectory (max rel) "
-            "| checkpoint | same batches | details |"
-        ),
-        "|---|---|---|---|---|---|---|",
-    ]
-    for g in doc.get("arms", {}).values():
-        worst, traj, data = [], [], []
-        for b, f in g.get("buckets", {}).items():
-            w = f.get("worst_tensor")
-            if w:
-                worst.append(
-                    f"{b} `{w['name']}` {_fmt(w['rel_l2'])} / {_fmt(w['threshold'], '.0e')}"
-                )
-            if "trajectory" in f:
-                traj.append(f"{b} {_fmt(f['trajectory']['max_rel'])}")
-            data.append(f"{b} {'yes' if f['data']['same_batches'] else 'no'}")
-        ck = g.get("checkpoint") or {}
-        ck_s = "—" if not ck else ("compatible" if ck.get("passed") else "**incompatible**")
-        det = "<br>".join(g["reasons"][:4]) if g["reasons"] else ""
-        lines.append(
-            f"| {g['label']} | **{g['status']}** | {'<br>'.join(worst) or '—'} "
-            f"| {', '.join(traj) or '—'} | {ck_s} | {', '.join(data) or '—'} | {det} |"
-        )
-    lines += [
-        "",
-        (
-            "Per-tensor figures (max abs/rel error, RMS error, cosine, share beyond "
-            "tolerance, NaN/Inf counts): `correctness.json`; raw tensors: `correctness/`."
-        ),
-    ]
-    return [("Correctness", lines)]
+    return (
+        f"One probe per arm {_where(doc)}, "
+        f"once per campaign: same initial weights and batch, "
+        f"{doc.get('steps')} training steps. Tolerance `{doc.get('tolerance_key')}`: rel_l2 "
+        f"{_fmt(tol.get('rel_l2'))} per tensor (outputs, loss, gradients, optimizer update), "
+        f"loss trajectory {_fmt(tol.get('trajectory_rtol'))} relative; judged against "
+        "max(tolerance, noise floor). Noise floor (baseline run twice, largest tensor "
+        f"rel_l2): {fl}. Gate cost: {_fmt(doc.get('gate_seconds'), '.1f')} s in all, "
+        f"{_fmt(doc.get('seconds_per_variant'), '.1f')} s per variant (process start included)."
+    )
+
+
+def _row(g: dict[str, Any]) -> str:
+    """One variant's row: its gate, worst tensor, trajectory, checkpoint, batches, reasons."""
+    worst, traj, data = [], [], []
+    for b, f in g.get("buckets", {}).items():
+        w = f.get("worst_tensor")
+        if w:
+            worst.append(f"{b} `{w['name']}` {_fmt(w['rel_l2'])} / {_fmt(w['threshold'], '.0e')}")
+        if "trajectory" in f:
+            traj.append(f"{b} {_fmt(f['trajectory']['max_rel'])}")
+        data.append(f"{b} {'yes' if f['data']['same_batches'] else 'no'}")
+    ck = g.get("checkpoint") or {}
+    ck_s = "—" if not ck else ("compatible" if ck.get("passed") else "**incompatible**")
+    det = "<br>".join(g["reasons"][:4]) if g["reasons"] else ""
+    return (f"| {g['label']} | **{g['status']}** | {'<br>'.join(worst) or '—'} "
+            f"| {', '.join(traj) or '—'} | {ck_s} | {', '.join(data) or '—'} | {det} |")

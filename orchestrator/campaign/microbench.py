@@ -14,7 +14,7 @@ from orchestrator.spec.config import Config
 from orchestrator.spec.jobs import make_specs
 from orchestrator.launch.base import Launcher
 from orchestrator.analysis.direction import DirectionCheck, check_arm, section
-from orchestrator.spec.plan import PlannedTrial, _slug
+from orchestrator.spec.plan import PlannedTrial, slug
 from orchestrator.spec.sweep import ResolvedArm, selected_buckets
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ WARMUP_CALLS = 3
 
 
 def microbench_trial_id(bucket: str, arm_id: str, rnd: int) -> str:
-    return f"mb-{_slug(bucket)}-{arm_id}-r{rnd}"
+    return f"mb-{slug(bucket)}-{arm_id}-r{rnd}"
 
 
 def run_microbenchmarks(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],

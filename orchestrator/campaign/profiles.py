@@ -18,10 +18,10 @@ from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
 from orchestrator.spec.jobs import TrialSpec, make_specs
 from orchestrator.launch.base import Launcher
-from orchestrator.spec.plan import PlannedTrial, _slug
+from orchestrator.spec.plan import PlannedTrial, slug
 from orchestrator.analysis.profile.diff import diff_traces
 from orchestrator.worker.profile.framework import trace_name
-from orchestrator.analysis.profile.report import profile_section
+from orchestrator.analysis.profile.sections import profile_section
 from orchestrator.core.results import write_csv
 from orchestrator.spec.sweep import ResolvedArm, selected_buckets
 from orchestrator.analysis.utilization import summarize_peaks
@@ -33,7 +33,7 @@ _TOOL_MARGIN_S = 120.0
 
 
 def profile_trial_id(layer: str, bucket: str, arm_id: str) -> str:
-    return f"prof-{layer}-{_slug(bucket)}-{arm_id}"
+    return f"prof-{layer}-{slug(bucket)}-{arm_id}"
 
 
 def profile_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm]) -> list[TrialSpec]:
@@ -88,7 +88,7 @@ def write_diffs(run_dir: Path, records: Sequence[dict[str, Any]], arms: Sequence
         if arm_id == base or b is None:
             continue
         d = diff_traces(fw / trace_name(b["trial_id"]), fw / trace_name(r["trial_id"]))
-        write_csv(fw / f"diff-{_slug(bucket)}-{arm_id}.csv", d["ops"])
+        write_csv(fw / f"diff-{slug(bucket)}-{arm_id}.csv", d["ops"])
 
 
 def profiles_section(cfg: Config, run_dir: Path, arms: Sequence[Any], analysis: Any,

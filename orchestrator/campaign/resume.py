@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from orchestrator.core.errors import ConfigError, Interrupted
-from orchestrator.launch.base import FINAL_STATUSES, read_record
+from orchestrator.core.results import FINAL_STATUSES
+from orchestrator.launch.base import read_record
 from orchestrator.core.results import read_json
 
 

@@ -47,7 +47,7 @@ from orchestrator.campaign.microbench import (
     run_microbenchmarks,
 )
 from orchestrator.campaign.profiles import profiles_section, run_profiled_trials
-from orchestrator.platform.processes import COMMAND_SESSION, kill_recorded
+from orchestrator.platform.children import COMMAND_SESSION, kill_recorded
 from orchestrator.campaign.progress import Progress
 from orchestrator.core.reference import normalise
 from orchestrator.spec.plan import (
@@ -58,7 +58,7 @@ from orchestrator.spec.plan import (
     next_rounds,
     plan_rounds,
 )
-from orchestrator.analysis.render import render_decisions, start_method_line, terminal_summary
+from orchestrator.analysis.decisions_md import render_decisions, start_method_line, terminal_summary
 from orchestrator.report.load import load_campaign
 from orchestrator.report.summary import render_summary
 from orchestrator.core.results import (
@@ -81,7 +81,7 @@ from recipes.registry import report_sections
 log = logging.getLogger(__name__)
 
 # a trial with one of these statuses is final and is not re-run on resume
-from orchestrator.launch.base import FINAL_STATUSES as FINAL_STATUSES  # noqa: E402
+from orchestrator.core.results import FINAL_STATUSES as FINAL_STATUSES  # noqa: E402
 
 
 @dataclass
@@ -373,7 +373,7 @@ def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
 def kill_orphans(run_dir: Path) -> None:
     """A resume: kill what a dead campaign's commands left running (their watchdogs do it
     unless they were killed too; each running command's session is recorded in its trial
-    directory, orchestrator.platform.processes.SessionGuard)."""
+    directory, orchestrator.platform.children.SessionGuard)."""
     for record in sorted(run_dir.glob(f"trials/*/{COMMAND_SESSION}")):
         found = kill_recorded(record)
         if found:
@@ -415,6 +415,27 @@ def _write_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
 def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
                  planned: list[PlannedTrial],
                  launcher: Launcher, session: provenance.Session, progress: Any = None) -> None:
+    """Run the planned trials not yet on disk (under pairing by steps a round's arms are
+    measured together or not at all), then re-run what a harness failure or interference
+    spoiled; an interrupt seals what is on disk."""
+    todo = _todo(cfg, run_dir, planned)
+    own_progress = progress is None
+    if own_progress:
+        progress = Progress(cfg.sweep.name if cfg.sweep else "campaign", len(planned))
+    progress.plan(len(planned), len(planned) - len(todo))
+    try:
+        if todo:
+            _TrialPass(cfg, launcher, session, progress).run(make_specs(cfg, run_dir, running,
+                                                                        todo))
+    except BaseException:  # interrupted: what is on disk stays, sanitized
+        session.seal(run_dir)
+        raise
+    finally:
+        if own_progress:
+            progress.close()
+
+
+def _todo(cfg: Config, run_dir: Path, planned: list[PlannedTrial]) -> list[PlannedTrial]:
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
     if cfg.protocol.pairing == "steps":  # a round's arms are measured together or not at all
@@ -425,79 +446,76 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
     if done and todo:
         log.info("%s: %d of %d planned trials already complete", run_dir,
                  len(planned) - len(todo), len(planned))
-    own_progress = progress is None
-    if own_progress:
-        progress = Progress(cfg.sweep.name if cfg.sweep else "campaign", len(planned))
-    progress.plan(len(planned), len(planned) - len(todo))
-    if not todo:
-        if own_progress:
-            progress.close()
-        return
-    specs = make_specs(cfg, run_dir, running, todo)
-    if specs:  # the first trial of each invocation also writes the full environment report
-        specs[0].env_report = True
-    def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
-        # a compute node's host name (Slurm) is replaced like this machine's own
-        session.sanitizer.add_hostnames(launcher.seen_hostnames)
-        for member, rec in paired_records(spec, record):
-            session.sanitize_trial(Path(member.trial_dir))  # stderr tails sanitized as recorded
-            progress.on_done(member, session.sanitizer.data(rec))
+    return todo
 
-    retry: list[TrialSpec] = []
-    attempts: dict[str, int] = {}
-    p = cfg.protocol
-    # the specs' own limit (jobs.pair_specs gives a paired process the per-trial limit times
-    # its arms)
-    timeout_s = max((s.timeout_s or p.trial_timeout_s for s in specs),
-                    default=p.trial_timeout_s)
 
-    def needs_rerun(spec: TrialSpec, record: dict[str, Any]) -> bool:
-        n = attempts.get(spec.trial_id, 0)
-        if record.get("status") == INFRA_STATUS:
-            return n < p.infra_retries
-        return interfered(record, p.interference_cores) and n < p.interference_retries
+class _TrialPass:
+    """One pass over trials through the launcher: each record sanitized and shown as it
+    comes; a trial spoiled by a harness failure (ranks out of step, a lost peer: nothing of
+    the variant's) or measured under interference runs again after the others, its earlier
+    attempts kept beside it, up to protocol.infra_retries / interference_retries times."""
 
-    def on_done_retrying(spec: TrialSpec, record: dict[str, Any]) -> None:
-        if needs_rerun(spec, record):
-            retry.append(spec)
-        on_done(spec, record)
+    def __init__(self, cfg: Config, launcher: Launcher, session: provenance.Session,
+                 progress: Any) -> None:
+        self.p, self.launcher, self.session, self.progress = cfg.protocol, launcher, session, progress
+        self.retry: list[TrialSpec] = []
+        self.attempts: dict[str, int] = {}
+        self.earlier: dict[str, list[dict[str, Any]]] = {}
 
-    try:
+    def run(self, specs: list[TrialSpec]) -> None:
+        if specs:  # the first trial of each invocation also writes the full environment report
+            specs[0].env_report = True
+        # the specs' own limit (jobs.pair_specs gives a paired process the per-trial limit
+        # times its arms)
+        self.timeout_s = max((s.timeout_s or self.p.trial_timeout_s for s in specs),
+                             default=self.p.trial_timeout_s)
         with sigterm_as_interrupt():
-            launcher.run(specs, on_done_retrying, timeout_s, on_start=progress.on_start)
-            # a harness failure (ranks out of step, a lost peer) says nothing of the variant,
-            # and a trial measured while other processes took the CPU is not pooled: each runs
-            # again after the others of this pass, its earlier attempts kept beside it
-            while retry:
-                again, retry[:] = list(retry), []
-                earlier = {}
-                for s in again:
-                    attempts[s.trial_id] = attempts.get(s.trial_id, 0) + 1
-                    for m in paired_members(s):
-                        earlier[m.trial_id] = _keep_attempt(Path(m.trial_dir),
-                                                            attempts[s.trial_id])
-                log.warning("re-running %d trial(s) (%s): %s", len(again),
-                            "; ".join(sorted({str(e[-1].get("why")) for e in earlier.values()})),
-                            ", ".join(s.trial_id for s in again))
-                progress.plan(progress.total + sum(len(paired_members(s)) for s in again),
-                              progress.done)
+            self.launcher.run(specs, self.on_done_retrying, self.timeout_s,
+                              on_start=self.progress.on_start)
+            while self.retry:
+                self.rerun()
 
-                def on_retry_done(spec: TrialSpec, record: dict[str, Any]) -> None:
-                    for m in paired_members(spec)[1:]:  # the arms a paired process also ran
-                        rec = read_json(Path(m.trial_dir) / "trial.json") if (
-                            Path(m.trial_dir) / "trial.json").exists() else None
-                        if rec is not None:
-                            _with_attempts(Path(m.trial_dir), rec, earlier[m.trial_id])
-                    record = _with_attempts(Path(spec.trial_dir), record, earlier[spec.trial_id])
-                    on_done_retrying(spec, record)
+    def on_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+        # a compute node's host name (Slurm) is replaced like this machine's own
+        self.session.sanitizer.add_hostnames(self.launcher.seen_hostnames)
+        for member, rec in paired_records(spec, record):
+            self.session.sanitize_trial(Path(member.trial_dir))  # stderr tails sanitized
+            self.progress.on_done(member, self.session.sanitizer.data(rec))
 
-                launcher.run(again, on_retry_done, timeout_s, on_start=progress.on_start)
-    except BaseException:  # interrupted: what is on disk stays, sanitized
-        session.seal(run_dir)
-        raise
-    finally:
-        if own_progress:
-            progress.close()
+    def needs_rerun(self, spec: TrialSpec, record: dict[str, Any]) -> bool:
+        n = self.attempts.get(spec.trial_id, 0)
+        if record.get("status") == INFRA_STATUS:
+            return n < self.p.infra_retries
+        return interfered(record, self.p.interference_cores) and n < self.p.interference_retries
+
+    def on_done_retrying(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+        if self.needs_rerun(spec, record):
+            self.retry.append(spec)
+        self.on_done(spec, record)
+
+    def rerun(self) -> None:
+        again, self.retry[:] = list(self.retry), []
+        self.earlier = {}
+        for s in again:
+            self.attempts[s.trial_id] = self.attempts.get(s.trial_id, 0) + 1
+            for m in paired_members(s):
+                self.earlier[m.trial_id] = _keep_attempt(Path(m.trial_dir),
+                                                         self.attempts[s.trial_id])
+        log.warning("re-running %d trial(s) (%s): %s", len(again),
+                    "; ".join(sorted({str(e[-1].get("why")) for e in self.earlier.values()})),
+                    ", ".join(s.trial_id for s in again))
+        self.progress.plan(self.progress.total + sum(len(paired_members(s)) for s in again),
+                           self.progress.done)
+        self.launcher.run(again, self.on_retry_done, self.timeout_s,
+                          on_start=self.progress.on_start)
+
+    def on_retry_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+        for m in paired_members(spec)[1:]:  # the arms a paired process also ran
+            path = Path(m.trial_dir) / "trial.json"
+            if path.exists():
+                _with_attempts(Path(m.trial_dir), read_json(path), self.earlier[m.trial_id])
+        record = _with_attempts(Path(spec.trial_dir), record, self.earlier[spec.trial_id])
+        self.on_done_retrying(spec, record)
 
 
 def paired_records(spec: TrialSpec, record: dict[str, Any]) -> list[tuple[TrialSpec, dict[str, Any]]]:
@@ -713,6 +731,20 @@ def _render_summary(run_dir: Path) -> None:
         log.warning("summary.md not rendered: %s: %s", type(exc).__name__, exc)
 
 
+@dataclass
+class Outcome:
+    """What the campaign decided from the records on disk, and what its sections read."""
+
+    analysis: Analysis
+    verdicts: list[Verdict]
+    trials_df: Any
+    steps_df: Any
+    records: list[dict[str, Any]]
+    directions: dict[str, Any]
+    peaks: list[Any]
+    util: list[Any]
+
+
 def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
              session: provenance.Session | None = None) -> CampaignResult:
     """Collect the trials on disk, analyze, decide and write the campaign's artifacts; the
@@ -721,6 +753,25 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
     arms = arms if arms is not None else resolve_arms(cfg)
     if session is None:
         session = provenance.Session(Sanitizer.from_config(cfg.sanitize))
+    out = decide_from_disk(cfg, run_dir, arms)
+    write_tables(run_dir, arms, out)
+    # applies the environment policy to the verdicts (in place) before they are written
+    provenance_section = provenance.environment_section(cfg, run_dir, out.records, out.verdicts,
+                                                        session.git, arms=arms)
+    write_decisions_jsonl(cfg, run_dir, out)
+    atomic_write_text(run_dir / "decisions.md", decisions_md(cfg, run_dir, arms, out,
+                                                             provenance_section))
+    _render_summary(run_dir)
+    # logged before the seal: campaign.log gets this line sanitized (the run dir's path names
+    # the home directory and the user)
+    log.info("%s", terminal_summary(cfg.sweep.name, out.verdicts, str(run_dir)))
+    session.seal(run_dir)
+    return CampaignResult(run_dir, out.analysis, out.verdicts)
+
+
+def decide_from_disk(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Outcome:
+    """The final look: the analysis of every record on disk, the gates (the correctness
+    probes' and the logged-loss ones), the verdicts, the direction checks, the utilization."""
     buckets = selected_buckets(cfg)
     trials_df, steps_df = load_trials(run_dir)
     weights = {b["name"]: float(b["weight"]) for b in buckets}
@@ -734,68 +785,65 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
     records = trials_df.to_dict("records") if not trials_df.empty else []
     directions = direction_checks(cfg, arms, verdicts, records)
     peaks, util = campaign_utilization(records, analysis)
-    write_csv(run_dir / "results.csv", add_utilization_columns(comparison_rows(analysis), peaks, util))
+    return Outcome(analysis, verdicts, trials_df, steps_df, records, directions, peaks, util)
+
+
+def write_tables(run_dir: Path, arms: list[ResolvedArm], out: Outcome) -> None:
+    """results.csv (per bucket and arm, with utilization), utilization.json, baseline.json."""
+    analysis = out.analysis
+    write_csv(run_dir / "results.csv",
+              add_utilization_columns(comparison_rows(analysis), out.peaks, out.util))
     atomic_write_json(run_dir / "utilization.json", {
-        "schema_version": SCHEMA_VERSION, "peaks": [p.__dict__ for p in peaks],
-        "rows": [u.__dict__ for u in util]})
-    provenance_section = provenance.environment_section(cfg, run_dir, records, verdicts,
-                                                        session.git, arms=arms)
+        "schema_version": SCHEMA_VERSION, "peaks": [p.__dict__ for p in out.peaks],
+        "rows": [u.__dict__ for u in out.util]})
     base = arms[0]
-    atomic_write_json(
-        run_dir / "baseline.json",
-        {
-            "schema_version": SCHEMA_VERSION,
-            "arm": base.label,
-            "buckets": {
-                b: analysis.summaries[(b, base.arm_id)].__dict__ for b in analysis.buckets
-            },
-        },
-    )
+    atomic_write_json(run_dir / "baseline.json", {
+        "schema_version": SCHEMA_VERSION, "arm": base.label,
+        "buckets": {b: analysis.summaries[(b, base.arm_id)].__dict__ for b in analysis.buckets},
+    })
+
+
+def write_decisions_jsonl(cfg: Config, run_dir: Path, out: Outcome) -> None:
+    """decisions.jsonl: one machine-readable verdict per variant, with its evidence."""
+    assert cfg.sweep is not None
     decided_at = time.time()
-    noise = noise_table(analysis)
+    noise = noise_table(out.analysis)
     lines = [json.dumps({"schema_version": SCHEMA_VERSION, "sweep": cfg.sweep.name,
                          "workload": cfg.workload.name, "variable": cfg.sweep.variable,
                          "decided_at": decided_at, **v.to_dict(),
-                         "speedups": speedup_table(analysis, v.arm_id),
+                         "speedups": speedup_table(out.analysis, v.arm_id),
                          # per bucket and the mixture: {scope: |A/A speedup - 1|}, and the A/A
                          # intervals; null / {} without an A/A control arm
                          "noise_floor": {k: n["noise_floor"] for k, n in noise.items()} or None,
                          "aa_control": noise,
                          # sweep.microbench: the op's direction against the verdict's, or null
-                         "direction_check": (directions[v.arm_id].to_dict()
-                                             if v.arm_id in directions else None)})
-             for v in verdicts]
+                         "direction_check": (out.directions[v.arm_id].to_dict()
+                                             if v.arm_id in out.directions else None)})
+             for v in out.verdicts]
     atomic_write_text(run_dir / "decisions.jsonl", "\n".join(lines) + "\n")
+
+
+def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outcome,
+                 provenance_section: tuple[str, list[str]]) -> str:
+    """decisions.md: the verdicts, then every section of evidence, in reading order."""
+    assert cfg.sweep is not None
+    records, analysis = out.records, out.analysis
     failures = [r for r in records if r.get("status") not in ("ok", None)
                 # profiled and microbenchmark trials: in their own sections
                 and r.get("kind", "timed") not in ("profile", "microbench")]
-    md = render_decisions(
-        sweep=cfg.sweep,
-        workload_name=cfg.workload.name,
-        analysis=analysis,
-        verdicts=verdicts,
-        env_line=env_line(records),
-        protocol=cfg.protocol,
-        launcher=cfg.launcher.name,
-        start_line=start_method_line(records),
-        failures=failures,
-        extra_sections=[*lineage_section(run_dir),
-                        *direction_section(cfg, directions),
-                        ("Utilization (MFU / HFU)", utilization_section(records, peaks, util)),
-                        *lever_sections(cfg, trials_df, steps_df, analysis),
-                        ("Sensitivity", sensitivity_lines(analysis, cfg.protocol,
-                                                          cfg.sweep.variable)),
-                        *correctness_section(run_dir),
-                        provenance_section,
-                        *report_sections(cfg.workload.kind, records),
-                        *profiles_section(cfg, run_dir, arms, analysis, records),
-                        *rerun_section(records, cfg.protocol.interference_cores,
-                                       _read_optional(run_dir / "machine_load.json"))],
-    )
-    atomic_write_text(run_dir / "decisions.md", md)
-    _render_summary(run_dir)
-    # logged before the seal: campaign.log gets this line sanitized (the run dir's path names
-    # the home directory and the user)
-    log.info("%s", terminal_summary(cfg.sweep.name, verdicts, str(run_dir)))
-    session.seal(run_dir)
-    return CampaignResult(run_dir, analysis, verdicts)
+    sections = [*lineage_section(run_dir),
+                *direction_section(cfg, out.directions),
+                ("Utilization (MFU / HFU)", utilization_section(records, out.peaks, out.util)),
+                *lever_sections(cfg, out.trials_df, out.steps_df, analysis),
+                ("Sensitivity", sensitivity_lines(analysis, cfg.protocol, cfg.sweep.variable)),
+                *correctness_section(run_dir),
+                provenance_section,
+                *report_sections(cfg.workload.kind, records),
+                *profiles_section(cfg, run_dir, arms, analysis, records),
+                *rerun_section(records, cfg.protocol.interference_cores,
+                               _read_optional(run_dir / "machine_load.json"))]
+    return render_decisions(
+        sweep=cfg.sweep, workload_name=cfg.workload.name, analysis=analysis,
+        verdicts=out.verdicts, env_line=env_line(records), protocol=cfg.protocol,
+        launcher=cfg.launcher.name, start_line=start_method_line(records), failures=failures,
+        extra_sections=sections)

@@ -116,14 +116,34 @@ def validate(cfg: Config) -> None:
     _choice("device", cfg.device, DEVICES)
     _choice("launcher.name", cfg.launcher.name, LAUNCHERS)
     validate_workload(w)
-    p = cfg.protocol
+    validate_timing(cfg.protocol)
+    validate_protocol(cfg.protocol)
+    _positive("launcher.max_parallel", cfg.launcher.max_parallel)
+    validate_hardware(cfg.hardware)
+    _choice("environment.on_mismatch", cfg.environment.on_mismatch, ON_MISMATCH)
+    validate_sanitize(cfg)
+    check_flops_per_step(cfg)
+    validate_launcher(cfg)
+    validate_correctness(cfg)
+    validate_profile(cfg.profile)
+    if cfg.sweep is not None:
+        check_sweep(cfg)
+        arms = resolve_arms(cfg)
+        validate_arms(arms)
+        check_lever_sweep(cfg, arms)
+        check_baseline_arm(cfg, arms)  # baseline=vN: the baseline arm is the version
+        check_pairing(cfg, arms)
+        check_attention_arms(cfg, arms)
+
+
+def validate_timing(p: ProtocolConfig) -> None:
+    """The protocol's counts, times and levels."""
     _positive("protocol.warmup_steps", p.warmup_steps, allow_zero=True)
     _positive("protocol.measured_steps", p.measured_steps)
     if p.measured_steps < 3:
         raise ConfigError("protocol.measured_steps", "must be >= 3 to give a median with a spread")
     _positive("protocol.measured_min_s", p.measured_min_s, allow_zero=True)
     _positive("protocol.repeats", p.repeats)
-    validate_protocol(p)
     if not 0.5 <= p.confidence < 1:
         raise ConfigError("protocol.confidence", f"must be in [0.5, 1), got {p.confidence}")
     if p.pairing not in ("auto", "process", "steps"):
@@ -137,11 +157,11 @@ def validate(cfg: Config) -> None:
                           f"e.g. 0.01), got {p.aa_alpha}")
     _positive("protocol.min_effect", p.min_effect, allow_zero=True)
     _positive("protocol.trial_timeout_s", p.trial_timeout_s)
-    _positive("launcher.max_parallel", cfg.launcher.max_parallel)
-    validate_hardware(cfg.hardware)
     for i, n in enumerate(p.projection_steps):
         _positive(f"protocol.projection_steps[{i}]", n)
-    _choice("environment.on_mismatch", cfg.environment.on_mismatch, ON_MISMATCH)
+
+
+def validate_sanitize(cfg: Config) -> None:
     for i, pattern in enumerate(cfg.sanitize.extra_patterns):
         try:
             re.compile(pattern)
@@ -149,6 +169,11 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"sanitize.extra_patterns[{i}]",
                               f"{pattern!r} is not a valid regular expression ({exc}); "
                               "quote it or escape special characters") from None
+
+
+def check_flops_per_step(cfg: Config) -> None:
+    """A command workload's declared FLOPs are one figure: one bucket per campaign."""
+    w = cfg.workload
     if isinstance(w, CommandWorkloadConfig) and w.flops_per_step is not None:
         chosen = [b.name for b in w.buckets
                   if cfg.sweep is None or cfg.sweep.buckets is None or b.name in cfg.sweep.buckets]
@@ -158,17 +183,6 @@ def validate(cfg: Config) -> None:
                 f"is one figure for every bucket, but {len(chosen)} buckets are selected "
                 f"({', '.join(chosen)}) and their steps differ in FLOPs; select one with "
                 f"sweep.buckets=[{chosen[0]}] (a campaign per bucket), or drop it")
-    validate_launcher(cfg)
-    validate_correctness(cfg)
-    validate_profile(cfg.profile)
-    if cfg.sweep is not None:
-        check_sweep(cfg)
-        arms = resolve_arms(cfg)
-        validate_arms(arms)
-        check_lever_sweep(cfg, arms)
-        check_baseline_arm(cfg, arms)  # baseline=vN: the baseline arm is the version
-        check_pairing(cfg, arms)
-        check_attention_arms(cfg, arms)
 
 
 def check_pairing(cfg: Config, arms: Sequence[Any]) -> None:

@@ -25,12 +25,12 @@ from orchestrator.report.export import (
 )
 from orchestrator.report.load import SchemaMismatch, load_campaigns
 from orchestrator.report.log import build_log, render_log
+from orchestrator.core.results import VERDICTS
 from orchestrator.report.summary import render_summary
 from orchestrator.cli.tools._cli import quiet_broken_pipe
 
 log = logging.getLogger("orchestrator.report")
 
-VERDICTS = ("retain", "reject", "equivalent", "inconclusive", "invalid")
 
 
 def _date(text: str) -> str:

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import tempfile
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -23,13 +24,48 @@ if TYPE_CHECKING:
 # reports refuse to mix records of different versions
 SCHEMA_VERSION = 1
 
-# statuses a trial can end with; only `ok` trials enter timing statistics
-STATUSES = ("ok", "failed", "unavailable", "oom", "timeout", "crashed", "killed", "infra_failed")
+class Status(str, Enum):
+    """How a trial ended; only ``ok`` trials enter timing statistics. A ``str`` enum: a record
+    read back from JSON compares equal to its member (``"ok" == Status.OK``)."""
+
+    OK = "ok"
+    FAILED = "failed"
+    UNAVAILABLE = "unavailable"  # a backend, kernel or device missing here
+    OOM = "oom"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    KILLED = "killed"
+    # failed in the harness, not on its arm's account (ranks out of step, a lost peer, a
+    # paired process whose baseline failed): re-run, never a reject
+    INFRA_FAILED = "infra_failed"
+
+    def __str__(self) -> str:
+        return self.value
 
 
-# a trial that failed in the harness, not on its arm's account (ranks out of step, a lost
-# peer, a paired process whose baseline failed): re-run, never a reject
-INFRA_STATUS = "infra_failed"
+class VerdictKind(str, Enum):
+    """What a campaign decides for a variant."""
+
+    RETAIN = "retain"
+    REJECT = "reject"
+    EQUIVALENT = "equivalent"
+    INCONCLUSIVE = "inconclusive"
+    INVALID = "invalid"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+STATUSES = tuple(s.value for s in Status)
+INFRA_STATUS = Status.INFRA_FAILED.value
+# final: kept on resume, never re-run; a trial that timed out or was killed is re-run, since
+# the cause (a hang, a kill) may be transient, and a harness failure is not the arm's
+FINAL_STATUSES = tuple(s.value for s in (Status.OK, Status.FAILED, Status.UNAVAILABLE,
+                                         Status.OOM, Status.CRASHED))
+# the arm's own failures (a verdict of invalid for it, never a timing)
+FAILED_STATUSES = tuple(s.value for s in (Status.FAILED, Status.OOM, Status.TIMEOUT,
+                                          Status.CRASHED, Status.KILLED))
+VERDICTS = tuple(v.value for v in VerdictKind)
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     path = Path(path)

@@ -21,16 +21,19 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from orchestrator.spec.jobs import ProbeSpec, TrialSpec, WorkerJob
-from orchestrator.core.results import INFRA_STATUS, SCHEMA_VERSION, read_json, trial_record
+from orchestrator.core.results import (  # noqa: F401 - FINAL_STATUSES: launchers read it here
+    FINAL_STATUSES,
+    INFRA_STATUS,
+    SCHEMA_VERSION,
+    read_json,
+    trial_record,
+)
 
 OnDone = Callable[[TrialSpec, dict[str, Any]], None]
 OnStart = Callable[[TrialSpec], None]
 OnJobDone = Callable[[WorkerJob, dict[str, Any]], None]
 
 STDERR_TAIL_LINES = 30
-# a trial with one of these statuses is final: it is kept on resume, never re-run. A trial
-# that timed out or was killed is re-run, since the cause (a hang, a kill) may be transient.
-FINAL_STATUSES = ("ok", "failed", "unavailable", "oom", "crashed")
 
 
 def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:

@@ -39,7 +39,7 @@ import time
 import weakref
 from typing import IO, TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-from orchestrator.platform.processes import GRACE_S, signal_group, start_child
+from orchestrator.platform.children import GRACE_S, signal_group, start_child
 
 if TYPE_CHECKING:
     from orchestrator.spec.jobs import WorkerJob

@@ -4,7 +4,7 @@ launchers both start every worker job through :func:`run_worker_process`).
 ``python -m <worker> <job dir>/spec.json``, or ``python -m torch.distributed.run
 --standalone --nproc-per-node G -m <worker> ...`` for a distributed job run by one launcher
 process (the local launcher; inside a Slurm job each rank is a task of its own). The child is
-started and stopped through :mod:`orchestrator.platform.processes` (its own session; a time-out or an
+started and stopped through :mod:`orchestrator.platform.children` (its own session; a time-out or an
 interrupt takes down its whole process group; it dies with its parent). A worker that raises,
 segfaults, is killed or hangs past its time limit becomes a record with a status and the tail
 of its stderr.
@@ -28,7 +28,7 @@ from orchestrator.launch.forkserver import (
     Starter,
 )
 from orchestrator.core.paths import package_root
-from orchestrator.platform.processes import die_with_parent, ignore_job_signals, run_child
+from orchestrator.platform.children import die_with_parent, ignore_job_signals, run_child
 from orchestrator.core.results import atomic_write_json, atomic_write_text
 
 

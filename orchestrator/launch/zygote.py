@@ -45,7 +45,7 @@ import traceback
 from typing import Any, Optional
 
 from orchestrator.platform import device as devmod
-from orchestrator.platform.processes import die_with_parent, signal_group
+from orchestrator.platform.children import die_with_parent, signal_group
 from orchestrator.worker.bootstrap import load_recipe
 
 MAX_MESSAGE = 1 << 22  # a request carries an environment: far below this

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from orchestrator.spec.ledger import LINEAGE_FILE, fmt_speedup, lineage_path
-from orchestrator.analysis.render import group_warnings
+from orchestrator.analysis.decisions_md import group_warnings
 from orchestrator.report import plots
 from orchestrator.report.load import Campaign, load_steps
 

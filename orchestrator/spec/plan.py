@@ -35,12 +35,12 @@ class PlannedTrial:
         return asdict(self)
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
 def trial_id(round_: int, bucket: str, arm_id: str) -> str:
-    return f"r{round_:03d}-{_slug(bucket)}-{arm_id}"
+    return f"r{round_:03d}-{slug(bucket)}-{arm_id}"
 
 
 def arm_order(arm_ids: Sequence[str], round_: int, reverse_every_other_round: bool) -> list[str]:

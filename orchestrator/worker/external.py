@@ -39,7 +39,7 @@ from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.platform.flops import DEFINITIONS, EXECUTED, peaks_and_utilization
 from orchestrator.core.logparse import LogParseError, MalformedStepLine, StepRecord, reported_mfu
-from orchestrator.platform.processes import COMMAND_SESSION, run_child
+from orchestrator.platform.children import COMMAND_SESSION, run_child
 from orchestrator.core.results import trial_record, write_csv
 
 log = logging.getLogger(__name__)

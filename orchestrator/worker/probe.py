@@ -45,7 +45,7 @@ from orchestrator.spec.config import BucketConfig
 from orchestrator.core.convert import from_dict
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.spec.jobs import ProbeSpec
-from orchestrator.platform.processes import die_with_parent
+from orchestrator.platform.children import die_with_parent
 from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json
 from orchestrator.worker.bootstrap import Worker, start_worker
 from recipes.base import probe_hooks_missing
@@ -189,19 +189,52 @@ def probe_bucket(
     first: bool,
     record: dict[str, Any],
 ) -> dict[str, Any]:
-    import torch
-
-    seed = worker.workload.seed
+    """One bucket's probe: from the baseline's initial weights and batch, the outputs, loss,
+    gradients and update of one step, a loss trajectory, a checkpoint round trip, and (first
+    bucket) the checkpoint facts and cross-loads; the tensors go to ``<bucket>.pt``."""
     dev = worker.device
     assert dev is not None
-    out_dir = Path(spec.probe_dir)
     trainer = worker.trainer(bucket)
     missing = probe_hooks_missing(trainer)
     if missing:
         raise Unsupported(f"the recipe's trainer lacks the hooks {missing} (see recipes/base.py)")
     writer = _is_writer()
-    # a sharded parameter's gradient / update as the whole tensor (a collective when sharded)
-    full = trainer.full_tensor
+    batch, res = _shared_start(spec, trainer, bucket, first, record, writer, dev)
+    seed = worker.workload.seed
+    params = dict(_unwrap(trainer.model).named_parameters())
+    fresh_opt = copy.deepcopy(trainer.optimizer.state_dict())
+    p0 = {n: p.detach().clone() for n, p in params.items()}
+    tensors = _one_step(trainer, params, p0, batch, seed, res)
+    out_dir = Path(spec.probe_dir)
+    losses = _trajectory(spec, worker, trainer, params, p0, fresh_opt, bucket, seed, res)
+    import torch  # start-up cost: torch only where a probe runs
+
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        res["final_eval_loss"] = float(trainer.forward_loss(batch).float().item())
+    if first:
+        final = out_dir / "final.pt"
+        final_state = trainer.state_dict()
+        if writer:
+            atomic_torch_save(final_state, final)
+        record["checkpoint"]["final"] = str(final)
+        record["cross_loads"] = {
+            a: _cross_load(trainer, p, batch, seed, dev) for a, p in spec.cross_load.items()
+        }
+    if not writer:
+        _barrier()
+        return res
+    atomic_torch_save({**tensors, "trajectory": torch.tensor(losses)},
+                      out_dir / f"{bucket.name}.pt")
+    res["tensors"] = f"{bucket.name}.pt"
+    _barrier()
+    return res
+
+
+def _shared_start(spec: ProbeSpec, trainer: Any, bucket: BucketConfig, first: bool,
+                  record: dict[str, Any], writer: bool, dev: Any) -> tuple[Any, dict[str, Any]]:
+    """The baseline writes its initial weights and its batch; every arm loads both (an
+    incompatible checkpoint is a finding, not a crash). Returns (batch, the bucket's result)."""
     init_path = Path(spec.init_checkpoint)
     if spec.role == "baseline" and first:
         init_state = trainer.state_dict()
@@ -226,10 +259,16 @@ def probe_bucket(
         res["from_baseline_weights"] = False
         if first:
             record["checkpoint"]["load_baseline_error"] = _one_line(exc)
-    params = dict(_unwrap(trainer.model).named_parameters())
-    fresh_opt = copy.deepcopy(trainer.optimizer.state_dict())
-    p0 = {n: p.detach().clone() for n, p in params.items()}
+    return batch, res
 
+
+def _one_step(trainer: Any, params: dict[str, Any], p0: dict[str, Any], batch: Any, seed: int,
+              res: dict[str, Any]) -> dict[str, Any]:
+    """Outputs (twice: the forward's own repeatability), loss, gradients and the optimizer's
+    update of one step; a sharded tensor as the whole one (``full_tensor``)."""
+    import torch  # start-up cost: torch only where a probe runs
+
+    full = trainer.full_tensor
     torch.manual_seed(seed)
     with torch.no_grad():
         out = trainer.forward_outputs(batch).detach().float()
@@ -248,14 +287,23 @@ def probe_bucket(
     torch.manual_seed(seed)
     trainer.train_step(batch)
     update = {n: full(n, params[n].detach().float() - p0[n].float()).cpu() for n in params}
+    return {"outputs": out.cpu(), "loss": loss.detach().float().cpu().reshape(1),
+            "grads": grads, "update": update}
 
-    # trajectory from the same initial weights and a fresh optimizer
+
+def _trajectory(spec: ProbeSpec, worker: Worker, trainer: Any, params: dict[str, Any],
+                p0: dict[str, Any], fresh_opt: Any, bucket: BucketConfig, seed: int,
+                res: dict[str, Any]) -> list[float]:
+    """From the same initial weights and a fresh optimizer: ``spec.steps`` losses and the
+    batches seen, a checkpoint at step k = steps/2, and a fresh trainer that resumes from it
+    and replays the rest (the round trip)."""
+    import torch  # start-up cost: torch only where a probe runs
+
     with torch.no_grad():
         for n, p in params.items():
             p.copy_(p0[n])
     trainer.optimizer.load_state_dict(fresh_opt)
     k = spec.steps // 2
-    stream = trainer.batches()
     hashes, ids = [], []
 
     def seen(it: Iterator[Any]) -> Iterator[Any]:
@@ -264,18 +312,18 @@ def probe_bucket(
             ids.append(getattr(b, "index", None))
             yield b
 
-    tracked = seen(stream)
+    tracked = seen(trainer.batches())
     losses = _steps(trainer, tracked, 0, k, seed)
-    resume_path = out_dir / f"{bucket.name}.resume{_rank_suffix()}.pt"  # this rank's optimizer
+    # this rank's optimizer
+    resume_path = Path(spec.probe_dir) / f"{bucket.name}.resume{_rank_suffix()}.pt"
     atomic_torch_save(
         {"model": trainer.state_dict(), "optimizer": trainer.optimizer.state_dict()}, resume_path
     )
     losses += _steps(trainer, tracked, k, spec.steps, seed)
     res.update(batch_hashes=hashes, batch_ids=ids, losses=losses)
-
-    # round trip: a fresh trainer resumes from the step-k checkpoint and replays the rest
     fresh = worker.trainer(bucket)
-    state = _load(resume_path, dev.torch_device)
+    assert worker.device is not None
+    state = _load(resume_path, worker.device.torch_device)
     fresh.load_state_dict(state["model"])
     fresh.optimizer.load_state_dict(state["optimizer"])
     replay = fresh.batches()
@@ -284,35 +332,7 @@ def probe_bucket(
     res["round_trip"] = {"resume_step": k, "losses": _steps(fresh, replay, k, spec.steps, seed)}
     del fresh, state
     resume_path.unlink(missing_ok=True)
-
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        res["final_eval_loss"] = float(trainer.forward_loss(batch).float().item())
-    if first:
-        final = out_dir / "final.pt"
-        final_state = trainer.state_dict()
-        if writer:
-            atomic_torch_save(final_state, final)
-        record["checkpoint"]["final"] = str(final)
-        record["cross_loads"] = {
-            a: _cross_load(trainer, p, batch, seed, dev) for a, p in spec.cross_load.items()
-        }
-    if not writer:
-        _barrier()
-        return res
-    atomic_torch_save(
-        {
-            "outputs": out.cpu(),
-            "loss": loss.detach().float().cpu().reshape(1),
-            "grads": grads,
-            "update": update,
-            "trajectory": torch.tensor(losses),
-        },
-        out_dir / f"{bucket.name}.pt",
-    )
-    res["tensors"] = f"{bucket.name}.pt"
-    _barrier()
-    return res
+    return losses
 
 
 def _cross_load(trainer: Any, path: str, batch: Any, seed: int, dev: Any) -> dict[str, Any]:

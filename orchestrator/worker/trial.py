@@ -17,6 +17,7 @@ import statistics
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from orchestrator.worker.external import measure_external
 from orchestrator.platform.flops import trial_flops
 from orchestrator.platform.interference import CpuWindow
 from orchestrator.spec.jobs import LAUNCH_T0_VAR, TrialSpec
-from orchestrator.platform.processes import die_with_parent
+from orchestrator.platform.children import die_with_parent
 from orchestrator.worker.microbench import run_microbench
 from orchestrator.worker.profile.runner import run_profiled
 from orchestrator.core.results import INFRA_STATUS, atomic_write_json, trial_record, write_csv
@@ -66,50 +67,16 @@ def _mad(values: list[float]) -> float:
 def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]:
     """Run the trial and write trial.json and steps.csv atomically. Never raises for a failure
     of the workload itself: the failure becomes the record's status."""
-    t_start = time.time()
     tdir = Path(spec.trial_dir)
     tdir.mkdir(parents=True, exist_ok=True)
-    base: dict[str, Any] = {
-        "trial_id": spec.trial_id,
-        "kind": spec.kind,
-        "bucket": spec.bucket["name"],
-        "seq_len": spec.bucket["seq_len"],
-        "micro_batch": spec.bucket["micro_batch"],
-        "bucket_weight": spec.bucket.get("weight", 1.0),
-        "arm_id": spec.arm_id,
-        "arm_label": spec.arm_label,
-        "is_baseline": spec.is_baseline,
-        "round": spec.round,
-        "position": spec.position,
-        "pid": os.getpid(),
-        "started_at": t_start,
-        "warmup_steps": spec.warmup_steps,
-        "measured_steps": spec.measured_steps,
-    }
+    base = _base_fields(spec)
     rank, world, _ = distmod.env_rank()
     if world > 1:
         base["rank"] = rank
-    if spec.kind == "profile":
-        base["layer"] = spec.profile.get("layer")
-    records: list[tuple[dict[str, Any], str]] = []
     try:
-        if spec.kind == "profile":
-            record = run_profiled(spec, base)
-        elif spec.paired_arms and spec.kind == "timed":
-            with compile_stats.cache_scope(spec.compile_cache):
-                records = _measure_paired(spec, base, launch_t0)
-            record = records[0][0]
-        elif spec.kind == "microbench":
-            record = run_microbench(spec, base)
-        else:
-            with compile_stats.cache_scope(spec.compile_cache):
-                record = _measure(spec, base, launch_t0)
-        if spec.kind == "timed":
-            for r in [record, *(r for r, _ in records)]:
-                r["compile_cache"] = spec.compile_cache
+        record, records = _run_kind(spec, base, launch_t0)
     except BackendUnavailable as exc:
-        record = trial_record(**base, status="unavailable", error=str(exc))
-        records = []
+        record, records = trial_record(**base, status="unavailable", error=str(exc)), []
     except BaseException as exc:  # the workload failed: a status, not a lost row
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -129,18 +96,59 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
                                     and k not in ("schema_version",)}), a["trial_dir"])
                    for a in spec.paired_arms]
         record = records[0][0]
-    # the first record last: the launcher reads it as the process's own
-    for i, (rec, rdir) in reversed(list(enumerate(records or [(record, str(tdir))]))):
+    _write_records(spec, records or [(record, str(tdir))], rank)
+    return record
+
+
+def _base_fields(spec: TrialSpec) -> dict[str, Any]:
+    """The fields every record of this trial starts from."""
+    base: dict[str, Any] = {
+        "trial_id": spec.trial_id, "kind": spec.kind, "bucket": spec.bucket["name"],
+        "seq_len": spec.bucket["seq_len"], "micro_batch": spec.bucket["micro_batch"],
+        "bucket_weight": spec.bucket.get("weight", 1.0), "arm_id": spec.arm_id,
+        "arm_label": spec.arm_label, "is_baseline": spec.is_baseline, "round": spec.round,
+        "position": spec.position, "pid": os.getpid(), "started_at": time.time(),
+        "warmup_steps": spec.warmup_steps, "measured_steps": spec.measured_steps,
+    }
+    if spec.kind == "profile":
+        base["layer"] = spec.profile.get("layer")
+    return base
+
+
+def _run_kind(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None,
+              ) -> tuple[dict[str, Any], list[tuple[dict[str, Any], str]]]:
+    """(the process's record, each paired arm's (record, trial dir) or []) by trial kind."""
+    records: list[tuple[dict[str, Any], str]] = []
+    if spec.kind == "profile":
+        record = run_profiled(spec, base)
+    elif spec.paired_arms and spec.kind == "timed":
+        with compile_stats.cache_scope(spec.compile_cache):
+            records = _measure_paired(spec, base, launch_t0)
+        record = records[0][0]
+    elif spec.kind == "microbench":
+        record = run_microbench(spec, base)
+    else:
+        with compile_stats.cache_scope(spec.compile_cache):
+            record = _measure(spec, base, launch_t0)
+    if spec.kind == "timed":
+        for r in [record, *(r for r, _ in records)]:
+            r["compile_cache"] = spec.compile_cache
+    return record, records
+
+
+def _write_records(spec: TrialSpec, records: list[tuple[dict[str, Any], str]], rank: int) -> None:
+    """Each record with its facts, the first last: the launcher reads it as the process's own;
+    distributed, rank 0 is the only writer and other ranks leave only their failures."""
+    for i, (rec, rdir) in reversed(list(enumerate(records))):
         Path(rdir).mkdir(parents=True, exist_ok=True)
         # after the timed steps, so neither the timing nor start-to-first-step pays for it
         if rank == 0:
             record_facts(rec, spec.device, Path(rdir), full=spec.env_report and i == 0)
         rec["finished_at"] = time.time()
-        if rank == 0:  # distributed: rank 0 is the only writer; other ranks leave only failures
+        if rank == 0:
             atomic_write_json(Path(rdir) / "trial.json", rec)
         elif rec["status"] != "ok":
             atomic_write_json(Path(rdir) / f"trial.rank{rank}.json", rec)
-    return record
 
 
 class _Stepper:
@@ -289,10 +297,10 @@ def _measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> 
     cs_end = compile_stats.snapshot()
     interference = _interference(window, worker.world_size)
     dist_fields = st.finish(worker.group)
-    return _record(spec, base, worker, st, st.rows, trainer, batches, launch_t0, build_s,
-                   policy, warm_times, settled, compile_stats.trial_fields(cs_start, cs_warm,
-                                                                          cs_end),
-                   interference, dist_fields, close=True)
+    built = _Built(spec, worker, st, trainer, batches, launch_t0, build_s, policy)
+    return _record(built, base, _Arm(st.rows, warm_times, settled,
+                                     compile_stats.trial_fields(cs_start, cs_warm, cs_end),
+                                     interference, dist_fields, close=True))
 
 
 def _measure_paired(spec: TrialSpec, base: dict[str, Any],
@@ -302,146 +310,178 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
     per arm (order reversed every cycle, an even number of cycles), each block
     ``switch_warmup_steps`` excluded steps after the switch and ``block_steps`` measured ones,
     until every arm has its measured_steps / measured_min_s. One (record, trial_dir) per arm,
-    in the spec's order; an arm that raises (one rank) is recorded failed and leaves the
-    rotation, the others go on."""
-    arms = spec.paired_arms
-    ids = [str(a["arm_id"]) for a in arms]
-    baseline = next((str(a["arm_id"]) for a in arms if a["is_baseline"]), ids[0])
-    worker = start_worker(spec.workload, spec.device)
+    in the spec's order; an arm that raises (one rank) is recorded failed (``unavailable``
+    for a backend missing here) and leaves the rotation, the others go on. The process is
+    built with the baseline's workload, so a variant that cannot run here never takes the
+    baseline's measurement with it."""
+    base_arm = next((a for a in spec.paired_arms if a["is_baseline"]), spec.paired_arms[0])
+    worker = start_worker(base_arm["workload"], spec.device)
     if worker.external:
         raise BackendUnavailable("protocol.pairing=steps needs an in-process recipe; an external "
                                  "command cannot switch arms between steps")
-    trainer, batches, build_s = _build(spec, worker)
-    workloads = {a["arm_id"]: workload_from_dict(a["workload"]) for a in arms}
-    policy = spec.warmup()
-    st = _Stepper(spec, worker, trainer, batches)
-    one_rank = worker.group is None  # several ranks: a failure anywhere fails the process
-    failed: dict[str, dict[str, Any]] = {}
-    warm: dict[str, tuple[list[float], bool]] = {}
-    running = Path(spec.trial_dir) / "running.json"  # which arm, should the process die
-    running.unlink(missing_ok=True)  # an earlier attempt's
-    min_s = spec.measured_min_s
-    cap = max(spec.measured_steps, MAX_MEASURED_STEPS) if min_s > 0 else spec.measured_steps
-    bound = (policy.max_steps + 3 * spec.measured_steps + cap + 10) * len(arms) * (
-        1 + spec.switch_warmup_steps)
-    n = dict.fromkeys(ids, 0)
-    got_s = dict.fromkeys(ids, 0.0)
+    run = _PairedRun(spec, worker)
+    cs_start = compile_stats.snapshot()
+    run.warm_up_all()
+    cs_warm = compile_stats.snapshot()
+    window = CpuWindow()
+    window.start()
+    run.cycles()
+    cs_end = compile_stats.snapshot()
+    interference = _interference(window, worker.world_size)
+    dist_fields = run.st.finish(worker.group)
+    run.running.unlink(missing_ok=True)
+    compile_fields = compile_stats.trial_fields(cs_start, cs_warm, cs_end)
+    return [run.arm_record(i, base, launch_t0, compile_fields, interference, dist_fields)
+            for i in range(len(spec.paired_arms))]
 
-    arm_mem: dict[str, dict[str, int]] = {}  # each arm's own allocator peaks (GPU)
 
-    def guarded(arm: str, fn: Any) -> None:
-        if worker.rank == 0:  # no fsync: it only has to outlive this process, not the machine
-            running.write_text(json.dumps({"arm_id": arm}), encoding="utf-8")
-        devmod.reset_peak_memory(st.dev)  # the peaks read after fn are this arm's
+class _PairedRun:
+    """The state of one paired process: each arm's warm-up, measured steps and seconds so far,
+    allocator peaks, and failure (an arm that raised leaves the rotation)."""
 
-        def run() -> None:
-            fn()
-            _fold_memory(arm_mem.setdefault(arm, {}), devmod.memory_figures(st.dev))
+    def __init__(self, spec: TrialSpec, worker: Any) -> None:
+        self.spec, self.worker = spec, worker
+        self.arms = spec.paired_arms
+        self.ids = [str(a["arm_id"]) for a in self.arms]
+        self.baseline = next((str(a["arm_id"]) for a in self.arms if a["is_baseline"]),
+                             self.ids[0])
+        self.trainer, self.batches, self.build_s = _build(spec, worker)
+        self.workloads = {a["arm_id"]: workload_from_dict(a["workload"]) for a in self.arms}
+        self.policy = spec.warmup()
+        self.st = _Stepper(spec, worker, self.trainer, self.batches)
+        self.one_rank = worker.group is None  # several ranks: a failure anywhere fails all
+        self.failed: dict[str, dict[str, Any]] = {}
+        self.warm: dict[str, tuple[list[float], bool]] = {}
+        self.running = Path(spec.trial_dir) / "running.json"  # which arm, should it die
+        self.running.unlink(missing_ok=True)  # an earlier attempt's
+        self.min_s = spec.measured_min_s
+        self.cap = (max(spec.measured_steps, MAX_MEASURED_STEPS) if self.min_s > 0
+                    else spec.measured_steps)
+        self.bound = (self.policy.max_steps + 3 * spec.measured_steps + self.cap + 10) * len(
+            self.arms) * (1 + spec.switch_warmup_steps)
+        self.n = dict.fromkeys(self.ids, 0)
+        self.got_s = dict.fromkeys(self.ids, 0.0)
+        self.arm_mem: dict[str, dict[str, int]] = {}  # each arm's own allocator peaks (GPU)
+        self.cycle = 0
 
-        if not one_rank:
-            run()
+    def guarded(self, arm: str, fn: Any) -> None:
+        """Run ``fn`` as ``arm``'s: its peaks read after it; on one rank a failure is recorded
+        and the others go on."""
+        if self.worker.rank == 0:  # no fsync: it only has to outlive this process
+            self.running.write_text(json.dumps({"arm_id": arm}), encoding="utf-8")
+        devmod.reset_peak_memory(self.st.dev)  # the peaks read after fn are this arm's
+        if not self.one_rank:
+            self._run(arm, fn)
             return
         try:
-            run()
+            self._run(arm, fn)
+        except BackendUnavailable as exc:  # e.g. a kernel this device cannot run: a status
+            self.failed[arm] = {"status": "unavailable", "error": str(exc)}
         except Exception as exc:  # this arm failed: recorded, the others go on
-            failed[arm] = {"status": "oom" if devmod.is_oom(exc) else "failed",
-                           "error": _compile_hint(exc, one_line(exc)),
-                           "traceback": traceback.format_exc(limit=8)}
+            self.failed[arm] = {"status": "oom" if devmod.is_oom(exc) else "failed",
+                                "error": _compile_hint(exc, one_line(exc)),
+                                "traceback": traceback.format_exc(limit=8)}
 
-    def check_bound() -> None:
-        if len(st.rows) >= bound:
-            raise RuntimeError(f"{len(st.rows)} steps run in the paired process: the recipe "
-                               "tags too many steps for exclusion")
+    def _run(self, arm: str, fn: Any) -> None:
+        fn()
+        _fold_memory(self.arm_mem.setdefault(arm, {}), devmod.memory_figures(self.st.dev))
 
-    def warm_up(arm: str) -> None:
-        trainer.switch(workloads[arm])
+    def check_bound(self) -> None:
+        if len(self.st.rows) >= self.bound:
+            raise RuntimeError(f"{len(self.st.rows)} steps run in the paired process: the "
+                               "recipe tags too many steps for exclusion")
+
+    def warm_up(self, arm: str) -> None:
+        self.trainer.switch(self.workloads[arm])
         times: list[float] = []
-        done, settled = warmup_complete(times, policy)
+        done, settled = warmup_complete(times, self.policy)
         while not done:
-            check_bound()
-            decide_s, tags, row = st.step(arm_id=arm, block=-1)
+            self.check_bound()
+            decide_s, tags, row = self.st.step(arm_id=arm, block=-1)
             if tags:
                 row["phase"] = "excluded"
             else:
                 row["phase"] = "warmup"
                 times.append(decide_s)
-                done, settled = warmup_complete(times, policy)
-        warm[arm] = (times, settled)
+                done, settled = warmup_complete(times, self.policy)
+        self.warm[arm] = (times, settled)
 
-    def block(arm: str, cycle: int) -> None:
-        trainer.switch(workloads[arm])  # every block, the same arm's too: all blocks alike
+    def warm_up_all(self) -> None:
+        for arm in self.ids:
+            self.guarded(arm, lambda arm=arm: self.warm_up(arm))
+            if self.baseline in self.failed:
+                break
+
+    def block(self, arm: str, cycle: int) -> None:
+        spec = self.spec
+        self.trainer.switch(self.workloads[arm])  # every block, the same arm's too: alike
         for _ in range(spec.switch_warmup_steps):
-            _, tags, row = st.step(arm_id=arm, block=cycle)
+            _, tags, row = self.st.step(arm_id=arm, block=cycle)
             row["phase"], row["tags"] = "excluded", ";".join([*tags, blocks.SWITCH_TAG])
         k = 0
         while k < spec.block_steps:
-            check_bound()
-            decide_s, tags, row = st.step(arm_id=arm, block=cycle)
+            self.check_bound()
+            decide_s, tags, row = self.st.step(arm_id=arm, block=cycle)
             if tags:
                 row["phase"] = "excluded"
                 continue
             row["phase"] = "measured"
             k += 1
-            n[arm] += 1
-            got_s[arm] += decide_s
+            self.n[arm] += 1
+            self.got_s[arm] += decide_s
 
-    cs_start = compile_stats.snapshot()
-    for arm in ids:
-        guarded(arm, lambda arm=arm: warm_up(arm))
-        if baseline in failed:
-            break
-    cs_warm = compile_stats.snapshot()
-    window = CpuWindow()
-    window.start()
+    def alive(self) -> list[str]:
+        return [] if self.baseline in self.failed else [a for a in self.ids
+                                                        if a not in self.failed]
 
-    def alive() -> list[str]:
-        return [] if baseline in failed else [a for a in ids if a not in failed]
+    def short(self, a: str) -> bool:
+        return self.n[a] < self.spec.measured_steps or (self.got_s[a] < self.min_s
+                                                        and self.n[a] < self.cap)
 
-    def short(a: str) -> bool:
-        return n[a] < spec.measured_steps or (got_s[a] < min_s and n[a] < cap)
+    def cycles(self) -> None:
+        """Cycles of one block per live arm until each has its measured steps and seconds
+        (an even number of cycles: every arm as often first as last)."""
+        while self.alive() and (self.cycle % 2 or any(self.short(a) for a in self.alive())):
+            for arm in blocks.block_order(self.alive(), self.cycle):
+                self.guarded(arm, lambda arm=arm: self.block(arm, self.cycle))
+            self.cycle += 1
 
-    cycle = 0
-    while alive() and (cycle % 2 or any(short(a) for a in alive())):
-        for arm in blocks.block_order(alive(), cycle):
-            guarded(arm, lambda arm=arm: block(arm, cycle))
-        cycle += 1
-    cs_end = compile_stats.snapshot()
-    interference = _interference(window, worker.world_size)
-    dist_fields = st.finish(worker.group)
-    running.unlink(missing_ok=True)
-    compile_fields = compile_stats.trial_fields(cs_start, cs_warm, cs_end)
-    out = []
-    ok_arms = alive()
-    for i, a in enumerate(arms):
+    def arm_record(self, i: int, base: dict[str, Any], launch_t0: float | None,
+                   compile_fields: dict[str, Any], interference: dict[str, Any],
+                   dist_fields: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """Arm ``i``'s (record, trial dir): failed, not measured (the baseline failed), or its
+        measured steps with their blocks."""
+        spec, a = self.spec, self.arms[i]
         arm = str(a["arm_id"])
-        rows = [r for r in st.rows if r["arm_id"] == arm]
         own = {**base, "trial_id": a["trial_id"], "arm_id": arm, "arm_label": a["arm_label"],
                "is_baseline": a["is_baseline"], "position": spec.position + i}
-        session = {"pairing": "steps", "paired_process": spec.trial_id, "paired_arms": ids,
+        session = {"pairing": "steps", "paired_process": spec.trial_id, "paired_arms": self.ids,
                    "block_steps": spec.block_steps,
-                   "switch_warmup_steps": spec.switch_warmup_steps, "cycles": cycle}
-        if arm in failed:
-            out.append((trial_record(**own, **failed[arm], **session), a["trial_dir"]))
-            continue
+                   "switch_warmup_steps": spec.switch_warmup_steps, "cycles": self.cycle}
+        if arm in self.failed:
+            return trial_record(**own, **self.failed[arm], **session), a["trial_dir"]
+        ok_arms = self.alive()
         if arm not in ok_arms:  # the baseline failed: nothing to pair this arm's steps with
-            out.append((trial_record(**own, status=INFRA_STATUS, **session,
-                                     infra_reason=f"the baseline failed in the paired process "
-                                     f"({failed[baseline]['error']})",
-                                     error="not measured: the baseline failed first"),
-                        a["trial_dir"]))
-            continue
-        trainer.switch(workloads[arm])  # the counted step and the extra facts are this arm's
+            return (trial_record(**own, status=INFRA_STATUS, **session,
+                                 infra_reason=f"the baseline failed in the paired process "
+                                 f"({self.failed[self.baseline]['error']})",
+                                 error="not measured: the baseline failed first"),
+                    a["trial_dir"])
+        self.trainer.switch(self.workloads[arm])  # the counted step and the facts: this arm's
         Path(a["trial_dir"]).mkdir(parents=True, exist_ok=True)
-        times, settled = warm[arm]
-        meds = blocks.block_medians([r["step_time_s"] for r in rows if r["phase"] == "measured"],
-                                    [r["block"] for r in rows if r["phase"] == "measured"])
-        rec = _record(spec, own, worker, st, rows, trainer, batches, launch_t0, build_s, policy,
-                      times, settled, compile_fields, interference, dist_fields,
-                      close=arm == ok_arms[-1], trial_dir=a["trial_dir"],
-                      memory=arm_mem.get(arm), **session,
+        rows = [r for r in self.st.rows if r["arm_id"] == arm]
+        times, settled = self.warm[arm]
+        measured = [r for r in rows if r["phase"] == "measured"]
+        meds = blocks.block_medians([r["step_time_s"] for r in measured],
+                                    [r["block"] for r in measured])
+        built = _Built(spec, self.worker, self.st, self.trainer, self.batches, launch_t0,
+                       self.build_s, self.policy)
+        rec = _record(built, own, _Arm(rows, times, settled, compile_fields, interference,
+                                       dist_fields, close=arm == ok_arms[-1],
+                                       trial_dir=a["trial_dir"], memory=self.arm_mem.get(arm)),
+                      **session,
                       blocks=[{"cycle": c, "median_s": m} for c, m in sorted(meds.items())])
-        out.append((rec, a["trial_dir"]))
-    return out
+        return rec, a["trial_dir"]
 
 
 def _fold_memory(acc: dict[str, int], figures: dict[str, int] | None) -> None:
@@ -472,52 +512,58 @@ def _interference(window: CpuWindow, world: int) -> dict[str, Any]:
             "note": "not measured for multi-rank trials (the other ranks are not others)"}
 
 
-def _record(spec: TrialSpec, base: dict[str, Any], worker: Any, st: _Stepper,
-            rows: list[dict[str, Any]], trainer: Any, batches: Any, launch_t0: float | None,
-            build_s: float, policy: Any, warm_times: list[float], settled: bool,
-            compile_fields: dict[str, Any], interference: dict[str, Any],
-            dist_fields: dict[str, Any], close: bool, trial_dir: str | None = None,
-            memory: dict[str, int] | None = None, **more: Any) -> dict[str, Any]:
-    """The trial record of ``rows`` (one arm's steps; all of them for a one-arm trial), after
-    the timed steps: steps.csv, FLOPs and utilization (an extra counted step), the recipe's
-    extra facts. ``close``: the batch stream is done with (stops DataLoader workers).
-    ``memory``: this arm's allocator figures in a paired process."""
-    dev, ctx, host_only = worker.device, worker.group, worker.host_only
-    peak, peak_source, mem_more = _memory_fields(dev, memory, "pairing" in more)
+@dataclass
+class _Built:
+    """One process's trainer and what built it: shared by every arm the process measures."""
+
+    spec: TrialSpec
+    worker: Any
+    st: _Stepper
+    trainer: Any
+    batches: Any
+    launch_t0: float | None
+    build_s: float
+    policy: Any
+
+
+@dataclass
+class _Arm:
+    """One arm's measurement in that process: its steps and what was sampled around them."""
+
+    rows: list[dict[str, Any]]
+    warm_times: list[float]
+    settled: bool
+    compile_fields: dict[str, Any]
+    interference: dict[str, Any]
+    dist_fields: dict[str, Any]
+    close: bool  # the batch stream is done with (stops DataLoader workers)
+    trial_dir: str | None = None
+    memory: dict[str, int] | None = None  # this arm's allocator figures in a paired process
+
+
+def _record(b: _Built, base: dict[str, Any], arm: _Arm, **more: Any) -> dict[str, Any]:
+    """The trial record of ``arm.rows`` (one arm's steps; all of them for a one-arm trial),
+    after the timed steps: steps.csv, FLOPs and utilization (an extra counted step), the
+    recipe's extra facts."""
+    spec, worker, st, trainer = b.spec, b.worker, b.st, b.trainer
+    dev, ctx = worker.device, worker.group
+    rows = arm.rows
+    peak, peak_source, mem_more = _memory_fields(dev, arm.memory, "pairing" in more)
     measured = [r["step_time_s"] for r in rows if r["phase"] == "measured"]
-    timed = [r for r in rows if r["phase"] == "measured" and "device_time_s" in r]
-    if timed:  # GPU: the device-side span and the host's launch time, beside the wall time
-        mem_more = {**mem_more,
-                    "device_time_median_s": statistics.median(r["device_time_s"] for r in timed),
-                    "host_launch_median_s": statistics.median(r["host_launch_s"] for r in timed)}
+    mem_more = {**mem_more, **_device_time_fields(rows)}
     median = statistics.median(measured)
     # one-off cost: warm-up steps and the steps that compiled (excluded from the steady state)
     warmup = [r["step_time_s"] for r in rows if r["phase"] == "warmup"
               or (r["phase"] == "excluded" and "compile" in r["tags"].split(";"))]
     writer = ctx is None or ctx.is_writer  # other ranks' times live in rank 0's steps.csv
     if writer:
-        write_csv(Path(trial_dir or spec.trial_dir) / "steps.csv", rows)
+        write_csv(Path(arm.trial_dir or spec.trial_dir) / "steps.csv", rows)
     flops = trainer.useful_flops_per_step()
-    # FLOPs after the timed steps: an extra counted step
-    if host_only:  # numpy work: torch's FLOP counter and peak table do not apply, torch stays out
-        utilization: dict[str, Any] = {
-            "flops": {"useful_per_step": flops,
-                      "useful_definition": trainer.useful_flops_definition,
-                      "executed_per_step": None,
-                      "executed_note": "not counted: host-only recipe (no torch)"},
-            "matmul_dtype": None, "matmul_dtype_why": "host-only recipe (no torch)",
-            "peaks": [], "utilization": []}
-    else:
-        utilization = trial_flops(trainer, batches, dev, spec.hardware,
-                                  worker.workload.precision, median)
-    stream_close = getattr(batches, "close", None)
-    if close and stream_close is not None:  # after the FLOP count's extra step
+    utilization = _utilization(b, flops, median)  # an extra counted step
+    stream_close = getattr(b.batches, "close", None)
+    if arm.close and stream_close is not None:  # after the FLOP count's extra step
         stream_close()
-    # recipe-specific data for the report (never timings): e.g. muon_tp's auto choices
-    extra = trainer.extra_record()
-    executes = trainer.executes()
-    if executes is not None:  # what the step ran, where the recipe resolves it at run time
-        extra = {**extra, "executes": executes, "executes_covers": list(trainer.executes_covers)}
+    extra = _extra_facts(trainer)
     if not writer:  # every rank ran the counted step above (it may hold collectives)
         return trial_record(**base, status="ok")
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]
@@ -529,22 +575,9 @@ def _record(spec: TrialSpec, base: dict[str, Any], worker: Any, st: _Stepper,
         device={"kind": dev.kind, "name": dev.name, "count": dev.count},
         torch_version=getattr(torch_mod, "__version__", None),
         python_version=platform.python_version(),
-        startup_to_first_step_s=(first - launch_t0) if launch_t0 and first else None,
-        trainer_build_s=build_s,
-        step_time_median_s=median,
-        step_time_mad_s=_mad(measured),
-        clock=spec.clock,
-        measured_steps_run=len(measured),
-        speed_reference=st.ref_on,
-        speed_reference_why=st.ref_why,
-        reference_median_s=(statistics.median(r["reference_s"] for r in rows
-                                              if r["phase"] == "measured")
-                            if st.ref_on else None),
-        warmup_policy=policy.policy,
-        warmup_steps_used=len(warm_times),
-        warmup_settled=settled,
-        excluded_steps=sum(1 for r in rows if r["phase"] == "excluded"),
-        compile_steps=sum(1 for r in rows if "compile" in r["tags"].split(";")),
+        startup_to_first_step_s=(first - b.launch_t0) if b.launch_t0 and first else None,
+        trainer_build_s=b.build_s,
+        **_step_fields(b, arm, measured, median),
         tokens_per_step=trainer.tokens_per_step,
         tokens_per_s=trainer.tokens_per_step / median,
         peak_mem_bytes=peak,
@@ -560,12 +593,63 @@ def _record(spec: TrialSpec, base: dict[str, Any], worker: Any, st: _Stepper,
         warmup_excess_s=sum(warmup) - len(warmup) * median,
         data_wait_share=sum(r["data_wait_s"] for r in rows if r["phase"] == "measured")
         / sum(measured),
-        **compile_fields,
-        interference=interference,
-        **dist_fields,
+        **arm.compile_fields,
+        interference=arm.interference,
+        **arm.dist_fields,
         **extra,
         **more,
     )
+
+
+def _step_fields(b: _Built, arm: _Arm, measured: list[float], median: float) -> dict[str, Any]:
+    """The measured window: its median and spread, the clock, the speed reference, the
+    warm-up and the excluded steps."""
+    rows, st = arm.rows, b.st
+    return {
+        "step_time_median_s": median, "step_time_mad_s": _mad(measured), "clock": b.spec.clock,
+        "measured_steps_run": len(measured), "speed_reference": st.ref_on,
+        "speed_reference_why": st.ref_why,
+        "reference_median_s": (statistics.median(r["reference_s"] for r in rows
+                                                 if r["phase"] == "measured")
+                               if st.ref_on else None),
+        "warmup_policy": b.policy.policy, "warmup_steps_used": len(arm.warm_times),
+        "warmup_settled": arm.settled,
+        "excluded_steps": sum(1 for r in rows if r["phase"] == "excluded"),
+        "compile_steps": sum(1 for r in rows if "compile" in r["tags"].split(";")),
+    }
+
+
+def _device_time_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """GPU: the device-side span and the host's launch time, beside the wall time."""
+    timed = [r for r in rows if r["phase"] == "measured" and "device_time_s" in r]
+    if not timed:
+        return {}
+    return {"device_time_median_s": statistics.median(r["device_time_s"] for r in timed),
+            "host_launch_median_s": statistics.median(r["host_launch_s"] for r in timed)}
+
+
+def _utilization(b: _Built, flops: float | None, median: float) -> dict[str, Any]:
+    """FLOPs and utilization after the timed steps (an extra counted step); a host-only
+    (numpy) recipe: torch's FLOP counter and peak table do not apply, torch stays out."""
+    if b.worker.host_only:
+        return {"flops": {"useful_per_step": flops,
+                          "useful_definition": b.trainer.useful_flops_definition,
+                          "executed_per_step": None,
+                          "executed_note": "not counted: host-only recipe (no torch)"},
+                "matmul_dtype": None, "matmul_dtype_why": "host-only recipe (no torch)",
+                "peaks": [], "utilization": []}
+    return trial_flops(b.trainer, b.batches, b.worker.device, b.spec.hardware,
+                       b.worker.workload.precision, median)
+
+
+def _extra_facts(trainer: Any) -> dict[str, Any]:
+    """Recipe-specific data for the report (never timings), e.g. muon_tp's auto choices, and
+    what the step ran where the recipe resolves it at run time."""
+    extra = trainer.extra_record()
+    executes = trainer.executes()
+    if executes is not None:
+        extra = {**extra, "executes": executes, "executes_covers": list(trainer.executes_covers)}
+    return dict(extra)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,13 @@
 - ``tiled``: the FlashAttention-2 algorithm in PyTorch: loop over key/value tiles with an online
   softmax, never materialising the full score matrix, with the FA2 backward (recompute the tile
   probabilities from the saved log-sum-exp) in a custom autograd function;
+- ``triton``: the same algorithm as one fused Triton kernel per pass (recipes.gpt.triton_fa2):
+  the tile shape, ``num_warps`` and ``num_stages`` are launch settings of real kernels, so a
+  tile sweep measures tiling rather than kernel launches. It needs a device with a Triton
+  backend (cuda; musa where torch_musa's Triton backend runs it); on the CPU only Triton's
+  interpreter runs it (``TRITON_INTERPRET=1``: for numerics, not speed);
+- ``fa2``: the FlashAttention-2 tiling with what runs it here: ``triton`` on a GPU, the
+  PyTorch ``tiled`` reference on the CPU (what ``+sweep=fa2_tiling`` sweeps);
 - ``flash_attn``: the flash-attn package, when it imports and the device and dtype suit it.
 
 All take q, k, v of shape [batch, heads, seq, head_dim] and return the same shape.
@@ -215,6 +222,78 @@ def make_tiled(block_q: int, block_k: int) -> Attention:
     return attend
 
 
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """The backend that runs: ``fa2`` is ``triton`` on a GPU and ``tiled`` on the CPU."""
+    if backend == "fa2":
+        return "tiled" if device.type == "cpu" else "triton"
+    return backend
+
+
+# (device, dtype, interpreted) -> None when the Triton kernels ran there, else why not
+# (probed once each)
+_TRITON_PROBED: dict[tuple[str, torch.dtype, bool], str | None] = {}
+
+
+def _triton_kernels(device: torch.device) -> Any:
+    """The Triton kernel module, or BackendUnavailable saying why it cannot run on ``device``."""
+    try:
+        # start-up cost: triton (optional, only this backend needs it) takes a second to import
+        from recipes.gpt import triton_fa2
+    except Exception as exc:  # ImportError, or a triton whose own imports fail
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BackendUnavailable(f"backend triton: triton is not importable here: {first}") from None
+    if device.type == "cpu" and not triton_fa2.INTERPRETED:
+        raise BackendUnavailable(
+            "backend triton needs a device with a Triton backend (cuda; musa through "
+            "torch_musa); on cpu it runs only in Triton's interpreter: set TRITON_INTERPRET=1 "
+            "before the run starts (numerics, not speed)")
+    if device.type != "cpu" and triton_fa2.INTERPRETED:
+        raise BackendUnavailable(f"backend triton: TRITON_INTERPRET=1 is set, so the kernel "
+                                 f"would run in the interpreter, not on {device.type}; unset it")
+    return triton_fa2
+
+
+def probe_triton(kernels: Any, device: torch.device, dtype: torch.dtype) -> None:
+    """Raise BackendUnavailable unless the smallest kernel configuration runs forward and
+    backward on ``device`` in ``dtype`` (once per device and dtype: a switch between arms
+    re-makes the attention function every block)."""
+    key = (str(device), dtype, kernels.INTERPRETED)
+    if key not in _TRITON_PROBED:
+        q = torch.randn(1, 1, 16, 16, device=device, dtype=dtype, requires_grad=True)
+        try:  # wherever the caller is: gradients on, no autocast
+            with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+                kernels.FlashAttention2.apply(q, q, q, (16, 16, 4, 1)).sum().backward()
+            _TRITON_PROBED[key] = None
+        except Exception as exc:  # no Triton backend for this device, or not this dtype
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            _TRITON_PROBED[key] = (f"backend triton cannot run on {device.type} with {dtype}: "
+                                   f"{type(exc).__name__}: {first}")
+    why = _TRITON_PROBED[key]
+    if why is not None:
+        raise BackendUnavailable(why)
+
+
+def make_triton(block_q: int, block_k: int, num_warps: int, num_stages: int,
+                device: torch.device, dtype: torch.dtype) -> Attention:
+    kernels = _triton_kernels(device)
+    probe_triton(kernels, device, dtype)
+    settings = (block_q, block_k, num_warps, num_stages)
+    too_big = kernels.OutOfResources
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        # as for tiled: the kernel takes q, k, v in their (autocast) dtype, accumulates in fp32
+        with torch.autocast(q.device.type, enabled=False):
+            try:
+                return kernels.FlashAttention2.apply(q, k, v, settings)  # type: ignore[no-any-return]
+            except too_big as exc:  # a tile that does not fit this device: not a kernel fault
+                raise BackendUnavailable(
+                    f"workload.model.attention: tile {block_q}x{block_k} with num_stages="
+                    f"{num_stages} does not fit this {q.device.type} device: "
+                    f"{str(exc).strip().splitlines()[0]}") from None
+
+    return attend
+
+
 def make_flash_attn(device: torch.device, dtype: torch.dtype) -> Attention:
     try:
         from flash_attn import flash_attn_func  # type: ignore[import-not-found]
@@ -242,6 +321,8 @@ def make_attention(
     sdpa_kernel: str = "auto",
     block_q: int = 64,
     block_k: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 2,
     device: torch.device | None = None,
     dtype: torch.dtype = torch.float32,
     record: bool = False,
@@ -249,6 +330,7 @@ def make_attention(
     """``record``: an sdpa backend remembers the kernel torch chose per shape
     (:class:`RecordedSdpa`; eager mode only)."""
     device = device or torch.device("cpu")
+    backend = resolve_backend(backend, device)
     if backend == "eager":
         return eager_attention
     if backend == "sdpa":
@@ -257,6 +339,8 @@ def make_attention(
         return RecordedSdpa(sdpa_kernel) if record else make_sdpa(sdpa_kernel)
     if backend == "tiled":
         return make_tiled(block_q, block_k)
+    if backend == "triton":
+        return make_triton(block_q, block_k, num_warps, num_stages, device, dtype)
     if backend == "flash_attn":
         return make_flash_attn(device, dtype)
     raise ValueError(f"unknown attention backend {backend!r}")

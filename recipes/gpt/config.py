@@ -19,7 +19,12 @@ from orchestrator.spec.config import (
 )
 from orchestrator.core.errors import ConfigError, check_choice, check_positive
 
-ATTENTION_BACKENDS = ("eager", "sdpa", "tiled", "flash_attn")
+ATTENTION_BACKENDS = ("eager", "sdpa", "tiled", "triton", "fa2", "flash_attn")
+# the backends that run the Triton kernel somewhere (fa2: on a GPU), and what it can run
+TRITON_BACKENDS = ("triton", "fa2")
+TRITON_TILES = (16, 32, 64, 128, 256)  # a tile side is a tl.dot operand side: a power of two
+TRITON_HEAD_DIMS = (16, 32, 64, 128)
+TRITON_WARPS = (1, 2, 4, 8, 16)
 SDPA_KERNELS = ("auto", "math", "flash", "efficient", "cudnn")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
@@ -27,10 +32,14 @@ COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
 @dataclass
 class AttentionConfig:
-    backend: str = "sdpa"  # eager | sdpa | tiled | flash_attn
+    # eager | sdpa | tiled (FA2 in PyTorch) | triton (FA2 as Triton kernels) | fa2 (triton on a
+    # GPU, tiled on the CPU) | flash_attn
+    backend: str = "sdpa"
     sdpa_kernel: str = "auto"  # auto | math | flash | efficient | cudnn (sdpa only)
-    block_q: int = 64  # tiled only: query rows per tile
-    block_k: int = 64  # tiled only: key/value rows per tile
+    block_q: int = 64  # tiled / triton / fa2: query rows per tile
+    block_k: int = 64  # tiled / triton / fa2: key/value rows per tile
+    num_warps: int = 4  # triton only: warps per kernel instance (1, 2, 4, 8, 16)
+    num_stages: int = 2  # triton only: software-pipelining stages of the tile loops (1-8)
 
 
 @dataclass
@@ -104,6 +113,8 @@ class GPTWorkloadConfig(WorkloadConfig):
         check_choice("workload.model.attention.sdpa_kernel", m.attention.sdpa_kernel, SDPA_KERNELS)
         check_positive("workload.model.attention.block_q", m.attention.block_q)
         check_positive("workload.model.attention.block_k", m.attention.block_k)
+        check_positive("workload.model.attention.num_warps", m.attention.num_warps)
+        check_positive("workload.model.attention.num_stages", m.attention.num_stages)
         check_positive("workload.model.vocab_size", m.vocab_size)
         check_positive("workload.model.n_layer", m.n_layer)
         if not 0 <= m.dropout < 1:
@@ -116,8 +127,32 @@ class GPTWorkloadConfig(WorkloadConfig):
         for i, b in enumerate(self.buckets):
             if b.seq_len < 2:
                 raise ConfigError(f"workload.buckets[{i}].seq_len", "must be >= 2")
+        if m.attention.backend in TRITON_BACKENDS:
+            _check_triton(m)
         _check_compile(m.compile)
         _check_data(self.data, self.loader)
+
+
+def _check_triton(m: GPTModelConfig) -> None:
+    """What the Triton kernel can run, refused before any work (backend fa2 runs it on GPUs)."""
+    a = m.attention
+    for key in ("block_q", "block_k"):
+        v = getattr(a, key)
+        if v not in TRITON_TILES:
+            raise ConfigError(f"workload.model.attention.{key}",
+                              f"backend {a.backend} tiles are powers of two from 16 to 256, got "
+                              f"{v}; e.g. workload.model.attention.{key}=64")
+    head_dim = m.d_model // m.n_head
+    if head_dim not in TRITON_HEAD_DIMS:
+        raise ConfigError("workload.model.n_head",
+                          f"backend {a.backend} needs a head dim (d_model / n_head) of "
+                          f"{', '.join(map(str, TRITON_HEAD_DIMS))}, got {head_dim} (d_model="
+                          f"{m.d_model}, n_head={m.n_head}); change n_head, or use backend "
+                          "sdpa or tiled")
+    check_choice("workload.model.attention.num_warps", a.num_warps, TRITON_WARPS)
+    if not 1 <= a.num_stages <= 8:
+        raise ConfigError("workload.model.attention.num_stages",
+                          f"must be from 1 to 8, got {a.num_stages}")
 
 
 def _check_compile(c: CompileConfig) -> None:

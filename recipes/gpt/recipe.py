@@ -21,7 +21,7 @@ from orchestrator.core.phases import (
     phase,
 )
 from recipes.base import TrainerHooks, switchable
-from recipes.gpt.attention import RecordedSdpa, make_attention, marked
+from recipes.gpt.attention import RecordedSdpa, make_attention, marked, resolve_backend
 from recipes.gpt.config import GPTWorkloadConfig
 from recipes.gpt.model import GPT, lm_loss
 from recipes.gpt.text_data import make_loader, stream
@@ -95,9 +95,10 @@ class GPTTrainer(TrainerHooks):
             self.visits = []
 
     def _attention(self, m: Any) -> Any:
-        attend = make_attention(m.attention.backend, sdpa_kernel=m.attention.sdpa_kernel,
-                                block_q=m.attention.block_q, block_k=m.attention.block_k,
-                                device=self.device, dtype=self.dtype,
+        a = m.attention
+        attend = make_attention(a.backend, sdpa_kernel=a.sdpa_kernel, block_q=a.block_q,
+                                block_k=a.block_k, num_warps=a.num_warps,
+                                num_stages=a.num_stages, device=self.device, dtype=self.dtype,
                                 record=m.compile.mode == "off")
         self.attend_impl = attend  # what executes() reads: the kernel sdpa chose per shape
         if m.compile.mode == "off":  # the attention op's share of a profiled step (no-op untraced)
@@ -195,13 +196,14 @@ class GPTTrainer(TrainerHooks):
 
     # what executes() describes in full: which attention code runs (backend, sdpa kernel as
     # torch resolved it, tile shape); nothing else in the step depends on these keys
-    executes_covers = tuple(f"workload.model.attention.{k}"
-                            for k in ("backend", "sdpa_kernel", "block_q", "block_k"))
+    executes_covers = tuple(f"workload.model.attention.{k}" for k in (
+        "backend", "sdpa_kernel", "block_q", "block_k", "num_warps", "num_stages"))
 
     def executes(self) -> Any:
         """The attention code each call ran: for sdpa the kernel torch dispatched to per input
         shape and dtype (``auto`` resolved; '8x4x128x16/float32:sdpa-flash'), else the backend
-        and its tile shape. None under torch.compile (the compiled graph decides what runs) or
+        and its tile shape (``fa2`` resolved to what ran: tiled on the CPU, triton on a GPU,
+        which adds its launch settings: 'triton-64x64-w4s2'). None under torch.compile (the compiled graph decides what runs) or
         where torch does not say which sdpa kernel it picks."""
         a = self.workload.model.attention
         if self.workload.model.compile.mode != "off":
@@ -209,7 +211,10 @@ class GPTTrainer(TrainerHooks):
         if isinstance(self.attend_impl, RecordedSdpa):
             described = self.attend_impl.describe()
             return None if described is None else {"attention": described}
-        what = {"tiled": f"tiled-{a.block_q}x{a.block_k}"}.get(a.backend, a.backend)
+        backend = resolve_backend(a.backend, self.device)
+        what = {"tiled": f"tiled-{a.block_q}x{a.block_k}",
+                "triton": f"triton-{a.block_q}x{a.block_k}-w{a.num_warps}s{a.num_stages}",
+                }.get(backend, backend)
         return {"attention": [f"{self.bucket.micro_batch}x{self.bucket.seq_len}:{what}"]}
 
     def extra_record(self) -> dict[str, Any]:
@@ -297,7 +302,8 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 @switchable("workload.model.attention.backend", "workload.model.attention.block_q",
-            "workload.model.attention.block_k", "workload.model.attention.sdpa_kernel")
+            "workload.model.attention.block_k", "workload.model.attention.sdpa_kernel",
+            "workload.model.attention.num_warps", "workload.model.attention.num_stages")
 def build(workload: GPTWorkloadConfig, bucket: BucketConfig, device: str) -> GPTTrainer:
     return GPTTrainer(workload, bucket, device)
 
@@ -310,8 +316,9 @@ def attention_microbench(workload: GPTWorkloadConfig, bucket: BucketConfig,
     m = workload.model
     dev = torch.device(device)
     dtype = DTYPES[workload.precision]
-    attend = make_attention(m.attention.backend, sdpa_kernel=m.attention.sdpa_kernel,
-                            block_q=m.attention.block_q, block_k=m.attention.block_k,
+    a = m.attention
+    attend = make_attention(a.backend, sdpa_kernel=a.sdpa_kernel, block_q=a.block_q,
+                            block_k=a.block_k, num_warps=a.num_warps, num_stages=a.num_stages,
                             device=dev, dtype=dtype)
     g = torch.Generator(device="cpu").manual_seed(workload.seed)
     shape = (bucket.micro_batch, m.n_head, bucket.seq_len, m.d_model // m.n_head)

@@ -76,6 +76,8 @@ def test_fa2_tiling_campaign_shows_both_directions(compose: Any, run_dir: Path) 
     the kernel's direction is clear; local launcher (fresh processes)."""
     cfg = compose(["workload=gpt_test", "+sweep=fa2_tiling", "device=cpu",
                    "protocol.max_rounds=3", "protocol.paired_min_s=0",
+                   # 8x8: the PyTorch reference's tiles (the Triton kernel's start at 16)
+                   "sweep.fixed={workload.model.attention.backend: tiled}",
                    "sweep.baseline={block_q:8,block_k:8}",
                    "sweep.baseline_label=8x8", "sweep.values=[{block_q:64,block_k:64}]",
                    "sweep.labels=[64x64]"])

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from orchestrator.analysis.profile import analysis as A
+from orchestrator.analysis.profile import trace_stats as A
 from orchestrator.analysis.profile import patterns
 from orchestrator.core import phases
 from orchestrator.analysis.profile.diff import diff_frames, diff_traces
@@ -195,7 +195,7 @@ def test_profiles_section_names_flop_kinds_and_hides_moved_vendor_reports(tmp_pa
     from types import SimpleNamespace
 
     from orchestrator.worker.profile.framework import flops_summary
-    from orchestrator.analysis.profile.report import flops_lines, profile_section
+    from orchestrator.analysis.profile.sections import flops_lines, profile_section
     from orchestrator.analysis.utilization import PeakSummary
 
     prof = {"flops_per_step": 3e9, "steps": 2, "by_op": {"aten::mm": 3}, "coverage_time": 0.5,

@@ -75,7 +75,7 @@ def test_ranking_on_the_recorded_profile_matches_the_hand_figures() -> None:
     # the figures are there, but the sweep does not fit this baseline: listed, with why
     tiling = a["fa2_tiling"]
     assert tiling.status == R.NOT_APPLICABLE
-    assert "fixes workload.model.attention.backend=tiled for every arm while the baseline has " \
+    assert "fixes workload.model.attention.backend=fa2 for every arm while the baseline has " \
            "sdpa" in tiling.line
     tp = a["tp_mode"]
     assert tp.status == R.NOT_APPLICABLE and "kind 'muon_tp'" in tp.line
@@ -97,7 +97,7 @@ def test_ranking_on_the_recorded_profile_matches_the_hand_figures() -> None:
 def test_min_effect_and_a_tiled_baseline_change_the_ranking() -> None:
     p = recorded()
     tiled = json.loads(json.dumps(p.workload))
-    tiled["model"]["attention"]["backend"] = "tiled"
+    tiled["model"]["attention"]["backend"] = "fa2"  # FA2 tiles: tiled on a CPU, triton on a GPU
     a = by_name(R.rank(load_sweeps(), p.buckets, tiled, p.min_effect))
     assert a["fa2_tiling"].status == R.CANDIDATE  # now it fits the baseline
     # 1.087x on the mixture does not reach a 10% min_effect

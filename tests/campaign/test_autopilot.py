@@ -167,4 +167,4 @@ def test_rebase_moves_the_baseline_arm_to_the_version(compose: Any, tmp_path: Pa
     cfg = compose(["workload=gpt_test", "+sweep=fa2"])
     rebase(cfg, v0)  # tiled/auto is v0's own value: that variant goes
     assert cfg.sweep.baseline == {"backend": "tiled", "sdpa_kernel": "auto"}
-    assert cfg.sweep.labels == ["sdpa-math", "eager", "sdpa-flash"]
+    assert cfg.sweep.labels == ["sdpa-math", "eager", "sdpa-flash", "triton", "flash_attn"]

@@ -111,6 +111,7 @@ def test_resume_on_another_environment_is_refused(compose: Any, run_dir: Path) -
     cfg = compose([*TINY, "+sweep=fa2", "sweep.buckets=[s32]"])
     tdir = run_dir / "trials" / "r000-s32-a0"
     tdir.mkdir(parents=True)
+    (run_dir / "campaign.log").write_text("")  # a campaign's run directory (started elsewhere)
     other = dict(fingerprint("cpu"), torch="2.7.1", driver="3.1.0")
     rec = {"schema_version": 1, "trial_id": "r000-s32-a0", "status": "ok", "environment": other}
     (tdir / "trial.json").write_text(json.dumps(rec))

@@ -29,6 +29,16 @@ def need_module(name: str, install: str = "bash scripts/setup.sh (the dev extra)
         _missing(f"{name} cannot be imported ({exc}); install it with {install}")
 
 
+def need_files(pattern: str, install: str) -> list[str]:
+    """The paths matching the glob ``pattern``; skips (fails under CI) when there are none."""
+    import glob
+
+    found = sorted(glob.glob(pattern))
+    if not found:
+        _missing(f"nothing matches {pattern}; {install} makes it")
+    return found
+
+
 def need_chromium() -> str:
     """The headless browser's path; skips (fails under CI) when there is none."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")

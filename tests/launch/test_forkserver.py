@@ -23,7 +23,7 @@ from orchestrator.core.convert import to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.launch.forkserver import env_switch_reason, pre_import_var
 from orchestrator.launch.local import LocalLauncher
-from orchestrator.analysis.render import start_method_line
+from orchestrator.analysis.decisions_md import start_method_line
 from orchestrator.worker.trial import TrialSpec
 from tests.helpers.launching import make_spec, pids_writing
 

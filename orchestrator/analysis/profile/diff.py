@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from orchestrator.analysis.profile import analysis as A
+from orchestrator.analysis.profile import trace_stats as A
 from orchestrator.analysis.profile.trace import events_frame, load_trace
 
 

@@ -41,7 +41,6 @@ def trace_name(trial_id: str, rank: int = 0) -> str:
 def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     """Run the profiled trial; returns its record (the caller writes trial.json)."""
     import torch
-    from torch.profiler import profile, schedule
 
     p = spec.profile
     out_dir = Path(p["out_dir"])
@@ -51,38 +50,16 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     if dev is None:
         raise BackendUnavailable(f"recipe {worker.workload.recipe!r} runs an external command: "
                                  "torch.profiler has no trainer in this process to profile")
-    activities = devmod.profiler_activities_for(dev)
     trainer = worker.trainer(spec.bucket)
     batches = trainer.batches()
-    sync, clock = devmod.synchronize, time.perf_counter
     for _ in range(spec.warmup_steps):  # the protocol's warm-up, outside the profiler
         trainer.train_step(next(batches))
-    sync(dev)
-    wait, warm, active = int(p["wait_steps"]), int(p["warmup_steps"]), int(p["active_steps"])
-    captured: dict[str, Any] = {}
+    devmod.synchronize(dev)
     tmp = out_dir / f".{spec.trial_id}.rank{rank}.raw.json"
-
-    def ready(prof: Any) -> None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(tmp))
-
-    rows: list[dict[str, Any]] = []
-    with profile(
-        activities=activities,
-        schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
-        on_trace_ready=ready,
-        record_shapes=bool(p["record_shapes"]),
-        profile_memory=bool(p["profile_memory"]),
-        with_stack=bool(p["with_stack"]),
-    ) as prof:
-        for i in range(wait + warm + active):
-            state = "wait" if i < wait else "warmup" if i < wait + warm else "active"
-            t0 = clock()
-            loss = trainer.train_step(next(batches))
-            sync(dev)
-            rows.append({"step": i, "profiler": state, "step_time_s": clock() - t0})
-            prof.step()
+    rows, loss = _profiled_steps(p, trainer, batches, dev, out_dir, tmp)
     losses_ok = bool(torch.isfinite(loss).all())
+    captured: dict[str, Any] = {}
+    active = int(p["active_steps"])
     if p["with_flops"]:  # the FLOPs issue's counter, in its own untimed window after the trace
         captured["flops"] = profile_trainer_flops(trainer, dev, steps=active, warmup=0).to_dict()
     trace = load_trace(tmp)
@@ -98,29 +75,8 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
                                 artifacts=[str(Path("profiles", "framework", trace_path.name))])
         rows = [{**r, "rank": k} for k, rr in enumerate(gathered) for r in rr]
     write_csv(Path(spec.trial_dir) / "profile_steps.csv", rows)
-    summary = summarize(trace, active, captured.get("flops"), trainer.useful_flops_per_step(),
-                        trainer.useful_flops_definition)
-    # the slowest rank's time per step, as timed trials define a distributed step
-    per_step: dict[int, float] = {}
-    for r in rows:
-        if r["profiler"] == "active":
-            per_step[r["step"]] = max(per_step.get(r["step"], 0.0), r["step_time_s"])
-    profiled = list(per_step.values())
-    rank_traces = [trace_path]
-    if ctx is not None:
-        rank_traces = [out_dir / trace_name(spec.trial_id, k) for k in range(ctx.world_size)]
-        summary["per_rank"] = per_rank_summary(rank_traces)
-        summary["world_size"] = ctx.world_size
-    summary.update(
-        schema_version=SCHEMA_VERSION, trial_id=spec.trial_id, arm_id=spec.arm_id,
-        arm_label=spec.arm_label, bucket=spec.bucket["name"], layer="framework",
-        device={"kind": dev.kind, "name": dev.name},
-        schedule={"protocol_warmup_steps": spec.warmup_steps, "wait": wait, "warmup": warm,
-                  "active": active},
-        trace=trace_path.name, profiled_step_median_s=statistics.median(profiled),
-    )
-    summary_path = out_dir / f"{spec.trial_id}.summary.json"
-    atomic_write_json(summary_path, summary)
+    summary, rank_traces, summary_path = _summary(spec, trainer, trace, trace_path, rows,
+                                                  captured, ctx, dev, out_dir)
     return trial_record(
         **base, status="ok",
         device={"kind": dev.kind, "name": dev.name, "count": dev.count},
@@ -136,11 +92,74 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _profiled_steps(p: dict[str, Any], trainer: Any, batches: Any, dev: Any, out_dir: Path,
+                    tmp: Path) -> tuple[list[dict[str, Any]], Any]:
+    """The profiler's schedule (wait, warm-up, active steps), each step timed; the trace goes
+    to ``tmp``. Returns the step rows and the last loss."""
+    from torch.profiler import profile, schedule
+
+    wait, warm, active = int(p["wait_steps"]), int(p["warmup_steps"]), int(p["active_steps"])
+
+    def ready(prof: Any) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(tmp))
+
+    rows: list[dict[str, Any]] = []
+    sync, clock = devmod.synchronize, time.perf_counter
+    with profile(
+        activities=devmod.profiler_activities_for(dev),
+        schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
+        on_trace_ready=ready,
+        record_shapes=bool(p["record_shapes"]),
+        profile_memory=bool(p["profile_memory"]),
+        with_stack=bool(p["with_stack"]),
+    ) as prof:
+        for i in range(wait + warm + active):
+            state = "wait" if i < wait else "warmup" if i < wait + warm else "active"
+            t0 = clock()
+            loss = trainer.train_step(next(batches))
+            sync(dev)
+            rows.append({"step": i, "profiler": state, "step_time_s": clock() - t0})
+            prof.step()
+    return rows, loss
+
+
+def _summary(spec: Any, trainer: Any, trace: Any, trace_path: Path, rows: list[dict[str, Any]],
+             captured: dict[str, Any], ctx: Any, dev: Any,
+             out_dir: Path) -> tuple[dict[str, Any], list[Path], Path]:
+    """The trial's framework summary (written beside its traces), the rank traces, its path."""
+    p = spec.profile
+    active = int(p["active_steps"])
+    summary = summarize(trace, active, captured.get("flops"), trainer.useful_flops_per_step(),
+                        trainer.useful_flops_definition)
+    # the slowest rank's time per step, as timed trials define a distributed step
+    per_step: dict[int, float] = {}
+    for r in rows:
+        if r["profiler"] == "active":
+            per_step[r["step"]] = max(per_step.get(r["step"], 0.0), r["step_time_s"])
+    rank_traces = [trace_path]
+    if ctx is not None:
+        rank_traces = [out_dir / trace_name(spec.trial_id, k) for k in range(ctx.world_size)]
+        summary["per_rank"] = per_rank_summary(rank_traces)
+        summary["world_size"] = ctx.world_size
+    summary.update(
+        schema_version=SCHEMA_VERSION, trial_id=spec.trial_id, arm_id=spec.arm_id,
+        arm_label=spec.arm_label, bucket=spec.bucket["name"], layer="framework",
+        device={"kind": dev.kind, "name": dev.name},
+        schedule={"protocol_warmup_steps": spec.warmup_steps, "wait": int(p["wait_steps"]),
+                  "warmup": int(p["warmup_steps"]), "active": active},
+        trace=trace_path.name, profiled_step_median_s=statistics.median(per_step.values()),
+    )
+    summary_path = out_dir / f"{spec.trial_id}.summary.json"
+    atomic_write_json(summary_path, summary)
+    return summary, rank_traces, summary_path
+
+
 def per_rank_summary(traces: list[Path]) -> list[dict[str, Any]]:
     """One row per rank from its own trace: the temporal breakdown and the rank's profiled
     step relative to the fastest rank (skew)."""
     # start-up cost: pandas is imported when a trace is summarised, not by every trial process
-    from orchestrator.analysis.profile import analysis as A
+    from orchestrator.analysis.profile import trace_stats as A
 
     frames = {k: events_frame(load_trace(t)) for k, t in enumerate(traces)}
     table = A.per_rank(frames)
@@ -152,7 +171,7 @@ def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | 
               useful_definition: str | None = None) -> dict[str, Any]:
     """The summary of one framework trace (pure apart from pandas)."""
     # start-up cost: pandas is imported when a trace is summarised, not by every trial process
-    from orchestrator.analysis.profile import analysis as A
+    from orchestrator.analysis.profile import trace_stats as A
 
     df = events_frame(trace)
     steps = A.step_windows(df)

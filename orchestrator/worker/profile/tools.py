@@ -27,7 +27,7 @@ from typing import Any
 
 from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
-from orchestrator.platform.processes import run_child
+from orchestrator.platform.children import run_child
 from orchestrator.core.results import trial_record
 from orchestrator.worker.bootstrap import start_worker
 

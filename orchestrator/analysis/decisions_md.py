@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 from orchestrator.analysis.analyze import Analysis, ArmSummary
@@ -152,6 +153,30 @@ def start_method_line(records: Sequence[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
+def ran_line(analysis: Analysis, most: int = 4) -> str:
+    """What each arm's trials say their step ran (the recipe's ``executes``: e.g. the
+    attention code, 'tiled-64x64' or 'triton-64x64-w4s2'), each item once per arm; "" when no
+    trial said."""
+    def items(x: Any) -> list[str]:
+        if isinstance(x, dict):
+            return [i for v in x.values() for i in items(v)]
+        if isinstance(x, list):
+            return [i for v in x for i in items(v)]
+        return [str(x)]
+
+    parts = []
+    for arm in analysis.arms:
+        seen: list[str] = []
+        for bucket in analysis.buckets:
+            s = analysis.summaries.get((bucket, arm.arm_id))
+            for described in (s.executes if s is not None else []):
+                seen += [i for i in items(json.loads(described)) if i not in seen]
+        if seen:
+            more = f" (+{len(seen) - most} more)" if len(seen) > most else ""
+            parts.append(f"`{arm.label}`: {', '.join(seen[:most])}{more}")
+    return "; ".join(parts)
+
+
 def render_decisions(
     *,
     sweep: Any,
@@ -176,6 +201,8 @@ def render_decisions(
         + (f" (compound knob: {', '.join(f'{k} → `{v}`' for k, v in sweep.knob.items())})"
            if sweep.knob else ""),
         f"- baseline: `{base.label}`; variants: {', '.join(f'`{a.label}`' for a in analysis.arms[1:])}",
+        *([f"- ran (each arm's trials, as the recipe describes its step): {ran}"]
+          if (ran := ran_line(analysis)) else []),
         f"- environment: {env_line}",
         f"- protocol: {protocol_line(protocol)}, arms interleaved"
         + (" with the order reversed every other round" if protocol.reverse_every_other_round else "")
