@@ -437,6 +437,8 @@ def preflight(argv: list[str]) -> list[str]:
             # is a new one (the directories it makes are removed on a refusal), else the
             # current directory, which exists (a resume or run_dir= makes no other directory)
             if config.resume or config.run_dir:
+                if any(o.startswith("hydra.run.dir=") for o in a.overrides):
+                    continue  # the user's own choice of Hydra's directory stands
                 pin = Path(".")
             else:
                 pin = target
