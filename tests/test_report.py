@@ -59,6 +59,28 @@ def test_filters(tmp_path: Path) -> None:
     assert [r.run_dir for r in build_log(campaigns, base=root, until="2026-05-28")] == ["old"]
 
 
+def test_an_invalid_campaign_supersedes_no_verdict(tmp_path: Path) -> None:
+    """An invalid campaign says nothing about the variant: a later invalid run leaves the
+    earlier reject standing (both listed, neither struck out by it), and a later valid
+    verdict supersedes both."""
+    root = tmp_path / "tree"
+    write_campaign(root / "reject", decided_at=T0, variants=(("tiled", "reject", 0.8),))
+    write_campaign(root / "broken", decided_at=T0 + DAY, variants=(("tiled", "invalid", 1.0),))
+    campaigns, _ = load_campaigns(root)
+    rows = {r.run_dir: r for r in build_log(campaigns, base=root)}
+    assert not rows["reject"].superseded and not rows["broken"].superseded
+    assert "| **reject** |" in render_log(list(rows.values()))
+    write_campaign(root / "again", decided_at=T0 + 2 * DAY, variants=(("tiled", "invalid", 1.0),))
+    campaigns, _ = load_campaigns(root)
+    rows = {r.run_dir: r for r in build_log(campaigns, base=root)}
+    assert rows["broken"].superseded and not rows["again"].superseded  # invalid by invalid
+    assert not rows["reject"].superseded
+    write_campaign(root / "retain", decided_at=T0 + 3 * DAY, variants=(("tiled", "retain", 1.2),))
+    campaigns, _ = load_campaigns(root)
+    rows = {r.run_dir: r for r in build_log(campaigns, base=root)}
+    assert [n for n, r in rows.items() if not r.superseded] == ["retain"]
+
+
 def test_incompatible_schema_is_skipped_and_said(tmp_path: Path, capsys: Any) -> None:
     root = _tree(tmp_path)
     write_campaign(root / "future", schema_version=99)
