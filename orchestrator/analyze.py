@@ -46,6 +46,7 @@ class ArmSummary:
     useful_flops_per_step: float | None = None
     warmup_steps_used: float | None = None  # median over trials
     excluded_steps: int = 0  # tagged steps (compile, epoch boundary, ...) left out, all trials
+    excluded_tags: dict[str, int] = field(default_factory=dict)  # tag -> excluded steps with it
     warnings: list[str] = field(default_factory=list)
     # what the ok trials' steps ran, where the recipe resolves it at run time (the trial
     # record's ``executes``, recipes.base.Trainer.executes): each distinct description once,
@@ -133,6 +134,9 @@ def summarize_arm(
         used = ok["warmup_steps_used"].dropna()
         s.warmup_steps_used = stats.median(used.astype(float)) if len(used) else None
         s.excluded_steps = int(ok["excluded_steps"].fillna(0).sum())
+        for tags in ok.get("excluded_tags", []):
+            for tag, n in (tags.items() if isinstance(tags, dict) else ()):
+                s.excluded_tags[tag] = s.excluded_tags.get(tag, 0) + int(n)
         unsettled = ok[ok["warmup_settled"] == False]
         if len(unsettled):
             s.warnings.append(

@@ -92,14 +92,32 @@ def completed_trials(run_dir: Path) -> dict[str, dict[str, Any]]:
     return completed_on_disk(run_dir)
 
 
+def _first_text(records: list[dict[str, Any]], key: str) -> str | None:
+    """The first record's ``key`` that is text: a record may lack it (a table's missing cell
+    is NaN, not None), e.g. an arm's record written by the paired process that ran it."""
+    return next((v for r in records if isinstance(v := r.get(key), str) and v), None)
+
+
 def env_line(trials: list[dict[str, Any]]) -> str:
+    """decisions.md's environment: device, torch and python from the ok trials that say them;
+    what no trial says is left out rather than printed as a placeholder."""
     ok = [t for t in trials if t.get("status") == "ok"]
     if not ok:
         return f"python {platform.python_version()}; no successful trial reported its device"
-    t = ok[0]
-    d = t.get("device", {})
-    return (f"{d.get('kind')}: {d.get('name')} (x{d.get('count')}), torch {t.get('torch_version')}, "
-            f"python {t.get('python_version')}")
+    d = next((t["device"] for t in ok if isinstance(t.get("device"), dict)
+              and isinstance(t["device"].get("kind"), str)), {})
+    count = d.get("count")
+    if d.get("kind") == "external":  # a command workload: its trainer's device is its own
+        head = "external command (its device and torch are not probed)"
+    elif d:
+        shown = isinstance(count, (int, float)) and count == count and count > 0
+        head = f"{d['kind']}: {d.get('name') or 'unnamed device'}" + (
+            f" (x{int(count)})" if shown else "")
+    else:
+        head = "no trial reported its device"
+    torch = _first_text(ok, "torch_version")
+    python = _first_text(ok, "python_version") or platform.python_version()
+    return ", ".join([head, *([f"torch {torch}"] if torch else []), f"python {python}"])
 
 
 def with_control(cfg: Config, arms: list[ResolvedArm]) -> list[ResolvedArm]:
@@ -457,7 +475,10 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
     def on_done_retrying(spec: TrialSpec, record: dict[str, Any]) -> None:
         if needs_rerun(spec, record):
             retry.append(spec)
+        interfered_now.append(_interference(record).get("others_cores"))
         on_done(spec, record)
+
+    interfered_now: list[float | None] = []  # other processes' cores during each trial
 
     try:
         with sigterm_as_interrupt():
@@ -466,6 +487,11 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
             # and a trial measured while other processes took the CPU is not pooled: each runs
             # again after the others of this pass, its earlier attempts kept beside it
             while retry:
+                if persistent_load(cfg, run_dir, retry, interfered_now):
+                    # the load was there before, during and after: a re-run meets it again
+                    retry[:] = [r for r in retry if _last_infra(r)]
+                    if not retry:
+                        break
                 again, retry[:] = list(retry), []
                 earlier = {}
                 for s in again:
@@ -495,6 +521,43 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
     finally:
         if own_progress:
             progress.close()
+
+
+def _last_infra(spec: TrialSpec) -> bool:
+    """The trial's last record is a harness failure (re-run whatever the load)."""
+    rec = _read_optional(Path(spec.trial_dir) / "trial.json") or {}
+    return rec.get("status") == INFRA_STATUS
+
+
+def persistent_load(cfg: Config, run_dir: Path, retry: list[TrialSpec],
+                    during: list[float | None]) -> bool:
+    """Whether the load that interfered with trials is persistent: other processes were busy
+    before the campaign (machine_load.json), during this pass's trials (most of them over
+    protocol.interference_cores) and still are now (sampled again). Re-runs then meet the
+    same load and cannot help: said once (a warning, and machine_load.json's ``persistent``
+    for decisions.md), and from then on trials are not re-run for interference."""
+    doc = _read_optional(run_dir / "machine_load.json")
+    if doc is None or not any(not _last_infra(s) for s in retry):
+        return False
+    if doc.get("persistent"):
+        return True
+    cores = cfg.protocol.interference_cores
+    busy = [c for c in during if c is not None]
+    if not doc.get("problems") or not busy or sum(c > cores for c in busy) * 2 < len(busy):
+        return False
+    now = machine_load(0.5)
+    if now.others_cores is None or now.others_cores <= cores:
+        return False  # gone: a re-run may find the machine quiet
+    doc["persistent"] = {"during_median_cores": stats.median(busy), "trials": len(busy),
+                         "after_cores": now.others_cores, "at": time.time()}
+    atomic_write_json(run_dir / "machine_load.json", doc)
+    log.warning("the load is persistent (before the campaign: %s; during %d trial(s): median "
+                "%.2f cores; now %.2f cores): trials measured under it are not re-run, since a "
+                "re-run meets the same load; they are pooled (quiet the machine, or "
+                "protocol.require_quiet=true to refuse to start on a busy one)",
+                "; ".join(doc.get("problems") or []), len(busy), stats.median(busy),
+                now.others_cores)
+    return True
 
 
 def paired_records(spec: TrialSpec, record: dict[str, Any]) -> list[tuple[TrialSpec, dict[str, Any]]]:
@@ -591,6 +654,16 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
             f"average {machine.get('load_average', 0):.2f} on {machine.get('cores')} cores)"))
     if not rows and not still:
         return [("Interference", [f"- {x}" for x in load])] if load else []
+    persistent = (machine or {}).get("persistent")
+    if persistent and still:  # said once: the same load before, during and after
+        load.append(f"persistent load: there before the campaign, during its trials (median "
+                    f"{persistent['during_median_cores']:.2f} cores over {persistent['trials']}) "
+                    f"and after them ({persistent['after_cores']:.2f} cores): {len(still)} "
+                    "trial(s) measured under it were not re-run (a re-run meets the same load) "
+                    "and are pooled; quiet the machine for cleaner timings")
+        still = []
+        if not rows:
+            return [("Interference", [f"- {x}" for x in load])]
     infra = sum(1 for r in rows if any(a.get("status") == INFRA_STATUS
                                        for a in r["earlier_attempts"]))
     lines = [f"{len(rows)} trial(s) re-run: {infra} after a harness failure (ranks out of step, "

@@ -84,8 +84,7 @@ def bucket_table(
         )
         warnings += [f"- {arm.label}: {w}" for w in s.warnings]
         if s.excluded_steps:
-            warnings.append(f"- {arm.label}: {s.excluded_steps} tagged step(s) excluded (compile, "
-                            "autotune, epoch boundary, checkpoint, validation or profiler)")
+            warnings.append(f"- {arm.label}: {excluded_line(s.excluded_steps, s.excluded_tags)}")
     used = [analysis.summaries[(bucket, a.arm_id)].warmup_steps_used for a in arms]
     known = [u for u in used if u is not None]
     if known:
@@ -94,6 +93,19 @@ def bucket_table(
     if warnings:
         lines += ["", "Warnings:", "", *warnings]
     return lines
+
+
+def excluded_line(n: int, tags: dict[str, int]) -> str:
+    """The excluded steps, by the tags the trials gave them (records without the counts:
+    the kinds of tag there are)."""
+    if not tags:
+        return (f"{n} tagged step(s) excluded (compile, autotune, epoch boundary, checkpoint, "
+                "validation, profiler or arm switch)")
+    named = ", ".join(f"{t} {k}" if len(tags) > 1 else t for t, k in
+                      sorted(tags.items(), key=lambda kv: (-kv[1], kv[0])))
+    return (f"{n} tagged step(s) excluded ({named}"
+            + ("; the steps after each arm switch, pairing by steps" if "switch" in tags else "")
+            + ")")
 
 
 def mixture_table(

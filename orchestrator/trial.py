@@ -464,6 +464,16 @@ def _memory_fields(dev: Any, memory: dict[str, int] | None,
     return peak, source, {k: v for k, v in (figures or {}).items() if k != "peak_mem_bytes"}
 
 
+def _excluded_tags(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many excluded steps carried each tag (compile, switch, epoch boundary ...)."""
+    out: dict[str, int] = {}
+    for r in rows:
+        if r["phase"] == "excluded":
+            for tag in filter(None, str(r.get("tags") or "").split(";")):
+                out[tag] = out.get(tag, 0) + 1
+    return out
+
+
 def _interference(window: CpuWindow, world: int) -> dict[str, Any]:
     if world <= 1:
         return window.stop()
@@ -543,6 +553,7 @@ def _record(spec: TrialSpec, base: dict[str, Any], worker: Any, st: _Stepper,
         warmup_steps_used=len(warm_times),
         warmup_settled=settled,
         excluded_steps=sum(1 for r in rows if r["phase"] == "excluded"),
+        excluded_tags=_excluded_tags(rows),
         compile_steps=sum(1 for r in rows if "compile" in r["tags"].split(";")),
         tokens_per_step=trainer.tokens_per_step,
         tokens_per_s=trainer.tokens_per_step / median,
