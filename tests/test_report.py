@@ -341,3 +341,34 @@ def test_violins_are_clipped_to_the_bulk_of_the_steps() -> None:
     steps = [np.full(199, 10.0), np.array([10.0] * 200 + [3000.0])]
     lim, clipped = clip_limit(steps)
     assert lim == pytest.approx(15.0) and clipped == 1  # 1.5 x the 99th percentile (10 ms)
+
+
+def test_decisions_header_prints_no_placeholders() -> None:
+    """decisions.md's environment line from trial records as a table gives them: the first ok
+    record may lack the versions (NaN), and a command workload's has no device count or torch;
+    neither prints nan, None or xNone."""
+    from orchestrator.campaign import env_line
+
+    nan = float("nan")
+    cpu = {"kind": "cpu", "name": "AMD EPYC", "count": 2}
+    got = env_line([{"status": "ok", "device": cpu, "torch_version": nan, "python_version": nan},
+                    {"status": "ok", "device": cpu, "torch_version": "2.13.0",
+                     "python_version": "3.11.7"}])
+    assert got == "cpu: AMD EPYC (x2), torch 2.13.0, python 3.11.7"
+    external = {"kind": "external", "name": "not probed (external command)", "count": None}
+    got = env_line([{"status": "ok", "device": external, "torch_version": None,
+                     "python_version": "3.11.7"}])
+    assert got == "external command (its device and torch are not probed), python 3.11.7"
+    got = env_line([{"status": "ok", "device": {**cpu, "count": nan}, "torch_version": None,
+                     "python_version": "3.11.7"}])  # synthetic: no torch in the trial
+    assert got == "cpu: AMD EPYC, python 3.11.7"
+
+
+def test_excluded_steps_are_named_by_the_tags_seen() -> None:
+    from orchestrator.render import excluded_line
+
+    assert excluded_line(6, {"switch": 6}) == (
+        "6 tagged step(s) excluded (switch; the steps after each arm switch, pairing by steps)")
+    assert excluded_line(5, {"compile": 2, "epoch_boundary": 3}) == (
+        "5 tagged step(s) excluded (epoch_boundary 3, compile 2)")
+    assert "compile" in excluded_line(2, {})  # an older record without the counts

@@ -39,6 +39,7 @@ def test_trial_excludes_warmup_and_tagged_steps(tmp_path: Path) -> None:
     tagged = steps[steps["tags"].fillna("") == "epoch_boundary"]
     assert len(tagged) >= 1 and set(tagged["phase"]) == {"excluded"}
     assert rec["excluded_steps"] == len(tagged) and rec["warmup_policy"] == "auto"
+    assert rec["excluded_tags"] == {"epoch_boundary": len(tagged)}  # named in decisions.md
     assert rec["warmup_steps_used"] == list(steps["phase"]).count("warmup")
 
 
