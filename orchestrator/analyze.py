@@ -125,7 +125,12 @@ def summarize_arm(
     s.step_time_median_s = stats.median(meds)
     s.step_time_mad_s = stats.median(ok["step_time_mad_s"].astype(float))
     s.trial_median_min_s, s.trial_median_max_s = float(meds.min()), float(meds.max())
-    s.tokens_per_s = float(ok["tokens_per_step"].iloc[0]) / s.step_time_median_s
+    tokens = ok["tokens_per_step"].dropna() if "tokens_per_step" in ok else ok.iloc[0:0]
+    if len(tokens):
+        s.tokens_per_s = float(tokens.iloc[0]) / s.step_time_median_s
+    else:  # a command whose work per step nobody stated: no tokens/s rather than a guess
+        why = next((x for x in ok.get("tokens_source", []) if isinstance(x, str)), "unknown")
+        s.warnings.append(f"tokens/s not given: tokens per step {why}")
     s.peak_mem_bytes = float(ok["peak_mem_bytes"].max())
     s.peak_mem_source = str(ok["peak_mem_source"].iloc[0])
     flops = ok["useful_flops_per_step"].dropna() if "useful_flops_per_step" in ok else None

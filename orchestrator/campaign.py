@@ -104,15 +104,15 @@ def env_line(trials: list[dict[str, Any]]) -> str:
     ok = [t for t in trials if t.get("status") == "ok"]
     if not ok:
         return f"python {platform.python_version()}; no successful trial reported its device"
-    d = next((t["device"] for t in ok if isinstance(t.get("device"), dict)
-              and isinstance(t["device"].get("kind"), str)), {})
+    d: dict[str, Any] = next((t["device"] for t in ok if isinstance(t.get("device"), dict)
+                              and isinstance(t["device"].get("kind"), str)), {})
     count = d.get("count")
     if d.get("kind") == "external":  # a command workload: its trainer's device is its own
         head = "external command (its device and torch are not probed)"
     elif d:
         shown = isinstance(count, (int, float)) and count == count and count > 0
         head = f"{d['kind']}: {d.get('name') or 'unnamed device'}" + (
-            f" (x{int(count)})" if shown else "")
+            f" (x{int(count or 0)})" if shown else "")
     else:
         head = "no trial reported its device"
     torch = _first_text(ok, "torch_version")
