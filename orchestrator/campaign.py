@@ -35,7 +35,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.interference import machine_load
 from orchestrator.jobs import TrialSpec, make_specs, paired_members
 from orchestrator.launch.factory import make_launcher
-from orchestrator.launch.base import INFRA_STATUS, Launcher
+from orchestrator.launch.base import INFRA_STATUS, Launcher, record_or_failure
 from orchestrator.levers import lever_sections
 from orchestrator.loss_gate import loss_trajectory_gates
 from orchestrator.microbench.runner import (
@@ -45,7 +45,7 @@ from orchestrator.microbench.runner import (
 )
 from orchestrator.profiling.campaign import profiles_section, run_profiled_trials
 from orchestrator.processes import COMMAND_SESSION, kill_recorded
-from orchestrator.progress import Progress
+from orchestrator.progress import Progress, trial_log
 from orchestrator.reference import normalise
 from orchestrator.plan import (
     ArmProgress,
@@ -480,9 +480,19 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
 
     interfered_now: list[float | None] = []  # other processes' cores during each trial
 
+    finished: dict[str, dict[str, Any]] = dict(done)  # the records this pass can rely on
+
+    def on_first_done(spec: TrialSpec, record: dict[str, Any]) -> None:
+        finished[spec.trial_id] = record
+        on_done_retrying(spec, record)
+
     try:
         with sigterm_as_interrupt():
-            launcher.run(specs, on_done_retrying, timeout_s, on_start=progress.on_start)
+            for wave in waves(cfg, specs):  # a round's baseline first: it may stop the rest
+                if p.pairing == "process":  # a paired process stops with its baseline
+                    wave = skip_without_baseline(planned, running, wave, finished, on_done)
+                if wave:
+                    launcher.run(wave, on_first_done, timeout_s, on_start=progress.on_start)
             # a harness failure (ranks out of step, a lost peer) says nothing of the variant,
             # and a trial measured while other processes took the CPU is not pooled: each runs
             # again after the others of this pass, its earlier attempts kept beside it
@@ -521,6 +531,55 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
     finally:
         if own_progress:
             progress.close()
+
+
+def waves(cfg: Config, specs: list[TrialSpec]) -> list[list[TrialSpec]]:
+    """The specs in order, cut after each round's baseline trial that its round's variants
+    follow, so a failed baseline stops them (:func:`skip_without_baseline`). Trials one at a
+    time by process only: a parallel or Slurm launcher gets every spec at once, and a process
+    paired by steps runs its round's arms together."""
+    if cfg.protocol.pairing != "process" or cfg.launcher.name == "slurm" or (
+            cfg.launcher.max_parallel > 1):
+        return [list(specs)]
+    out: list[list[TrialSpec]] = [[]]
+    for i, s in enumerate(specs):
+        out[-1].append(s)
+        if s.is_baseline and s.kind == "timed" and any(
+                not t.is_baseline and (t.round, t.bucket["name"]) == (s.round, s.bucket["name"])
+                for t in specs[i + 1:]):
+            out.append([])
+    return [w for w in out if w]
+
+
+def skip_without_baseline(planned: list[PlannedTrial], running: list[ResolvedArm],
+                          wave: list[TrialSpec], finished: dict[str, dict[str, Any]],
+                          on_done: Any) -> list[TrialSpec]:
+    """The wave's specs less the variants (and the A/A control) whose round's baseline trial
+    ended without a measurement (failed, crashed, out of memory, timed out): they have nothing
+    to be compared with in that round. Each gets a record that says so (status ``skipped``,
+    not final: a resume runs it again with its baseline) instead of running."""
+    base_of = {(t.round, t.bucket): t.trial_id for t in planned if t.arm_id == running[0].arm_id}
+    keep: list[TrialSpec] = []
+    said: set[tuple[int, str]] = set()
+    for s in wave:
+        key = (s.round, s.bucket["name"])
+        base = finished.get(base_of.get(key, ""), {})
+        if s.is_baseline or s.kind != "timed" or base.get("status") in (None, "ok", INFRA_STATUS):
+            keep.append(s)
+            continue
+        why = (f"not run: the baseline's trial of round {s.round} at {key[1]} "
+               f"({base.get('trial_id')}) ended {base.get('status')}, so this round has "
+               "nothing to compare it with")
+        if key not in said:
+            said.add(key)
+            log.warning("round %d, %s: the baseline's trial %s ended %s (%s): that round's "
+                        "variants are not run", s.round, key[1], base.get("trial_id"),
+                        base.get("status"), base.get("error"))
+        record = record_or_failure(s, "skipped", why, "")
+        Path(s.trial_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write_json(Path(s.trial_dir) / "trial.json", record)
+        on_done(s, record)
+    return keep
 
 
 def _last_infra(spec: TrialSpec) -> bool:
@@ -839,6 +898,9 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
     failures = [r for r in records if r.get("status") not in ("ok", None)
                 # profiled and microbenchmark trials: in their own sections
                 and r.get("kind", "timed") not in ("profile", "microbench")]
+    for f in failures:  # where the whole log is, beside its tail
+        found = trial_log(run_dir / "trials" / str(f["trial_id"]), f)
+        f["log_file"] = str(found.relative_to(run_dir)) if found is not None else None
     md = render_decisions(
         sweep=cfg.sweep,
         workload_name=cfg.workload.name,

@@ -244,6 +244,8 @@ def render_decisions(
             tail = (text if isinstance(text, str) else "").strip().splitlines()[-3:]
             if tail:
                 out += ["  ```", *[f"  {t}" for t in tail], "  ```"]
+            if isinstance(f.get("log_file"), str):  # set by the campaign: the whole log
+                out.append(f"  full log: `{f['log_file']}`")
     out += [
         "",
         "## Evidence",

@@ -43,8 +43,17 @@ MAX_MEASURED_STEPS = 2000
 
 
 def one_line(exc: BaseException) -> str:
+    """The exception in one line; one without a message (a bare ``assert``) says where it
+    was raised: file, line, function and the line's source."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
+    if text:
+        return f"{type(exc).__name__}: {text[0]}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return type(exc).__name__
+    f = frames[-1]
+    return (f"{type(exc).__name__} at {Path(f.filename).name}:{f.lineno} in {f.name}"
+            + (f": {f.line.strip()}" if f.line else ""))
 
 
 def _compile_hint(exc: BaseException, error: str) -> str:

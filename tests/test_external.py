@@ -422,3 +422,54 @@ def test_logged_work_that_differs_makes_the_verdict_invalid() -> None:
     assert set(gates) == {"a1"} and gates["a1"].status == "error"
     assert gates["a1"].detail.startswith("at s32 the variant's steps did 256 tokens, the "
                                          "baseline's 128 (tokens per step from log)")
+
+
+def test_a_failed_baseline_stops_its_rounds_variants_and_logs_are_named(
+        compose: Any, run_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The baseline's trial fails (a bare assert): in round 0, where it runs first, the
+    variant is not run (nothing to compare it with) and says so; in round 1, reversed, the
+    variant ran before it. The console line and decisions.md name the command's log."""
+    import logging
+
+    cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=2", "protocol.max_rounds=2",
+                   "protocol.aa_arm=false", "workload.command='{python} -c {code}'",
+                   "+workload.params.code=x", "sweep.variable=workload.params.code",
+                   "sweep.baseline=ok", "sweep.values=[bad]", "sweep.labels=null",
+                   "sweep.baseline_label=null", "protocol.correctness.mode=off"])
+    cfg.sweep.baseline, cfg.sweep.values = "print('step 0 time 5ms')\nassert 1 == 2", [HEALTHY]
+    cfg.sweep.baseline_label, cfg.sweep.labels = "broken", ["healthy"]
+    with caplog.at_level(logging.INFO, logger="orchestrator.campaign"):
+        result = run_campaign(cfg, run_dir)
+    recs = _recs(run_dir)
+    assert recs["broken/r0"]["status"] == recs["broken/r1"]["status"] == "failed"
+    skipped = recs["healthy/r0"]
+    assert skipped["status"] == "skipped" and skipped["error"].startswith(
+        "not run: the baseline's trial of round 0 at s32 (r000-s32-a0) ended failed")
+    assert not (run_dir / "trials" / skipped["trial_id"] / "command.log").exists()
+    assert recs["healthy/r1"]["status"] == "ok"  # it ran before its round's baseline
+    (v,) = result.verdicts
+    assert v.verdict == "invalid" and "the baseline produced no measurement" in v.reasons[0]
+    logged = [r.getMessage() for r in caplog.records]
+    line = next(m for m in logged if "s32 broken r0: failed" in m)
+    log = run_dir / "trials" / "r000-s32-a0" / "command.log"
+    assert f"(log: {log})" in line and "AssertionError" in log.read_text()
+    assert any("that round's variants are not run" in m for m in logged)
+    md = (run_dir / "decisions.md").read_text()
+    assert "  full log: `trials/r000-s32-a0/command.log`" in md
+    assert "**skipped**: not run: the baseline's trial of round 0" in md
+
+
+def test_a_bare_assert_says_where_it_was_raised() -> None:
+    from orchestrator.trial import one_line
+
+    def check(x: int) -> None:
+        if x != 2:  # what a bare `assert x == 2` raises (pytest rewrites the asserts here)
+            raise AssertionError
+
+    try:
+        check(1)
+    except AssertionError as exc:
+        got = one_line(exc)
+    assert got.startswith("AssertionError at test_external.py:") and got.endswith(
+        "in check: raise AssertionError"), got
+    assert one_line(ValueError("bad value\nmore")) == "ValueError: bad value"
