@@ -337,6 +337,7 @@ def comparison_rows(analysis: Analysis) -> list[dict[str, Any]]:
                 "step_time_mad_s": s.step_time_mad_s,
                 "tokens_per_s": s.tokens_per_s,
                 "peak_mem_bytes": s.peak_mem_bytes,
+                "peak_mem_source": s.peak_mem_source,
                 "speedup": e.speedup if e else None,
                 "speedup_low": e.low if e else None,
                 "speedup_high": e.high if e else None,
