@@ -110,7 +110,7 @@ def env_line(trials: list[dict[str, Any]]) -> str:
     if d.get("kind") == "external":  # a command workload: its trainer's device is its own
         head = "external command (its device and torch are not probed)"
     elif d:
-        shown = isinstance(count, (int, float)) and count == count and count > 0
+        shown = isinstance(count, (int, float)) and math.isfinite(count) and count > 0
         head = f"{d['kind']}: {d.get('name') or 'unnamed device'}" + (
             f" (x{int(count or 0)})" if shown else "")
     else:

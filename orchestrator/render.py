@@ -93,8 +93,9 @@ def bucket_table(
     sources = {str(analysis.summaries[(bucket, a.arm_id)].peak_mem_source) for a in arms}
     shared = sorted(x for x in sources if "all arms" in x)
     if shared:  # pairing by steps where the peak cannot be reset per arm (the CPU's RSS)
-        lines += ["", f"Peak memory: one process ran every arm and its peak cannot be reset "
-                  f"per arm here ({shared[0]}), so each arm's figure is the process's, shared."]
+        lines += ["", (f"Peak memory: one process ran every arm and its peak cannot be reset "
+                       f"per arm here ({shared[0]}), so each arm's figure is the process's, "
+                       "shared.")]
     if warnings:
         lines += ["", "Warnings:", "", *warnings]
     return lines

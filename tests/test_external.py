@@ -341,8 +341,8 @@ NANOGPT = ("import sys\n"
            "    time.sleep(0.0005 * int(args['batch_size']))\n"
            "    print(f'iter {i}: loss 2.0, time {0.5 * int(args[\"batch_size\"]):.2f}ms, mfu 1.00%')")
 NANO = [*CMD, "+sweep=example_delay", "protocol.repeats=1",
-        "workload.command='{python} -c {code} --batch_size={batch_size} --block_size={seq_len} "
-        "--max_iters={steps} --compile={compile}'",
+        ("workload.command='{python} -c {code} --batch_size={batch_size} --block_size={seq_len} "
+         "--max_iters={steps} --compile={compile}'"),
         "+workload.params.code=x", "+workload.params.batch_size=4", "+workload.params.compile=no"]
 
 
@@ -356,18 +356,18 @@ def _nano(compose: Any, *more: str) -> Any:
     # undeclared: a param named like a batch size is refused as the work per step
     (["sweep.variable=workload.params.batch_size", "sweep.baseline=4", "sweep.values=[8]",
       "sweep.labels=[bs8]", "sweep.baseline_label=bs4"],
-     r"^sweep\.variable: 'workload\.params\.batch_size' is frozen: by its name it sets the work "
-     r"per step .*workload\.tokens_per_step="),
+     (r"^sweep\.variable: 'workload\.params\.batch_size' is frozen: by its name it sets the "
+      r"work per step .*workload\.tokens_per_step=")),
     # declared from the params: arms that differ in it are refused, with both figures
     (["workload.tokens_per_step='{batch_size} * {seq_len}'",
       "sweep.variable=workload.params.batch_size", "sweep.baseline=4", "sweep.values=[8]",
       "sweep.labels=[bs8]", "sweep.baseline_label=bs4"],
-     r"^sweep\.variable: 'workload\.params\.batch_size' is frozen: it changes the work per step "
-     r"\(workload\.tokens_per_step: 128 tokens in 'bs4', 256 in 'bs8', bucket s32\)"),
+     (r"^sweep\.variable: 'workload\.params\.batch_size' is frozen: it changes the work per "
+      r"step \(workload\.tokens_per_step: 128 tokens in 'bs4', 256 in 'bs8', bucket s32\)")),
     # a bucket's shape: frozen, and said so (not "does not exist")
     (["sweep.variable=workload.buckets.0.micro_batch", "sweep.baseline=4", "sweep.values=[8]"],
-     r"^sweep\.variable: 'workload\.buckets\.0\.micro_batch' is frozen by invariants "
-     r"\(workload\.buckets: the shapes being measured; a shape changes the work per step\)"),
+     (r"^sweep\.variable: 'workload\.buckets\.0\.micro_batch' is frozen by invariants "
+      r"\(workload\.buckets: the shapes being measured; a shape changes the work per step\)")),
     (["workload.tokens_per_step='{batch_size} * {block}'"],
      r"^workload\.tokens_per_step: '\{batch_size\} \* \{block\}': unknown placeholder \{block\}"),
     (["workload.tokens_per_step=0"], r"^workload\.tokens_per_step: the figure is 0, not a whole"),

@@ -88,12 +88,12 @@ def forest_guides(threshold: float | None, ni_margin: float | None
     below it: reject; a retain needs every bucket's above it)."""
     out = []
     if threshold and threshold > 1:
-        out += [(threshold, f"equivalence band ±{threshold - 1:.0%} "
-                 f"[{1 / threshold:.3f}, {threshold:.3f}]", "#4c72b0", "--"),
+        out += [(threshold, (f"equivalence band ±{threshold - 1:.0%} "
+                             f"[{1 / threshold:.3f}, {threshold:.3f}]"), "#4c72b0", "--"),
                 (1 / threshold, "_nolegend_", "#4c72b0", "--")]
     if ni_margin:
-        out.append((1 - ni_margin, f"non-inferiority margin {1 - ni_margin:.3f} (a bucket "
-                    "below it: reject)", "#c44e52", ":"))
+        out.append((1 - ni_margin, (f"non-inferiority margin {1 - ni_margin:.3f} (a bucket "
+                                    "below it: reject)"), "#c44e52", ":"))
     return out
 
 
@@ -207,10 +207,10 @@ def memory_title(results: pd.DataFrame) -> str:
                if "peak_mem_source" in results else set())
     if any("all arms" in x for x in sources):
         return ("Peak memory: one process ran every arm, so each bar is that process's peak\n"
-                "(shared by the arms, not per arm: " + sorted(sources)[0] + ")")
+                "(shared by the arms, not per arm: " + min(sources) + ")")
     if any("this arm's blocks" in x for x in sources):
         return "Peak memory per arm (reset and read per arm in the process they shared)"
-    return "Peak memory per arm" + (f" ({sorted(sources)[0]})" if len(sources) == 1 else "")
+    return "Peak memory per arm" + (f" ({min(sources)})" if len(sources) == 1 else "")
 
 
 def memory_figure(results: pd.DataFrame) -> Any:
