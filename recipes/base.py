@@ -205,8 +205,8 @@ class ExternalTrainer(Protocol):
     """A trainer that runs as its own program and reports steps in its log (with
     ``useful_flops_per_step`` / ``useful_flops_definition`` as optional hooks)."""
 
-    tokens_per_step: int  # used when the log carries no token counts
-    tokens_source: str  # where tokens_per_step came from (config, bucket shape)
+    tokens_per_step: int | None  # used when the log carries no token counts; None: unknown
+    tokens_source: str  # where tokens_per_step came from (config, bucket shape, unknown: why)
 
     def invocation(self, trial_dir: str, warmup_steps: int, measured_steps: int,
                    timeout_s: float | None) -> Invocation:

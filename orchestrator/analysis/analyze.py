@@ -48,6 +48,7 @@ class ArmSummary:
     useful_flops_per_step: float | None = None
     warmup_steps_used: float | None = None  # median over trials
     excluded_steps: int = 0  # tagged steps (compile, epoch boundary, ...) left out, all trials
+    excluded_tags: dict[str, int] = field(default_factory=dict)  # tag -> excluded steps with it
     warnings: list[str] = field(default_factory=list)
     # what the ok trials' steps ran, where the recipe resolves it at run time (the trial
     # record's ``executes``, recipes.base.Trainer.executes): each distinct description once,
@@ -126,7 +127,12 @@ def summarize_arm(
     s.step_time_median_s = stats.median(meds)
     s.step_time_mad_s = stats.median(ok["step_time_mad_s"].astype(float))
     s.trial_median_min_s, s.trial_median_max_s = float(meds.min()), float(meds.max())
-    s.tokens_per_s = float(ok["tokens_per_step"].iloc[0]) / s.step_time_median_s
+    tokens = ok["tokens_per_step"].dropna() if "tokens_per_step" in ok else ok.iloc[0:0]
+    if len(tokens):
+        s.tokens_per_s = float(tokens.iloc[0]) / s.step_time_median_s
+    else:  # a command whose work per step nobody stated: no tokens/s rather than a guess
+        why = next((x for x in ok.get("tokens_source", []) if isinstance(x, str)), "unknown")
+        s.warnings.append(f"tokens/s not given: tokens per step {why}")
     s.peak_mem_bytes = float(ok["peak_mem_bytes"].max())
     s.peak_mem_source = str(ok["peak_mem_source"].iloc[0])
     flops = ok["useful_flops_per_step"].dropna() if "useful_flops_per_step" in ok else None
@@ -135,6 +141,9 @@ def summarize_arm(
         used = ok["warmup_steps_used"].dropna()
         s.warmup_steps_used = stats.median(used.astype(float)) if len(used) else None
         s.excluded_steps = int(ok["excluded_steps"].fillna(0).sum())
+        for tags in ok.get("excluded_tags", []):
+            for tag, n in (tags.items() if isinstance(tags, dict) else ()):
+                s.excluded_tags[tag] = s.excluded_tags.get(tag, 0) + int(n)
         unsettled = ok[ok["warmup_settled"] == False]
         if len(unsettled):
             s.warnings.append(
@@ -330,6 +339,7 @@ def comparison_rows(analysis: Analysis) -> list[dict[str, Any]]:
                 "step_time_mad_s": s.step_time_mad_s,
                 "tokens_per_s": s.tokens_per_s,
                 "peak_mem_bytes": s.peak_mem_bytes,
+                "peak_mem_source": s.peak_mem_source,
                 "speedup": e.speedup if e else None,
                 "speedup_low": e.low if e else None,
                 "speedup_high": e.high if e else None,

@@ -85,16 +85,34 @@ def bucket_table(
         )
         warnings += [f"- {arm.label}: {w}" for w in s.warnings]
         if s.excluded_steps:
-            warnings.append(f"- {arm.label}: {s.excluded_steps} tagged step(s) excluded (compile, "
-                            "autotune, epoch boundary, checkpoint, validation or profiler)")
+            warnings.append(f"- {arm.label}: {excluded_line(s.excluded_steps, s.excluded_tags)}")
     used = [analysis.summaries[(bucket, a.arm_id)].warmup_steps_used for a in arms]
     known = [u for u in used if u is not None]
     if known:
         lines += ["", f"Warm-up steps dropped per trial (median per arm): "
                   f"{min(known):g}–{max(known):g}."]
+    sources = {str(analysis.summaries[(bucket, a.arm_id)].peak_mem_source) for a in arms}
+    shared = sorted(x for x in sources if "all arms" in x)
+    if shared:  # pairing by steps where the peak cannot be reset per arm (the CPU's RSS)
+        lines += ["", (f"Peak memory: one process ran every arm and its peak cannot be reset "
+                       f"per arm here ({shared[0]}), so each arm's figure is the process's, "
+                       "shared.")]
     if warnings:
         lines += ["", "Warnings:", "", *warnings]
     return lines
+
+
+def excluded_line(n: int, tags: dict[str, int]) -> str:
+    """The excluded steps, by the tags the trials gave them (records without the counts:
+    the kinds of tag there are)."""
+    if not tags:
+        return (f"{n} tagged step(s) excluded (compile, autotune, epoch boundary, checkpoint, "
+                "validation, profiler or arm switch)")
+    named = ", ".join(f"{t} {k}" if len(tags) > 1 else t for t, k in
+                      sorted(tags.items(), key=lambda kv: (-kv[1], kv[0])))
+    return (f"{n} tagged step(s) excluded ({named}"
+            + ("; the steps after each arm switch, pairing by steps" if "switch" in tags else "")
+            + ")")
 
 
 def mixture_table(
@@ -259,6 +277,8 @@ def render_decisions(
             tail = (text if isinstance(text, str) else "").strip().splitlines()[-3:]
             if tail:
                 out += ["  ```", *[f"  {t}" for t in tail], "  ```"]
+            if isinstance(f.get("log_file"), str):  # set by the campaign: the whole log
+                out.append(f"  full log: `{f['log_file']}`")
     out += [
         "",
         "## Evidence",

@@ -43,6 +43,31 @@ def _logged_losses(trial: Any, loss: Any) -> dict[int, float]:
     return out
 
 
+def work_gates(trials: pd.DataFrame, arms: Sequence[Any]) -> dict[str, Gate]:
+    """A variant whose trials did other work per step than the baseline's in the same bucket
+    (tokens per step from the log, or workload.tokens_per_step) cannot be compared on speed:
+    a gate that cannot be evaluated (the verdict is invalid), naming both figures."""
+    ok = _ok(trials)
+    if ok.empty or "tokens_per_step" not in ok:
+        return {}
+    base, out = arms[0], {}  # type: tuple[Any, dict[str, Gate]]
+    for arm in arms[1:]:
+        for bucket in sorted({str(b) for b in ok["bucket"]}):
+            sel = ok[ok["bucket"] == bucket]
+            mine, theirs = (sorted({int(t) for t in sel[sel["arm_id"] == a.arm_id]
+                                    ["tokens_per_step"].dropna()}) for a in (base, arm))
+            if mine and theirs and mine != theirs:
+                src = sorted({str(x) for x in sel.get("tokens_source", []) if isinstance(x, str)})
+                out[arm.arm_id] = Gate(
+                    "work per step", "error",
+                    f"at {bucket} the variant's steps did {'/'.join(map(str, theirs))} tokens, "
+                    f"the baseline's {'/'.join(map(str, mine))} (tokens per step from "
+                    f"{', '.join(src) or 'the trials'}): a throughput comparison needs the same "
+                    "work per step; keep what sets it (batch or sequence size) fixed")
+                break
+    return out
+
+
 def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame,
                           arms: Sequence[Any]) -> dict[str, list[Any]]:
     """Correctness for external commands: per round and bucket, each variant's logged loss at
@@ -57,6 +82,8 @@ def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame
     ok = _ok(trials)
     if ok.empty:
         return {}
+    # the arms' work per step first
+    out: dict[str, list[Any]] = {a: [g] for a, g in work_gates(ok, arms).items()}
     if not steps.empty and "loss" in steps:
         loss = steps.dropna(subset=["loss"]).set_index(["trial_id", "step"])["loss"]
     else:
@@ -65,7 +92,6 @@ def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame
         loss = pd.Series(dtype=float, index=pd.MultiIndex.from_tuples([], names=["trial_id", "step"]))
     logged = {r["trial_id"]: _logged_losses(r, loss) for _, r in ok.iterrows()}
     base = arms[0]
-    out: dict[str, list[Any]] = {}
     for arm in arms[1:]:
         worst, worst_at, compared = 0.0, "", 0
         nonfinite: list[str] = []
@@ -103,11 +129,11 @@ def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame
                         worst, worst_at = rel, f"{where} step {step}"
         if nonfinite:
             more = f" (and {len(nonfinite) - 1} more non-finite step(s))" if len(nonfinite) > 1 else ""
-            out[arm.arm_id] = [Gate("loss trajectory", "fail",
+            out[arm.arm_id] = [*out.get(arm.arm_id, []), Gate("loss trajectory", "fail",
                                     f"non-finite {nonfinite[0]}{more}")]
             continue
         if silent:
-            out[arm.arm_id] = [Gate("loss trajectory", "error",
+            out[arm.arm_id] = [*out.get(arm.arm_id, []), Gate("loss trajectory", "error",
                                     f"the baseline logs losses but the variant logs none "
                                     f"({', '.join(sorted(set(silent))[:3])}); make the variant "
                                     "print its loss, or set a workload.log.pattern with a "
@@ -117,8 +143,9 @@ def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame
             continue  # no logged losses to compare: no gate rather than a guess
         detail = f"largest relative loss difference {worst:.2e} over {compared} logged steps"
         if worst > w.loss_rtol:
-            out[arm.arm_id] = [Gate("loss trajectory", "fail",
+            out[arm.arm_id] = [*out.get(arm.arm_id, []), Gate("loss trajectory", "fail",
                                     f"{detail} (at {worst_at}) exceeds workload.loss_rtol={w.loss_rtol:g}")]
         else:
-            out[arm.arm_id] = [Gate("loss trajectory", "pass", f"{detail} <= {w.loss_rtol:g}")]
+            out[arm.arm_id] = [*out.get(arm.arm_id, []),
+                               Gate("loss trajectory", "pass", f"{detail} <= {w.loss_rtol:g}")]
     return out

@@ -161,12 +161,15 @@ def utilization_section(records: Sequence[dict[str, Any]], peaks: Sequence[PeakS
     covs = [r["flops"].get("executed_coverage_time") for r in ok if r["flops"].get("executed_coverage_time") is not None]
     lines = [
         f"- **useful FLOPs** (MFU numerator): {f0.get('useful_definition')}",
-        f"- **executed FLOPs** (HFU numerator): {f0.get('executed_definition')}"
-        + (f"; coverage: {min(covs) * 100:.0f}–{max(covs) * 100:.0f}% of op time had a FLOP formula"
-           if covs else f"; {f0.get('executed_note', 'not counted')}"),
+        (f"- **executed FLOPs** (HFU numerator): {f0.get('executed_definition')}"
+         + (f"; coverage: {min(covs) * 100:.0f}–{max(covs) * 100:.0f}% of op time had a FLOP "
+            "formula" if covs else f"; {f0.get('executed_note', 'not counted')}"))
+        if f0.get("executed_definition") else  # a host-only recipe: nothing counted, say why
+        f"- **executed FLOPs** (HFU numerator): {f0.get('executed_note') or 'not counted'}",
         ("- utilization = FLOPs per device-step / (median step time x peak per device); the "
          "mixture is total FLOPs over total time at the buckets' step weights"),
-        f"- matmul precision: {ok[0].get('matmul_dtype')} ({ok[0].get('matmul_dtype_why')})",
+        f"- matmul precision: {ok[0].get('matmul_dtype') or 'none'} "
+        f"({ok[0].get('matmul_dtype_why') or 'not reported'})",
         *claimed,
     ]
     for p in peaks:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional, TextIO
 
 from orchestrator.spec.jobs import TrialSpec
@@ -45,11 +46,26 @@ def format_line(name: str, done: int, total: int, current: str, elapsed_s: float
             f"~{_dur(left)} left")
 
 
-def trial_result(record: dict[str, Any]) -> str:
+# a failed trial's log, where the launcher or the command wrote one (first found)
+TRIAL_LOGS = ("command.log", "stderr.log")
+
+
+def trial_log(trial_dir: str | Path, record: dict[str, Any]) -> Path | None:
+    """The log to read for a failed trial: the command's output (command workloads) or the
+    trial process's stderr, in its directory or its paired process's."""
+    base = Path(trial_dir)
+    dirs = [base]
+    if isinstance(record.get("paired_process"), str):
+        dirs.append(base.parent / record["paired_process"])
+    return next((d / n for d in dirs for n in TRIAL_LOGS if (d / n).is_file()), None)
+
+
+def trial_result(record: dict[str, Any], log_path: Path | None = None) -> str:
     med = record.get("step_time_median_s")
     if record.get("status") == "ok" and med:
         return f"{med * 1e3:.2f} ms/step"
-    return f"{record.get('status')}: {record.get('error')}"
+    return f"{record.get('status')}: {record.get('error')}" + (
+        f" (log: {log_path})" if log_path is not None else "")
 
 
 class _DropProgress(logging.Filter):
@@ -106,7 +122,9 @@ class Progress:
         elapsed = self.clock() - self.t0
         left = remaining_s(self.done, self.total, elapsed, self.done - self.ran)
         log.info("[%d/%d] %s %s r%d: %s (elapsed %s, ~%s left)", self.done, self.total,
-                 spec.bucket["name"], spec.arm_label, spec.round, trial_result(record),
+                 spec.bucket["name"], spec.arm_label, spec.round,
+                 trial_result(record, None if record.get("status") == "ok" else
+                              trial_log(spec.trial_dir, record)),
                  _dur(elapsed), _dur(left), extra={_MARK: True})
         if self.done >= self.total:
             self.current = ""

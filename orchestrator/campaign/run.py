@@ -38,7 +38,7 @@ from orchestrator.core.errors import ConfigError
 from orchestrator.platform.interference import machine_load
 from orchestrator.spec.jobs import TrialSpec, make_specs, paired_members
 from orchestrator.launch.factory import make_launcher
-from orchestrator.launch.base import INFRA_STATUS, Launcher
+from orchestrator.launch.base import INFRA_STATUS, Launcher, record_or_failure
 from orchestrator.analysis.levers import lever_sections
 from orchestrator.analysis.loss_gate import loss_trajectory_gates
 from orchestrator.campaign.microbench import (
@@ -48,7 +48,7 @@ from orchestrator.campaign.microbench import (
 )
 from orchestrator.campaign.profiles import profiles_section, run_profiled_trials
 from orchestrator.platform.children import COMMAND_SESSION, kill_recorded
-from orchestrator.campaign.progress import Progress
+from orchestrator.campaign.progress import Progress, trial_log
 from orchestrator.core.reference import normalise
 from orchestrator.spec.plan import (
     ArmProgress,
@@ -95,14 +95,32 @@ def completed_trials(run_dir: Path) -> dict[str, dict[str, Any]]:
     return completed_on_disk(run_dir)
 
 
+def _first_text(records: list[dict[str, Any]], key: str) -> str | None:
+    """The first record's ``key`` that is text: a record may lack it (a table's missing cell
+    is NaN, not None), e.g. an arm's record written by the paired process that ran it."""
+    return next((v for r in records if isinstance(v := r.get(key), str) and v), None)
+
+
 def env_line(trials: list[dict[str, Any]]) -> str:
+    """decisions.md's environment: device, torch and python from the ok trials that say them;
+    what no trial says is left out rather than printed as a placeholder."""
     ok = [t for t in trials if t.get("status") == "ok"]
     if not ok:
         return f"python {platform.python_version()}; no successful trial reported its device"
-    t = ok[0]
-    d = t.get("device", {})
-    return (f"{d.get('kind')}: {d.get('name')} (x{d.get('count')}), torch {t.get('torch_version')}, "
-            f"python {t.get('python_version')}")
+    d: dict[str, Any] = next((t["device"] for t in ok if isinstance(t.get("device"), dict)
+                              and isinstance(t["device"].get("kind"), str)), {})
+    count = d.get("count")
+    if d.get("kind") == "external":  # a command workload: its trainer's device is its own
+        head = "external command (its device and torch are not probed)"
+    elif d:
+        shown = isinstance(count, (int, float)) and math.isfinite(count) and count > 0
+        head = f"{d['kind']}: {d.get('name') or 'unnamed device'}" + (
+            f" (x{int(count or 0)})" if shown else "")
+    else:
+        head = "no trial reported its device"
+    torch = _first_text(ok, "torch_version")
+    python = _first_text(ok, "python_version") or platform.python_version()
+    return ", ".join([head, *([f"torch {torch}"] if torch else []), f"python {python}"])
 
 
 def with_control(cfg: Config, arms: list[ResolvedArm]) -> list[ResolvedArm]:
@@ -425,8 +443,8 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
     progress.plan(len(planned), len(planned) - len(todo))
     try:
         if todo:
-            _TrialPass(cfg, launcher, session, progress).run(make_specs(cfg, run_dir, running,
-                                                                        todo))
+            _TrialPass(cfg, run_dir, launcher, session, progress).run(
+                make_specs(cfg, run_dir, running, todo), planned, running)
     except BaseException:  # interrupted: what is on disk stays, sanitized
         session.seal(run_dir)
         raise
@@ -455,14 +473,18 @@ class _TrialPass:
     the variant's) or measured under interference runs again after the others, its earlier
     attempts kept beside it, up to protocol.infra_retries / interference_retries times."""
 
-    def __init__(self, cfg: Config, launcher: Launcher, session: provenance.Session,
-                 progress: Any) -> None:
-        self.p, self.launcher, self.session, self.progress = cfg.protocol, launcher, session, progress
+    def __init__(self, cfg: Config, run_dir: Path, launcher: Launcher,
+                 session: provenance.Session, progress: Any) -> None:
+        self.cfg, self.run_dir, self.p = cfg, run_dir, cfg.protocol
+        self.launcher, self.session, self.progress = launcher, session, progress
         self.retry: list[TrialSpec] = []
         self.attempts: dict[str, int] = {}
         self.earlier: dict[str, list[dict[str, Any]]] = {}
+        self.interfered_now: list[float | None] = []  # other processes' cores, each trial
+        self.finished: dict[str, dict[str, Any]] = completed_trials(run_dir)  # to rely on
 
-    def run(self, specs: list[TrialSpec]) -> None:
+    def run(self, specs: list[TrialSpec], planned: list[PlannedTrial],
+            running: list[ResolvedArm]) -> None:
         if specs:  # the first trial of each invocation also writes the full environment report
             specs[0].env_report = True
         # the specs' own limit (jobs.pair_specs gives a paired process the per-trial limit
@@ -470,10 +492,24 @@ class _TrialPass:
         self.timeout_s = max((s.timeout_s or self.p.trial_timeout_s for s in specs),
                              default=self.p.trial_timeout_s)
         with sigterm_as_interrupt():
-            self.launcher.run(specs, self.on_done_retrying, self.timeout_s,
-                              on_start=self.progress.on_start)
+            for wave in waves(self.cfg, specs):  # a round's baseline first: it may stop the rest
+                if self.p.pairing == "process":  # a paired process stops with its baseline
+                    wave = skip_without_baseline(planned, running, wave, self.finished,
+                                                 self.on_done)
+                if wave:
+                    self.launcher.run(wave, self.on_first_done, self.timeout_s,
+                                      on_start=self.progress.on_start)
             while self.retry:
+                if persistent_load(self.cfg, self.run_dir, self.retry, self.interfered_now):
+                    # the load was there before, during and after: a re-run meets it again
+                    self.retry[:] = [r for r in self.retry if _last_infra(r)]
+                    if not self.retry:
+                        break
                 self.rerun()
+
+    def on_first_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+        self.finished[spec.trial_id] = record
+        self.on_done_retrying(spec, record)
 
     def on_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
         # a compute node's host name (Slurm) is replaced like this machine's own
@@ -491,6 +527,7 @@ class _TrialPass:
     def on_done_retrying(self, spec: TrialSpec, record: dict[str, Any]) -> None:
         if self.needs_rerun(spec, record):
             self.retry.append(spec)
+        self.interfered_now.append(_interference(record).get("others_cores"))
         self.on_done(spec, record)
 
     def rerun(self) -> None:
@@ -516,6 +553,92 @@ class _TrialPass:
                 _with_attempts(Path(m.trial_dir), read_json(path), self.earlier[m.trial_id])
         record = _with_attempts(Path(spec.trial_dir), record, self.earlier[spec.trial_id])
         self.on_done_retrying(spec, record)
+
+
+def waves(cfg: Config, specs: list[TrialSpec]) -> list[list[TrialSpec]]:
+    """The specs in order, cut after each round's baseline trial that its round's variants
+    follow, so a failed baseline stops them (:func:`skip_without_baseline`). Trials one at a
+    time by process only: a parallel or Slurm launcher gets every spec at once, and a process
+    paired by steps runs its round's arms together."""
+    if cfg.protocol.pairing != "process" or cfg.launcher.name == "slurm" or (
+            cfg.launcher.max_parallel > 1):
+        return [list(specs)]
+    out: list[list[TrialSpec]] = [[]]
+    for i, s in enumerate(specs):
+        out[-1].append(s)
+        if s.is_baseline and s.kind == "timed" and any(
+                not t.is_baseline and (t.round, t.bucket["name"]) == (s.round, s.bucket["name"])
+                for t in specs[i + 1:]):
+            out.append([])
+    return [w for w in out if w]
+
+
+def skip_without_baseline(planned: list[PlannedTrial], running: list[ResolvedArm],
+                          wave: list[TrialSpec], finished: dict[str, dict[str, Any]],
+                          on_done: Any) -> list[TrialSpec]:
+    """The wave's specs less the variants (and the A/A control) whose round's baseline trial
+    ended without a measurement (failed, crashed, out of memory, timed out): they have nothing
+    to be compared with in that round. Each gets a record that says so (status ``skipped``,
+    not final: a resume runs it again with its baseline) instead of running."""
+    base_of = {(t.round, t.bucket): t.trial_id for t in planned if t.arm_id == running[0].arm_id}
+    keep: list[TrialSpec] = []
+    said: set[tuple[int, str]] = set()
+    for s in wave:
+        key = (s.round, s.bucket["name"])
+        base = finished.get(base_of.get(key, ""), {})
+        if s.is_baseline or s.kind != "timed" or base.get("status") in (None, "ok", INFRA_STATUS):
+            keep.append(s)
+            continue
+        why = (f"not run: the baseline's trial of round {s.round} at {key[1]} "
+               f"({base.get('trial_id')}) ended {base.get('status')}, so this round has "
+               "nothing to compare it with")
+        if key not in said:
+            said.add(key)
+            log.warning("round %d, %s: the baseline's trial %s ended %s (%s): that round's "
+                        "variants are not run", s.round, key[1], base.get("trial_id"),
+                        base.get("status"), base.get("error"))
+        record = record_or_failure(s, "skipped", why, "")
+        Path(s.trial_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write_json(Path(s.trial_dir) / "trial.json", record)
+        on_done(s, record)
+    return keep
+
+
+def _last_infra(spec: TrialSpec) -> bool:
+    """The trial's last record is a harness failure (re-run whatever the load)."""
+    rec = _read_optional(Path(spec.trial_dir) / "trial.json") or {}
+    return rec.get("status") == INFRA_STATUS
+
+
+def persistent_load(cfg: Config, run_dir: Path, retry: list[TrialSpec],
+                    during: list[float | None]) -> bool:
+    """Whether the load that interfered with trials is persistent: other processes were busy
+    before the campaign (machine_load.json), during this pass's trials (most of them over
+    protocol.interference_cores) and still are now (sampled again). Re-runs then meet the
+    same load and cannot help: said once (a warning, and machine_load.json's ``persistent``
+    for decisions.md), and from then on trials are not re-run for interference."""
+    doc = _read_optional(run_dir / "machine_load.json")
+    if doc is None or not any(not _last_infra(s) for s in retry):
+        return False
+    if doc.get("persistent"):
+        return True
+    cores = cfg.protocol.interference_cores
+    busy = [c for c in during if c is not None]
+    if not doc.get("problems") or not busy or sum(c > cores for c in busy) * 2 < len(busy):
+        return False
+    now = machine_load(0.5)
+    if now.others_cores is None or now.others_cores <= cores:
+        return False  # gone: a re-run may find the machine quiet
+    doc["persistent"] = {"during_median_cores": stats.median(busy), "trials": len(busy),
+                         "after_cores": now.others_cores, "at": time.time()}
+    atomic_write_json(run_dir / "machine_load.json", doc)
+    log.warning("the load is persistent (before the campaign: %s; during %d trial(s): median "
+                "%.2f cores; now %.2f cores): trials measured under it are not re-run, since a "
+                "re-run meets the same load; they are pooled (quiet the machine, or "
+                "protocol.require_quiet=true to refuse to start on a busy one)",
+                "; ".join(doc.get("problems") or []), len(busy), stats.median(busy),
+                now.others_cores)
+    return True
 
 
 def paired_records(spec: TrialSpec, record: dict[str, Any]) -> list[tuple[TrialSpec, dict[str, Any]]]:
@@ -612,6 +735,16 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
             f"average {machine.get('load_average', 0):.2f} on {machine.get('cores')} cores)"))
     if not rows and not still:
         return [("Interference", [f"- {x}" for x in load])] if load else []
+    persistent = (machine or {}).get("persistent")
+    if persistent and still:  # said once: the same load before, during and after
+        load.append(f"persistent load: there before the campaign, during its trials (median "
+                    f"{persistent['during_median_cores']:.2f} cores over {persistent['trials']}) "
+                    f"and after them ({persistent['after_cores']:.2f} cores): {len(still)} "
+                    "trial(s) measured under it were not re-run (a re-run meets the same load) "
+                    "and are pooled; quiet the machine for cleaner timings")
+        still = []
+        if not rows:
+            return [("Interference", [f"- {x}" for x in load])]
     infra = sum(1 for r in rows if any(a.get("status") == INFRA_STATUS
                                        for a in r["earlier_attempts"]))
     lines = [f"{len(rows)} trial(s) re-run: {infra} after a harness failure (ranks out of step, "
@@ -831,6 +964,9 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
     failures = [r for r in records if r.get("status") not in ("ok", None)
                 # profiled and microbenchmark trials: in their own sections
                 and r.get("kind", "timed") not in ("profile", "microbench")]
+    for f in failures:  # where the whole log is, beside its tail
+        found = trial_log(run_dir / "trials" / str(f["trial_id"]), f)
+        f["log_file"] = str(found.relative_to(run_dir)) if found is not None else None
     sections = [*lineage_section(run_dir),
                 *direction_section(cfg, out.directions),
                 ("Utilization (MFU / HFU)", utilization_section(records, out.peaks, out.util)),

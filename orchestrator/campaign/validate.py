@@ -39,8 +39,15 @@ from orchestrator.platform.hardware import validate_hardware
 from orchestrator.launch.checks import validate_launcher, validate_start_method
 from orchestrator.core.reference import MODES as SPEED_REFERENCE_MODES
 from orchestrator.core.steady import WARMUP_POLICIES
-from orchestrator.spec.sweep import ResolvedArm, arm_key, check_sweep, pairing_obstacle, resolve_arms
-from recipes.command.config import CommandWorkloadConfig
+from orchestrator.spec.sweep import (
+    ResolvedArm,
+    arm_key,
+    check_sweep,
+    differing_settings,
+    pairing_obstacle,
+    resolve_arms,
+)
+from recipes.command.config import CommandWorkloadConfig, looks_like_work, work_per_step
 from recipes.gpt.config import GPTWorkloadConfig
 from recipes.registry import REGISTRY, check_import_path
 
@@ -131,6 +138,7 @@ def validate(cfg: Config) -> None:
         arms = resolve_arms(cfg)
         validate_arms(arms)
         check_lever_sweep(cfg, arms)
+        check_work_per_step(cfg, arms)
         check_baseline_arm(cfg, arms)  # baseline=vN: the baseline arm is the version
         check_pairing(cfg, arms)
         check_attention_arms(cfg, arms)
@@ -339,3 +347,39 @@ def check_lever_sweep(cfg: Config, arms: Sequence[ResolvedArm]) -> None:
         raise ConfigError("workload.time_limit_s",
                           f"{w.time_limit_s:g} s must be below protocol.trial_timeout_s="
                           f"{cfg.protocol.trial_timeout_s:g} s so the command's log is kept")
+
+
+def check_work_per_step(cfg: Config, arms: Sequence[ResolvedArm]) -> None:
+    """A command workload's arms must do the same work per step (a throughput sweep compares
+    the same work in less time): where ``workload.tokens_per_step`` states it from the params,
+    arms whose figure differs are refused; where it is not stated, sweeping a param whose name
+    says it sets the work (a batch or sequence size, gradient accumulation) is refused with
+    the way to state it. Tokens a trainer logs are compared after the trials (the loss gate's
+    neighbour, :func:`orchestrator.analysis.loss_gate.work_gates`)."""
+    if not isinstance(cfg.workload, CommandWorkloadConfig) or cfg.sweep is None:
+        return
+    sweep = cfg.sweep
+    key = "sweep.variable" if not sweep.knob else f"sweep.knob.{next(iter(sweep.knob))}"
+    base = arms[0]
+    buckets = [b for b in cfg.workload.buckets
+               if sweep.buckets is None or b.name in sweep.buckets]
+    for arm in arms[1:]:
+        for b in buckets:
+            mine, theirs = (work_per_step(a.workload_config, b)[0] for a in (base, arm))
+            if mine != theirs:
+                raise ConfigError(key, f"{sweep.variable!r} is frozen: it changes the work per "
+                                  f"step (workload.tokens_per_step: {mine} tokens in "
+                                  f"{base.label!r}, {theirs} in {arm.label!r}, bucket {b.name}); "
+                                  "a throughput sweep compares the same work per step, so "
+                                  "pick another variable")
+        if cfg.workload.tokens_per_step is not None:
+            continue
+        for path in sorted(differing_settings(base, arm)):
+            name = path.removeprefix("workload.params.")
+            if path.startswith("workload.params.") and looks_like_work(name):
+                raise ConfigError(key, f"{path!r} is frozen: by its name it sets the work per "
+                                  "step (a batch or sequence size), which a throughput sweep "
+                                  "must keep. If it does not, state the work per step: "
+                                  f"workload.tokens_per_step='{{seq_len}} * {{micro_batch}}' "
+                                  "(a product of params and built-ins); arms that differ in "
+                                  "it are refused")

@@ -142,7 +142,7 @@ def load_steps(run_dir: Path) -> pd.DataFrame:
             continue
         df = pd.read_csv(spath)
         for key in ("trial_id", "arm_id", "arm_label", "bucket", "round", "position",
-                    "is_baseline", "peak_mem_bytes"):
+                    "is_baseline", "peak_mem_bytes", "paired_process"):
             df[key] = rec.get(key)
         frames.append(df)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

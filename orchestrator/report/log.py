@@ -1,7 +1,8 @@
 """The cross-campaign decision log (pure): one row per hypothesis and variant.
 
 The latest decision per variable comes first; a decision on the same workload, variable and
-value that a later campaign decided again is kept and marked ``superseded``.
+value that a later campaign decided again is kept and marked ``superseded`` (a later
+``invalid`` campaign supersedes no verdict: it said nothing about the variant).
 """
 
 from __future__ import annotations
@@ -103,6 +104,23 @@ def _day(text: str | None) -> float | None:
     return dt.datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=dt.timezone.utc).timestamp()
 
 
+def mark_superseded(rows: Sequence[LogRow]) -> None:
+    """A decision is superseded by a later one on the same workload, variable and variant,
+    except that an ``invalid`` one (the campaign said nothing about the variant: trials
+    failed, a gate could not run) supersedes only earlier invalid ones, never a verdict."""
+    latest: dict[tuple[str, str, str], float] = {}  # the latest verdict that says something
+    latest_any: dict[tuple[str, str, str], float] = {}
+    for r in rows:
+        key = (r.workload, r.variable, r.variant)
+        latest_any[key] = max(latest_any.get(key, 0.0), r.decided_at)
+        if r.verdict != "invalid":
+            latest[key] = max(latest.get(key, 0.0), r.decided_at)
+    for r in rows:
+        key = (r.workload, r.variable, r.variant)
+        later = latest_any[key] if r.verdict == "invalid" else latest.get(key, 0.0)
+        r.superseded = r.decided_at < later
+
+
 def build_log(
     campaigns: Iterable[Campaign],
     *,
@@ -115,12 +133,7 @@ def build_log(
 ) -> list[LogRow]:
     """Rows filtered and ordered; ``since``/``until`` are YYYY-MM-DD (UTC), until inclusive."""
     rows = [r for c in campaigns for r in campaign_rows(c, base)]
-    latest: dict[tuple[str, str, str], float] = {}
-    for r in rows:
-        key = (r.workload, r.variable, r.variant)
-        latest[key] = max(latest.get(key, 0.0), r.decided_at)
-    for r in rows:
-        r.superseded = r.decided_at < latest[(r.workload, r.variable, r.variant)]
+    mark_superseded(rows)
     lo, hi = _day(since), _day(until)
     keep = [
         r for r in rows

@@ -80,12 +80,31 @@ def _floors(noise_floor: float | Mapping[str, Any] | None) -> tuple[float | None
     return float(noise_floor), {}
 
 
+def forest_guides(threshold: float | None, ni_margin: float | None
+                  ) -> list[tuple[float, str, str, str]]:
+    """The rule's lines on the speedup forest, (x, legend label, colour, line style): the
+    equivalence band [1 / (1 + min_effect), 1 + min_effect] (every interval inside it:
+    equivalent) and the non-inferiority margin 1 - ni_margin (a bucket whose interval lies
+    below it: reject; a retain needs every bucket's above it)."""
+    out = []
+    if threshold and threshold > 1:
+        out += [(threshold, (f"equivalence band ±{threshold - 1:.0%} "
+                             f"[{1 / threshold:.3f}, {threshold:.3f}]"), "#4c72b0", "--"),
+                (1 / threshold, "_nolegend_", "#4c72b0", "--")]
+    if ni_margin:
+        out.append((1 - ni_margin, (f"non-inferiority margin {1 - ni_margin:.3f} (a bucket "
+                                    "below it: reject)"), "#c44e52", ":"))
+    return out
+
+
 def forest(
     decisions: Sequence[dict[str, Any]], buckets: Sequence[str], out: Path,
     *, threshold: float | None = None, noise_floor: float | Mapping[str, Any] | None = None,
-    aa: Mapping[str, Any] | None = None,
+    aa: Mapping[str, Any] | None = None, ni_margin: float | None = None,
 ) -> Path | None:
-    """Speedup intervals per variant and scope (bucket, mixture). ``noise_floor``: the A/A
+    """Speedup intervals per variant and scope (bucket, mixture), with the rule's guides
+    (:func:`forest_guides`: the equivalence band from ``threshold`` = 1 + min_effect, the
+    non-inferiority margin 1 - ``ni_margin``). ``noise_floor``: the A/A
     noise floor, one value or per scope; drawn as a grey band 1 ± floor behind each row of its
     scope. ``aa``: {scope: {"speedup", "low", "high"}}, the A/A control's intervals, drawn as
     rows of their own."""
@@ -121,8 +140,8 @@ def forest(
                              lw=0, label=None if labelled else "A/A noise floor (1 ± floor)")
             labelled = True
     ax.axvline(1.0, color="black", lw=1)
-    if threshold:
-        ax.axvline(threshold, color="#55a868", lw=1, ls="--", label=f"retain threshold {threshold:.3f}")
+    for x, label, color, style in forest_guides(threshold, ni_margin):
+        ax.axvline(x, color=color, lw=1, ls=style, label=label)
     for y, (name, scope, sp, lo, hi, verdict) in zip(ys, rows):
         c = verdict_color.get(verdict, "#4c72b0")
         ax.plot([lo, hi], [y, y], color=c, lw=2)
@@ -138,11 +157,25 @@ def forest(
     return out
 
 
+def execution_order(steps: pd.DataFrame) -> pd.DataFrame:
+    """Steps in the order they ran: processes by their place in the plan, then step number
+    within each. Arms paired by steps share one process (``paired_process``), so their blocks
+    interleave as they alternated, rather than one arm's steps after the other's."""
+    df = steps.copy()
+    if "paired_process" in df:
+        proc = df["paired_process"].where(df["paired_process"].notna(), df["trial_id"])
+    else:
+        proc = df["trial_id"] if "trial_id" in df else df["position"]
+    df["_process_at"] = df.groupby(proc)["position"].transform("min")
+    return (df.sort_values(["_process_at", "step"], kind="stable")
+            .drop(columns="_process_at").reset_index(drop=True))
+
+
 def timeline(steps: pd.DataFrame, arms: Sequence[dict[str, Any]], out: Path) -> Path | None:
     if steps.empty:
         return None
     plt = _plt()
-    df = steps.sort_values(["position", "step"]).reset_index(drop=True)
+    df = execution_order(steps)
     order = _arm_order(df, arms)
     fig, ax = plt.subplots(figsize=(9, 3.6))
     for i, arm in enumerate(order):
@@ -152,7 +185,10 @@ def timeline(steps: pd.DataFrame, arms: Sequence[dict[str, Any]], out: Path) -> 
             ax.scatter(s.index, s["step_time_s"] * 1e3, s=10, marker=marker, alpha=alpha,
                        color=COLORS[i % len(COLORS)], label=arm if phase == "measured" else None)
     ax.set_yscale("log")
-    ax.set_xlabel("step, in execution order across trials (x = warm-up, excluded)")
+    paired = "paired_process" in df and df["paired_process"].notna().any()
+    ax.set_xlabel("step, in execution order across trials (x = warm-up, excluded)"
+                  + ("\narms sharing a process drawn block by block, as they alternated"
+                     if paired else ""))
     ax.set_ylabel("step time (ms)")
     ax.set_title("Step time over the run: warm-up and drift")
     ax.legend(fontsize=8, ncol=min(4, len(order)))
@@ -163,21 +199,48 @@ def timeline(steps: pd.DataFrame, arms: Sequence[dict[str, Any]], out: Path) -> 
     return out
 
 
-def memory(results: pd.DataFrame, out: Path) -> Path | None:
+def memory_title(results: pd.DataFrame) -> str:
+    """What the bars mean, from the records' ``peak_mem_source``: one process ran every arm
+    (pairing by steps) and its peak could not be reset per arm (the CPU's peak RSS), or it
+    was read per arm, or each trial was its own process."""
+    sources = ({str(x) for x in results["peak_mem_source"].dropna()}
+               if "peak_mem_source" in results else set())
+    if any("all arms" in x for x in sources):
+        return ("Peak memory: one process ran every arm, so each bar is that process's peak\n"
+                "(shared by the arms, not per arm: " + min(sources) + ")")
+    if any("this arm's blocks" in x for x in sources):
+        return "Peak memory per arm (reset and read per arm in the process they shared)"
+    return "Peak memory per arm" + (f" ({min(sources)})" if len(sources) == 1 else "")
+
+
+def memory_figure(results: pd.DataFrame) -> Any:
+    """The peak-memory bar chart (figure, axes), its legend outside the bars; None without
+    figures."""
     if results.empty or "peak_mem_bytes" not in results or results["peak_mem_bytes"].isna().all():
         return None
     plt = _plt()
     piv = results.pivot_table(index="arm_label", columns="bucket", values="peak_mem_bytes",
                               sort=False) / 2**20
-    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
     piv.plot.bar(ax=ax, rot=30, color=COLORS[: len(piv.columns)])
     ax.set_ylabel("peak memory (MiB)")
     ax.set_xlabel("")
-    ax.set_title("Peak memory per arm")
+    ax.set_title(memory_title(results), fontsize=9)
     ax.grid(axis="y", alpha=0.3)
+    # right of the axes, where no bar is (inside, "best" may still cover one)
+    ax.legend(title="bucket", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0.0)
     fig.tight_layout()
+    return fig, ax
+
+
+def memory(results: pd.DataFrame, out: Path) -> Path | None:
+    made = memory_figure(results)
+    if made is None:
+        return None
+    fig, _ = made
     fig.savefig(out, dpi=110)
-    plt.close(fig)
+    _plt().close(fig)
     return out
 
 

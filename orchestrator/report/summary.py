@@ -79,6 +79,20 @@ def results_table(results: pd.DataFrame) -> Block:
                                    "speedup [CI]", "ok trials", "peak mem (MiB)"], rows=rows)
 
 
+def trials_line(run_dir: Path, plan: dict[str, Any]) -> str:
+    """The plan's trials and how many ran: a trial re-run after a harness failure or under
+    interference ran more than once (its earlier attempts lie beside it, attempt<N>.json)."""
+    ids = [str(t.get("trial_id")) for t in plan.get("trials", [])]
+    done = sum(1 for t in ids if (run_dir / "trials" / t / "trial.json").is_file())
+    again = sum(len(list((run_dir / "trials" / t).glob("attempt*.json"))) for t in ids)
+    if not again and done == len(ids):
+        return f"trials planned: {len(ids)}, all run once"
+    return (f"trials planned: {len(ids)}; runs: {done + again}"
+            + (f" ({again} re-run(s) after a harness failure or under interference; see "
+               "decisions.md, Trials re-run)" if again else "")
+            + (f"; {len(ids) - done} not run" if done < len(ids) else ""))
+
+
 def build_document(c: Campaign, *, with_plots: bool = True) -> list[Block]:
     sweep = c.sweep
     protocol = c.config.get("protocol") or {}
@@ -92,7 +106,7 @@ def build_document(c: Campaign, *, with_plots: bool = True) -> list[Block]:
             "arms: " + ", ".join(a["label"] + (" (baseline)" if a.get("is_baseline") else "")
                                  for a in arms),
             f"buckets: {', '.join(buckets)}",
-            f"trials planned: {len(c.plan.get('trials', []))}",
+            trials_line(c.run_dir, c.plan),
             f"source commit: {c.source.get('commit', 'unknown')}",
         ]),
         Block("h2", "Verdicts"),
@@ -166,7 +180,8 @@ def plot_blocks(c: Campaign, buckets: list[str], arms: list[dict[str, Any]],
             c.decisions, buckets, pdir / "speedup_forest.png",
             threshold=None if min_effect is None else 1 + float(min_effect),
             noise_floor=noise,
-            aa={k: v.get("aa") for k, v in aa.items()} if isinstance(aa, dict) else None)),
+            aa={k: v.get("aa") for k, v in aa.items()} if isinstance(aa, dict) else None,
+            ni_margin=protocol.get("ni_margin", 0.05))),
         ("Step time over the run", plots.timeline(steps, arms, pdir / "timeline.png")),
         ("Peak memory", plots.memory(c.results, pdir / "memory.png")),
         ("Phase breakdown", plots.phase_breakdown(c.run_dir, pdir / "phases.png")),

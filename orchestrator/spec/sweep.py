@@ -114,7 +114,7 @@ def _check_path(key: str, path: str, workload: dict[str, Any]) -> None:
 
 def _check_frozen(key: str, path: str, cfg: Config) -> None:
     for prefix in cfg.invariants.frozen:
-        if path == prefix or path.startswith(prefix + "."):
+        if path == prefix or path.startswith((prefix + ".", prefix + "[")):
             why = cfg.invariants.reasons.get(prefix, "declared invariant")
             raise ConfigError(
                 key,
@@ -244,8 +244,10 @@ def check_sweep(cfg: Config) -> None:
         raise ConfigError("sweep.knob", "is empty; declare field: dotted.path pairs or remove it")
     for name, path in _paths(sweep).items():
         key = f"sweep.knob.{name}" if name else "sweep.variable"
-        _check_path(key, path, workload)
+        # frozen first: a frozen key inside a list (workload.buckets.0.micro_batch) is refused
+        # for what it is, not as a path the lookup cannot follow
         _check_frozen(key, path, cfg)
+        _check_path(key, path, workload)
     swept = set(_paths(sweep).values())
     for path in sweep.fixed:
         _check_path(f"sweep.fixed.{path}", path, workload)

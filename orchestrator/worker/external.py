@@ -190,7 +190,7 @@ def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: Checked
     if logged:
         tokens, source = int(statistics.median(logged)), "log"
     else:
-        tokens, source = int(trainer.tokens_per_step), trainer.tokens_source
+        tokens, source = trainer.tokens_per_step, trainer.tokens_source  # None: unknown
     losses = [(r.step, r.loss) for r in checked.warmup + checked.measured if r.loss is not None]
     rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     warm = [r.step_time_s for r in checked.warmup]
@@ -203,7 +203,7 @@ def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: Checked
         step_time_mad_s=statistics.median(abs(v - median) for v in measured),
         tokens_per_step=tokens,
         tokens_source=source,
-        tokens_per_s=tokens / median,
+        tokens_per_s=None if tokens is None else tokens / median,
         peak_mem_bytes=rss_kib * (1 if sys.platform == "darwin" else 1024),
         peak_mem_source="largest child process peak RSS (host side)",
         useful_flops_per_step=useful,

@@ -45,8 +45,17 @@ MAX_MEASURED_STEPS = 2000
 
 
 def one_line(exc: BaseException) -> str:
+    """The exception in one line; one without a message (a bare ``assert``) says where it
+    was raised: file, line, function and the line's source."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
+    if text:
+        return f"{type(exc).__name__}: {text[0]}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return type(exc).__name__
+    f = frames[-1]
+    return (f"{type(exc).__name__} at {Path(f.filename).name}:{f.lineno} in {f.name}"
+            + (f": {f.line.strip()}" if f.line else ""))
 
 
 def _compile_hint(exc: BaseException, error: str) -> str:
@@ -505,6 +514,16 @@ def _memory_fields(dev: Any, memory: dict[str, int] | None,
     return peak, source, {k: v for k, v in (figures or {}).items() if k != "peak_mem_bytes"}
 
 
+def _excluded_tags(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many excluded steps carried each tag (compile, switch, epoch boundary ...)."""
+    out: dict[str, int] = {}
+    for r in rows:
+        if r["phase"] == "excluded":
+            for tag in filter(None, str(r.get("tags") or "").split(";")):
+                out[tag] = out.get(tag, 0) + 1
+    return out
+
+
 def _interference(window: CpuWindow, world: int) -> dict[str, Any]:
     if world <= 1:
         return window.stop()
@@ -615,6 +634,7 @@ def _step_fields(b: _Built, arm: _Arm, measured: list[float], median: float) -> 
         "warmup_policy": b.policy.policy, "warmup_steps_used": len(arm.warm_times),
         "warmup_settled": arm.settled,
         "excluded_steps": sum(1 for r in rows if r["phase"] == "excluded"),
+        "excluded_tags": _excluded_tags(rows),
         "compile_steps": sum(1 for r in rows if "compile" in r["tags"].split(";")),
     }
 

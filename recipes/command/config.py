@@ -29,6 +29,70 @@ def template_fields(template: str) -> list[str]:
     return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
 
 
+# names of params that usually set the work of a step (a batch or sequence size, gradient
+# accumulation): sweeping one is refused unless workload.tokens_per_step says otherwise
+WORK_PARAM_WORDS = ("batch", "block_size", "seq_len", "seq_length", "sequence_length",
+                    "context_length", "n_ctx", "accum", "tokens")
+
+
+def looks_like_work(param: str) -> bool:
+    """Whether a param's name says it sets the work per step (batch_size, grad_accum ...)."""
+    name = param.lower()
+    return any(w in name for w in WORK_PARAM_WORDS) or name in ("bs", "mbs", "gbs")
+
+
+def _positive_int(key: str, value: Any, what: str) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if not ok and isinstance(value, str) and value.strip().isdigit():
+        value, ok = int(value), True
+    if not ok or value <= 0:
+        raise ConfigError(key, f"{what} is {value!r}, not a whole number > 0; state tokens per "
+                          "step as a number or a product such as '{batch_size} * {seq_len}'")
+    return int(value)
+
+
+def work_per_step(w: Any, bucket: Any) -> tuple[int | None, str]:
+    """(tokens of one step, where the figure comes from) for a command workload and one of
+    its buckets, before any log is read (logged tokens take precedence in the trial record).
+    ``workload.tokens_per_step``: a number, or a product of numbers and placeholders (params
+    and built-ins) evaluated with this bucket; unset, the bucket shape when the command takes
+    {seq_len} and {micro_batch}, else unknown (None): the bucket shape is then not the
+    command's work. Raises ConfigError naming workload.tokens_per_step."""
+    key, t = "workload.tokens_per_step", w.tokens_per_step
+    if t is None:
+        used = set()
+        for text in (w.command, w.cwd or "", *map(str, w.env.values())):
+            try:
+                used |= set(template_fields(text))
+            except ValueError:
+                pass  # validate() names a bad template
+        if {"seq_len", "micro_batch"} <= used:
+            return bucket.seq_len * bucket.micro_batch * w.world_size, "bucket shape"
+        missing = " and ".join(f"{{{n}}}" for n in ("seq_len", "micro_batch") if n not in used)
+        return None, (f"unknown: the command does not take {missing}, so the bucket shape is "
+                      "not its work per step; state it as workload.tokens_per_step (e.g. "
+                      "'{batch_size} * {seq_len}' from the params), or log tokens per step")
+    if not isinstance(t, str):
+        return _positive_int(key, t, "the figure"), "config"
+    vals = {**w.params, "seq_len": bucket.seq_len, "micro_batch": bucket.micro_batch,
+            "world_size": w.world_size}
+    total, shown = 1, []
+    for term in t.split("*"):
+        term = term.strip()
+        names = template_fields(term) if "{" in term else []
+        if names and term == f"{{{names[0]}}}":
+            name = names[0]
+            if name not in vals:
+                raise ConfigError(key, f"{t!r}: unknown placeholder {{{name}}}; use workload."
+                                  f"params names or seq_len, micro_batch, world_size")
+            n = _positive_int(key, vals[name], f"{{{name}}}")
+        else:
+            n = _positive_int(key, term, f"{term!r} in {t!r}")
+        total *= n
+        shown.append(str(n))
+    return total, f"config: {t.strip()} = {' x '.join(shown)}"
+
+
 @dataclass
 class CommandLogConfig:
     """How step records are read from an external command's log."""
@@ -60,7 +124,12 @@ class CommandWorkloadConfig(WorkloadConfig):
     params: dict[str, Any] = field(default_factory=dict)
     time_limit_s: Optional[float] = None  # None = 95 % of protocol.trial_timeout_s
     log: CommandLogConfig = field(default_factory=CommandLogConfig)
-    tokens_per_step: Optional[int] = None  # None = from the log, else bucket seq_len x micro_batch x world_size
+    # the work of one step, in tokens: a number, or a product of placeholders and numbers
+    # stated from the params ("{batch_size} * {seq_len} * {grad_accum}"), so a sweep whose arms
+    # differ in it is refused; tokens the log carries come first. None = the bucket shape
+    # (seq_len x micro_batch x world_size) when the command takes {seq_len} and {micro_batch},
+    # else unknown (no tokens/s)
+    tokens_per_step: Any = None
     loss_rtol: float = 0.01  # correctness: largest relative loss difference per logged step
     # useful (model) FLOPs of one training step on one device, declared (e.g. nanoGPT's
     # estimate_mfu numerator: (6 N + 12 L H Q T) x tokens per device-step): MFU is then given
@@ -99,8 +168,8 @@ class CommandWorkloadConfig(WorkloadConfig):
             raise ConfigError("workload.log.skip_steps", f"must be >= 0, got {self.log.skip_steps}")
         if self.time_limit_s is not None and not self.time_limit_s > 0:
             raise ConfigError("workload.time_limit_s", f"must be > 0, got {self.time_limit_s}")
-        if self.tokens_per_step is not None and self.tokens_per_step <= 0:
-            raise ConfigError("workload.tokens_per_step", f"must be > 0, got {self.tokens_per_step}")
+        for b in self.buckets:  # each bucket's figure (a template's placeholders too)
+            work_per_step(self, b)
         if self.loss_rtol < 0 or self.loss_rtol != self.loss_rtol:
             raise ConfigError("workload.loss_rtol", f"must be >= 0, got {self.loss_rtol}")
         self.check_paths()

@@ -15,7 +15,7 @@ from typing import Any
 from orchestrator.spec.config import BucketConfig
 from orchestrator.core.logparse import StepRecord, compile_pattern, parse_steps
 from recipes.base import Invocation, TrainerHooks, external_recipe
-from recipes.command.config import CommandWorkloadConfig
+from recipes.command.config import CommandWorkloadConfig, work_per_step
 
 
 class CommandTrainer(TrainerHooks):
@@ -23,12 +23,8 @@ class CommandTrainer(TrainerHooks):
         self.workload = workload
         self.bucket = bucket
         self.device = device
-        if workload.tokens_per_step:
-            self.tokens_per_step = int(workload.tokens_per_step)
-            self.tokens_source = "config"
-        else:
-            self.tokens_per_step = bucket.seq_len * bucket.micro_batch * workload.world_size
-            self.tokens_source = "bucket shape"
+        # None: unknown (the bucket shape does not reach the command); logged tokens override
+        self.tokens_per_step, self.tokens_source = work_per_step(workload, bucket)
         self.pattern = compile_pattern(workload.log.pattern) if workload.log.pattern else None
 
     def values(self, trial_dir: str, warmup_steps: int, measured_steps: int) -> dict[str, Any]:

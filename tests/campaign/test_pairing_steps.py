@@ -180,6 +180,12 @@ def test_steps_pairing_runs_every_arm_of_a_round_in_one_process(compose: Any,
     assert v.verdict == "reject", v.reasons
     text = (run_dir / "decisions.md").read_text()
     assert "pairing by steps" in text
+    # the header prints no placeholder, and the switch steps are named for what they are
+    import re
+
+    assert not re.findall(r"\bnan\b|\bNone\b|xNone", text), re.findall(r".*(?:nan|None).*", text)
+    assert "tagged step(s) excluded (switch; the steps after each arm switch" in text
+    assert "Peak memory: one process ran every arm and its peak cannot be reset" in text
     # the cycles planner (protocol.plan_cycles) reads these rounds: whole, even cycles per
     # arm, never fewer than ran, at most 4x more per extension
     from orchestrator.campaign.run import cycles_per_round

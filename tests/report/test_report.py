@@ -59,6 +59,28 @@ def test_filters(tmp_path: Path) -> None:
     assert [r.run_dir for r in build_log(campaigns, base=root, until="2026-05-28")] == ["old"]
 
 
+def test_an_invalid_campaign_supersedes_no_verdict(tmp_path: Path) -> None:
+    """An invalid campaign says nothing about the variant: a later invalid run leaves the
+    earlier reject standing (both listed, neither struck out by it), and a later valid
+    verdict supersedes both."""
+    root = tmp_path / "tree"
+    write_campaign(root / "reject", decided_at=T0, variants=(("tiled", "reject", 0.8),))
+    write_campaign(root / "broken", decided_at=T0 + DAY, variants=(("tiled", "invalid", 1.0),))
+    campaigns, _ = load_campaigns(root)
+    rows = {r.run_dir: r for r in build_log(campaigns, base=root)}
+    assert not rows["reject"].superseded and not rows["broken"].superseded
+    assert "| **reject** |" in render_log(list(rows.values()))
+    write_campaign(root / "again", decided_at=T0 + 2 * DAY, variants=(("tiled", "invalid", 1.0),))
+    campaigns, _ = load_campaigns(root)
+    rows = {r.run_dir: r for r in build_log(campaigns, base=root)}
+    assert rows["broken"].superseded and not rows["again"].superseded  # invalid by invalid
+    assert not rows["reject"].superseded
+    write_campaign(root / "retain", decided_at=T0 + 3 * DAY, variants=(("tiled", "retain", 1.2),))
+    campaigns, _ = load_campaigns(root)
+    rows = {r.run_dir: r for r in build_log(campaigns, base=root)}
+    assert [n for n, r in rows.items() if not r.superseded] == ["retain"]
+
+
 def test_incompatible_schema_is_skipped_and_said(tmp_path: Path, capsys: Any) -> None:
     root = _tree(tmp_path)
     write_campaign(root / "future", schema_version=99)
@@ -232,6 +254,7 @@ def test_noise_floor_band_from_a_campaign_with_an_aa_arm(compose: Any, tmp_path:
     (kw,) = drawn
     assert kw["noise_floor"] == line["noise_floor"]
     assert set(kw["aa"]) == set(line["noise_floor"])
+    assert kw["ni_margin"] == cfg.protocol.ni_margin  # the margin that decides rejects
     assert "A/A control (the baseline against itself)" in (run_dir / "summary.md").read_text()
     assert "data:image/png;base64," in (run_dir / "summary.html").read_text()  # right away
     # and the band is really drawn: the render differs from the same plot without it
@@ -319,3 +342,77 @@ def test_violins_are_clipped_to_the_bulk_of_the_steps() -> None:
     steps = [np.full(199, 10.0), np.array([10.0] * 200 + [3000.0])]
     lim, clipped = clip_limit(steps)
     assert lim == pytest.approx(15.0) and clipped == 1  # 1.5 x the 99th percentile (10 ms)
+
+
+def test_decisions_header_prints_no_placeholders() -> None:
+    """decisions.md's environment line from trial records as a table gives them: the first ok
+    record may lack the versions (NaN), and a command workload's has no device count or torch;
+    neither prints nan, None or xNone."""
+    from orchestrator.campaign.run import env_line
+
+    nan = float("nan")
+    cpu = {"kind": "cpu", "name": "AMD EPYC", "count": 2}
+    got = env_line([{"status": "ok", "device": cpu, "torch_version": nan, "python_version": nan},
+                    {"status": "ok", "device": cpu, "torch_version": "2.13.0",
+                     "python_version": "3.11.7"}])
+    assert got == "cpu: AMD EPYC (x2), torch 2.13.0, python 3.11.7"
+    external = {"kind": "external", "name": "not probed (external command)", "count": None}
+    got = env_line([{"status": "ok", "device": external, "torch_version": None,
+                     "python_version": "3.11.7"}])
+    assert got == "external command (its device and torch are not probed), python 3.11.7"
+    got = env_line([{"status": "ok", "device": {**cpu, "count": nan}, "torch_version": None,
+                     "python_version": "3.11.7"}])  # synthetic: no torch in the trial
+    assert got == "cpu: AMD EPYC, python 3.11.7"
+
+
+def test_excluded_steps_are_named_by_the_tags_seen() -> None:
+    from orchestrator.analysis.decisions_md import excluded_line
+
+    assert excluded_line(6, {"switch": 6}) == (
+        "6 tagged step(s) excluded (switch; the steps after each arm switch, pairing by steps)")
+    assert excluded_line(5, {"compile": 2, "epoch_boundary": 3}) == (
+        "5 tagged step(s) excluded (epoch_boundary 3, compile 2)")
+    assert "compile" in excluded_line(2, {})  # an older record without the counts
+
+
+def test_plots_draw_the_rule_the_blocks_as_they_ran_and_say_what_memory_means() -> None:
+    """The forest's guides are the rule's: the equivalence band and the non-inferiority
+    margin; the timeline orders arms paired by steps by their step in the shared process;
+    the memory chart says when one process's peak is every arm's, and keeps its legend off
+    the bars."""
+    from orchestrator.report import plots
+
+    guides = plots.forest_guides(1.02, 0.05)
+    assert [round(x, 3) for x, *_ in guides] == [1.02, 0.98, 0.95]
+    assert guides[0][1] == "equivalence band ±2% [0.980, 1.020]"
+    assert guides[2][1] == "non-inferiority margin 0.950 (a bucket below it: reject)"
+    assert not any("retain" in label for _, label, *_ in guides)
+
+    # two arms of one process alternating every 3 steps, then a process of its own
+    steps = pd.DataFrame({
+        "trial_id": ["p-a0"] * 6 + ["p-a1"] * 6 + ["q-a0"] * 2,
+        "paired_process": ["p-a0"] * 12 + [None] * 2,
+        "arm_label": ["base"] * 6 + ["var"] * 6 + ["base"] * 2,
+        "position": [0] * 6 + [1] * 6 + [2] * 2,
+        "step": [0, 1, 2, 6, 7, 8, 3, 4, 5, 9, 10, 11, 0, 1],
+        "phase": ["measured"] * 14, "step_time_s": [0.01] * 14})
+    got = plots.execution_order(steps)
+    assert list(got["arm_label"]) == ["base"] * 3 + ["var"] * 3 + ["base"] * 3 + ["var"] * 3 \
+        + ["base"] * 2
+    assert list(got["step"][:12]) == list(range(12))
+
+    def results(source: str) -> pd.DataFrame:
+        return pd.DataFrame({"arm_label": ["a", "b", "a", "b"], "bucket": ["s1", "s1", "s2", "s2"],
+                             "peak_mem_bytes": [3e8, 3e8, 4e8, 4e8],
+                             "peak_mem_source": [source] * 4})
+
+    shared = plots.memory_title(results("process peak RSS (the paired process, all arms)"))
+    assert shared.startswith("Peak memory: one process ran every arm") and "not per arm" in shared
+    assert "reset and read per arm" in plots.memory_title(
+        results("cuda allocator peak (this arm's blocks)"))
+    fig, ax = plots.memory_figure(results("process peak RSS"))
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    bars = [p.get_window_extent() for p in ax.patches]
+    assert bars and not any(legend.overlaps(b) for b in bars)
+    plots._plt().close(fig)

@@ -330,3 +330,146 @@ def test_declared_flops_are_checked(compose: Any, overrides: list[str], match: s
     if len(overrides) == 2:  # one bucket selected: fine
         cfg = compose([*CMD, "+sweep=example_delay", *overrides, "sweep.buckets=[b]"])
         assert cfg.workload.flops_per_step == 1e9
+
+
+# a stand-in for nanoGPT's train.py: its batch size is its own flag (a param), its sequence
+# length the bucket's; it logs like nanoGPT and sleeps in proportion to its batch
+NANOGPT = ("import sys\n"
+           "args = dict(a[2:].split('=') for a in sys.argv[1:])\n"
+           "import time\n"
+           "for i in range(int(args['max_iters'])):\n"
+           "    time.sleep(0.0005 * int(args['batch_size']))\n"
+           "    print(f'iter {i}: loss 2.0, time {0.5 * int(args[\"batch_size\"]):.2f}ms, mfu 1.00%')")
+NANO = [*CMD, "+sweep=example_delay", "protocol.repeats=1",
+        ("workload.command='{python} -c {code} --batch_size={batch_size} --block_size={seq_len} "
+         "--max_iters={steps} --compile={compile}'"),
+        "+workload.params.code=x", "+workload.params.batch_size=4", "+workload.params.compile=no"]
+
+
+def _nano(compose: Any, *more: str) -> Any:
+    cfg = compose([*NANO, *more])
+    cfg.workload.params["code"] = NANOGPT
+    return cfg
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    # undeclared: a param named like a batch size is refused as the work per step
+    (["sweep.variable=workload.params.batch_size", "sweep.baseline=4", "sweep.values=[8]",
+      "sweep.labels=[bs8]", "sweep.baseline_label=bs4"],
+     (r"^sweep\.variable: 'workload\.params\.batch_size' is frozen: by its name it sets the "
+      r"work per step .*workload\.tokens_per_step=")),
+    # declared from the params: arms that differ in it are refused, with both figures
+    (["workload.tokens_per_step='{batch_size} * {seq_len}'",
+      "sweep.variable=workload.params.batch_size", "sweep.baseline=4", "sweep.values=[8]",
+      "sweep.labels=[bs8]", "sweep.baseline_label=bs4"],
+     (r"^sweep\.variable: 'workload\.params\.batch_size' is frozen: it changes the work per "
+      r"step \(workload\.tokens_per_step: 128 tokens in 'bs4', 256 in 'bs8', bucket s32\)")),
+    # a bucket's shape: frozen, and said so (not "does not exist")
+    (["sweep.variable=workload.buckets.0.micro_batch", "sweep.baseline=4", "sweep.values=[8]"],
+     (r"^sweep\.variable: 'workload\.buckets\.0\.micro_batch' is frozen by invariants "
+      r"\(workload\.buckets: the shapes being measured; a shape changes the work per step\)")),
+    (["workload.tokens_per_step='{batch_size} * {block}'"],
+     r"^workload\.tokens_per_step: '\{batch_size\} \* \{block\}': unknown placeholder \{block\}"),
+    (["workload.tokens_per_step=0"], r"^workload\.tokens_per_step: the figure is 0, not a whole"),
+])
+def test_a_sweep_that_changes_the_work_per_step_is_refused(
+        compose: Any, overrides: list[str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        _nano(compose, *overrides)
+
+
+def test_work_per_step_stated_from_params_or_unknown(compose: Any, run_dir: Path) -> None:
+    """A nanoGPT-style command (batch size a param, not {micro_batch}): tokens per step come
+    from the stated product of params, never from the bucket shape it does not take; unstated,
+    tokens/s is not given, and said so. decisions.md prints no placeholder (nan, None, xNone)."""
+    sweep = ["sweep.variable=workload.params.compile", "sweep.baseline=no", "sweep.values=[yes]",
+             "sweep.labels=[compiled]", "sweep.baseline_label=eager"]
+    cfg = _nano(compose, *sweep, "workload.tokens_per_step='{batch_size} * {seq_len}'",
+                "workload.params.batch_size=2")
+    run_campaign(cfg, run_dir)
+    recs = _recs(run_dir)
+    base = recs["eager/r0"]
+    assert base["status"] == "ok", base.get("error")
+    # batch 2 (the param) x 32 tokens, not the bucket's micro_batch of 4
+    assert base["tokens_per_step"] == 2 * 32 and base["tokens_per_s"] > 0
+    assert base["tokens_source"] == "config: {batch_size} * {seq_len} = 2 x 32"
+    md = (run_dir / "decisions.md").read_text()
+    assert not re.findall(r"\bnan\b|\bNone\b|xNone", md), re.findall(r".*(?:nan|None).*", md)
+    assert "- environment: external command (its device and torch are not probed), python" in md
+
+    cfg = _nano(compose, *sweep, "workload.params.batch_size=2")
+    other = run_dir.parent / "unstated"
+    run_campaign(cfg, other)
+    rec = _recs(other)["eager/r0"]
+    assert rec["tokens_per_step"] is None and rec["tokens_per_s"] is None
+    assert rec["tokens_source"].startswith("unknown: the command does not take {micro_batch}")
+    md = (other / "decisions.md").read_text()
+    assert "tokens/s not given: tokens per step unknown: the command does not take " \
+           "{micro_batch}" in md
+    assert not re.findall(r"\bnan\b|\bNone\b|xNone", md)
+
+
+def test_logged_work_that_differs_makes_the_verdict_invalid() -> None:
+    """Tokens per step a trainer logs differ between the arms: the comparison cannot be made
+    (the pre-flight could not know), named with both figures."""
+    from orchestrator.analysis.loss_gate import work_gates
+
+    arms = [Arm("a0", "bs4", 4, True), Arm("a1", "bs8", 8, False), Arm("a2", "same", 4, False)]
+    trials = pd.DataFrame({"trial_id": ["t0", "t1", "t2"], "arm_id": ["a0", "a1", "a2"],
+                           "bucket": ["s32"] * 3, "status": ["ok"] * 3,
+                           "tokens_per_step": [128, 256, 128], "tokens_source": ["log"] * 3})
+    gates = work_gates(trials, arms)
+    assert set(gates) == {"a1"} and gates["a1"].status == "error"
+    assert gates["a1"].detail.startswith("at s32 the variant's steps did 256 tokens, the "
+                                         "baseline's 128 (tokens per step from log)")
+
+
+def test_a_failed_baseline_stops_its_rounds_variants_and_logs_are_named(
+        compose: Any, run_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The baseline's trial fails (a bare assert): in round 0, where it runs first, the
+    variant is not run (nothing to compare it with) and says so; in round 1, reversed, the
+    variant ran before it. The console line and decisions.md name the command's log."""
+    import logging
+
+    cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=2", "protocol.max_rounds=2",
+                   "protocol.aa_arm=false", "workload.command='{python} -c {code}'",
+                   "+workload.params.code=x", "sweep.variable=workload.params.code",
+                   "sweep.baseline=ok", "sweep.values=[bad]", "sweep.labels=null",
+                   "sweep.baseline_label=null", "protocol.correctness.mode=off"])
+    cfg.sweep.baseline, cfg.sweep.values = "print('step 0 time 5ms')\nassert 1 == 2", [HEALTHY]
+    cfg.sweep.baseline_label, cfg.sweep.labels = "broken", ["healthy"]
+    with caplog.at_level(logging.INFO, logger="orchestrator.campaign.run"):
+        result = run_campaign(cfg, run_dir)
+    recs = _recs(run_dir)
+    assert recs["broken/r0"]["status"] == recs["broken/r1"]["status"] == "failed"
+    skipped = recs["healthy/r0"]
+    assert skipped["status"] == "skipped" and skipped["error"].startswith(
+        "not run: the baseline's trial of round 0 at s32 (r000-s32-a0) ended failed")
+    assert not (run_dir / "trials" / skipped["trial_id"] / "command.log").exists()
+    assert recs["healthy/r1"]["status"] == "ok"  # it ran before its round's baseline
+    (v,) = result.verdicts
+    assert v.verdict == "invalid" and "the baseline produced no measurement" in v.reasons[0]
+    logged = [r.getMessage() for r in caplog.records]
+    line = next(m for m in logged if "s32 broken r0: failed" in m)
+    log = run_dir / "trials" / "r000-s32-a0" / "command.log"
+    assert f"(log: {log})" in line and "AssertionError" in log.read_text()
+    assert any("that round's variants are not run" in m for m in logged)
+    md = (run_dir / "decisions.md").read_text()
+    assert "  full log: `trials/r000-s32-a0/command.log`" in md
+    assert "**skipped**: not run: the baseline's trial of round 0" in md
+
+
+def test_a_bare_assert_says_where_it_was_raised() -> None:
+    from orchestrator.worker.trial import one_line
+
+    def check(x: int) -> None:
+        if x != 2:  # what a bare `assert x == 2` raises (pytest rewrites the asserts here)
+            raise AssertionError
+
+    try:
+        check(1)
+    except AssertionError as exc:
+        got = one_line(exc)
+    assert got.startswith("AssertionError at test_external.py:") and got.endswith(
+        "in check: raise AssertionError"), got
+    assert one_line(ValueError("bad value\nmore")) == "ValueError: bad value"

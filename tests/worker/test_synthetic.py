@@ -39,6 +39,7 @@ def test_trial_excludes_warmup_and_tagged_steps(tmp_path: Path) -> None:
     tagged = steps[steps["tags"].fillna("") == "epoch_boundary"]
     assert len(tagged) >= 1 and set(tagged["phase"]) == {"excluded"}
     assert rec["excluded_steps"] == len(tagged) and rec["warmup_policy"] == "auto"
+    assert rec["excluded_tags"] == {"epoch_boundary": len(tagged)}  # named in decisions.md
     assert rec["warmup_steps_used"] == list(steps["phase"]).count("warmup")
 
 
@@ -181,6 +182,11 @@ def test_a_trial_measured_under_interference_is_re_run_not_pooled(
     """A real busy process shares the machine during the variant's first attempt
     (tests/helpers/noisy.py): its trial records the other processes' CPU, is re-run after the
     others of its pass, and the first attempt is kept aside, not pooled."""
+    from orchestrator.campaign import run as campaign
+    from orchestrator.platform.interference import MachineLoad
+
+    # quiet before the campaign: a shared machine's own load is not taken as persistent
+    monkeypatch.setattr(campaign, "machine_load", lambda s=1.0: MachineLoad(2, 0.0, 0.0, [], s))
     monkeypatch.setenv("NOISY_MARKER_DIR", str(tmp_path))
     cfg = compose(["workload=synthetic", "+sweep=calibrate", "protocol=quick", "launcher=local",
                    "workload.recipe=tests.helpers.noisy:build", "sweep.values=[0.5]",
@@ -201,6 +207,58 @@ def test_a_trial_measured_under_interference_is_re_run_not_pooled(
     md = (run_dir / "decisions.md").read_text()
     assert "## Interference" in md and "measured while other processes took more than" in md
     assert json.loads((run_dir / "machine_load.json").read_text())["cores"] >= 1
+
+
+def _loaded(monkeypatch: pytest.MonkeyPatch, after_cores: list[float]) -> None:
+    """Every trial measured under 1.5 cores of other processes and a busy machine before the
+    campaign; ``after_cores``: what each later sample of the machine finds."""
+    from orchestrator.campaign import run as campaign
+    from orchestrator.worker import trial
+    from orchestrator.platform.interference import MachineLoad
+
+    samples = iter([1.9, *after_cores])
+    monkeypatch.setattr(campaign, "machine_load", lambda s=1.0: MachineLoad(
+        2, 2.0, next(samples, after_cores[-1]), [], s))
+    monkeypatch.setattr(trial, "_interference", lambda w, world: {**w.stop(), "others_cores": 1.5})
+
+
+LOADED = ["workload=synthetic", "+sweep=calibrate", "protocol=quick", "launcher=inline",
+          "protocol.repeats=1", "protocol.max_rounds=1", "protocol.aa_arm=false",
+          "sweep.values=[0.5]", "sweep.labels=[less]", "protocol.correctness.mode=off",
+          "workload.units_per_token=0.05"]
+
+
+def test_persistent_load_is_said_once_and_not_re_run(
+        compose: Any, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Load before the campaign, during every trial and after them: re-runs cannot help, so
+    none is made; decisions.md says so once, and the summary counts each trial run once."""
+    from orchestrator.report.summary import trials_line
+
+    _loaded(monkeypatch, after_cores=[1.4])
+    run_campaign(compose(LOADED), run_dir)
+    assert not list(run_dir.glob("trials/*/attempt*.json"))
+    assert json.loads((run_dir / "machine_load.json").read_text())["persistent"]["trials"] == 2
+    md = (run_dir / "decisions.md").read_text()
+    assert md.count("persistent load: there before the campaign, during its trials") == 1
+    assert "2 trial(s) measured under it were not re-run" in md and "still under" not in md
+    assert "## Trials re-run" not in md
+    assert trials_line(run_dir, json.loads((run_dir / "plan.json").read_text())) == \
+        "trials planned: 2, all run once"
+
+
+def test_load_that_goes_away_is_re_run_and_counted(
+        compose: Any, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine is quiet after the first pass: the interfered trials are re-run (the load
+    may be gone), and the summary counts the runs beside the plan."""
+    from orchestrator.report.summary import trials_line
+
+    _loaded(monkeypatch, after_cores=[0.0])
+    run_campaign(compose([*LOADED, "protocol.interference_retries=1"]), run_dir)
+    assert len(list(run_dir.glob("trials/*/attempt1.json"))) == 2
+    assert "persistent" not in json.loads((run_dir / "machine_load.json").read_text())
+    assert trials_line(run_dir, json.loads((run_dir / "plan.json").read_text())) == (
+        "trials planned: 2; runs: 4 (2 re-run(s) after a harness failure or under "
+        "interference; see decisions.md, Trials re-run)")
 
 
 def test_cpu_window_counts_the_trials_own_live_workers_as_its_own() -> None:
