@@ -71,12 +71,19 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
         gathered: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(gathered, rows)
         if rank != 0:  # only rank 0 writes the trial's summary and record
+            # the ranks leave together: a rank that exits while another still holds the
+            # group open can make gloo abort that one (a SIGABRT seen on a loaded host)
+            dist.barrier()
             return trial_record(**base, status="ok",
                                 artifacts=[str(Path("profiles", "framework", trace_path.name))])
         rows = [{**r, "rank": k} for k, rr in enumerate(gathered) for r in rr]
     write_csv(Path(spec.trial_dir) / "profile_steps.csv", rows)
     summary, rank_traces, summary_path = _summary(spec, trainer, trace, trace_path, rows,
                                                   captured, ctx, dev, out_dir)
+    if ctx is not None:
+        import torch.distributed as dist
+
+        dist.barrier()  # with the other ranks, which wait here before they leave
     return trial_record(
         **base, status="ok",
         device={"kind": dev.kind, "name": dev.name, "count": dev.count},
