@@ -615,6 +615,11 @@ def _main(argv: list[str]) -> None:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     with signals_interrupt():
         try:
+            if not pa.multirun:  # a held run directory is refused before Hydra is imported
+                for o in pa.overrides:
+                    key, eq, value = o.lstrip("+").partition("=")
+                    if eq and key in ("run_dir", "resume") and value.strip("'\""):
+                        rundir.check_free(Path(value.strip("'\"")), key=key)
             pins = preflight(argv)
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)

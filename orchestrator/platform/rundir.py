@@ -187,3 +187,26 @@ def claim(path: Path, *, key: str = "run_dir", resume: bool = False,
         raise ConfigError(key, f"another campaign ({who}) is running in {path}; wait for it to "
                           f"finish (then resume=... it if needed), or choose another {key}") from None
     return Claim(path, fd, created)
+
+
+def check_free(path: Path, *, key: str = "run_dir") -> None:
+    """Refuse at once (before any composition) a run directory another live campaign holds;
+    writes nothing and takes no lock (the campaign claims it later)."""
+    if not path.is_dir():
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            holder = lock_holder(path)
+            who = f"pid {holder}" if holder else "another process"
+            raise ConfigError(key, f"another campaign ({who}) is running in {path}; wait for it "
+                              f"to finish (then resume=... it if needed), or choose another "
+                              f"{key}") from None
+    finally:
+        os.close(fd)
