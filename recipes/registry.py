@@ -17,6 +17,7 @@ import recipes.custom.config  # noqa: F401  (registers kind custom)
 import recipes.gpt.config  # noqa: F401  (registers kind gpt)
 import recipes.muon.config  # noqa: F401  (registers kind muon_tp)
 import recipes.synthetic.config  # noqa: F401  (registers kind synthetic)
+from orchestrator.core.section import Section
 from orchestrator.spec.config import WORKLOAD_SCHEMAS, WorkloadConfig
 from orchestrator.core.convert import from_dict
 from orchestrator.core.errors import ConfigError
@@ -102,7 +103,7 @@ def check_import_path(target: str) -> str | None:
     return None
 
 
-def report_sections(kind: str, records: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+def report_sections(kind: str, records: list[dict[str, Any]]) -> list[Section]:
     target = REPORTS.get(kind)
     if target is None:
         return []

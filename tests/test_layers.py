@@ -331,3 +331,14 @@ def test_no_module_imports_another_modules_private_name() -> None:
                     if a.name.startswith("_") and not a.name.startswith("__") and not is_module:
                         bad.append(f"{mod} imports {target}")
     assert not bad, bad
+
+
+def test_nothing_outside_the_recipes_imports_a_specific_recipe() -> None:
+    """The orchestrator reaches a recipe through the recipe API only (recipes.base, the
+    registry, the hooks of its schema: WorkloadConfig.check_arms, attention_refusal ...), so a
+    new recipe is one folder, and the campaign never tests for a recipe's type."""
+    allowed = {"recipes", "recipes.base", "recipes.registry"}
+    bad = [f"{imp.module} imports {imp.target}" for imp in all_imports()
+           if imp.module.startswith("orchestrator")
+           and imp.target.split(".")[0] == "recipes" and imp.target not in allowed]
+    assert not bad, bad

@@ -25,6 +25,7 @@ from orchestrator.core import stats
 from orchestrator.core.reference import normalise
 from orchestrator.spec.config import ProtocolConfig
 from orchestrator.spec.sweep import Arm
+from orchestrator.core.results import Status
 
 MIXTURE = "mixture"
 
@@ -117,7 +118,7 @@ def summarize_arm(
     rows: pd.DataFrame, by_trial: dict[str, list[float]], arm: Arm, bucket: str, cv_warn: float
 ) -> ArmSummary:
     statuses = rows["status"].value_counts().to_dict() if not rows.empty else {}
-    ok = rows[rows["status"] == "ok"] if not rows.empty else rows
+    ok = rows[rows["status"] == Status.OK] if not rows.empty else rows
     errors = sorted({str(e) for e in rows.get("error", pd.Series(dtype=str)).dropna() if e})
     s = ArmSummary(arm.arm_id, arm.label, bucket, len(rows), len(ok), statuses, errors)
     if ok.empty:
@@ -170,7 +171,7 @@ def paired_rounds(
     """Per round where both arms succeeded: (baseline step times, variant step times)."""
     if trials.empty:
         return [], []
-    ok = trials[(trials["status"] == "ok") & (trials["bucket"] == bucket)]
+    ok = trials[(trials["status"] == Status.OK) & (trials["bucket"] == bucket)]
     b = ok[ok["arm_id"] == base].set_index("round")["trial_id"]
     v = ok[ok["arm_id"] == var].set_index("round")["trial_id"]
     rounds = sorted(set(b.index) & set(v.index))
@@ -183,7 +184,7 @@ def trial_medians(trials: pd.DataFrame, by_trial: dict[str, list[float]], bucket
     step times, for the ok timed trials of a bucket."""
     if trials.empty:
         return {}
-    ok = trials[(trials["status"] == "ok") & (trials["bucket"] == bucket)
+    ok = trials[(trials["status"] == Status.OK) & (trials["bucket"] == bucket)
                 & trials["arm_id"].isin(list(arm_ids))]
     out = {}
     for _, row in ok.iterrows():
@@ -200,7 +201,7 @@ def paired_blocks(trials: pd.DataFrame, steps: pd.DataFrame, by_trial: dict[str,
     times in ``by_trial``), for the bucket's ok trials run paired by steps; {} when none were."""
     if trials.empty or "pairing" not in trials or steps.empty or "block" not in steps:
         return {}
-    ok = trials[(trials["status"] == "ok") & (trials["bucket"] == bucket)
+    ok = trials[(trials["status"] == Status.OK) & (trials["bucket"] == bucket)
                 & (trials["pairing"] == "steps")]
     if arm_ids is not None:
         ok = ok[ok["arm_id"].isin(list(arm_ids))]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from orchestrator.core.section import Section
 from orchestrator.analysis.analyze import Analysis, ArmSummary
 from orchestrator.analysis.decide import RULE, Verdict
+from orchestrator.core.results import Status
 
 
 def _ms(x: float | None) -> str:
@@ -24,7 +26,7 @@ def _tps(x: float | None) -> str:
 def _status(s: ArmSummary) -> str:
     if s.trials == 0:
         return "0/0"
-    bad = ", ".join(f"{n} {k}" for k, n in sorted(s.statuses.items()) if k != "ok")
+    bad = ", ".join(f"{n} {k}" for k, n in sorted(s.statuses.items()) if k != Status.OK)
     return f"{s.ok}/{s.trials}" + (f" ({bad})" if bad else "")
 
 
@@ -205,7 +207,7 @@ def render_decisions(
     protocol: Any,
     launcher: str,
     failures: Sequence[dict[str, Any]],
-    extra_sections: Sequence[tuple[str, list[str]]] = (),
+    extra_sections: Sequence[Section] = (),
     start_line: str = "",
 ) -> str:
     base = analysis.arms[0]
@@ -266,8 +268,8 @@ def render_decisions(
             analysis, bucket, verdicts, protocol.min_effect)
     if len(analysis.buckets) > 1:
         out += ["", "## Mixture", ""] + mixture_table(analysis, verdicts, protocol.min_effect)
-    for title, body in extra_sections:
-        out += ["", f"## {title}", ""] + body
+    for section in extra_sections:
+        out += ["", f"## {section.title}", ""] + section.lines
     if failures:
         out += ["", "## Failed trials", ""]
         for f in failures:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from orchestrator.core.results import Status
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -60,7 +61,7 @@ def bucket_ratios(records: Sequence[Mapping[str, Any]], base_arm: str,
     """bucket -> median over rounds of (baseline call median / variant call median)."""
     times: dict[tuple[str, int, str], float] = {}
     for r in records:
-        if r.get("kind") == "microbench" and r.get("status") == "ok":
+        if r.get("kind") == "microbench" and r.get("status") == Status.OK:
             times[(str(r["bucket"]), int(r["round"]), str(r["arm_id"]))] = \
                 float(r["call_time_median_s"])
     out: dict[str, list[float]] = {}

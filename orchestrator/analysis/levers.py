@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.core.section import Section
 from orchestrator.spec.config import Config
-from recipes.gpt.config import GPTWorkloadConfig
+from orchestrator.core.results import Status
 
 if TYPE_CHECKING:  # pandas is imported where reports are made
     import pandas as pd
@@ -24,7 +25,7 @@ if TYPE_CHECKING:  # pandas is imported where reports are made
 def _ok(trials: pd.DataFrame) -> pd.DataFrame:
     if trials.empty or "status" not in trials:
         return trials.iloc[0:0]
-    return trials[trials["status"] == "ok"]
+    return trials[trials["status"] == Status.OK]
 
 
 def _med(rows: pd.DataFrame, col: str) -> float | None:
@@ -209,15 +210,15 @@ def input_section(trials: pd.DataFrame, steps: pd.DataFrame, analysis: Any) -> l
 
 
 def lever_sections(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame,
-                   analysis: Any) -> list[tuple[str, list[str]]]:
+                   analysis: Any) -> list[Section]:
     import pandas as pd
 
-    out: list[tuple[str, list[str]]] = []
+    out: list[Section] = []
     compiled = "compile_time_s" in trials and bool(
         (pd.to_numeric(trials["compile_time_s"], errors="coerce").fillna(0) > 0).any())
     if compiled or _touches(cfg, ".compile."):
-        out.append(("Compile cost and time to train", compile_section(cfg, trials, analysis)))
-    text = isinstance(cfg.workload, GPTWorkloadConfig) and cfg.workload.data.kind == "text"
+        out.append(Section("Compile cost and time to train", compile_section(cfg, trials, analysis)))
+    text = cfg.workload.reads_text()
     if text or _touches(cfg, "workload.loader.") or _touches(cfg, "workload.data."):
-        out.append(("Input pipeline", input_section(trials, steps, analysis)))
+        out.append(Section("Input pipeline", input_section(trials, steps, analysis)))
     return out

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.spec.config import Config
 from orchestrator.analysis.decide import Gate
-from recipes.command.config import CommandWorkloadConfig
+from orchestrator.core.results import Status
 
 if TYPE_CHECKING:  # pandas is imported where a campaign is analysed
     import pandas as pd
@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pandas is imported where a campaign is analysed
 def _ok(trials: pd.DataFrame) -> pd.DataFrame:
     if trials.empty or "status" not in trials:
         return trials.iloc[0:0]
-    return trials[trials["status"] == "ok"]
+    return trials[trials["status"] == Status.OK]
 
 
 def _logged_losses(trial: Any, loss: Any) -> dict[int, float]:
@@ -77,7 +77,7 @@ def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame
     finite (naming the first such step); cannot be evaluated (``error``) when the baseline logs
     losses and the variant logs none; no gate when neither logs a loss."""
     w = cfg.workload
-    if not isinstance(w, CommandWorkloadConfig):
+    if not w.runs_own_process():
         return {}
     ok = _ok(trials)
     if ok.empty:

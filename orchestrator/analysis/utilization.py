@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.platform.flops import utilization
 from orchestrator.core.logparse import TRAINER_MFU_LABEL
+from orchestrator.core.results import Status
 
 
 @dataclass
@@ -48,7 +49,7 @@ def summarize_peaks(records: Sequence[dict[str, Any]]) -> list[PeakSummary]:
     not lower the peak, which would inflate MFU."""
     by_label: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
-        if r.get("status") == "ok" and isinstance(r.get("peaks"), list):
+        if r.get("status") == Status.OK and isinstance(r.get("peaks"), list):
             for p in r["peaks"]:
                 by_label[p["label"]].append(p)
     out = []
@@ -73,7 +74,7 @@ def _median(values: Iterable[Any]) -> float | None:
 def campaign_utilization(records: Sequence[dict[str, Any]], analysis: Any) -> tuple[list[PeakSummary], list[UtilizationRow]]:
     """MFU/HFU per bucket x arm (median step time of the arm) and per arm for the mixture."""
     peaks = summarize_peaks(records)
-    ok = [r for r in records if r.get("status") == "ok" and r.get("kind", "timed") == "timed"]
+    ok = [r for r in records if r.get("status") == Status.OK and r.get("kind", "timed") == "timed"]
     rows: list[UtilizationRow] = []
     for arm in analysis.arms:
         work: list[tuple[float, float | None, float | None, float | None]] = []
@@ -129,7 +130,7 @@ def _gflop(x: float | None) -> str:
 def trainer_reported_lines(records: Sequence[dict[str, Any]]) -> list[str]:
     """The MFU a trainer logged itself, per arm, labelled as its claim (pure): the median over
     an arm's ok trials of each trial's median over its measured steps."""
-    ok = [r for r in records if r.get("status") == "ok" and r.get("kind", "timed") == "timed"
+    ok = [r for r in records if r.get("status") == Status.OK and r.get("kind", "timed") == "timed"
           and "trainer_reported_mfu_label" in r]
     if not ok:
         return []
@@ -151,7 +152,7 @@ def utilization_section(records: Sequence[dict[str, Any]], peaks: Sequence[PeakS
     """Markdown lines for decisions.md: definitions, peaks with their kind, the table, and
     beside it any MFU the trainer logged itself, labelled as its own claim."""
     claimed = trainer_reported_lines(records)
-    ok = [r for r in records if r.get("status") == "ok" and isinstance(r.get("flops"), dict)]
+    ok = [r for r in records if r.get("status") == Status.OK and isinstance(r.get("flops"), dict)]
     if not ok:
         if claimed:
             return [*claimed, ("- no MFU of ours: declare workload.flops_per_step (useful FLOPs of "

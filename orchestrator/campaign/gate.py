@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.section import Section
 from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
 from orchestrator.analysis.correctness.gate import ArmGate, evaluate
@@ -37,7 +38,7 @@ from orchestrator.analysis.decide import Gate
 from orchestrator.spec.jobs import ProbeSpec, WorkerJob
 from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import Launcher
-from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, read_json
+from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, read_json, Status
 from orchestrator.spec.sweep import Arm, ResolvedArm
 from orchestrator.worker.bootstrap import load_recipe
 
@@ -194,7 +195,7 @@ def _run_probes(launcher: Launcher, specs: Sequence[Any], timeout_s: float) -> d
 
     def on_done(job: WorkerJob, rec: dict[str, Any]) -> None:
         probes[job.job_id] = rec
-        if rec.get("status") != "ok":
+        if rec.get("status") != Status.OK:
             log.warning("correctness probe %s: %s: %s", job.job_id, rec.get("status"),
                         rec.get("error"))
 
@@ -305,17 +306,17 @@ def _fmt(x: Any, spec: str = ".1e") -> str:
     return "—" if x is None else (format(x, spec) if isinstance(x, (int, float)) else str(x))
 
 
-def section(run_dir: Path) -> list[tuple[str, list[str]]]:
+def section(run_dir: Path) -> list[Section]:
     """The decisions.md section (for ``render_decisions(extra_sections=...)``)."""
     path = run_dir / FILE
     if not path.exists():
-        return [("Correctness", ["Not run: correctness.json is missing."])]
+        return [Section("Correctness", ["Not run: correctness.json is missing."])]
     doc = read_json(path)
     if doc.get("mode") == "off":
-        return [("Correctness", ["Off (`protocol.correctness.mode=off`): variants were not "
+        return [Section("Correctness", ["Off (`protocol.correctness.mode=off`): variants were not "
                                  "checked for numerics or checkpoint compatibility."])]
     if doc.get("mode") == "not_applicable":
-        return [("Correctness", [f"Not applicable: {doc.get('reason')}."])]
+        return [Section("Correctness", [f"Not applicable: {doc.get('reason')}."])]
     lines = [
         _intro(doc),
         "",
@@ -327,7 +328,7 @@ def section(run_dir: Path) -> list[tuple[str, list[str]]]:
         "Per-tensor figures (max abs/rel error, RMS error, cosine, share beyond tolerance, "
         "NaN/Inf counts): `correctness.json`; raw tensors: `correctness/`.",
     ]
-    return [("Correctness", lines)]
+    return [Section("Correctness", lines)]
 
 
 def _intro(doc: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.section import Section
 from orchestrator.spec.config import Config
 from orchestrator.spec.jobs import make_specs
 from orchestrator.launch.base import Launcher
@@ -74,8 +75,8 @@ def direction_checks(cfg: Config, arms: Sequence[Any], verdicts: Sequence[Any],
 
 
 def direction_section(cfg: Config, checks: dict[str, DirectionCheck]
-                      ) -> list[tuple[str, list[str]]]:
+                      ) -> list[Section]:
     if not checks or cfg.sweep is None or not cfg.sweep.microbench:
         return []
-    return [("Direction check", section(list(checks.values()), cfg.sweep.microbench,
+    return [Section("Direction check", section(list(checks.values()), cfg.sweep.microbench,
                                         cfg.protocol.min_effect))]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.launch.base import read_record
-from orchestrator.core.results import atomic_write_json, atomic_write_text, read_json
+from orchestrator.core.results import atomic_write_json, atomic_write_text, read_json, Status
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def render_index(index: dict[str, Any]) -> str:
              "|---|---|---|---|---|"]
     for c in index["campaigns"]:
         t = c["trials"]
-        ok = t["by_status"].get("ok", 0)
+        ok = t["by_status"].get(Status.OK, 0)
         vs = ", ".join(f"{v['label']}: **{v['verdict']}**" for v in c["verdicts"]) or c["state"]
         lines.append(f"| `{c['run_dir']}` | {c.get('workload')} | {c.get('sweep')} "
                      f"| {ok}/{t['planned']} | {vs} |")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.section import Section
 from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
 from orchestrator.spec.jobs import TrialSpec, make_specs
@@ -22,7 +23,7 @@ from orchestrator.spec.plan import PlannedTrial, slug
 from orchestrator.analysis.profile.diff import diff_traces
 from orchestrator.worker.profile.framework import trace_name
 from orchestrator.analysis.profile.sections import profile_section
-from orchestrator.core.results import write_csv
+from orchestrator.core.results import write_csv, Status
 from orchestrator.spec.sweep import ResolvedArm, selected_buckets
 from orchestrator.analysis.utilization import summarize_peaks
 
@@ -81,7 +82,7 @@ def write_diffs(run_dir: Path, records: Sequence[dict[str, Any]], arms: Sequence
     """``profiles/framework/diff-<bucket>-<arm>.csv``: each variant's operators vs baseline."""
     fw = run_dir / "profiles" / "framework"
     ok = {(r["bucket"], r["arm_id"]): r for r in records
-          if r.get("kind") == "profile" and r.get("layer") == "framework" and r["status"] == "ok"}
+          if r.get("kind") == "profile" and r.get("layer") == "framework" and r["status"] == Status.OK}
     base = arms[0].arm_id
     for (bucket, arm_id), r in ok.items():
         b = ok.get((bucket, base))
@@ -92,7 +93,7 @@ def write_diffs(run_dir: Path, records: Sequence[dict[str, Any]], arms: Sequence
 
 
 def profiles_section(cfg: Config, run_dir: Path, arms: Sequence[Any], analysis: Any,
-                     records: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+                     records: Sequence[dict[str, Any]]) -> list[Section]:
     """decisions.md's ``Profiles`` section (an ``extra_sections`` entry), or nothing."""
     if not any(r.get("kind") == "profile" for r in records) and cfg.profile.mode == "off":
         return []
@@ -104,4 +105,4 @@ def profiles_section(cfg: Config, run_dir: Path, arms: Sequence[Any], analysis: 
     peaks = summarize_peaks([r for r in records if r.get("kind", "timed") == "timed"])
     body = profile_section(run_dir, cfg.profile.mode, analysis.buckets, arms, records, timed,
                            peaks, keep_vendor_reports=cfg.sanitize.keep_vendor_reports)
-    return [("Profiles", body)] if body else []
+    return [Section("Profiles", body)] if body else []

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, TextIO
 
 from orchestrator.spec.jobs import TrialSpec
+from orchestrator.core.results import Status
 
 log = logging.getLogger("orchestrator.campaign.run")
 
@@ -62,7 +63,7 @@ def trial_log(trial_dir: str | Path, record: dict[str, Any]) -> Path | None:
 
 def trial_result(record: dict[str, Any], log_path: Path | None = None) -> str:
     med = record.get("step_time_median_s")
-    if record.get("status") == "ok" and med:
+    if record.get("status") == Status.OK and med:
         return f"{med * 1e3:.2f} ms/step"
     return f"{record.get('status')}: {record.get('error')}" + (
         f" (log: {log_path})" if log_path is not None else "")
@@ -123,7 +124,7 @@ class Progress:
         left = remaining_s(self.done, self.total, elapsed, self.done - self.ran)
         log.info("[%d/%d] %s %s r%d: %s (elapsed %s, ~%s left)", self.done, self.total,
                  spec.bucket["name"], spec.arm_label, spec.round,
-                 trial_result(record, None if record.get("status") == "ok" else
+                 trial_result(record, None if record.get("status") == Status.OK else
                               trial_log(spec.trial_dir, record)),
                  _dur(elapsed), _dur(left), extra={_MARK: True})
         if self.done >= self.total:

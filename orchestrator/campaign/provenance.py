@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import orchestrator
+from orchestrator.core.section import Section
 from orchestrator.core.convert import to_dict
 from orchestrator.platform.environment import compare, fingerprint, gather
 from orchestrator.core.errors import ConfigError
@@ -287,7 +288,7 @@ def write_environment(run_dir: Path, records: Sequence[dict[str, Any]], device: 
 def environment_section(
     cfg: Any, run_dir: Path, records: Sequence[dict[str, Any]], verdicts: Sequence[Any],
     git: GitState | None = None, arms: Sequence[Any] = (),
-) -> tuple[str, list[str]]:
+) -> Section:
     """Write environment.json, apply the mismatch policy to ``verdicts`` (in place) and return
     the decisions.md section that says where everything came from. ``arms``: the campaign's
     arms (their env.* switches are listed per arm)."""
@@ -310,7 +311,7 @@ def environment_section(
     if not diff:
         body.append("- every trial that reported its environment ran on the same device, "
                     "driver, torch and library versions")
-        return "Provenance", body
+        return Section("Provenance", body)
     refuse = cfg.environment.on_mismatch == "refuse"
     log.error("ENVIRONMENT MISMATCH across trials: %s", "; ".join(diff))
     body.append("- **ENVIRONMENT MISMATCH: trials ran on different environments; their times "
@@ -326,7 +327,7 @@ def environment_section(
                     "with care")
         for v in verdicts:
             v.reasons.insert(0, "WARNING: trials ran in differing environments")
-    return "Provenance", body
+    return Section("Provenance", body)
 
 
 @dataclass

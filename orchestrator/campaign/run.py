@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.section import Section
 from orchestrator.core import paired
 from orchestrator.campaign import provenance
 from orchestrator.platform import rundir
@@ -82,6 +83,7 @@ log = logging.getLogger(__name__)
 
 # a trial with one of these statuses is final and is not re-run on resume
 from orchestrator.core.results import FINAL_STATUSES as FINAL_STATUSES  # noqa: E402
+from orchestrator.core.results import Status
 
 
 @dataclass
@@ -104,7 +106,7 @@ def _first_text(records: list[dict[str, Any]], key: str) -> str | None:
 def env_line(trials: list[dict[str, Any]]) -> str:
     """decisions.md's environment: device, torch and python from the ok trials that say them;
     what no trial says is left out rather than printed as a placeholder."""
-    ok = [t for t in trials if t.get("status") == "ok"]
+    ok = [t for t in trials if t.get("status") == Status.OK]
     if not ok:
         return f"python {platform.python_version()}; no successful trial reported its device"
     d: dict[str, Any] = next((t["device"] for t in ok if isinstance(t.get("device"), dict)
@@ -298,7 +300,7 @@ def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     by_trial = step_times_by_trial(steps_df)
     if analysis.speed_normalised:
         by_trial = normalise(by_trial, reference_times_by_trial(steps_df))
-    ok = trials_df[(trials_df["status"] == "ok") & (trials_df.get("kind", "timed") == "timed")]
+    ok = trials_df[(trials_df["status"] == Status.OK) & (trials_df.get("kind", "timed") == "timed")]
     steps: dict[str, int] = {}
     doc: dict[str, Any] = {}
     for bucket in analysis.buckets:
@@ -342,7 +344,7 @@ def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     by_trial = step_times_by_trial(steps_df)
     if analysis.speed_normalised:
         by_trial = normalise(by_trial, reference_times_by_trial(steps_df))
-    ok = trials_df[(trials_df["status"] == "ok") & (trials_df.get("kind", "timed") == "timed")]
+    ok = trials_df[(trials_df["status"] == Status.OK) & (trials_df.get("kind", "timed") == "timed")]
     if "pairing" in ok:
         ok = ok[ok["pairing"] == "steps"]
     base = analysis.arms[0].arm_id
@@ -586,7 +588,7 @@ def skip_without_baseline(planned: list[PlannedTrial], running: list[ResolvedArm
     for s in wave:
         key = (s.round, s.bucket["name"])
         base = finished.get(base_of.get(key, ""), {})
-        if s.is_baseline or s.kind != "timed" or base.get("status") in (None, "ok", INFRA_STATUS):
+        if s.is_baseline or s.kind != "timed" or base.get("status") in (None, Status.OK, INFRA_STATUS):
             keep.append(s)
             continue
         why = (f"not run: the baseline's trial of round {s.round} at {key[1]} "
@@ -677,7 +679,7 @@ def paired_records(spec: TrialSpec, record: dict[str, Any]) -> list[tuple[TrialS
                                error=f"not measured: {why} ({record.get('error')})")
         atomic_write_json(path, rec)
         out.append((m, rec))
-    if culprit is not None and culprit != members[0].arm_id and record.get("status") != "ok" \
+    if culprit is not None and culprit != members[0].arm_id and record.get("status") != Status.OK \
             and record.get("pairing") != "steps":  # the launcher's record: the culprit's status
         rec = {**record, "status": INFRA_STATUS, "raw_status": record.get("status"),
                "infra_reason": f"the paired process ended {record.get('status')} in arm "
@@ -715,11 +717,11 @@ def _interference(record: dict[str, Any]) -> dict[str, Any]:
 def interfered(record: dict[str, Any], cores: float) -> bool:
     """A timed trial during whose measured steps other processes took more than ``cores``."""
     got = _interference(record).get("others_cores")
-    return record.get("status") == "ok" and got is not None and got > cores
+    return record.get("status") == Status.OK and got is not None and got > cores
 
 
 def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
-                  machine: dict[str, Any] | None = None) -> list[tuple[str, list[str]]]:
+                  machine: dict[str, Any] | None = None) -> list[Section]:
     """decisions.md: the trials re-run after a harness failure or under interference, and
     why; the trials still under interference after their last attempt (none: no section)."""
     rows = [r for r in records if isinstance(r.get("earlier_attempts"), list)
@@ -734,7 +736,7 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
             f"quiet (other processes {machine.get('others_cores') or 0:.2f} cores, load "
             f"average {machine.get('load_average', 0):.2f} on {machine.get('cores')} cores)"))
     if not rows and not still:
-        return [("Interference", [f"- {x}" for x in load])] if load else []
+        return [Section("Interference", [f"- {x}" for x in load])] if load else []
     persistent = (machine or {}).get("persistent")
     if persistent and still:  # said once: the same load before, during and after
         load.append(f"persistent load: there before the campaign, during its trials (median "
@@ -744,7 +746,7 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
                     "and are pooled; quiet the machine for cleaner timings")
         still = []
         if not rows:
-            return [("Interference", [f"- {x}" for x in load])]
+            return [Section("Interference", [f"- {x}" for x in load])]
     infra = sum(1 for r in rows if any(a.get("status") == INFRA_STATUS
                                        for a in r["earlier_attempts"]))
     lines = [f"{len(rows)} trial(s) re-run: {infra} after a harness failure (ranks out of step, "
@@ -761,8 +763,8 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
         lines.append(f"- `{r['trial_id']}` ({r.get('arm_label')}, {r.get('bucket')}): still "
                      f"under interference ({_interference(r)['others_cores']:.2f} cores) "
                      "after its last attempt: pooled; quiet the machine")
-    return [("Interference", [f"- {x}" for x in load]),
-            ("Trials re-run (harness failures, interference)", lines)]
+    return [Section("Interference", [f"- {x}" for x in load]),
+            Section("Trials re-run (harness failures, interference)", lines)]
 
 
 def _read_optional(path: Path) -> dict[str, Any] | None:
@@ -850,9 +852,9 @@ def write_lineage(cfg: Config, run_dir: Path) -> None:
                       lineage(Ledger(cfg.baselines_dir, cfg.workload.name), cfg.baseline))
 
 
-def lineage_section(run_dir: Path) -> list[tuple[str, list[str]]]:
+def lineage_section(run_dir: Path) -> list[Section]:
     doc = _read_optional(run_dir / LINEAGE_FILE)
-    return [("Baseline lineage", lineage_lines(doc))] if doc else []
+    return [Section("Baseline lineage", lineage_lines(doc))] if doc else []
 
 
 def _render_summary(run_dir: Path) -> None:
@@ -957,11 +959,11 @@ def write_decisions_jsonl(cfg: Config, run_dir: Path, out: Outcome) -> None:
 
 
 def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outcome,
-                 provenance_section: tuple[str, list[str]]) -> str:
+                 provenance_section: Section) -> str:
     """decisions.md: the verdicts, then every section of evidence, in reading order."""
     assert cfg.sweep is not None
     records, analysis = out.records, out.analysis
-    failures = [r for r in records if r.get("status") not in ("ok", None)
+    failures = [r for r in records if r.get("status") not in (Status.OK, None)
                 # profiled and microbenchmark trials: in their own sections
                 and r.get("kind", "timed") not in ("profile", "microbench")]
     for f in failures:  # where the whole log is, beside its tail
@@ -969,9 +971,9 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
         f["log_file"] = str(found.relative_to(run_dir)) if found is not None else None
     sections = [*lineage_section(run_dir),
                 *direction_section(cfg, out.directions),
-                ("Utilization (MFU / HFU)", utilization_section(records, out.peaks, out.util)),
+                Section("Utilization (MFU / HFU)", utilization_section(records, out.peaks, out.util)),
                 *lever_sections(cfg, out.trials_df, out.steps_df, analysis),
-                ("Sensitivity", sensitivity_lines(analysis, cfg.protocol, cfg.sweep.variable)),
+                Section("Sensitivity", sensitivity_lines(analysis, cfg.protocol, cfg.sweep.variable)),
                 *correctness_section(run_dir),
                 provenance_section,
                 *report_sections(cfg.workload.kind, records),

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.platform import device as devmod
-from orchestrator.core import musa_rules
 from orchestrator.spec.ledger import check_baseline_arm
 from orchestrator.platform.compile_stats import CACHE_MODES
 from orchestrator.spec.config import (
@@ -30,6 +29,7 @@ from orchestrator.spec.config import (
     Config,
     ProfileConfig,
     ProtocolConfig,
+    SweptArm,
     WorkloadConfig,
 )
 from orchestrator.core.errors import ConfigError, check_finite
@@ -47,8 +47,6 @@ from orchestrator.spec.sweep import (
     pairing_obstacle,
     resolve_arms,
 )
-from recipes.command.config import CommandWorkloadConfig, looks_like_work, work_per_step
-from recipes.gpt.config import GPTWorkloadConfig
 from recipes.registry import REGISTRY, check_import_path
 
 
@@ -129,7 +127,7 @@ def validate(cfg: Config) -> None:
     validate_hardware(cfg.hardware)
     _choice("environment.on_mismatch", cfg.environment.on_mismatch, ON_MISMATCH)
     validate_sanitize(cfg)
-    check_flops_per_step(cfg)
+    cfg.workload.check_selection(selected_buckets(cfg))
     validate_launcher(cfg)
     validate_correctness(cfg)
     validate_profile(cfg.profile)
@@ -138,7 +136,6 @@ def validate(cfg: Config) -> None:
         arms = resolve_arms(cfg)
         validate_arms(arms)
         check_lever_sweep(cfg, arms)
-        check_work_per_step(cfg, arms)
         check_baseline_arm(cfg, arms)  # baseline=vN: the baseline arm is the version
         check_pairing(cfg, arms)
         check_attention_arms(cfg, arms)
@@ -179,18 +176,9 @@ def validate_sanitize(cfg: Config) -> None:
                               "quote it or escape special characters") from None
 
 
-def check_flops_per_step(cfg: Config) -> None:
-    """A command workload's declared FLOPs are one figure: one bucket per campaign."""
-    w = cfg.workload
-    if isinstance(w, CommandWorkloadConfig) and w.flops_per_step is not None:
-        chosen = [b.name for b in w.buckets
-                  if cfg.sweep is None or cfg.sweep.buckets is None or b.name in cfg.sweep.buckets]
-        if len(chosen) > 1:
-            raise ConfigError(
-                "workload.flops_per_step",
-                f"is one figure for every bucket, but {len(chosen)} buckets are selected "
-                f"({', '.join(chosen)}) and their steps differ in FLOPs; select one with "
-                f"sweep.buckets=[{chosen[0]}] (a campaign per bucket), or drop it")
+def selected_buckets(cfg: Config) -> list[Any]:
+    return [b for b in cfg.workload.buckets
+            if cfg.sweep is None or cfg.sweep.buckets is None or b.name in cfg.sweep.buckets]
 
 
 def check_pairing(cfg: Config, arms: Sequence[Any]) -> None:
@@ -262,28 +250,6 @@ def validate_arms(arms: Sequence[ResolvedArm]) -> None:
 
 # --------------------------------------------------------------------------- attention arms
 
-_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
-def attention_refusal(w: WorkloadConfig, target: dict[str, Any]) -> str | None:
-    """Why the device ``target`` describes (:func:`orchestrator.platform.device.attention_target`)
-    cannot run this workload's attention as configured, or None. Only MUSA is modelled."""
-    if target.get("kind") != "musa" or not isinstance(w, GPTWorkloadConfig):
-        return None
-    a = w.model.attention
-    if a.backend == "flash_attn":
-        dists = target.get("flash_attn") or []
-        mate = musa_rules.flash_attn_provider(dists).startswith("MATE")
-        return ("the gpt recipe's flash_attn backend calls flash_attn_func on CUDA only"
-                + ("; this flash_attn is MATE's, which exports flash_attn_varlen_func and "
-                   "flash_attn_with_kvcache, no flash_attn_func" if mate else ""))
-    if a.backend != "sdpa":
-        return None
-    head = w.model.d_model // w.model.n_head
-    return musa_rules.musa_sdpa_refusal(a.sdpa_kernel, _DTYPES.get(w.precision, w.precision),
-                                        head, head, list(target.get("archs") or [None]))
-
-
 def check_attention_arms(cfg: Config, arms: Sequence[ResolvedArm],
                          target: dict[str, Any] | None = None) -> None:
     """Arms that force an attention kernel (sdpa_kernel other than auto, the flash_attn
@@ -291,10 +257,8 @@ def check_attention_arms(cfg: Config, arms: Sequence[ResolvedArm],
     where torch_musa's selector is known from its source (elsewhere the correctness gate
     finds out). ``target``: the device's facts (default: asked through the device seam, only
     when some arm forces a kernel)."""
-    forced = [a for a in arms if isinstance(a.workload_config, GPTWorkloadConfig) and (
-        a.workload_config.model.attention.backend == "flash_attn"
-        or (a.workload_config.model.attention.backend == "sdpa"
-            and a.workload_config.model.attention.sdpa_kernel != "auto"))]
+    forced = [a for a in arms if a.workload_config is not None
+              and a.workload_config.forces_attention_kernel()]
     if not forced:
         return
     target = target if target is not None else devmod.attention_target(cfg.device)
@@ -303,7 +267,7 @@ def check_attention_arms(cfg: Config, arms: Sequence[ResolvedArm],
     bad = []
     for arm in forced:
         assert arm.workload_config is not None
-        why = attention_refusal(arm.workload_config, target)
+        why = arm.workload_config.attention_refusal(target)
         if why:
             bad.append((arm, why))
     if not bad:
@@ -321,65 +285,16 @@ def check_attention_arms(cfg: Config, arms: Sequence[ResolvedArm],
 
 
 def check_lever_sweep(cfg: Config, arms: Sequence[ResolvedArm]) -> None:
-    """Checks that need the protocol or launcher next to the arms."""
-    workloads = [a.workload_config for a in arms]
-    compiles = any(isinstance(w, GPTWorkloadConfig) and w.model.compile.mode != "off"
-                   for w in workloads)
-    if compiles and cfg.protocol.warmup_steps < 1:
-        raise ConfigError("protocol.warmup_steps",
-                          "must be >= 1 when an arm uses torch.compile: the first step compiles, "
-                          "and compile time must stay out of the measured steps")
-    visiting = [w for w in workloads
-                if isinstance(w, GPTWorkloadConfig) and w.model.compile.visit_buckets]
-    if visiting and all(w.model.compile.mode == "off" for w in visiting):
-        raise ConfigError("workload.model.compile.visit_buckets",
-                          "counts the recompiles of other bucket shapes, which needs torch.compile "
-                          "in some arm; set workload.model.compile.mode (e.g. default) or drop it")
+    """Checks that need the protocol or launcher next to the arms; the recipe's own first."""
+    if cfg.sweep is not None and all(a.workload_config is not None for a in arms):
+        sweep = cfg.sweep
+        key = "sweep.variable" if not sweep.knob else f"sweep.knob.{next(iter(sweep.knob))}"
+        swept = [SweptArm(a.label, a.workload_config, set(differing_settings(arms[0], a)))
+                 for a in arms]
+        cfg.workload.check_arms(cfg.protocol, swept, key, sweep.variable)
     validate_start_method(cfg, [k for a in arms for k in a.env])
     env_swept = any(a.env != arms[0].env for a in arms)
-    if env_swept and cfg.launcher.name == "inline" and not isinstance(cfg.workload, CommandWorkloadConfig):
+    if env_swept and cfg.launcher.name == "inline" and not cfg.workload.runs_own_process():
         raise ConfigError("launcher.name",
                           "inline runs trials inside this process, where an env.* switch read at "
                           "start-up (threads, allocator) cannot take effect; use launcher=local")
-    w = cfg.workload
-    if isinstance(w, CommandWorkloadConfig) and w.time_limit_s is not None and (
-            w.time_limit_s >= cfg.protocol.trial_timeout_s):
-        raise ConfigError("workload.time_limit_s",
-                          f"{w.time_limit_s:g} s must be below protocol.trial_timeout_s="
-                          f"{cfg.protocol.trial_timeout_s:g} s so the command's log is kept")
-
-
-def check_work_per_step(cfg: Config, arms: Sequence[ResolvedArm]) -> None:
-    """A command workload's arms must do the same work per step (a throughput sweep compares
-    the same work in less time): where ``workload.tokens_per_step`` states it from the params,
-    arms whose figure differs are refused; where it is not stated, sweeping a param whose name
-    says it sets the work (a batch or sequence size, gradient accumulation) is refused with
-    the way to state it. Tokens a trainer logs are compared after the trials (the loss gate's
-    neighbour, :func:`orchestrator.analysis.loss_gate.work_gates`)."""
-    if not isinstance(cfg.workload, CommandWorkloadConfig) or cfg.sweep is None:
-        return
-    sweep = cfg.sweep
-    key = "sweep.variable" if not sweep.knob else f"sweep.knob.{next(iter(sweep.knob))}"
-    base = arms[0]
-    buckets = [b for b in cfg.workload.buckets
-               if sweep.buckets is None or b.name in sweep.buckets]
-    for arm in arms[1:]:
-        for b in buckets:
-            mine, theirs = (work_per_step(a.workload_config, b)[0] for a in (base, arm))
-            if mine != theirs:
-                raise ConfigError(key, f"{sweep.variable!r} is frozen: it changes the work per "
-                                  f"step (workload.tokens_per_step: {mine} tokens in "
-                                  f"{base.label!r}, {theirs} in {arm.label!r}, bucket {b.name}); "
-                                  "a throughput sweep compares the same work per step, so "
-                                  "pick another variable")
-        if cfg.workload.tokens_per_step is not None:
-            continue
-        for path in sorted(differing_settings(base, arm)):
-            name = path.removeprefix("workload.params.")
-            if path.startswith("workload.params.") and looks_like_work(name):
-                raise ConfigError(key, f"{path!r} is frozen: by its name it sets the work per "
-                                  "step (a batch or sequence size), which a throughput sweep "
-                                  "must keep. If it does not, state the work per step: "
-                                  f"workload.tokens_per_step='{{seq_len}} * {{micro_batch}}' "
-                                  "(a product of params and built-ins); arms that differ in "
-                                  "it are refused")

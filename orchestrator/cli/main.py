@@ -95,6 +95,10 @@ def explain(exc: BaseException) -> ConfigError:
         return ConfigError(key, f"is required; set it with {key}=VALUE")
     if isinstance(cause, ValidationError):
         msg = str(cause).strip().splitlines()[0]
+        choice = re.match(r"Invalid value '(.*)', expected one of \[(.*)\]", msg)
+        if choice:  # a Choice field (orchestrator.spec.config)
+            return ConfigError(key, f"{choice.group(1)!r} is not a valid choice; choose one of: "
+                               f"{choice.group(2)}")
         return ConfigError(key, f"{msg}; fix the value's type")
     return ConfigError(key, str(cause).strip().splitlines()[0])
 

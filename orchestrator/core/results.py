@@ -133,7 +133,7 @@ def load_trials(run_dir: str | os.PathLike[str]) -> tuple[pd.DataFrame, pd.DataF
             )
         trials.append(rec)
         spath = tdir / "steps.csv"
-        if rec.get("status") == "ok" and spath.exists() and spath.stat().st_size:
+        if rec.get("status") == Status.OK and spath.exists() and spath.stat().st_size:
             df = pd.read_csv(spath)
             df["trial_id"] = rec["trial_id"]
             steps.append(df)

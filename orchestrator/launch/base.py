@@ -28,6 +28,7 @@ from orchestrator.core.results import (  # noqa: F401 - FINAL_STATUSES: launcher
     read_json,
     trial_record,
 )
+from orchestrator.core.results import Status
 
 OnDone = Callable[[TrialSpec, dict[str, Any]], None]
 OnStart = Callable[[TrialSpec], None]
@@ -70,7 +71,7 @@ def rank_failure(spec: TrialSpec) -> Optional[dict[str, Any]]:
     """The earliest failure written by a non-zero rank of a distributed trial
     (trial.rank<N>.json), or None."""
     fails = [rec for rec in (read_record(p) for p in Path(spec.trial_dir).glob("trial.rank*.json"))
-             if rec is not None and rec.get("status") != "ok"]
+             if rec is not None and rec.get("status") != Status.OK]
     return min(fails, key=lambda r: r.get("failed_at") or float("inf"), default=None)
 
 
@@ -109,8 +110,8 @@ def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> di
     """The trial's own record when it wrote one, else a failure record with the reason."""
     path = Path(spec.trial_dir) / "trial.json"
     own = read_record(path)
-    if own is not None and status in ("", "ok"):
-        if own.get("status") != "ok":
+    if own is not None and status in ("", Status.OK):
+        if own.get("status") != Status.OK:
             own = root_cause(own, spec)
             if tail:
                 own.setdefault("stderr_tail", tail)
@@ -166,7 +167,7 @@ def mark_infrastructure(spec: TrialSpec, record: dict[str, Any]) -> dict[str, An
     """A failed multi-rank trial whose whole log (every rank's stderr.log, torchrun's report)
     shows a harness failure gets status ``infra_failed`` (the status it would have had is kept
     in ``raw_status``); anything else is returned unchanged."""
-    if record.get("status") in ("ok", "unavailable", "oom", INFRA_STATUS) or world_size(spec) <= 1:
+    if record.get("status") in (Status.OK, "unavailable", "oom", INFRA_STATUS) or world_size(spec) <= 1:
         return record
     texts = [str(record.get("error") or ""), str(record.get("rank0_error") or "")]
     for path in sorted(Path(spec.trial_dir).glob("stderr*.log")):
@@ -187,7 +188,7 @@ def world_size(spec: WorkerJob) -> int:
 
 
 def dumps_spec(spec: WorkerJob) -> str:
-    return json.dumps(spec.__dict__, indent=2)
+    return spec.to_json()
 
 
 def probe_failure(spec: ProbeSpec, status: str, error: str, tail: str) -> dict[str, Any]:
@@ -204,7 +205,7 @@ def job_failure(job: WorkerJob, status: str, error: str, tail: str) -> dict[str,
         return record_or_failure(job, status, error, tail)
     assert isinstance(job, ProbeSpec)
     own = job_record(job)
-    return own if own is not None and status in ("", "ok") else probe_failure(job, status, error,
+    return own if own is not None and status in ("", Status.OK) else probe_failure(job, status, error,
                                                                              tail)
 
 

@@ -147,6 +147,13 @@ def _wrote(path: Path) -> bool:
         return False
 
 
+def held_error(key: str, path: Path, holder: int | None) -> ConfigError:
+    """The one-line refusal of a run directory another campaign holds."""
+    who = f"pid {holder}" if holder else "another process"
+    return ConfigError(key, f"another campaign ({who}) is running in {path}; wait for it to "
+                       f"finish (then resume=... it if needed), or choose another {key}")
+
+
 def claim(path: Path, *, key: str = "run_dir", resume: bool = False,
           made: list[Path] | None = None) -> Claim:
     """Check ``path`` (:func:`check_target`), create it if needed, and lock it exclusively.
@@ -183,9 +190,7 @@ def claim(path: Path, *, key: str = "run_dir", resume: bool = False,
         Claim(path, None, created).release(undo=True)
         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise ConfigError(key, f"cannot lock {path}: {exc.strerror or exc}") from None
-        who = f"pid {holder}" if holder else "another process"
-        raise ConfigError(key, f"another campaign ({who}) is running in {path}; wait for it to "
-                          f"finish (then resume=... it if needed), or choose another {key}") from None
+        raise held_error(key, path, holder) from None
     return Claim(path, fd, created)
 
 
@@ -203,10 +208,6 @@ def check_free(path: Path, *, key: str = "run_dir") -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
     except OSError as exc:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            holder = lock_holder(path)
-            who = f"pid {holder}" if holder else "another process"
-            raise ConfigError(key, f"another campaign ({who}) is running in {path}; wait for it "
-                              f"to finish (then resume=... it if needed), or choose another "
-                              f"{key}") from None
+            raise held_error(key, path, lock_holder(path)) from None
     finally:
         os.close(fd)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.core.results import SCHEMA_VERSION
+from orchestrator.core.results import SCHEMA_VERSION, Status
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def load_steps(run_dir: Path) -> pd.DataFrame:
                                  f"{rec.get('schema_version')} (this report reads "
                                  f"{SCHEMA_VERSION})")
         spath = tpath.parent / "steps.csv"
-        if rec.get("status") != "ok" or rec.get("kind", "timed") != "timed" or not spath.exists():
+        if rec.get("status") != Status.OK or rec.get("kind", "timed") != "timed" or not spath.exists():
             continue
         df = pd.read_csv(spath)
         for key in ("trial_id", "arm_id", "arm_label", "bucket", "round", "position",

@@ -13,19 +13,55 @@ Below the Hydra entry point the code works on these plain dataclasses only (no o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, TypeVar
+from enum import Enum
+from typing import Any, NamedTuple, Optional, TypeVar
 
 # omegaconf's marker for a required value; spelled out so trial processes need not import it
 MISSING: Any = "???"
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+class Choice(str, Enum):
+    """A config field with a fixed set of values: OmegaConf refuses any other at composition
+    (``Invalid value 'x', expected one of [...]``, with the dotted key). A ``str`` enum whose
+    member names are its values, so code and records compare and print it as the plain string."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        return tuple(m.value for m in cls)
+
+
+def choices(name: str, *values: str) -> type[Choice]:
+    """A Choice type of these values (any strings: the member names are the values)."""
+    return Choice(name, [(v, v) for v in values])  # type: ignore[return-value]
+
+
+Precision = choices("Precision", "fp32", "bf16", "fp16")  # the autocast policy
+CorrectnessMode = choices("CorrectnessMode", "once", "off")
+Device = choices("Device", "auto", "cpu", "cuda", "musa")
+LauncherName = choices("LauncherName", "inline", "local", "slurm")
+StartMethod = choices("StartMethod", "auto", "spawn", "forkserver")
+DataKind = choices("DataKind", "synthetic", "text")
+OnMismatch = choices("OnMismatch", "refuse", "flag")
+ProfileMode = choices("ProfileMode", "off", "framework", "system", "compute")
+WarmupPolicy = choices("WarmupPolicy", "fixed", "auto")
+Clock = choices("Clock", "wall", "cpu")
+SpeedReference = choices("SpeedReference", "auto", "host", "off")
+CompileCache = choices("CompileCache", "cold", "warm")
+Pairing = choices("Pairing", "auto", "process", "steps")
+
+PRECISIONS = Precision.values()
 TOLERANCE_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # tf32: fp32 with tf32 matmuls
-CORRECTNESS_MODES = ("once", "off")
-DEVICES = ("auto", "cpu", "cuda", "musa")
-LAUNCHERS = ("inline", "local", "slurm")
-DATA_KINDS = ("synthetic", "text")
-ON_MISMATCH = ("refuse", "flag")
-PROFILE_MODES = ("off", "framework", "system", "compute")
+CORRECTNESS_MODES = CorrectnessMode.values()
+DEVICES = Device.values()
+LAUNCHERS = LauncherName.values()
+DATA_KINDS = DataKind.values()
+ON_MISMATCH = OnMismatch.values()
+PROFILE_MODES = ProfileMode.values()
 
 
 # --------------------------------------------------------------------------- workload
@@ -46,7 +82,7 @@ class BucketConfig:
 class DataConfig:
     # synthetic: deterministic seeded token stream, made in the training process;
     # text: a text file tokenized (byte-pair encoding) and packed on the fly by a DataLoader
-    kind: str = "synthetic"
+    kind: DataKind = DataKind.synthetic
     seed: int = 1234
     text_path: Optional[str] = None  # text only: a UTF-8 file, one document per line; None = generated
     text_mib: float = 2.0  # text only: size of the generated file (MiB); also the read cap for a given one
@@ -62,7 +98,7 @@ class WorkloadConfig:
     # the recipe that builds it: a registered name, or an import path "pkg.module:build" for
     # one's own recipe taking the same workload fields
     recipe: str = MISSING
-    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast policy)
+    precision: Precision = Precision.fp32  # fp32 | bf16 | fp16 (autocast policy)
     seed: int = 0
     world_size: int = 1
     buckets: list[BucketConfig] = MISSING
@@ -70,6 +106,44 @@ class WorkloadConfig:
     def validate(self) -> None:
         """This kind's own checks (a recipe's schema overrides it); raise ConfigError naming
         the dotted key and the fix. The fields above are checked by orchestrator.campaign.validate."""
+
+    # What the layers below the recipes ask of a workload, instead of importing its recipe
+    # (a recipe's schema overrides what applies to it):
+
+    def check_selection(self, selected: list[BucketConfig]) -> None:
+        """Checks on the buckets a campaign selected (ConfigError)."""
+
+    def check_arms(self, protocol: ProtocolConfig, arms: list[SweptArm], key: str,
+                   variable: str) -> None:
+        """Checks across a sweep's arms (``arms[0]`` the baseline, all of this kind); ``key``:
+        the sweep key to name in an error, ``variable`` the sweep's variable. Raise
+        ConfigError."""
+
+    def forces_attention_kernel(self) -> bool:
+        """Forces an attention kernel the device may lack (checked by attention_refusal)."""
+        return False
+
+    def attention_refusal(self, target: dict[str, Any]) -> str | None:
+        """Why the device ``target`` describes cannot run this arm's attention as configured
+        (only where the arm forces a kernel), or None."""
+        return None
+
+    def reads_text(self) -> bool:
+        """Trains on a text corpus through a data loader (decisions.md's input section)."""
+        return False
+
+    def runs_own_process(self) -> bool:
+        """Runs as a program of its own (a user's command): an env.* switch reaches it even
+        when the trial runs inline, and its numerics are judged on the loss it logs."""
+        return False
+
+
+class SweptArm(NamedTuple):
+    """One arm of a sweep as a recipe's schema sees it (:meth:`WorkloadConfig.check_arms`)."""
+
+    label: str
+    workload: WorkloadConfig
+    differing: set[str]  # the dotted settings it changes against the baseline
 
 
 # workload kind -> its schema; each recipe's config module registers its own
@@ -94,7 +168,7 @@ class CorrectnessProtocolConfig:
     """The correctness gate: one probe process per arm (plus a baseline repeat for the noise
     floor), run once per campaign before the timed rounds."""
 
-    mode: str = "once"  # once | off
+    mode: CorrectnessMode = CorrectnessMode.once
     steps: int = 4  # training steps of the loss trajectory (>= 2: the round trip splits them)
     timeout_s: float = 600.0  # per probe process
 
@@ -105,7 +179,7 @@ class ProtocolConfig:
     # the median of the last warmup_window steps is within warmup_tolerance of the window before
     # (at most warmup_max_steps). Tagged steps (compile, epoch_boundary, checkpoint, validation,
     # profiler) are always excluded.
-    warmup_policy: str = "fixed"  # fixed | auto
+    warmup_policy: WarmupPolicy = WarmupPolicy.fixed
     warmup_steps: int = 3
     warmup_max_steps: int = 30
     warmup_window: int = 3
@@ -118,17 +192,17 @@ class ProtocolConfig:
     # wall = time.perf_counter with a device sync (what training time is); cpu = the process's
     # CPU time (time.process_time), host-CPU work only: leaves out time lost to other processes
     # on a shared machine, so it is for calibrating the statistics, not for claiming speedups
-    clock: str = "wall"  # wall | cpu
+    clock: Clock = Clock.wall
     # host-speed reference (orchestrator.core.reference): a fixed host workload timed before every
     # step, outside the timed window; speedups, intervals and the noise floor of host-bound
     # trials then use step times in units of the host's speed of the moment. auto = on for
     # single-threaded steps on the CPU device; off on GPUs (their step time does not follow the
     # host's speed) and for CPU thread pools (their spinning threads bias the reference by arm);
     # host = on for any CPU trial
-    speed_reference: str = "auto"  # auto | host | off
+    speed_reference: SpeedReference = SpeedReference.auto
     # torch.compile caches (orchestrator.platform.compile_stats): cold = a fresh, empty inductor/Triton
     # cache per trial, so compile_time_s is a first run's cost; warm = the machine's own caches
-    compile_cache: str = "cold"  # cold | warm
+    compile_cache: CompileCache = CompileCache.cold
     repeats: int = 3  # initial rounds; each round runs every arm once, in a fresh process
     # adaptive rounds: while a variant is inconclusive and a decision on the objective (the
     # mixture) is within reach, add adaptive_step_rounds rounds, up to max_rounds in all; a
@@ -153,7 +227,7 @@ class ProtocolConfig:
     # block after switch_warmup_steps excluded ones), blocks paired in the analysis
     # (orchestrator.core.blocks). steps needs a sweep over keys the recipe declares switchable;
     # auto: steps when it can, else process (orchestrator.spec.sweep.choose_pairing, in plan.json)
-    pairing: str = "auto"
+    pairing: Pairing = Pairing.auto
     # pairing=steps: adaptive rounds run the cycles per round the first rounds' cycle-level and
     # between-process spread make cheapest (orchestrator.campaign.run.cycles_per_round); off by
     # default until its error rates are measured (docs/protocol.md)
@@ -324,7 +398,7 @@ class SlurmLauncherConfig:
 
 @dataclass
 class LauncherConfig:
-    name: str = "local"  # inline | local | slurm
+    name: LauncherName = LauncherName.local
     # local: trials run one at a time unless max_parallel > 1 (never two on one device)
     max_parallel: int = 1
     devices: Optional[list[int]] = None  # device indices the local launcher may use
@@ -332,7 +406,7 @@ class LauncherConfig:
     # how local (and Slurm) worker processes start: auto = forked from one fork server per
     # campaign where sound, else spawned; forkserver = the same, the pre-flight refusing what
     # could never fork; spawn = always `python -m <worker>` (docs/launching.md)
-    start_method: str = "auto"  # auto | spawn | forkserver
+    start_method: StartMethod = StartMethod.auto
     slurm: SlurmLauncherConfig = field(default_factory=SlurmLauncherConfig)
 
 
@@ -398,7 +472,7 @@ class SanitizeConfig:
 class EnvironmentConfig:
     # what to do when trials ran in environments that differ in device, driver, torch or
     # library versions: refuse (resume is refused; verdicts become invalid) | flag (warn loudly)
-    on_mismatch: str = "refuse"
+    on_mismatch: OnMismatch = OnMismatch.refuse
 
 
 # --------------------------------------------------------------------------- profile
@@ -411,7 +485,7 @@ class ProfileConfig:
     ``mode``: off | framework (torch.profiler) | system (msys/nsys around a short run) | compute
     (mcu/ncu on a filtered kernel segment). One profiled trial per arm and bucket."""
 
-    mode: str = "off"  # off | framework | system | compute
+    mode: ProfileMode = ProfileMode.off
     # framework: torch.profiler schedule over steady steps (after protocol.warmup_steps)
     wait_steps: int = 1  # steps run with the profiler idle
     warmup_steps: int = 1  # profiler on, events discarded (its own start-up cost)
@@ -441,7 +515,7 @@ class Config:
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     sweep: Optional[SweepConfig] = None
-    device: str = "auto"  # auto | cpu | cuda | musa
+    device: Device = Device.auto
     run_dir: Optional[str] = None  # default: Hydra's run dir
     resume: Optional[str] = None  # a run dir whose completed trials are kept
     # a version of the workload's baseline ledger to run against (docs/baselines.md): latest |

@@ -60,12 +60,29 @@ class WorkerJob(abc.ABC):
     def nproc(self) -> int:
         """Processes the launcher starts: one per rank."""
 
+    def plain(self) -> dict[str, Any]:
+        """The fields as plain data (nested records as dicts)."""
+        return {k: ([dataclasses.asdict(x) for x in v] if k == "paired_arms" else v)
+                for k, v in self.__dict__.items()}
+
     def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=2)
+        return json.dumps(self.plain(), indent=2)
 
     def payload(self) -> dict[str, Any]:
         """The job as plain data that :func:`job_from_payload` turns back into it."""
-        return {"job": JOB_KINDS[type(self)], "spec": dict(self.__dict__)}
+        return {"job": JOB_KINDS[type(self)], "spec": self.plain()}
+
+
+@dataclass
+class PairedArm:
+    """One arm a paired process (protocol.pairing=steps) runs, and where its record goes."""
+
+    arm_id: str
+    arm_label: str
+    is_baseline: bool
+    trial_id: str
+    trial_dir: str
+    workload: dict[str, Any]  # the arm's resolved workload
 
 
 @dataclass
@@ -103,11 +120,15 @@ class TrialSpec(WorkerJob):
     speed_reference: str = "off"  # auto | host | off (orchestrator.core.reference)
     compile_cache: str = "warm"  # cold | warm (orchestrator.platform.compile_stats.cache_scope)
     env_report: bool = False  # also write the full environment.json (the campaign's first trial)
-    # protocol.pairing=steps: every arm of this round and bucket, in block order, each
-    # {arm_id, arm_label, is_baseline, trial_id, trial_dir, workload}; this spec is the first's
-    paired_arms: list[dict[str, Any]] = field(default_factory=list)
+    # protocol.pairing=steps: every arm of this round and bucket, in block order; this spec is
+    # the first's
+    paired_arms: list[PairedArm] = field(default_factory=list)
     block_steps: int = 3
     switch_warmup_steps: int = 1
+
+    def __post_init__(self) -> None:  # read back from a payload: the entries as records
+        self.paired_arms = [a if isinstance(a, PairedArm) else PairedArm(**a)
+                            for a in self.paired_arms]
 
     def warmup(self) -> WarmupPolicy:
         return WarmupPolicy(self.warmup_policy, self.warmup_steps, self.warmup_max_steps,
@@ -240,9 +261,8 @@ def pair_specs(specs: Sequence[TrialSpec], block_steps: int, switch_warmup_steps
     out = []
     for members in groups.values():
         head = copy.copy(members[0])
-        head.paired_arms = [{"arm_id": m.arm_id, "arm_label": m.arm_label,
-                             "is_baseline": m.is_baseline, "trial_id": m.trial_id,
-                             "trial_dir": m.trial_dir, "workload": m.workload} for m in members]
+        head.paired_arms = [PairedArm(m.arm_id, m.arm_label, m.is_baseline, m.trial_id,
+                                      m.trial_dir, m.workload) for m in members]
         head.block_steps, head.switch_warmup_steps = block_steps, switch_warmup_steps
         head.measured_min_s = max(head.measured_min_s, paired_min_s)
         if head.timeout_s is not None:  # every arm's trial in one process
@@ -255,7 +275,7 @@ def paired_members(spec: TrialSpec) -> list[TrialSpec]:
     """The one-arm view of each arm a paired spec runs (the spec itself when not paired)."""
     if not spec.paired_arms:
         return [spec]
-    return [dataclasses.replace(spec, trial_id=a["trial_id"], trial_dir=a["trial_dir"],
-                                arm_id=a["arm_id"], arm_label=a["arm_label"],
-                                is_baseline=a["is_baseline"], workload=a["workload"],
+    return [dataclasses.replace(spec, trial_id=a.trial_id, trial_dir=a.trial_dir,
+                                arm_id=a.arm_id, arm_label=a.arm_label,
+                                is_baseline=a.is_baseline, workload=a.workload,
                                 paired_arms=[]) for a in spec.paired_arms]

@@ -40,7 +40,7 @@ from orchestrator.core.errors import BackendUnavailable
 from orchestrator.platform.flops import DEFINITIONS, EXECUTED, peaks_and_utilization
 from orchestrator.core.logparse import LogParseError, MalformedStepLine, StepRecord, reported_mfu
 from orchestrator.platform.children import COMMAND_SESSION, run_child
-from orchestrator.core.results import trial_record, write_csv
+from orchestrator.core.results import trial_record, write_csv, Status
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: Checked
     useful = trainer.useful_flops_per_step()
     return trial_record(
         **{**common, "measured_steps": len(measured)},
-        status="ok",
+        status=Status.OK,
         torch_version=None,
         step_time_median_s=median,
         step_time_mad_s=statistics.median(abs(v - median) for v in measured),

@@ -16,7 +16,7 @@ from orchestrator.platform import device as devmod
 from orchestrator.spec.config import BucketConfig
 from orchestrator.core.convert import from_dict
 from orchestrator.core.errors import BackendUnavailable
-from orchestrator.core.results import trial_record
+from orchestrator.core.results import trial_record, Status
 from orchestrator.worker.bootstrap import start_worker
 
 
@@ -44,6 +44,6 @@ def run_microbench(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
         call()
         devmod.synchronize(dev)
         times.append(clock() - t0)
-    return trial_record(**base, status="ok", microbench=name,
+    return trial_record(**base, status=Status.OK, microbench=name,
                         call_time_median_s=statistics.median(times), call_times_s=times,
                         device={"kind": dev.kind, "name": dev.name, "count": dev.count})

@@ -46,7 +46,7 @@ from orchestrator.core.convert import from_dict
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.spec.jobs import ProbeSpec
 from orchestrator.platform.children import die_with_parent
-from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json
+from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, Status
 from orchestrator.worker.bootstrap import Worker, start_worker
 from recipes.base import probe_hooks_missing
 
@@ -394,7 +394,7 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
             bucket = from_dict(BucketConfig, b)
             record["buckets"][bucket.name] = probe_bucket(spec, worker, bucket, i == 0, record)
         record["matmul_precision"] = matmul_precision()
-        record["status"] = "ok"
+        record["status"] = Status.OK
     except BackendUnavailable as exc:
         record.update(status="unavailable", error=str(exc))
     except Unsupported as exc:
@@ -410,7 +410,7 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
     record["probe_seconds"] = time.perf_counter() - t0
     if ctx is None or ctx.is_writer:
         atomic_write_json(Path(spec.probe_dir) / "probe.json", record)
-    if ctx is not None and record["status"] == "ok":
+    if ctx is not None and record["status"] == Status.OK:
         distmod.shutdown()
     return record
 
@@ -423,16 +423,16 @@ def main(argv: list[str] | None = None) -> int:
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
         die_with_parent()
     record = run_probe(ProbeSpec.from_file(argv[0]))
-    if record.get("world_size", 1) > 1 and record["status"] != "ok":
+    if record.get("world_size", 1) > 1 and record["status"] != Status.OK:
         # a rank that stopped early leaves the others in a collective: a non-zero exit makes
         # torch.distributed.run take them down (rank 0 has written probe.json already)
         print(f"probe {record['name']}: {record['status']}: {record.get('error')}", file=sys.stderr)
         return 1
-    if record["status"] != "ok":
+    if record["status"] != Status.OK:
         print(f"probe {record['name']}: {record['status']}: {record.get('error')}", file=sys.stderr)
         if record.get("traceback"):
             print(record["traceback"], file=sys.stderr)
-    return 0 if record["status"] in ("ok", "unavailable", "unsupported") else 1
+    return 0 if record["status"] in (Status.OK, "unavailable", "unsupported") else 1
 
 
 if __name__ == "__main__":

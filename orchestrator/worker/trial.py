@@ -35,7 +35,7 @@ from orchestrator.spec.jobs import LAUNCH_T0_VAR, TrialSpec
 from orchestrator.platform.children import die_with_parent
 from orchestrator.worker.microbench import run_microbench
 from orchestrator.worker.profile.runner import run_profiled
-from orchestrator.core.results import INFRA_STATUS, atomic_write_json, trial_record, write_csv
+from orchestrator.core.results import INFRA_STATUS, atomic_write_json, trial_record, write_csv, Status
 from orchestrator.core.steady import warmup_complete
 from orchestrator.worker.bootstrap import start_worker
 from recipes.registry import workload_from_dict
@@ -99,10 +99,10 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
         if world > 1:
             distmod.shutdown()
     if spec.paired_arms and not records:  # the process failed before any arm's block: all arms
-        records = [(trial_record(**{**base, "trial_id": a["trial_id"], "arm_id": a["arm_id"],
-                                    "arm_label": a["arm_label"], "is_baseline": a["is_baseline"]},
+        records = [(trial_record(**{**base, "trial_id": a.trial_id, "arm_id": a.arm_id,
+                                    "arm_label": a.arm_label, "is_baseline": a.is_baseline},
                                  **{k: v for k, v in record.items() if k not in base
-                                    and k not in ("schema_version",)}), a["trial_dir"])
+                                    and k not in ("schema_version",)}), a.trial_dir)
                    for a in spec.paired_arms]
         record = records[0][0]
     _write_records(spec, records or [(record, str(tdir))], rank)
@@ -156,7 +156,7 @@ def _write_records(spec: TrialSpec, records: list[tuple[dict[str, Any], str]], r
         rec["finished_at"] = time.time()
         if rank == 0:
             atomic_write_json(Path(rdir) / "trial.json", rec)
-        elif rec["status"] != "ok":
+        elif rec["status"] != Status.OK:
             atomic_write_json(Path(rdir) / f"trial.rank{rank}.json", rec)
 
 
@@ -323,8 +323,8 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
     for a backend missing here) and leaves the rotation, the others go on. The process is
     built with the baseline's workload, so a variant that cannot run here never takes the
     baseline's measurement with it."""
-    base_arm = next((a for a in spec.paired_arms if a["is_baseline"]), spec.paired_arms[0])
-    worker = start_worker(base_arm["workload"], spec.device)
+    base_arm = next((a for a in spec.paired_arms if a.is_baseline), spec.paired_arms[0])
+    worker = start_worker(base_arm.workload, spec.device)
     if worker.external:
         raise BackendUnavailable("protocol.pairing=steps needs an in-process recipe; an external "
                                  "command cannot switch arms between steps")
@@ -351,11 +351,11 @@ class _PairedRun:
     def __init__(self, spec: TrialSpec, worker: Any) -> None:
         self.spec, self.worker = spec, worker
         self.arms = spec.paired_arms
-        self.ids = [str(a["arm_id"]) for a in self.arms]
-        self.baseline = next((str(a["arm_id"]) for a in self.arms if a["is_baseline"]),
+        self.ids = [str(a.arm_id) for a in self.arms]
+        self.baseline = next((str(a.arm_id) for a in self.arms if a.is_baseline),
                              self.ids[0])
         self.trainer, self.batches, self.build_s = _build(spec, worker)
-        self.workloads = {a["arm_id"]: workload_from_dict(a["workload"]) for a in self.arms}
+        self.workloads = {a.arm_id: workload_from_dict(a.workload) for a in self.arms}
         self.policy = spec.warmup()
         self.st = _Stepper(spec, worker, self.trainer, self.batches)
         self.one_rank = worker.group is None  # several ranks: a failure anywhere fails all
@@ -461,23 +461,23 @@ class _PairedRun:
         """Arm ``i``'s (record, trial dir): failed, not measured (the baseline failed), or its
         measured steps with their blocks."""
         spec, a = self.spec, self.arms[i]
-        arm = str(a["arm_id"])
-        own = {**base, "trial_id": a["trial_id"], "arm_id": arm, "arm_label": a["arm_label"],
-               "is_baseline": a["is_baseline"], "position": spec.position + i}
+        arm = str(a.arm_id)
+        own = {**base, "trial_id": a.trial_id, "arm_id": arm, "arm_label": a.arm_label,
+               "is_baseline": a.is_baseline, "position": spec.position + i}
         session = {"pairing": "steps", "paired_process": spec.trial_id, "paired_arms": self.ids,
                    "block_steps": spec.block_steps,
                    "switch_warmup_steps": spec.switch_warmup_steps, "cycles": self.cycle}
         if arm in self.failed:
-            return trial_record(**own, **self.failed[arm], **session), a["trial_dir"]
+            return trial_record(**own, **self.failed[arm], **session), a.trial_dir
         ok_arms = self.alive()
         if arm not in ok_arms:  # the baseline failed: nothing to pair this arm's steps with
             return (trial_record(**own, status=INFRA_STATUS, **session,
                                  infra_reason=f"the baseline failed in the paired process "
                                  f"({self.failed[self.baseline]['error']})",
                                  error="not measured: the baseline failed first"),
-                    a["trial_dir"])
+                    a.trial_dir)
         self.trainer.switch(self.workloads[arm])  # the counted step and the facts: this arm's
-        Path(a["trial_dir"]).mkdir(parents=True, exist_ok=True)
+        Path(a.trial_dir).mkdir(parents=True, exist_ok=True)
         rows = [r for r in self.st.rows if r["arm_id"] == arm]
         times, settled = self.warm[arm]
         measured = [r for r in rows if r["phase"] == "measured"]
@@ -487,10 +487,10 @@ class _PairedRun:
                        self.build_s, self.policy)
         rec = _record(built, own, _Arm(rows, times, settled, compile_fields, interference,
                                        dist_fields, close=arm == ok_arms[-1],
-                                       trial_dir=a["trial_dir"], memory=self.arm_mem.get(arm)),
+                                       trial_dir=a.trial_dir, memory=self.arm_mem.get(arm)),
                       **session,
                       blocks=[{"cycle": c, "median_s": m} for c, m in sorted(meds.items())])
-        return rec, a["trial_dir"]
+        return rec, a.trial_dir
 
 
 def _fold_memory(acc: dict[str, int], figures: dict[str, int] | None) -> None:
@@ -584,13 +584,13 @@ def _record(b: _Built, base: dict[str, Any], arm: _Arm, **more: Any) -> dict[str
         stream_close()
     extra = _extra_facts(trainer)
     if not writer:  # every rank ran the counted step above (it may hold collectives)
-        return trial_record(**base, status="ok")
+        return trial_record(**base, status=Status.OK)
     nonfinite = [r["step"] for r in rows if r["loss"] != r["loss"] or abs(r["loss"]) == float("inf")]
     torch_mod = sys.modules.get("torch")  # recorded only when the recipe really used torch
     first = st.first_step_at
     return trial_record(
         **base,
-        status="ok",
+        status=Status.OK,
         device={"kind": dev.kind, "name": dev.name, "count": dev.count},
         torch_version=getattr(torch_mod, "__version__", None),
         python_version=platform.python_version(),
@@ -689,11 +689,11 @@ def main(argv: list[str] | None = None) -> int:
     spec = TrialSpec.from_file(argv[0])
     t0 = os.environ.get(LAUNCH_T0_VAR)
     record = run_trial(spec, float(t0) if t0 else None)
-    if record["status"] != "ok":
+    if record["status"] != Status.OK:
         print(f"trial {spec.trial_id}: {record['status']}: {record.get('error')}", file=sys.stderr)
         if record.get("traceback"):
             print(record["traceback"], file=sys.stderr)
-    return 0 if record["status"] in ("ok", "unavailable") else 1
+    return 0 if record["status"] in (Status.OK, "unavailable") else 1
 
 
 if __name__ == "__main__":

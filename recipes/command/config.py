@@ -15,7 +15,14 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from orchestrator.spec.config import MISSING, WorkloadConfig, workload_schema
+from orchestrator.spec.config import (
+    MISSING,
+    BucketConfig,
+    ProtocolConfig,
+    SweptArm,
+    WorkloadConfig,
+    workload_schema,
+)
 from orchestrator.core.errors import ConfigError, check_positive
 from orchestrator.core.logparse import LogParseError, compile_pattern
 
@@ -174,6 +181,35 @@ class CommandWorkloadConfig(WorkloadConfig):
             raise ConfigError("workload.loss_rtol", f"must be >= 0, got {self.loss_rtol}")
         self.check_paths()
 
+    def runs_own_process(self) -> bool:
+        return True
+
+    def check_selection(self, selected: list[BucketConfig]) -> None:
+        """The declared FLOPs are one figure: one bucket per campaign."""
+        if self.flops_per_step is not None and len(selected) > 1:
+            chosen = [b.name for b in selected]
+            raise ConfigError(
+                "workload.flops_per_step",
+                f"is one figure for every bucket, but {len(chosen)} buckets are selected "
+                f"({', '.join(chosen)}) and their steps differ in FLOPs; select one with "
+                f"sweep.buckets=[{chosen[0]}] (a campaign per bucket), or drop it")
+
+    def check_arms(self, protocol: ProtocolConfig, arms: list[SweptArm], key: str,
+                   variable: str) -> None:
+        """The command's log must outlive its time limit, and the arms must do the same work
+        per step (a throughput sweep compares the same work in less time): where
+        ``tokens_per_step`` states it from the params, arms whose figure differs are refused;
+        where it is not stated, sweeping a param whose name says it sets the work (a batch or
+        sequence size, gradient accumulation) is refused with the way to state it. Tokens a
+        trainer logs are compared after the trials
+        (:func:`orchestrator.analysis.loss_gate.work_gates`)."""
+        if self.time_limit_s is not None and self.time_limit_s >= protocol.trial_timeout_s:
+            raise ConfigError("workload.time_limit_s",
+                              f"{self.time_limit_s:g} s must be below protocol.trial_timeout_s="
+                              f"{protocol.trial_timeout_s:g} s so the command's log is kept")
+        for arm in arms[1:]:
+            _check_same_work(self, arms[0], arm, key, variable)
+
     def check_paths(self) -> None:
         """The working directory and the program exist here, before any trial (otherwise
         every trial fails to start and the campaign ends invalid). Templates whose value is
@@ -208,3 +244,26 @@ class CommandWorkloadConfig(WorkloadConfig):
         elif shutil.which(exe, path=self.env.get("PATH") or os.environ.get("PATH")) is None:
             raise ConfigError("workload.command", f"{exe!r} is not on PATH; give the program's "
                               "full path, or {python} for this Python")
+
+
+def _check_same_work(w: CommandWorkloadConfig, base: SweptArm, arm: SweptArm, key: str,
+                     variable: str) -> None:
+    for b in w.buckets:
+        mine, theirs = (work_per_step(x.workload, b)[0] for x in (base, arm))
+        if mine != theirs:
+            raise ConfigError(key, f"{variable!r} is frozen: it changes the work per "
+                              f"step (workload.tokens_per_step: {mine} tokens in "
+                              f"{base.label!r}, {theirs} in {arm.label!r}, bucket {b.name}); "
+                              "a throughput sweep compares the same work per step, so "
+                              "pick another variable")
+    if w.tokens_per_step is not None:
+        return
+    for path in sorted(arm.differing):
+        name = path.removeprefix("workload.params.")
+        if path.startswith("workload.params.") and looks_like_work(name):
+            raise ConfigError(key, f"{path!r} is frozen: by its name it sets the work per "
+                              "step (a batch or sequence size), which a throughput sweep "
+                              "must keep. If it does not, state the work per step: "
+                              f"workload.tokens_per_step='{{seq_len}} * {{micro_batch}}' "
+                              "(a product of params and built-ins); arms that differ in "
+                              "it are refused")

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from orchestrator.spec.config import (
     DATA_KINDS,
+    choices,
     DataConfig,
+    ProtocolConfig,
+    SweptArm,
     WorkloadConfig,
     workload_schema,
 )
+from orchestrator.core import musa_rules
 from orchestrator.core.errors import ConfigError, check_choice, check_positive
 
 ATTENTION_BACKENDS = ("eager", "sdpa", "tiled", "triton", "fa2", "flash_attn")
@@ -25,17 +29,22 @@ TRITON_BACKENDS = ("triton", "fa2")
 TRITON_TILES = (16, 32, 64, 128, 256)  # a tile side is a tl.dot operand side: a power of two
 TRITON_HEAD_DIMS = (16, 32, 64, 128)
 TRITON_WARPS = (1, 2, 4, 8, 16)
-SDPA_KERNELS = ("auto", "math", "flash", "efficient", "cudnn")
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
-COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+AttentionBackend = choices("AttentionBackend", *ATTENTION_BACKENDS)
+SdpaKernel = choices("SdpaKernel", "auto", "math", "flash", "efficient", "cudnn")
+CompileMode = choices("CompileMode", "off", "default", "reduce-overhead",
+                      "max-autotune-no-cudagraphs", "max-autotune")
+CompileBackend = choices("CompileBackend", "inductor", "aot_eager", "eager")
+SDPA_KERNELS = SdpaKernel.values()
+COMPILE_MODES = CompileMode.values()
+COMPILE_BACKENDS = CompileBackend.values()
 
 
 @dataclass
 class AttentionConfig:
     # eager | sdpa | tiled (FA2 in PyTorch) | triton (FA2 as Triton kernels) | fa2 (triton on a
     # GPU, tiled on the CPU) | flash_attn
-    backend: str = "sdpa"
-    sdpa_kernel: str = "auto"  # auto | math | flash | efficient | cudnn (sdpa only)
+    backend: AttentionBackend = AttentionBackend["sdpa"]
+    sdpa_kernel: SdpaKernel = SdpaKernel["auto"]  # auto | math | flash | efficient | cudnn (sdpa only)
     block_q: int = 64  # tiled / triton / fa2: query rows per tile
     block_k: int = 64  # tiled / triton / fa2: key/value rows per tile
     num_warps: int = 4  # triton only: warps per kernel instance (1, 2, 4, 8, 16)
@@ -49,8 +58,8 @@ class CompileConfig:
     Compile and autotune happen in the warm-up steps, which are excluded from steady state; the
     trial records their cost as ``compile_time_s`` with graph breaks and recompiles."""
 
-    mode: str = "off"  # off (eager) | default | reduce-overhead | max-autotune-no-cudagraphs | ...
-    backend: str = "inductor"  # inductor | aot_eager | eager (aot_eager/eager: dynamo only, no codegen)
+    mode: CompileMode = CompileMode["off"]  # off (eager) | default | reduce-overhead | max-autotune ...
+    backend: CompileBackend = CompileBackend["inductor"]  # inductor | aot_eager | eager (aot_eager/eager: dynamo only, no codegen)
     fullgraph: bool = False  # a graph break becomes an error (the trial fails) instead of a split
     dynamic: Optional[bool] = None  # None = torch's automatic dynamic shapes; True/False forces it
     mark_dynamic: bool = False  # mark the sequence dimension of every batch dynamic
@@ -131,6 +140,48 @@ class GPTWorkloadConfig(WorkloadConfig):
             _check_triton(m)
         _check_compile(m.compile)
         _check_data(self.data, self.loader)
+
+    def check_arms(self, protocol: ProtocolConfig, arms: list[SweptArm], key: str,
+                   variable: str) -> None:
+        gpt = [a.workload for a in arms if isinstance(a.workload, GPTWorkloadConfig)]
+        if any(w.model.compile.mode != "off" for w in gpt) and protocol.warmup_steps < 1:
+            raise ConfigError("protocol.warmup_steps",
+                              "must be >= 1 when an arm uses torch.compile: the first step "
+                              "compiles, and compile time must stay out of the measured steps")
+        visiting = [w for w in gpt if w.model.compile.visit_buckets]
+        if visiting and all(w.model.compile.mode == "off" for w in visiting):
+            raise ConfigError("workload.model.compile.visit_buckets",
+                              "counts the recompiles of other bucket shapes, which needs "
+                              "torch.compile in some arm; set workload.model.compile.mode (e.g. "
+                              "default) or drop it")
+
+    def forces_attention_kernel(self) -> bool:
+        a = self.model.attention
+        return a.backend == "flash_attn" or (a.backend == "sdpa" and a.sdpa_kernel != "auto")
+
+    def attention_refusal(self, target: dict[str, Any]) -> str | None:
+        """Only MUSA is modelled: torch_musa's selector is known from its source
+        (orchestrator.core.musa_rules); elsewhere the correctness gate finds out."""
+        if target.get("kind") != "musa":
+            return None
+        a = self.model.attention
+        if a.backend == "flash_attn":
+            mate = musa_rules.flash_attn_provider(target.get("flash_attn") or []).startswith("MATE")
+            return ("the gpt recipe's flash_attn backend calls flash_attn_func on CUDA only"
+                    + ("; this flash_attn is MATE's, which exports flash_attn_varlen_func and "
+                       "flash_attn_with_kvcache, no flash_attn_func" if mate else ""))
+        if a.backend != "sdpa":
+            return None
+        head = self.model.d_model // self.model.n_head
+        dtype = _DTYPES.get(str(self.precision), str(self.precision))
+        return musa_rules.musa_sdpa_refusal(a.sdpa_kernel, dtype, head, head,
+                                            list(target.get("archs") or [None]))
+
+    def reads_text(self) -> bool:
+        return self.data.kind == "text"
+
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def _check_triton(m: GPTModelConfig) -> None:

@@ -9,8 +9,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from orchestrator.spec.config import DataConfig, WorkloadConfig, workload_schema
-from recipes.muon.checks import validate_muon_tp
+from orchestrator.spec.config import DataConfig, WorkloadConfig, choices, workload_schema
+from recipes.muon.checks import (
+    COEFFICIENT_SETS,
+    COST_PROFILES,
+    NS_DTYPES,
+    SCALE_MODES,
+    SHARDINGS,
+    TP_MODES,
+    validate_muon_tp,
+)
+
+Sharding = choices("Sharding", *SHARDINGS)
+Coefficients = choices("Coefficients", *COEFFICIENT_SETS)
+NsDtype = choices("NsDtype", *NS_DTYPES)
+ScaleMode = choices("ScaleMode", *SCALE_MODES)
+TPMode = choices("TPMode", *TP_MODES)
+CostProfile = choices("CostProfile", *COST_PROFILES)
 
 
 @dataclass
@@ -24,7 +39,7 @@ class MuonTPModelConfig:
     d_ff: int = 256
     n_experts: int = 0  # >0 adds expert FC1/FC2 pairs behind a dense soft router
     d_expert: int = 128
-    sharding: str = "megatron"  # megatron (QKV/FC1 on dim 0, proj/FC2 on dim 1) | dim0 (all)
+    sharding: Sharding = Sharding["megatron"]  # megatron (QKV/FC1 on dim 0, proj/FC2 on dim 1) | dim0 (all)
 
 
 @dataclass
@@ -35,12 +50,12 @@ class MuonOptimizerConfig:
     nesterov: bool = True
     weight_decay: float = 0.0  # decoupled
     ns_steps: int = 5
-    coefficients: str = "quintic"  # simple | quintic | cubic | polar_express | cans
+    coefficients: Coefficients = Coefficients["quintic"]  # simple | quintic | cubic | polar_express | cans
     # Frobenius normalisation floor: X / max(||X||_F, eps). Emerging-Optimizers' 1e-15; a larger
     # floor shrinks small-norm updates and changes their orthogonalisation
     eps: float = 1e-15
-    ns_dtype: str = "fp32"  # fp32 | bf16 (state stays fp32)
-    scale_mode: str = "spectral"  # shape_scaling | spectral | unit_rms_norm
+    ns_dtype: NsDtype = NsDtype["fp32"]  # fp32 | bf16 (state stays fp32)
+    scale_mode: ScaleMode = ScaleMode["spectral"]  # shape_scaling | spectral | unit_rms_norm
     extra_scale_factor: float = 0.2
     adamw_lr: float = 3e-3  # embeddings, norms, head
     adamw_beta1: float = 0.9
@@ -50,8 +65,8 @@ class MuonOptimizerConfig:
 
 @dataclass
 class TPConfig:
-    mode: str = "duplicated"  # duplicated | distributed | auto (opt-in)
-    cost_profile: str = "measured"  # auto only: measured (calibrated on the group) | registry | none
+    mode: TPMode = TPMode["duplicated"]  # duplicated | distributed | auto (opt-in)
+    cost_profile: CostProfile = CostProfile["measured"]  # auto only: measured (calibrated on the group) | registry | none
     crosses_domain: Optional[bool] = None  # None = from topology; true/false overrides it
     syrk: bool = False  # cost model only: price the Gram and A*A as SYRK (half the FLOPs)
 

@@ -11,7 +11,7 @@ def _ms(x: Optional[float]) -> str:
     return "—" if x is None or math.isnan(x) else f"{x * 1e3:.2f}"
 
 
-def sections(records: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+def sections(records: list[dict[str, Any]]) -> list[Section]:
     ok = [r for r in records if r.get("status") == "ok" and isinstance(r.get("muon_tp"), dict)]
     if not ok:
         return []
@@ -50,7 +50,7 @@ def sections(records: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     for label, recs in by_arm.items():
         if recs[0]["muon_tp"].get("mode") == "auto":
             lines += consistency_lines(label, recs)
-    return [("Muon tp_mode", lines)]
+    return [Section("Muon tp_mode", lines)]
 
 
 def consistency_lines(label: str, recs: list[dict[str, Any]]) -> list[str]:

@@ -95,7 +95,7 @@ def test_a_key_the_recipe_cannot_switch_is_refused(compose: Any) -> None:
                        r"cannot be switched between steps \(arm '1' sets env OMP_NUM_THREADS\)"):
         validate(compose(["workload=gpt_test", "+sweep=omp_threads", "protocol.pairing=steps"]))
     validate(compose(["workload=gpt_test", "+sweep=fa2_tiling", "protocol.pairing=steps"]))
-    with pytest.raises(ConfigError, match=r"^protocol.pairing: must be auto, process or steps"):
+    with pytest.raises(ConfigError, match=r"^protocol.pairing: .blocks. is not a valid choice; choose one of: auto, process, steps"):
         validate(compose(["workload=gpt_test", "+sweep=fa2_tiling", "protocol.pairing=blocks"]))
 
 

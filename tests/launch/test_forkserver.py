@@ -210,8 +210,8 @@ def test_start_method_line() -> None:
 
 @pytest.mark.parametrize(("overrides", "match"), [
     (["launcher.start_method=fork"],
-     r"launcher\.start_method: 'fork' is not a start method; use one of auto, spawn, "
-     r"forkserver \(e\.g\. launcher\.start_method=spawn\)"),
+     r"launcher\.start_method: 'fork' is not a valid choice; choose one of: auto, spawn, "
+     r"forkserver$"),
     (["launcher=inline", "launcher.start_method=forkserver"],
      r"launcher\.start_method: forkserver starts trial processes, inline runs them"),
     (["launcher.start_method=forkserver", "+sweep=omp_threads"],

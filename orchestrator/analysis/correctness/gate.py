@@ -28,6 +28,7 @@ from orchestrator.analysis.correctness.compare import (
     relative_series,
     signature_diff,
 )
+from orchestrator.core.results import Status
 
 # (probe name, bucket) -> {"outputs", "loss", "grads", "update", "trajectory"}, None if absent
 TensorLoader = Callable[[str, str], dict[str, Any] | None]
@@ -324,14 +325,14 @@ def evaluate(
     base_arm = arms[0]
     base = probes.get(base_arm.arm_id, {"status": "missing"})
     repeat = probes.get(f"{base_arm.arm_id}-repeat", {"status": "missing"})
-    key = tolerance_key(precision, [p for p in probes.values() if p.get("status") == "ok"])
+    key = tolerance_key(precision, [p for p in probes.values() if p.get("status") == Status.OK])
     tol = tolerances.get(key) or tolerances[precision]
     summary: dict[str, Any] = {"tolerance_key": key, "noise_floor": {}}
     gates = []
     blocked = None
-    if base.get("status") != "ok":
+    if base.get("status") != Status.OK:
         blocked = f"the baseline probe {base.get('status')}: {base.get('error', 'no record')}"
-    elif repeat.get("status") != "ok":
+    elif repeat.get("status") != Status.OK:
         blocked = (
             f"the baseline's repeat probe (noise floor) {repeat.get('status')}: "
             f"{repeat.get('error', 'no record')}"
@@ -362,7 +363,7 @@ def evaluate(
         if status == "unavailable":
             g.status, g.reasons = "error", [f"unavailable here: {var.get('error')}"]
             continue
-        if status != "ok":
+        if status != Status.OK:
             g.status, g.reasons = "fail", [f"the variant's probe {status}: {var.get('error')}"]
             continue
         g.checkpoint, ck_problems = judge_checkpoint(arm.arm_id, var, base, repeat, tol)

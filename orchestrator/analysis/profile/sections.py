@@ -12,6 +12,7 @@ from orchestrator.platform.flops import utilization
 from orchestrator.core import phases as ph
 from orchestrator.analysis.profile.diff import diff_traces
 from orchestrator.core.sanitize import VENDOR_REPORT_SUFFIXES
+from orchestrator.core.results import Status
 
 TOP_CHANGES = 5
 
@@ -178,7 +179,7 @@ def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequ
         for a in arms:
             r = prof.get((bucket, a.arm_id))
             s = None
-            if r and r.get("status") == "ok":
+            if r and r.get("status") == Status.OK:
                 s = _load(run_dir / "profiles" / "framework" / f"{r['trial_id']}.summary.json")
             sums.append((a.label, s))
         if not any(s for _, s in sums):

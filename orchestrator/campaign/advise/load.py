@@ -22,6 +22,7 @@ from orchestrator.spec.config import EVIDENCE_KINDS
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.paths import conf_dir
 from orchestrator.spec.sweep import ENV_PREFIX, apply_overrides
+from orchestrator.core.results import Status
 
 
 @dataclass
@@ -66,7 +67,7 @@ def read_profile(run_dir: Path) -> Profile:
             continue
         bucket = str(rec.get("bucket"))
         summary = _json(run_dir / "profiles" / "framework" / f"{rec['trial_id']}.summary.json")
-        if rec.get("status") != "ok" or not isinstance(summary, dict):
+        if rec.get("status") != Status.OK or not isinstance(summary, dict):
             failed.append(f"{bucket}: {rec.get('status')} {rec.get('error') or ''}".strip())
             continue
         device = device or str((summary.get("device") or {}).get("kind") or "")

@@ -22,7 +22,7 @@ from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.platform.flops import DEFINITIONS, PROFILER, USEFUL, profile_trainer_flops
 from orchestrator.analysis.profile.trace import events_frame, load_trace, save_trace
-from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, trial_record, write_csv
+from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, trial_record, write_csv, Status
 from orchestrator.worker.bootstrap import start_worker
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
             # the ranks leave together: a rank that exits while another still holds the
             # group open can make gloo abort that one (a SIGABRT seen on a loaded host)
             dist.barrier()
-            return trial_record(**base, status="ok",
+            return trial_record(**base, status=Status.OK,
                                 artifacts=[str(Path("profiles", "framework", trace_path.name))])
         rows = [{**r, "rank": k} for k, rr in enumerate(gathered) for r in rr]
     write_csv(Path(spec.trial_dir) / "profile_steps.csv", rows)
@@ -85,7 +85,7 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
 
         dist.barrier()  # with the other ranks, which wait here before they leave
     return trial_record(
-        **base, status="ok",
+        **base, status=Status.OK,
         device={"kind": dev.kind, "name": dev.name, "count": dev.count},
         torch_version=torch.__version__,
         profiled_step_median_s=summary["profiled_step_median_s"],

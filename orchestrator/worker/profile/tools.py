@@ -28,7 +28,7 @@ from typing import Any
 from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.platform.children import run_child
-from orchestrator.core.results import trial_record
+from orchestrator.core.results import trial_record, Status
 from orchestrator.worker.bootstrap import start_worker
 
 # per layer and device kind: the tools to try, in order
@@ -134,7 +134,7 @@ def run_tool_layer(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
         what = f"{tool} exited with code {rc}" if rc else f"{tool} wrote no report"
         return trial_record(**common, status="failed", error=what,
                             stderr_tail=_tail(tdir / "tool_stderr.log"))
-    return trial_record(**common, status="ok", expected_report_suffix=REPORT_SUFFIX[tool])
+    return trial_record(**common, status=Status.OK, expected_report_suffix=REPORT_SUFFIX[tool])
 
 
 def run_bounded(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
@@ -149,5 +149,5 @@ def run_bounded(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     for _ in range(spec.warmup_steps + spec.measured_steps):
         trainer.train_step(next(batches))
     devmod.synchronize(dev)
-    return trial_record(**base, status="ok", steps_run=spec.warmup_steps + spec.measured_steps,
+    return trial_record(**base, status=Status.OK, steps_run=spec.warmup_steps + spec.measured_steps,
                         device={"kind": dev.kind, "name": dev.name, "count": dev.count})
