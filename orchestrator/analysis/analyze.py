@@ -88,6 +88,10 @@ class Analysis:
     speed_normalised: bool = False
     alpha_look: float = 0.05  # the error rate this look spends (orchestrator.core.paired.alpha_spent)
     looks: int = 1  # planned looks (initial rounds, then each adaptive extension)
+    # the frozen schedule (plan.json's "spending") has nothing left for this look: a campaign
+    # extended past its last planned look cannot decide more on its data
+    alpha_exhausted: bool = False
+    carryover: dict[str, str] = field(default_factory=dict)  # bucket -> what the check found
     fits: dict[str, Any] = field(default_factory=dict)  # bucket or "mixture" -> BlockFit
 
 
@@ -194,11 +198,12 @@ def trial_medians(trials: pd.DataFrame, by_trial: dict[str, list[float]], bucket
     return out
 
 
-def paired_blocks(trials: pd.DataFrame, steps: pd.DataFrame, by_trial: dict[str, list[float]],
-                  bucket: str, arm_ids: Sequence[str] | None = None
-                  ) -> dict[tuple[int, str], dict[int, float]]:
-    """protocol.pairing=steps: (round, arm) -> cycle -> the arm's block median (of the step
-    times in ``by_trial``), for the bucket's ok trials run paired by steps; {} when none were."""
+def paired_steps(trials: pd.DataFrame, steps: pd.DataFrame, by_trial: dict[str, list[float]],
+                 bucket: str, arm_ids: Sequence[str] | None = None
+                 ) -> dict[tuple[int, str], list[tuple[int, float]]]:
+    """protocol.pairing=steps: (round, arm) -> its measured steps as (cycle, time), in step
+    order (times from ``by_trial``), for the bucket's ok trials run paired by steps; {} when
+    none were."""
     if trials.empty or "pairing" not in trials or steps.empty or "block" not in steps:
         return {}
     ok = trials[(trials["status"] == Status.OK) & (trials["bucket"] == bucket)
@@ -209,23 +214,78 @@ def paired_blocks(trials: pd.DataFrame, steps: pd.DataFrame, by_trial: dict[str,
         return {}
     sel = steps[steps["phase"] == "measured"]
     cycles = {str(k): [int(x) for x in g["block"]] for k, g in sel.groupby("trial_id")}
-    per: dict[tuple[int, str], dict[int, float]] = {}
+    per: dict[tuple[int, str], list[tuple[int, float]]] = {}
     for _, row in ok.iterrows():
         t = str(row["trial_id"])
         if by_trial.get(t) and len(cycles.get(t, [])) == len(by_trial[t]):
-            per[(int(row["round"]), str(row["arm_id"]))] = blocks.block_medians(by_trial[t],
-                                                                               cycles[t])
+            per[(int(row["round"]), str(row["arm_id"]))] = list(zip(cycles[t], by_trial[t]))
     return per
+
+
+def paired_blocks(trials: pd.DataFrame, steps: pd.DataFrame, by_trial: dict[str, list[float]],
+                  bucket: str, arm_ids: Sequence[str] | None = None
+                  ) -> dict[tuple[int, str], dict[int, float]]:
+    """protocol.pairing=steps: (round, arm) -> cycle -> the arm's block median."""
+    return {k: blocks.block_medians([t for _, t in v], [c for c, _ in v])
+            for k, v in paired_steps(trials, steps, by_trial, bucket, arm_ids).items()}
+
+
+CARRYOVER_ALPHA = 0.01  # the carry-over check's error rate, over the arms
+
+
+def block_cells(per: dict[tuple[int, str], list[tuple[int, float]]], baseline: str,
+                carry_alpha: float = CARRYOVER_ALPHA) -> tuple[dict[tuple[int, str], float], str]:
+    """The round cells of block-paired steps (orchestrator.core.blocks.round_cells) and a note.
+
+    Carry-over: per arm, the first measured step after each switch against the median of the
+    rest of its block (orchestrator.core.blocks.carryover), compared with the baseline's by
+    Welch's t test at ``carry_alpha`` over the arms. Where an arm's differs, a switch costs
+    that arm something it would not pay in a run without switches: the first measured step
+    of every block is left out (for every arm alike, as if switch_warmup_steps were one more)
+    and the note says so."""
+    values: dict[str, list[float]] = {}
+    for (r, arm), v in per.items():
+        one = blocks.carryover([(arm, c, t, i == 0 or v[i - 1][0] != c)
+                                for i, (c, t) in enumerate(v)])
+        values.setdefault(arm, []).extend(one.get(arm, []))
+    others = [a for a in values if a != baseline]
+    hits = []
+    for arm in others:
+        d, pv = paired.welch_p(values[arm], values.get(baseline, []))
+        if pv < carry_alpha / max(1, len(others)):
+            hits.append(f"{arm} {d:+.1%} (p={pv:.1g})")
+    note = ""
+    if hits:
+        trimmed = {k: [(c, t) for i, (c, t) in enumerate(v) if not (i == 0 or v[i - 1][0] != c)]
+                   for k, v in per.items()}
+        if all(trimmed.values()):
+            per = trimmed
+            note = ("carry-over: the first measured step after a switch differs from the rest "
+                    f"of its block against the baseline's ({', '.join(hits)}); the first "
+                    "measured step of every block was left out (raise "
+                    "protocol.switch_warmup_steps to exclude it in the trials)")
+        else:
+            note = (f"carry-over: the first measured step after a switch differs ({', '.join(hits)}) "
+                    "and blocks are too short to leave it out; raise "
+                    "protocol.switch_warmup_steps or protocol.block_steps")
+    medians = {k: blocks.block_medians([t for _, t in v], [c for c, _ in v]) for k, v in per.items()}
+    return blocks.round_cells(medians, baseline), note
+
+
+def block_paired(trials: pd.DataFrame, steps: pd.DataFrame, by_trial: dict[str, list[float]],
+                 bucket: str, arm_ids: Sequence[str], baseline: str
+                 ) -> tuple[dict[tuple[int, str], float], str]:
+    """protocol.pairing=steps: (round, arm) -> a time whose ratio to the baseline's is the
+    round's block-paired effect, and the carry-over note (:func:`block_cells`); ({}, "") when
+    the bucket's trials were not run paired by steps."""
+    per = paired_steps(trials, steps, by_trial, bucket, arm_ids)
+    return block_cells(per, baseline) if per else ({}, "")
 
 
 def block_paired_medians(trials: pd.DataFrame, steps: pd.DataFrame,
                          by_trial: dict[str, list[float]], bucket: str, arm_ids: Sequence[str],
                          baseline: str) -> dict[tuple[int, str], float]:
-    """protocol.pairing=steps: (round, arm) -> a time whose ratio to the baseline's is the
-    round's block-paired effect (orchestrator.core.blocks.round_cells); {} when the bucket's
-    trials were not run paired by steps."""
-    per = paired_blocks(trials, steps, by_trial, bucket, arm_ids)
-    return blocks.round_cells(per, baseline) if per else {}
+    return block_paired(trials, steps, by_trial, bucket, arm_ids, baseline)[0]
 
 
 def _comparison(fit: paired.BlockFit | None, arm_id: str, key: str, alpha: float,
@@ -254,13 +314,14 @@ def analyze(
     bucket_weights: dict[str, float],
     protocol: ProtocolConfig,
     control: Arm | None = None,
+    spending: Sequence[Sequence[float]] | None = None,
 ) -> Analysis:
     """``arms``: baseline first, then the variants; ``control``: the A/A arm, if one ran.
 
     Per bucket, one block fit over every arm (orchestrator.core.paired); with several buckets, one
     more over the weighted mixture. Intervals are at the per-look level
     (orchestrator.core.paired.alpha_spent: this look's share of the error rate over the protocol's
-    planned looks)."""
+    planned looks; ``spending``: the schedule plan.json froze, which a resume extends)."""
     trials = _timed(trials)
     out = Analysis(list(buckets), list(arms), bucket_weights=dict(bucket_weights), control=control)
     plan = paired.looks(protocol.repeats, max(protocol.max_rounds, protocol.repeats),
@@ -269,6 +330,11 @@ def analyze(
     out.alpha_look = paired.alpha_spent(1 - protocol.confidence, plan, rounds_done,
                                         protocol.alpha_spending)
     out.looks = len(plan)
+    if spending:  # frozen at the first plan: an extension spends only what is left
+        out.alpha_look = paired.spend_at(spending, rounds_done)
+        out.looks = len(spending)
+        if out.alpha_look <= 0:
+            out.alpha_look, out.alpha_exhausted = 1e-9, True
     by_trial = step_times_by_trial(steps)
     refs = reference_times_by_trial(steps) if protocol.speed_reference != "off" else {}
     if refs:
@@ -284,8 +350,12 @@ def analyze(
             ) else trials
             out.summaries[(bucket, arm.arm_id)] = summarize_arm(
                 rows, by_trial, arm, bucket, protocol.warn_cv)
-    medians = {b: block_paired_medians(trials, steps, by_trial, b, ids, base.arm_id)
-               or trial_medians(trials, by_trial, b, ids) for b in buckets}
+    medians = {}
+    for b in buckets:
+        cells, note = block_paired(trials, steps, by_trial, b, ids, base.arm_id)
+        medians[b] = cells or trial_medians(trials, by_trial, b, ids)
+        if note:
+            out.carryover[b] = note
     fits: dict[str, paired.BlockFit | None] = {}
     for b in buckets:
         fits[b] = _fit(paired.trial_cells(medians[b]), base.arm_id)

@@ -19,7 +19,9 @@ it, so the error rates hold over the initial rounds and every adaptive extension
   or, by construction, the variant differs from the baseline only in settings the recipe's
   description covers (the trials' ``executes_covers``), it resolved at run time to the
   baseline's own step in every trial (the trials' ``executes``: an ``auto`` that chose the
-  baseline's mode on every shape), and the timing shows no significant difference either way;
+  baseline's mode on every shape), and, at the last planned look only, the timing shows no
+  significant difference either way and every scope is non-inferior within the band (one-sided
+  lower bound at least 1 / (1 + min_effect)): what ran is never evidence on its own;
 - ``retain``: the objective is significantly faster (its interval above 1), every bucket is
   non-inferior (its one-sided alpha' lower bound above 1 - ni_margin), and every gate passed;
 - ``inconclusive``: anything else, with what would resolve it: the rounds in all, when that is
@@ -46,10 +48,13 @@ INFRA = INFRA_STATUS  # a trial that failed in the harness (core.results)
 REACH = 3
 
 RULE = ("the mixture decides (total work / total time): **retain** if significantly faster "
-        "and no bucket worse than the non-inferiority margin; **reject** if significantly "
-        "slower, or a bucket significantly slower beyond the margin, or a trial or gate failed; "
+        "(two-sided 1 - alpha' interval above 1) and no bucket worse than the non-inferiority "
+        "margin (one-sided 1 - alpha' lower bound); **reject** if significantly slower, or a "
+        "bucket significantly slower beyond the margin (one-sided 1 - alpha' upper bound), or a "
+        "trial or gate failed; "
         "**equivalent** if the mixture and every bucket lie within ±min_effect (two one-sided "
-        "tests), or it ran the baseline's own step in every trial and timed no different; "
+        "tests at 1 - alpha' each), or it ran the baseline's own step in every trial and, at the "
+        "last look, timed no different and non-inferior within ±min_effect; "
         "**invalid** if the comparison cannot be made; else **inconclusive**")
 
 
@@ -134,16 +139,8 @@ def _every_round(analysis: Analysis, bucket: str, arm_id: str) -> bool:
     """True when the variant was faster than the baseline in every paired round (a fact for
     the headline, not a rule)."""
     fit = analysis.fits.get(bucket)
-    if fit is None:
-        return False
-    base = fit.baseline
-    res = fit.residuals
-    # the fitted round effects cancel in the within-round difference of the raw cells
-    rounds = {r for r, a in res if a == arm_id} & {r for r, a in res if a == base}
-    eff = fit.effects.get(arm_id)
-    if not rounds or eff is None:
-        return False
-    return all(eff.log_speedup + res[(r, base)] - res[(r, arm_id)] > 0 for r in rounds)
+    d = fit.contrasts.get(arm_id) if fit is not None else None
+    return bool(d) and all(x > 0 for x in d.values())
 
 
 def _resolve(obj: Scope, alpha: float, rule: Rule) -> int | None:
@@ -199,6 +196,8 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
                 headline = headline or f"reject: {what} of {vs.trials} trials at {bucket}"
             for w in vs.warnings:
                 warnings.append(f"{bucket}: {w}")
+            if bucket in analysis.carryover:
+                warnings.append(f"{bucket}: {analysis.carryover[bucket]}")
         for g in gates.get(arm.arm_id, []):
             if g.status == "fail":
                 reject.append(f"{g.name} gate failed: {g.detail}")
@@ -225,13 +224,18 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
         else:
             kind, timing, resolve, why = judge(scopes, objective, alpha, rule)
         same = same_step(analysis, base, arm)
-        if same and kind == "unsure" and obj is not None:  # equivalent by what ran
+        blocked = construction_equivalent(scopes, rule) if same and obj is not None else ""
+        if same and kind == "unsure" and obj is not None and not blocked:  # by what ran
             kind, resolve = "equivalent", None
             timing.insert(0, f"it runs the baseline's step in every trial ({same}); the timing "
-                             "shows no significant difference either way")
+                             "shows no significant difference either way and every scope is "
+                             f"non-inferior within ±{rule.min_effect:.0%}")
             headline = headline or (f"equivalent: it runs the baseline's step ({same}); "
-                                    f"timed {_scope_text(obj, objective)}, no significant "
-                                    "difference")
+                                    f"timed {_scope_text(obj, objective)}, non-inferior "
+                                    f"within ±{rule.min_effect:.0%}")
+        elif same and kind == "unsure":
+            timing.insert(0, f"it runs the baseline's step in every trial ({same}), but "
+                             f"{blocked}: not equivalent on what ran alone")
         elif same and kind in ("good", "bad"):
             warnings.append(f"it runs the baseline's step in every trial ({same}), yet timed "
                             f"{'faster' if kind == 'good' else 'slower'}: suspect an order or "
@@ -341,7 +345,8 @@ def judge(scopes: dict[str, Scope | None], objective: str, alpha: float,
     elif lo > 1 and not ni_fail:
         kind = "good"
         timing.append(f"{objective}: faster, {_fmt(s, lo, hi)} ({lvl}) lies above 1; every "
-                      f"bucket non-inferior (above {1 - rule.ni_margin:.3f})")
+                      f"bucket non-inferior: {ni_bounds(scopes, alpha)} above "
+                      f"{1 - rule.ni_margin:.3f}")
     else:
         kind = "unsure"
         if lo > 1:
@@ -354,8 +359,38 @@ def judge(scopes: dict[str, Scope | None], objective: str, alpha: float,
         resolve = _resolve(obj, alpha, rule)
     for k, sc in scopes.items():
         if sc is not None and k != objective:
-            timing.append(f"{k}: {_fmt(sc.eff.speedup, *sc.two)}")
+            timing.append(f"{k}: {_fmt(sc.eff.speedup, *sc.two)} ({lvl}; one-sided "
+                          f"{1 - alpha:.1%} lower bound {sc.tost[0]:.3f})")
     return kind, timing, resolve, why
+
+
+def ni_bounds(scopes: dict[str, Scope | None], alpha: float) -> str:
+    """The bucket lower bounds the non-inferiority test used, as shown beside it: one-sided
+    1 - alpha' (the lower end of the 1 - 2 alpha' interval), never the two-sided one."""
+    parts = [f"{k} {sc.tost[0]:.3f}" for k, sc in scopes.items()
+             if sc is not None and k != MIXTURE]
+    return f"one-sided {1 - alpha:.1%} lower bounds {', '.join(parts)}"
+
+
+def construction_equivalent(scopes: dict[str, Scope | None], rule: Rule) -> str:
+    """Why a variant that ran the baseline's own step may not be called equivalent on that
+    alone, or "" when it may. A description is only as complete as its recorder (a kernel
+    recorded at a shape's first call), so what ran is not evidence of equal time: it takes
+    the last planned look, no scope significant either way (its 1 - alpha' interval covers
+    1), and every scope non-inferior within the band (one-sided lower bound at least
+    1 / (1 + min_effect))."""
+    if not rule.final:
+        return "not before the last planned look"
+    floor = rule.band[0]
+    for k, sc in scopes.items():
+        if sc is None:
+            return f"{k} has no interval"
+        if sc.two[0] > 1 or sc.two[1] < 1:
+            return f"{k} is significantly {'faster' if sc.two[0] > 1 else 'slower'}"
+        if sc.tost[0] < floor:
+            return (f"{k}'s one-sided lower bound {sc.tost[0]:.3f} is below {floor:.3f} "
+                    f"(a slowdown beyond {rule.min_effect:.0%} is not ruled out)")
+    return ""
 
 
 def _headline(analysis: Analysis, arm_id: str, kind: str, scopes: dict[str, Scope | None],
@@ -384,6 +419,10 @@ def _unsure_headline(analysis: Analysis, arm_id: str, obj: Scope | None,
                      resolve: int | None) -> str:
     if obj is None:
         return f"inconclusive: no interval on the {objective} yet"
+    if analysis.alpha_exhausted:
+        return ("inconclusive: this campaign spent its whole error rate by its last planned "
+                "look (plan.json's spending), so rounds added by a resume cannot decide; plan "
+                "a new campaign with a larger protocol.max_rounds")
     fast = [(k, sc) for k, sc in scopes.items() if sc is not None and k != MIXTURE
             and sc.two[0] > 1]
     parts = []
@@ -402,8 +441,11 @@ def _unsure_headline(analysis: Analysis, arm_id: str, obj: Scope | None,
         done = 1 + max((r for r, _ in fit.residuals), default=0) if fit is not None else 0
         if rule.final or resolve > rule.max_rounds:  # more than this campaign will run
             n = max(resolve, done + 1)
-            more = (f"~{n} rounds in all may resolve it (resume the campaign with "
-                    f"protocol.max_rounds={n})")
+            # not a resume: its last look spent the rest of the error rate (plan.json's
+            # frozen spending), so more rounds on its data could not decide
+            more = (f"~{n} rounds in all may resolve it: plan a new campaign with "
+                    f"protocol.max_rounds={n} (a resume of this one would not decide more, "
+                    "its error rate is spent)")
         else:
             more = f"~{resolve} rounds in all should resolve it"
     else:
@@ -462,4 +504,4 @@ def threshold(c: Comparison, min_effect: float) -> float:
 
 
 __all__ = ["RULE", "VERDICTS", "Gate", "Rule", "Verdict", "aa_calibration", "decide",
-           "effect_scope", "judge", "threshold"]
+           "construction_equivalent", "effect_scope", "judge", "ni_bounds", "threshold"]

@@ -11,7 +11,13 @@ small JSON files in ``tests/data/``; ``bench/noise_model.py`` fits one from run 
 - a per-process offset (log-normal, ``process_sd_log``);
 - independent per-step noise (log-normal, ``step_sd_log``);
 - interference: with probability ``outlier_trial_p`` a trial runs ``outlier_factor`` x slower
-  for a random share of its steps (another job on the machine).
+  for a random share of its steps (another job on the machine);
+- failure modes a variant may bring and the baseline and the A/A control lack (they run the
+  baseline's own code): an arm x process interaction, a per-process offset of the variant
+  alone (``variant_process_sd_log``: per-process autotune picks, code or data layout,
+  allocator state), and carry-over on a switch (``variant_carry_log``: under pairing by steps
+  the variant's first measured step after each switch runs that much slower, a cost a run
+  without switches never pays).
 
 Each trial also spends ``fixed_s`` seconds (process start, warm-up), during which the host's
 speed goes on changing. The campaign follows the real protocol: the plan's interleaved,
@@ -33,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from orchestrator.core import paired
-from orchestrator.analysis.analyze import MIXTURE
-from orchestrator.core.blocks import block_order, round_cells
-from orchestrator.analysis.decide import Rule, aa_off, effect_scope, judge
+from orchestrator.analysis.analyze import CARRYOVER_ALPHA, MIXTURE, block_cells
+from orchestrator.core.blocks import balanced_order, block_order
+from orchestrator.analysis.decide import Rule, aa_off, construction_equivalent, effect_scope, judge
 from orchestrator.spec.plan import ArmProgress, arm_order, more_rounds_reason
 
 BASE, AA, VAR = "a0", "aa", "a1"
@@ -59,6 +65,10 @@ class NoiseModel:
     # pairing=steps: the SD of an arm's log offset in one process that the other arms in the
     # same process do not share (0: a process's offset is common to all its arms)
     arm_process_sd_log: float = 0.0
+    # the variant's own per-process log offset (absent from the baseline and the A/A control)
+    variant_process_sd_log: float = 0.0
+    # pairing=steps: log slowdown of the variant's first measured step after each switch
+    variant_carry_log: float = 0.0
     source: str = ""  # how it was measured
 
     @classmethod
@@ -105,11 +115,13 @@ class Host:
 
 
 def trial_median(model: NoiseModel, host: Host, log_effect: float, rng: np.random.Generator,
-                 steps: int) -> float:
+                 steps: int, variant: bool = False) -> float:
     """One simulated trial: its fixed cost, then ``steps`` measured steps; the median of the
     step times as the campaign analyses them (normalised when the model says so)."""
     host.idle(model.fixed_s)
-    base = model.step_s * math.exp(-log_effect) * math.exp(rng.normal(0, model.process_sd_log))
+    own = rng.normal(0, model.variant_process_sd_log) if variant else 0.0
+    base = model.step_s * math.exp(-log_effect + own) * math.exp(
+        rng.normal(0, model.process_sd_log))
     nominal = base * np.exp(rng.normal(0, model.step_sd_log, steps))
     if model.outlier_trial_p and rng.random() < model.outlier_trial_p:
         share = rng.uniform(0.2, 1.0)
@@ -123,29 +135,39 @@ def trial_median(model: NoiseModel, host: Host, log_effect: float, rng: np.rando
 
 
 def paired_process(model: NoiseModel, host: Host, log_effects: dict[str, float], round_: int,
-                   rng: np.random.Generator, steps: int, p: Any) -> dict[tuple[int, str], float]:
+                   rng: np.random.Generator, steps: int, p: Any
+                   ) -> dict[tuple[int, str], list[tuple[int, float]]]:
     """One simulated pairing=steps process: every arm (in ``log_effects``' order) in blocks of
-    ``p.block_steps`` measured steps after ``p.switch_warmup_steps`` unmeasured ones, block
-    order reversed every cycle, an even number of cycles giving each arm ``steps`` steps; the
-    (round, arm) cells the analysis fits (orchestrator.core.blocks.round_cells)."""
+    ``p.block_steps`` measured steps after ``p.switch_warmup_steps`` unmeasured ones, in the
+    protocol's block order (a seeded Williams design, or reversed every cycle), an even number
+    of cycles giving each arm ``steps`` steps; (round, arm) -> its measured (cycle, time)
+    steps, as the analysis reads them (orchestrator.analysis.analyze.block_cells)."""
     host.idle(model.fixed_s)
     offset = rng.normal(0, model.process_sd_log)  # the process's, shared by its arms
-    base = {a: model.step_s * math.exp(-e + offset + rng.normal(0, model.arm_process_sd_log))
-            for a, e in log_effects.items()}
+    base = {a: model.step_s * math.exp(
+        -e + offset + rng.normal(0, model.arm_process_sd_log)
+        + (rng.normal(0, model.variant_process_sd_log) if a == VAR else 0.0))
+        for a, e in log_effects.items()}
     cycles = max(2, math.ceil(steps / p.block_steps))
     cycles += cycles % 2
-    per: dict[tuple[int, str], dict[int, float]] = {(round_, a): {} for a in log_effects}
+    arms = list(log_effects)
+    seed = f"sim|{int(rng.integers(1 << 30))}"
+    per: dict[tuple[int, str], list[tuple[int, float]]] = {(round_, a): [] for a in arms}
     for c in range(cycles):
-        for arm in block_order(list(log_effects), c):
+        order = (balanced_order(arms, c, seed) if p.order == "balanced"
+                 else block_order(arms, c))
+        for arm in order:
             n = p.switch_warmup_steps + p.block_steps
             nominal = base[arm] * np.exp(rng.normal(0, model.step_sd_log, n))
+            if arm == VAR and model.variant_carry_log:  # the first measured step after it
+                nominal[p.switch_warmup_steps] *= math.exp(model.variant_carry_log)
             speed = host.run(nominal)[p.switch_warmup_steps:]
             nominal = nominal[p.switch_warmup_steps:]
             times = nominal * speed
             if model.normalised:
                 times = nominal * np.exp(rng.normal(0, model.reference_sd_log, nominal.size))
-            per[(round_, arm)][c] = float(np.median(times))
-    return round_cells(per, BASE)
+            per[(round_, arm)].extend((c, float(t)) for t in times)
+    return per
 
 
 @dataclass(frozen=True)
@@ -164,6 +186,14 @@ class Protocol:
     block_steps: int = 3
     switch_warmup_steps: int = 1
     paired_min_s: float = 0.0  # protocol.paired_min_s: measured time per arm, paired processes
+    # the rule's parts, so that the earlier rule can be measured beside the new one:
+    per_arm: bool = True  # each arm's own contrasts (False: the pooled block fit's variance)
+    order: str = "balanced"  # balanced (Williams) | reversed (A B C, C B A)
+    carry_check: bool = True  # the carry-over check of pairing=steps (analyze.block_cells)
+    # the variant ran the baseline's own step by its description (``executes``): equivalent by
+    # construction, under the new rule only on evidence (decide.construction_equivalent)
+    same_step: bool = False
+    construction_on_evidence: bool = True  # False: the earlier shortcut (no significance)
 
 
 @dataclass
@@ -187,27 +217,34 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
     plan = paired.looks(p.repeats, p.max_rounds, p.step_rounds)
     arms = [BASE, AA, VAR] if p.aa_arm else [BASE, VAR]
     medians: dict[str, dict[tuple[int, str], float]] = {b: {} for b in buckets}
+    blocks_of: dict[str, dict[tuple[int, str], list[tuple[int, float]]]] = {b: {} for b in buckets}
     running = list(arms)
     rounds_done, trials = 0, 0
     planned = list(range(p.repeats))
+    seed = f"sim|{int(rng.integers(1 << 30))}"
     while True:
         for r in planned:
             for b in buckets:
-                order = arm_order(running, r, True)
+                order = arm_order(running, r, True, p.order, f"{seed}|{b}")
                 logs = {a: math.log(effects[b]) if a == VAR else 0.0 for a in order}
                 if p.pairing == "steps":
-                    medians[b].update(paired_process(model, host, logs, r, rng, steps, p))
+                    blocks_of[b].update(paired_process(model, host, logs, r, rng, steps, p))
                     trials += len(order)
                     continue
                 for arm in order:
-                    medians[b][(r, arm)] = trial_median(model, host, logs[arm], rng, steps)
+                    medians[b][(r, arm)] = trial_median(model, host, logs[arm], rng, steps,
+                                                        arm == VAR)
                     trials += 1
+        if p.pairing == "steps":
+            for b in buckets:
+                medians[b] = block_cells(blocks_of[b], BASE,
+                                         CARRYOVER_ALPHA if p.carry_check else 0.0)[0]
         rounds_done = planned[-1] + 1
         final = rounds_done >= p.max_rounds
         rule = Rule(p.min_effect, p.ni_margin, p.max_rounds, final,
                     paired.alpha_spent(1 - p.confidence, plan, p.max_rounds, p.spend_rho))
         alpha = paired.alpha_spent(1 - p.confidence, plan, rounds_done, p.spend_rho)
-        kind, resolve, calibration = _judge(medians, weights, alpha, rule, p.aa_alpha)
+        kind, resolve, calibration = _judge(medians, weights, alpha, rule, p.aa_alpha, p)
         if calibration and final:
             return Outcome("invalid", trials, rounds_done, host.t)
         verdict = {"good": "retain", "bad": "reject", "equivalent": "equivalent"}.get(
@@ -220,10 +257,14 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
 
 
 def _judge(medians: dict[str, dict[tuple[int, str], float]], weights: dict[str, float],
-           alpha: float, rule: Rule, aa_alpha: float = 0.01) -> tuple[str, int | None, str]:
-    fits = {b: paired.fit_blocks(paired.trial_cells(m), BASE) for b, m in medians.items()}
+           alpha: float, rule: Rule, aa_alpha: float = 0.01, p: Protocol | None = None
+           ) -> tuple[str, int | None, str]:
+    p = p or Protocol()
+    fits = {b: paired.fit_blocks(paired.trial_cells(m), BASE, per_arm=p.per_arm)
+            for b, m in medians.items()}
     if len(medians) > 1:
-        fits[MIXTURE] = paired.fit_blocks(paired.mixture_cells(medians, weights), BASE)
+        fits[MIXTURE] = paired.fit_blocks(paired.mixture_cells(medians, weights), BASE,
+                                          per_arm=p.per_arm)
     objective = MIXTURE if len(medians) > 1 else next(iter(medians))
     scopes = {k: effect_scope(k, f.effects.get(VAR), alpha) for k, f in fits.items()}
     off = aa_off({k: f.effects.get(AA) for k, f in fits.items()}, aa_alpha)
@@ -231,14 +272,18 @@ def _judge(medians: dict[str, dict[tuple[int, str], float]], weights: dict[str, 
     if scopes[objective] is None:
         return "unsure", None, calibration
     kind, _, resolve, _ = judge(scopes, objective, alpha, rule)
+    if p.same_step and kind == "unsure":  # equivalent by what ran (decide.decide)
+        if not p.construction_on_evidence or not construction_equivalent(scopes, rule):
+            return "equivalent", None, calibration
     return kind, resolve, calibration
 
 
 def correct(planted: float, verdict: str, min_effect: float) -> str:
-    """correct | wrong-direction | false-decision | undecided for a planted speedup (1 = A/A):
-    A/A is correct when equivalent (inconclusive counts as undecided, any retain or reject as
-    a false decision); a planted speedup outside the band is correct when retained (faster) or
-    rejected (slower); inside it, equivalent is correct too."""
+    """correct | wrong-direction | false-decision | false-equivalent | undecided for a planted
+    speedup (1 = A/A): A/A is correct when equivalent (inconclusive counts as undecided, any
+    retain or reject as a false decision); a planted speedup outside the band is correct when
+    retained (faster) or rejected (slower), and equivalent there is a false equivalent; inside
+    it, equivalent is correct too."""
     if planted == 1.0:
         return {"equivalent": "correct", "retain": "false-decision",
                 "reject": "false-decision"}.get(verdict, "undecided")
@@ -249,6 +294,8 @@ def correct(planted: float, verdict: str, min_effect: float) -> str:
         return "correct"
     if verdict == bad:
         return "wrong-direction"
+    if verdict == "equivalent":
+        return "false-equivalent"
     return "undecided"
 
 
@@ -282,15 +329,16 @@ def error_table(model: NoiseModel, p: Protocol, planted: Sequence[float], campai
 
 def format_table(cells: Sequence[Cell]) -> list[str]:
     out = [("| planted speedup | campaigns | retain | reject | equivalent | inconclusive "
-            "| invalid | correct | wrong direction | false decision | trials/campaign "
-            "| simulated s/campaign |"),
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| invalid | correct | wrong direction | false decision | false equivalent "
+            "| trials/campaign | simulated s/campaign |"),
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in cells:
         o, k = c.outcomes, c.kinds
         label = "A/A" if c.planted == 1.0 else f"{c.planted:.3f}x"
         out.append(f"| {label} | {c.n} | {o['retain']} | {o['reject']} | {o['equivalent']} | "
                    f"{o['inconclusive']} | {o['invalid']} | {k['correct'] / c.n:.0%} | "
-                   f"{k['wrong-direction']} | {k['false-decision']} | {c.trials / c.n:.1f} | "
+                   f"{k['wrong-direction']} | {k['false-decision']} | "
+                   f"{k['false-equivalent']} | {c.trials / c.n:.1f} | "
                    f"{c.wall_s / c.n:.0f} |")
     return out
 
@@ -299,6 +347,7 @@ def summary(cells: Sequence[Cell]) -> dict[str, Any]:
     return {f"{c.planted:g}": {"n": c.n, **dict(c.outcomes), "correct": c.kinds["correct"],
                                "wrong_direction": c.kinds["wrong-direction"],
                                "false_decision": c.kinds["false-decision"],
+                               "false_equivalent": c.kinds["false-equivalent"],
                                "trials_per_campaign": c.trials / c.n,
                                "simulated_s_per_campaign": c.wall_s / c.n} for c in cells}
 

@@ -184,6 +184,7 @@ class Start:
     planned: list[PlannedTrial]
     done: dict[str, dict[str, Any]]
     machine: dict[str, Any] | None
+    spending: list[list[float]] | None = None  # the looks' error-rate shares (plan.json)
 
 
 def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
@@ -201,14 +202,15 @@ def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
     buckets = selected_buckets(cfg)
     planned = plan_rounds(
         [a.arm_id for a in running], [b["name"] for b in buckets], range(p.repeats),
-        reverse_every_other_round=p.reverse_every_other_round,
+        reverse_every_other_round=p.reverse_every_other_round, order=p.order, seed=str(p.seed),
     )
     check_same_plan(run_dir, json.loads(json.dumps(
         _plan_doc(cfg, arms, running, buckets, planned, [], pairing_doc))))
     done = completed_trials(run_dir)
     provenance.check_resume_environment(cfg, run_dir, list(done.values()))
     machine = None if cfg.launcher.name == "slurm" else check_quiet(cfg)  # Slurm: elsewhere
-    return Start(pairing_doc, running, buckets, planned, done, machine)
+    return Start(pairing_doc, running, buckets, planned, done, machine,
+                 planned_spending(cfg, run_dir, done))
 
 
 def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[str] | None,
@@ -224,9 +226,9 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     running, buckets, planned = start.running, start.buckets, start.planned
     bucket_names = [b["name"] for b in buckets]
     adaptive_log: list[dict[str, Any]] = []
-    if not (run_dir / "plan.json").exists():  # first: a campaign stopped from here resumes
-        _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
-                    pairing=start.pairing)
+    # first: a campaign stopped from here resumes; a resume's extended spending is written now
+    _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
+                pairing=start.pairing, spending=start.spending)
     session = provenance.start(cfg, run_dir, arms, list(start.done.values()), overrides)
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
     write_lineage(cfg, run_dir)
@@ -284,7 +286,8 @@ def _run_rounds(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
                                             "measured_steps / measured_min_s per arm"}))
         planned += plan_rounds(keep, bucket_names, rounds,
                                reverse_every_other_round=p.reverse_every_other_round,
-                               start_position=len(planned), steps=steps)
+                               start_position=len(planned), steps=steps, order=p.order,
+                               seed=str(p.seed))
         adaptive_log.append({"after_rounds": rounds_done, "added_rounds": rounds,
                              "arms": keep, "reasons": reasons, "planner": planner})
         log.info("adaptive: adding rounds %s for %s", rounds, ", ".join(sorted(reasons)))
@@ -404,7 +407,8 @@ def kill_orphans(run_dir: Path) -> None:
 def _plan_doc(cfg: Config, arms: list[ResolvedArm], running: list[ResolvedArm],
               buckets: list[dict[str, Any]], planned: list[PlannedTrial],
               adaptive_log: list[dict[str, Any]],
-              pairing: dict[str, Any] | None = None) -> dict[str, Any]:
+              pairing: dict[str, Any] | None = None,
+              spending: list[list[float]] | None = None) -> dict[str, Any]:
     assert cfg.sweep is not None
     p = cfg.protocol
     control = [a for a in running if a not in arms]
@@ -418,6 +422,12 @@ def _plan_doc(cfg: Config, arms: list[ResolvedArm], running: list[ResolvedArm],
                        "adaptive_step": p.adaptive_step_rounds},
             "adaptive": adaptive_log,
             "pairing": pairing or {"mode": p.pairing, "why": "set by protocol.pairing"},
+            # frozen at the first plan; a resume extends it with what is left (planned_spending)
+            "spending": {"alpha": 1 - p.confidence, "rho": p.alpha_spending,
+                         "looks": spending or paired.spending_schedule(
+                             1 - p.confidence, paired.looks(p.repeats, max(p.max_rounds, p.repeats),
+                                                            p.adaptive_step_rounds),
+                             p.alpha_spending)},
             "trials": [t.to_dict() for t in planned],
     }
 
@@ -425,8 +435,10 @@ def _plan_doc(cfg: Config, arms: list[ResolvedArm], running: list[ResolvedArm],
 def _write_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: list[ResolvedArm],
                 buckets: list[dict[str, Any]], planned: list[PlannedTrial],
                 adaptive_log: list[dict[str, Any]], check: bool = False,
-                pairing: dict[str, Any] | None = None) -> None:
-    plan_doc = _plan_doc(cfg, arms, running, buckets, planned, adaptive_log, pairing)
+                pairing: dict[str, Any] | None = None,
+                spending: list[list[float]] | None = None) -> None:
+    plan_doc = _plan_doc(cfg, arms, running, buckets, planned, adaptive_log, pairing,
+                         spending or read_spending(run_dir))
     if check:  # checked by prepare() before the first write; here for callers that skip it
         check_same_plan(run_dir, json.loads(json.dumps(plan_doc)))
     atomic_write_json(run_dir / "plan.json", plan_doc)
@@ -797,13 +809,40 @@ def _with_attempts(tdir: Path, record: dict[str, Any],
     return record
 
 
-def rule_for(cfg: Config, final: bool = True) -> Rule:
+def rule_for(cfg: Config, final: bool = True,
+             spending: list[list[float]] | None = None) -> Rule:
     p = cfg.protocol
     cap = max(p.max_rounds, p.repeats)
     plan = paired.looks(p.repeats, cap, p.adaptive_step_rounds)
+    last = (paired.spend_at(spending, cap) if spending else
+            paired.alpha_spent(1 - p.confidence, plan, cap, p.alpha_spending))
     return Rule(min_effect=p.min_effect, ni_margin=p.ni_margin, max_rounds=cap, final=final,
-                alpha_last=paired.alpha_spent(1 - p.confidence, plan, cap, p.alpha_spending),
-                aa_alpha=p.aa_alpha)
+                alpha_last=last or None, aa_alpha=p.aa_alpha)
+
+
+def planned_spending(cfg: Config, run_dir: Path, done: dict[str, dict[str, Any]]
+                     ) -> list[list[float]]:
+    """The error-rate spending over the looks, frozen in plan.json at the first plan: a resume
+    keeps what the looks already on disk spent and gives later looks only what is left
+    (orchestrator.core.paired.extend_spending), so an extension never re-spends alpha."""
+    p = cfg.protocol
+    alpha = 1 - p.confidence
+    plan = paired.looks(p.repeats, max(p.max_rounds, p.repeats), p.adaptive_step_rounds)
+    fresh = paired.spending_schedule(alpha, plan, p.alpha_spending)
+    frozen = read_spending(run_dir)
+    if not frozen:
+        return fresh
+    taken = 1 + max((int(r.get("round", -1)) for r in done.values()), default=-1)
+    return paired.extend_spending(frozen, alpha, plan, taken, p.alpha_spending)
+
+
+def read_spending(run_dir: Path) -> list[list[float]] | None:
+    try:
+        doc = read_json(run_dir / "plan.json")
+    except (OSError, ValueError):
+        return None
+    got = doc.get("spending") if isinstance(doc, dict) else None
+    return [[int(r), float(a)] for r, a in got["looks"]] if isinstance(got, dict) else None
 
 
 def _analyze_decide(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
@@ -813,10 +852,11 @@ def _analyze_decide(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
     weights = {b["name"]: float(b["weight"]) for b in buckets}
     running = with_control(cfg, arms)
     control = running[1] if cfg.protocol.aa_arm else None
+    spending = read_spending(run_dir)
     analysis = analyze(trials_df, steps_df, arms, [b["name"] for b in buckets], weights,
-                       cfg.protocol, control=control)
+                       cfg.protocol, control=control, spending=spending)
     gates = loss_trajectory_gates(cfg, trials_df, steps_df, arms)
-    return analysis, decide(analysis, rule_for(cfg, final), gates)
+    return analysis, decide(analysis, rule_for(cfg, final, spending), gates)
 
 
 def speedup_table(analysis: Analysis, arm_id: str) -> dict[str, Any]:
@@ -911,12 +951,13 @@ def decide_from_disk(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Out
     trials_df, steps_df = load_trials(run_dir)
     weights = {b["name"]: float(b["weight"]) for b in buckets}
     control = with_control(cfg, arms)[1] if cfg.protocol.aa_arm else None
+    spending = read_spending(run_dir)
     analysis = analyze(trials_df, steps_df, arms, [b["name"] for b in buckets], weights,
-                       cfg.protocol, control=control)
+                       cfg.protocol, control=control, spending=spending)
     gates = load_gates(run_dir, arms, cfg.protocol.correctness.mode)
     for arm_id, extra in loss_trajectory_gates(cfg, trials_df, steps_df, arms).items():
         gates[arm_id] = gates.get(arm_id, []) + extra
-    verdicts = decide(analysis, rule_for(cfg), gates)
+    verdicts = decide(analysis, rule_for(cfg, spending=spending), gates)
     records = trials_df.to_dict("records") if not trials_df.empty else []
     directions = direction_checks(cfg, arms, verdicts, records)
     peaks, util = campaign_utilization(records, analysis)

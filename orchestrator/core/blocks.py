@@ -18,6 +18,7 @@ replication, so the intervals still carry the between-process variation of the e
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Mapping, Sequence
 
@@ -25,9 +26,62 @@ SWITCH_TAG = "switch"  # the excluded steps after an arm switch
 
 
 def block_order(arms: Sequence[str], cycle: int) -> list[str]:
-    """The arms' block order in ``cycle`` (0-based): as given, reversed every other cycle."""
+    """The arms' order in ``cycle`` (0-based) reversed every other cycle (the earlier design,
+    kept for ``protocol.order=reversed`` and the simulator's comparison)."""
     order = list(arms)
     return order[::-1] if cycle % 2 else order
+
+
+def williams_rows(n: int) -> list[list[int]]:
+    """A Williams design for ``n`` treatments (Williams 1949): rows 0, 1, n-1, 2, n-2, ...
+    shifted by i (mod n). For even n, n rows in which every treatment follows every other
+    exactly once; for odd n, those rows and their mirror images, 2n rows in which it does so
+    twice. Every treatment takes every position equally often."""
+    if n <= 1:
+        return [[0]] * max(n, 1)
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + i) % n for x in first] for i in range(n)]
+    return rows if n % 2 == 0 else rows + [r[::-1] for r in rows]
+
+
+def balanced_order(arms: Sequence[str], index: int, seed: str = "") -> list[str]:
+    """Order number ``index`` of a seeded Williams design over ``arms``: the seed (a stable
+    string: the campaign's protocol.seed, round, bucket) shuffles which arm plays which
+    treatment and where in the rows the design starts; consecutive indices walk the rows, so
+    every ``len(williams_rows)`` of them are balanced for position and predecessor. Python's
+    string seeding is stable across processes and versions (no PYTHONHASHSEED)."""
+    arms = list(arms)
+    if len(arms) <= 1:
+        return arms
+    rng = random.Random(f"{seed}|{','.join(arms)}")
+    perm = arms[:]
+    rng.shuffle(perm)
+    rows = williams_rows(len(arms))
+    row = rows[(rng.randrange(len(rows)) + index) % len(rows)]
+    return [perm[i] for i in row]
+
+
+def carryover(steps: Sequence[tuple[str, int, float, bool]]) -> dict[str, list[float]]:
+    """Per arm, one value per block: log(the first measured step after the switch / the
+    median of the block's other measured steps). ``steps``: (arm, block, time, first) in
+    order, ``first`` marking a block's first measured step. Blocks of fewer than two measured
+    steps give none."""
+    by: dict[tuple[str, int], list[tuple[bool, float]]] = {}
+    for arm, b, t, first in steps:
+        by.setdefault((arm, int(b)), []).append((bool(first), float(t)))
+    out: dict[str, list[float]] = {}
+    for (arm, _), xs in by.items():
+        head = [t for f, t in xs if f]
+        rest = [t for f, t in xs if not f]
+        if head and rest and head[0] > 0 and min(rest) > 0:
+            out.setdefault(arm, []).append(math.log(head[0] / statistics.median(rest)))
+    return out
 
 
 def block_medians(times: Sequence[float], blocks: Sequence[int]) -> dict[int, float]:
@@ -66,4 +120,5 @@ def round_cells(blocks: Mapping[tuple[int, str], Mapping[int, float]], baseline:
     return out
 
 
-__all__ = ["SWITCH_TAG", "block_medians", "block_order", "round_cells"]
+__all__ = ["SWITCH_TAG", "balanced_order", "block_medians", "block_order", "carryover",
+           "round_cells", "williams_rows"]

@@ -6,12 +6,18 @@ step time (log: effects are ratios) and fit the additive model
 
     log t[round, arm] = mu + rho[round] + alpha[arm] + e,   e ~ (0, sigma^2)
 
-by least squares over the cells present (adaptive rounds run fewer arms: the design is then
-unbalanced, which least squares handles). The round effect rho absorbs what a round's arms
-share (the host in a slow spell for that round); the residual variance is pooled over every
-arm of the bucket, the A/A control included, so 3 rounds of 5 arms give 8 degrees of freedom
-where one arm's paired differences alone give 2. An arm's log speedup is
-alpha[baseline] - alpha[arm], with its standard error from the fit and a Student-t interval.
+by least squares over the cells present. The fit finds contaminated cells (below) and gives the
+planner a residual SD; the intervals do not come from its pooled residual variance. A variant
+often varies its own way: a per-process autotune pick, code or data layout (Mytkowicz et al.
+2009), allocator state that depends on the arm, an arm x process interaction the baseline and
+the A/A control (the baseline's own code) lack. A pooled variance (about sigma^2 + tau^2 / 3
+with one variant and the A/A arm, where the variant's is sigma^2 + tau^2) would make its
+interval too narrow at up to twice the degrees of freedom it has. So each arm's effect is
+inferred from its own paired contrasts (the default, ``per_arm``): per round r,
+d_r = log t[r, baseline] - log t[r, arm]; the log speedup is their mean, its standard error
+sd(d) / sqrt(R), with R - 1 degrees of freedom. The round is the unit, and no arm lends
+degrees of freedom to another. (With both arms in every round this is the additive model
+fitted to the baseline and that arm alone.)
 
 One contaminated trial (a stall, another job) would widen every interval of its bucket: the
 cell with the largest externally studentized residual is dropped when it is beyond the
@@ -118,6 +124,19 @@ class BlockFit:
     cells: int
     dropped: tuple[tuple[int, str], ...] = ()  # (round, arm) cells left out as contaminated
     residuals: dict[tuple[int, str], float] = field(default_factory=dict)
+    # arm -> round -> d_r = log t[r, baseline] - log t[r, arm] (the per-arm inference's data)
+    contrasts: dict[str, dict[int, float]] = field(default_factory=dict)
+    per_arm: bool = True  # effects from each arm's own contrasts (else the pooled fit's)
+
+
+def contrast_effect(arm: str, d: Mapping[int, float]) -> Effect:
+    """An arm's effect from its per-round contrasts alone: mean, sd / sqrt(R), R - 1 df."""
+    x = np.array([d[r] for r in sorted(d)], dtype=float)
+    n = int(x.size)
+    if n == 0:
+        return Effect(arm, 0.0, None, 0, 0)
+    se = float(np.std(x, ddof=1)) / math.sqrt(n) if n >= 2 else None
+    return Effect(arm, float(x.mean()), se, n - 1, n)
 
 
 def _design(keys: Sequence[tuple[int, str]], rounds: Sequence[int],
@@ -151,8 +170,11 @@ def _ols(cells: Mapping[tuple[int, str], float], baseline: str) -> tuple[
 
 
 def fit_blocks(cells: Mapping[tuple[int, str], float], baseline: str, *,
-               outlier_alpha: float = 0.01, drop_outliers: bool = True) -> BlockFit:
-    """Fit log trial medians ``cells[(round, arm)]`` (see the module docstring).
+               outlier_alpha: float = 0.01, drop_outliers: bool = True,
+               per_arm: bool = True) -> BlockFit:
+    """Fit log trial summaries ``cells[(round, arm)]`` (see the module docstring); each arm's
+    effect from its own contrasts (``per_arm``), or from the pooled fit (the earlier rule,
+    kept for the simulator's before/after comparison).
 
     With ``drop_outliers`` the cell with the largest externally studentized residual is left
     out when it exceeds the t quantile at ``outlier_alpha`` / (2 x cells) (Bonferroni over the
@@ -175,6 +197,13 @@ def fit_blocks(cells: Mapping[tuple[int, str], float], baseline: str, *,
             if t_i > best_t:
                 best, best_t = k, t_i
         limit = t_quantile(1 - outlier_alpha / (2 * len(keys)), df - 1)
+        if best is not None and best_t > limit and per_arm:
+            # a variant's own spread is not contamination: the cell must also stand out in
+            # the contrasts of every arm it enters (its own; every arm's for a baseline cell)
+            tail = outlier_alpha / (2 * len(keys))
+            touched = [a for a in arms[1:] if best[1] in (a, baseline)]
+            if not all(_stands_out(cells, baseline, a, best[0], tail) for a in touched):
+                best = None
         if best is not None and best_t > limit:
             rest = {k: v for k, v in cells.items() if k != best}
             if baseline in {a for _, a in rest}:
@@ -182,14 +211,35 @@ def fit_blocks(cells: Mapping[tuple[int, str], float], baseline: str, *,
                 keys, arms, beta, resid, xtx_inv, df, x = _ols(rest, baseline)
     s2 = float(resid @ resid) / df if df > 0 else None
     n_rounds = len({r for r, _ in keys})
-    effects = {}
+    kept = set(keys)
+    effects, contrasts = {}, {}
     for ai, arm in enumerate(arms[1:], start=1):
+        both = sorted({r for r, a in kept if a == arm} & {r for r, a in kept if a == baseline})
+        contrasts[arm] = {r: cells[(r, baseline)] - cells[(r, arm)] for r in both}
+        if per_arm:
+            effects[arm] = contrast_effect(arm, contrasts[arm])
+            continue
         col = n_rounds - 1 + ai
         se = math.sqrt(max(s2 * xtx_inv[col, col], 0.0)) if s2 is not None else None
-        both = ({r for r, a in keys if a == arm} & {r for r, a in keys if a == baseline})
         effects[arm] = Effect(arm, -float(beta[col]), se, df, len(both))
     return BlockFit(baseline, effects, math.sqrt(s2) if s2 is not None else None, df, len(keys),
-                    dropped, {k: float(e) for k, e in zip(keys, resid)})
+                    dropped, {k: float(e) for k, e in zip(keys, resid)}, contrasts, per_arm)
+
+
+def _stands_out(cells: Mapping[tuple[int, str], float], baseline: str, arm: str, round_: int,
+                tail: float) -> bool:
+    """Whether ``round_``'s contrast of ``arm`` lies beyond the t quantile at ``tail`` from the
+    arm's other contrasts (leave one out; needs three others)."""
+    rounds = sorted({r for r, a in cells if a == arm} & {r for r, a in cells if a == baseline})
+    if round_ not in rounds or len(rounds) < 4:
+        return False
+    d = {r: cells[(r, baseline)] - cells[(r, arm)] for r in rounds}
+    rest = np.array([v for r, v in d.items() if r != round_])
+    sd = float(np.std(rest, ddof=1))
+    if sd <= 0:
+        return True
+    t = abs(d[round_] - float(rest.mean())) / (sd * math.sqrt(1 + 1 / rest.size))
+    return t > t_quantile(1 - tail, rest.size - 1)
 
 
 def trial_cells(medians: Mapping[tuple[int, str], float]) -> dict[tuple[int, str], float]:
@@ -204,6 +254,21 @@ def mixture_cells(per_bucket: Mapping[str, Mapping[tuple[int, str], float]],
     common = set.intersection(*(set(c) for c in per_bucket.values())) if per_bucket else set()
     return {k: math.log(sum(weights[b] * per_bucket[b][k] for b in per_bucket))
             for k in common}
+
+
+def welch_p(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """(mean(a) - mean(b), two-sided p) of Welch's t test; p = 1 with fewer than two of
+    either or no spread."""
+    if len(a) < 2 or len(b) < 2:
+        return 0.0, 1.0
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    d = float(x.mean() - y.mean())
+    va, vb = float(x.var(ddof=1)) / x.size, float(y.var(ddof=1)) / y.size
+    if va + vb <= 0:
+        return d, 1.0
+    df = (va + vb) ** 2 / ((va ** 2) / (x.size - 1) + (vb ** 2) / (y.size - 1))
+    t = abs(d) / math.sqrt(va + vb)
+    return d, 2 * (1 - t_cdf(t, max(1, int(df))))
 
 
 # --------------------------------------------------------------------------- sequential looks
@@ -238,6 +303,47 @@ def alpha_spent(alpha: float, plan: Sequence[int], rounds: int, rho: float = 0.0
         return alpha / len(plan)
     frac = [(r / plan[-1]) ** rho for r in plan]
     return alpha * (frac[k] - (frac[k - 1] if k else 0.0))
+
+
+def spending_schedule(alpha: float, plan: Sequence[int], rho: float) -> list[list[float]]:
+    """[[rounds, alpha spent at that look], ...] over the planned looks (:func:`alpha_spent`),
+    frozen in plan.json when a campaign is first planned."""
+    return [[int(r), alpha_spent(alpha, plan, r, rho)] for r in plan]
+
+
+def extend_spending(frozen: Sequence[Sequence[float]], alpha: float, plan: Sequence[int],
+                    taken: int, rho: float) -> list[list[float]]:
+    """The schedule of a resumed campaign whose plan may differ from the frozen one (a larger
+    protocol.max_rounds): the frozen looks at or before ``taken`` rounds (the rounds already
+    on disk: those looks may have been taken) keep what they spent; the plan's later looks
+    share only what is left, alpha minus that, by the same power family renormalised over
+    them. So however a campaign is extended, the looks spend at most alpha in all: a campaign
+    that reached its last planned look has spent everything, and more rounds cannot decide."""
+    kept = [[int(r), float(a)] for r, a in frozen if r <= taken]
+    left = max(alpha - sum(a for _, a in kept), 0.0)
+    start = kept[-1][0] if kept else 0
+    later = [r for r in plan if r > start]
+    if not later:
+        return kept
+    top = later[-1]
+    base = (start / top) ** rho if rho > 0 else 0.0
+    out = list(kept)
+    prev = base
+    for i, r in enumerate(later):
+        frac = (r / top) ** rho if rho > 0 else (i + 1) / len(later)
+        share = (frac - prev) / (1 - base) if rho > 0 else 1 / len(later)
+        out.append([int(r), left * share])
+        prev = frac
+    return out
+
+
+def spend_at(schedule: Sequence[Sequence[float]], rounds: int) -> float:
+    """What the look after ``rounds`` rounds may spend under a frozen schedule: the first
+    look at or after ``rounds``; 0 beyond the last (nothing is left)."""
+    for r, a in schedule:
+        if rounds <= r:
+            return float(a)
+    return 0.0
 
 
 # --------------------------------------------------------------------------- planning
@@ -307,7 +413,7 @@ def rounds_for(log_effect: float, se: float, rounds: int, df: int, alpha: float,
     a decision is reached: the 1 - alpha interval excludes 0 (significance), or the effect lies
     inside the band and the 1 - 2 alpha interval fits in it (equivalence). The standard error
     shrinks as sqrt(rounds / R) and the residual degrees of freedom grow as (R - 1) / (rounds -
-    1) (the block design's (R - 1)(A - 1)). None when no R up to ``cap`` decides."""
+    1) (R - 1 for an arm's own contrasts). None when no R up to ``cap`` decides."""
     a = abs(log_effect)
     per_round = max(df, 1) / max(rounds - 1, 1)
     for r in range(rounds + 1, cap + 1):
@@ -320,6 +426,7 @@ def rounds_for(log_effect: float, se: float, rounds: int, df: int, alpha: float,
     return None
 
 
-__all__ = ["BlockFit", "Components", "Effect", "alpha_per_look", "alpha_spent", "fit_blocks", "looks",
+__all__ = ["BlockFit", "Components", "Effect", "contrast_effect", "extend_spending", "spend_at",
+           "spending_schedule", "alpha_per_look", "alpha_spent", "fit_blocks", "looks",
            "mixture_cells", "optimal_steps", "window_floor", "rounds_for", "t_cdf", "t_quantile", "trial_cells",
-           "variance_components"]
+           "variance_components", "welch_p"]

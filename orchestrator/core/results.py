@@ -98,8 +98,8 @@ def atomic_write_json(path: str | os.PathLike[str], data: Any) -> None:
 def write_csv(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> None:
     rows = list(rows)
     buf = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    if rows:  # every key any row has, in the order first seen (rows may differ in fields)
+        writer = csv.DictWriter(buf, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         writer.writeheader()
         writer.writerows(rows)
     atomic_write_text(path, buf.getvalue())

@@ -12,6 +12,7 @@ Below the Hydra entry point the code works on these plain dataclasses only (no o
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple, Optional, TypeVar
@@ -36,8 +37,10 @@ class Choice(str, Enum):
 
 
 def choices(name: str, *values: str) -> type[Choice]:
-    """A Choice type of these values (any strings: the member names are the values)."""
-    return Choice(name, [(v, v) for v in values])  # type: ignore[return-value]
+    """A Choice type of these values (any strings: the member names are the values), made a
+    member of the calling module so that it pickles (trial specs cross process boundaries)."""
+    module = sys._getframe(1).f_globals.get("__name__", __name__)
+    return Choice(name, [(v, v) for v in values], module=module)  # type: ignore[return-value]
 
 
 Precision = choices("Precision", "fp32", "bf16", "fp16")  # the autocast policy
@@ -53,6 +56,7 @@ Clock = choices("Clock", "wall", "cpu")
 SpeedReference = choices("SpeedReference", "auto", "host", "off")
 CompileCache = choices("CompileCache", "cold", "warm")
 Pairing = choices("Pairing", "auto", "process", "steps")
+Order = choices("Order", "balanced", "reversed")
 
 PRECISIONS = Precision.values()
 TOLERANCE_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # tf32: fp32 with tf32 matmuls
@@ -221,7 +225,12 @@ class ProtocolConfig:
     # uncalibrated (A/A interval at 1 - aa_alpha / scopes missing 1 in some scope), so that a
     # calibrated campaign ends invalid at most this often
     aa_alpha: float = 0.01
-    reverse_every_other_round: bool = True  # A B C, C B A, ...
+    # the arms' order in each round (pairing=process) and each cycle (pairing=steps):
+    # balanced = a Williams design seeded by protocol.seed, round and bucket (every arm follows
+    # every other equally often, the A/A control placed like any variant: carry-over and drift
+    # favour none); reversed = A B C, C B A, ... (the earlier design)
+    order: Order = Order.balanced
+    reverse_every_other_round: bool = True  # order=reversed only
     # process: every trial is one arm in its own fresh process; steps: one fresh process per
     # round and bucket runs every arm, switching arm every block_steps measured steps (each
     # block after switch_warmup_steps excluded ones), blocks paired in the analysis
@@ -268,7 +277,7 @@ class ProtocolConfig:
     # before the campaign the machine's load is sampled: busy (other processes above
     # interference_cores, or on the GPUs) is a warning, or with require_quiet a refusal (exit 2)
     require_quiet: bool = False
-    seed: int = 0  # a campaign label for multiruns and benchmarks; the verdicts use no random draw
+    seed: int = 0  # seeds the balanced orders (protocol.order); the verdicts use no other random draw
     # time-to-train projections (one-off warm-up/compile cost + N x steady step time) in reports
     projection_steps: list[int] = field(default_factory=lambda: [100, 1000, 10000])
     # numerics and checkpoint gate (orchestrator/correctness): once per campaign, or off

@@ -125,6 +125,10 @@ class TrialSpec(WorkerJob):
     paired_arms: list[PairedArm] = field(default_factory=list)
     block_steps: int = 3
     switch_warmup_steps: int = 1
+    # the cycles' block order: balanced (orchestrator.core.blocks.balanced_order, seeded by
+    # order_seed) | reversed (every other cycle)
+    order: str = "reversed"
+    order_seed: str = ""
 
     def __post_init__(self) -> None:  # read back from a payload: the entries as records
         self.paired_arms = [a if isinstance(a, PairedArm) else PairedArm(**a)
@@ -242,6 +246,8 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                 clock=cfg.protocol.clock,
                 speed_reference=cfg.protocol.speed_reference,
                 compile_cache=cfg.protocol.compile_cache,
+                order=str(cfg.protocol.order),
+                order_seed=f"{cfg.protocol.seed}|r{p.round}|{p.bucket}",
             )
         )
     if pair and cfg.protocol.pairing == "steps":

@@ -1,8 +1,12 @@
 """Planning (pure): which trial runs when.
 
-Rounds are the outer loop; inside a round every bucket runs every arm once, arms interleaved
-(A B C) and the order reversed every other round (C B A) so slow drift of the machine does not
-favour whichever arm happens to run first.
+Rounds are the outer loop; inside a round every bucket runs every arm once, arms interleaved,
+each round and bucket in an order from a seeded Williams design
+(:func:`orchestrator.core.blocks.balanced_order`, ``protocol.order=balanced``): over the rounds
+every arm takes every position and follows every other arm equally often, the A/A control
+placed like any variant, so neither a slow drift of the machine nor carry-over from the
+previous process favours an arm, and no arm is always first after a look.
+``protocol.order=reversed`` is the earlier design (A B C, C B A, ...).
 
 Adaptive rounds: after the first ``repeats`` rounds the campaign asks
 :func:`more_rounds_reason` about each variant and plans further rounds with
@@ -17,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from orchestrator.core.blocks import balanced_order
 from orchestrator.spec.sweep import Arm
 
 
@@ -43,11 +48,16 @@ def trial_id(round_: int, bucket: str, arm_id: str) -> str:
     return f"r{round_:03d}-{slug(bucket)}-{arm_id}"
 
 
-def arm_order(arm_ids: Sequence[str], round_: int, reverse_every_other_round: bool) -> list[str]:
-    order = list(arm_ids)
+def arm_order(arm_ids: Sequence[str], round_: int, reverse_every_other_round: bool,
+              order: str = "reversed", seed: str = "") -> list[str]:
+    """The arms' order in one round: ``balanced`` (a seeded Williams design, walked by round)
+    or ``reversed`` (as given, reversed every other round when asked)."""
+    if str(order) == "balanced":
+        return balanced_order(arm_ids, round_, seed)
+    out = list(arm_ids)
     if reverse_every_other_round and round_ % 2 == 1:
-        order.reverse()
-    return order
+        out.reverse()
+    return out
 
 
 def plan_rounds(
@@ -58,14 +68,17 @@ def plan_rounds(
     reverse_every_other_round: bool = True,
     start_position: int = 0,
     steps: Mapping[str, int] | None = None,
+    order: str = "reversed",
+    seed: str = "",
 ) -> list[PlannedTrial]:
     """Trials for the given round numbers, in execution order (``steps``: measured steps per
-    bucket chosen by the planner, for every arm alike)."""
+    bucket chosen by the planner, for every arm alike; ``order``/``seed``: :func:`arm_order`,
+    seeded per bucket)."""
     out: list[PlannedTrial] = []
     pos = start_position
     for r in rounds:
         for b in buckets:
-            for a in arm_order(arm_ids, r, reverse_every_other_round):
+            for a in arm_order(arm_ids, r, reverse_every_other_round, order, f"{seed}|{b}"):
                 out.append(PlannedTrial(trial_id(r, b, a), pos, r, b, a,
                                         (steps or {}).get(b)))
                 pos += 1

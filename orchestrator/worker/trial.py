@@ -372,6 +372,7 @@ class _PairedRun:
         self.got_s = dict.fromkeys(self.ids, 0.0)
         self.arm_mem: dict[str, dict[str, int]] = {}  # each arm's own allocator peaks (GPU)
         self.cycle = 0
+        self.prev = ""  # the arm of the block before (each block records its predecessor)
 
     def guarded(self, arm: str, fn: Any) -> None:
         """Run ``fn`` as ``arm``'s: its peaks read after it; on one rank a failure is recorded
@@ -425,12 +426,12 @@ class _PairedRun:
         spec = self.spec
         self.trainer.switch(self.workloads[arm])  # every block, the same arm's too: alike
         for _ in range(spec.switch_warmup_steps):
-            _, tags, row = self.st.step(arm_id=arm, block=cycle)
+            _, tags, row = self.st.step(arm_id=arm, block=cycle, prev_arm=self.prev)
             row["phase"], row["tags"] = "excluded", ";".join([*tags, blocks.SWITCH_TAG])
         k = 0
         while k < spec.block_steps:
             self.check_bound()
-            decide_s, tags, row = self.st.step(arm_id=arm, block=cycle)
+            decide_s, tags, row = self.st.step(arm_id=arm, block=cycle, prev_arm=self.prev)
             if tags:
                 row["phase"] = "excluded"
                 continue
@@ -451,9 +452,16 @@ class _PairedRun:
         """Cycles of one block per live arm until each has its measured steps and seconds
         (an even number of cycles: every arm as often first as last)."""
         while self.alive() and (self.cycle % 2 or any(self.short(a) for a in self.alive())):
-            for arm in blocks.block_order(self.alive(), self.cycle):
+            for arm in self.order():
                 self.guarded(arm, lambda arm=arm: self.block(arm, self.cycle))
+                self.prev = arm
             self.cycle += 1
+
+    def order(self) -> list[str]:
+        """This cycle's block order (a seeded Williams design by default)."""
+        if self.spec.order == "balanced":
+            return blocks.balanced_order(self.alive(), self.cycle, self.spec.order_seed)
+        return blocks.block_order(self.alive(), self.cycle)
 
     def arm_record(self, i: int, base: dict[str, Any], launch_t0: float | None,
                    compile_fields: dict[str, Any], interference: dict[str, Any],

@@ -150,8 +150,9 @@ def test_inconclusive_promises_rounds_only_within_reach() -> None:
     (v,) = decide(_analysis({"s": (0.012, 0.005)}), RULE7)
     assert v.verdict == "inconclusive" and v.rounds_to_resolve is not None
     assert v.rounds_to_resolve <= 21 and f"~{v.rounds_to_resolve} rounds in all" in v.headline
-    assert f"(resume the campaign with protocol.max_rounds={v.rounds_to_resolve})" \
-        in v.headline  # the last look
+    # the last look: a new campaign, never a resume (the frozen spending has nothing left)
+    assert f"plan a new campaign with protocol.max_rounds={v.rounds_to_resolve}" in v.headline
+    assert "a resume of this one would not decide more" in v.headline
     # exactly on the band's edge with a wide interval: out of reach -> what would help instead
     (v,) = decide(_analysis({"s": (math.log(1.02), 0.05)}), RULE7)
     assert v.verdict == "inconclusive" and v.rounds_to_resolve is None
@@ -220,21 +221,32 @@ def _executes(a: Analysis, base: list[str] | None, var: list[str] | None, missin
 
 
 def test_a_variant_that_runs_the_baselines_step_is_equivalent_by_construction() -> None:
-    """auto that chose the baseline's mode on every shape: the same step. With an interval
-    that straddles 1 far beyond the band (0.02 +- 3.0158 x 0.05, [0.867, 1.186]: inconclusive
-    by timing), the verdict is equivalent and says why."""
+    """auto that chose the baseline's mode on every shape: the same step. What ran is no
+    evidence on its own (a description is only as complete as its recorder): with an interval
+    that straddles 1 far beyond the band (0.02 +- 3.0158 x 0.05, [0.867, 1.186]) the verdict
+    stays inconclusive and says why; with one whose one-sided lower bound is within the band
+    (0.012 +- 0.0128: 0.999) and no significant difference, at the last look, equivalent."""
     dup = ["384x128/p0:duplicated", "128x384/p1:duplicated", "64x64/pNone:local"]
     (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), dup, dup), RULE7)
+    assert v.verdict == "inconclusive"
+    assert any("not equivalent on what ran alone" in r and "below 0.980" in r
+               for r in v.reasons), v.reasons
+    (v,) = decide(_executes(_analysis({"s": (0.012, 0.005)}), dup, dup), RULE7)
     assert v.verdict == "equivalent" and v.timing_based
     assert v.headline.startswith("equivalent: it runs the baseline's step (newton_schulz: "
-                                 "2 duplicated, 1 local); timed s 1.020x ["), v.headline
-    assert "no significant difference" in v.headline
+                                 "2 duplicated, 1 local); timed s 1.012x ["), v.headline
+    assert "non-inferior within ±2%" in v.headline
+    # never before the last planned look
+    early = Rule(min_effect=0.02, ni_margin=0.05, max_rounds=7, final=False)
+    (v,) = decide(_executes(_analysis({"s": (0.012, 0.005)}), dup, dup), early)
+    assert v.verdict == "inconclusive"
+    # significant either way voids it: 0.10 +- 0.0603 is faster (the timing stands, below)
     # one shape resolved otherwise: a different step; the timing alone decides
     other = [*dup[:1], "128x384/p1:distributed", dup[2]]
-    (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), dup, other), RULE7)
+    (v,) = decide(_executes(_analysis({"s": (0.012, 0.005)}), dup, other), RULE7)
     assert v.verdict == "inconclusive"
     # a trial that did not say what it ran: no claim
-    (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), dup, dup, missing=1), RULE7)
+    (v,) = decide(_executes(_analysis({"s": (0.012, 0.005)}), dup, dup, missing=1), RULE7)
     assert v.verdict == "inconclusive"
     # the same step, yet significantly faster (0.10 +- 0.0603): the timing stands, with a
     # warning that something other than the step differs
@@ -258,14 +270,59 @@ def test_the_same_step_claim_needs_a_variant_that_differs_only_in_covered_settin
                        Arm("a1", "2", 2, False, {"workload.data.workers": 2})],
                  [TP_ARMS[0], Arm("a1", "auto+", "auto", False,
                                   {"workload.tp.mode": "auto", "workload.data.workers": 2})]):
-        (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), dup, dup, arms=arms), RULE7)
+        (v,) = decide(_executes(_analysis({"s": (0.012, 0.005)}), dup, dup, arms=arms), RULE7)
         assert v.verdict == "inconclusive", (arms, v.headline)
         (v,) = decide(_executes(_analysis({"s": (0.10, 0.02)}), dup, dup, arms=arms), RULE7)
         assert v.verdict == "retain" and not any("baseline's step" in w for w in v.warnings)
     # the environment switch covered: the claim holds again
-    (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), dup, dup, arms=omp,
+    (v,) = decide(_executes(_analysis({"s": (0.012, 0.005)}), dup, dup, arms=omp,
                             covers=("env.OMP_NUM_THREADS",)), RULE7)
     assert v.verdict == "equivalent"
     # a recipe that covers nothing (an older record without executes_covers): no claim
-    (v,) = decide(_executes(_analysis({"s": (0.02, 0.05)}), dup, dup, covers=()), RULE7)
+    (v,) = decide(_executes(_analysis({"s": (0.012, 0.005)}), dup, dup, covers=()), RULE7)
     assert v.verdict == "inconclusive"
+
+
+def test_the_non_inferiority_line_shows_the_bounds_its_test_used() -> None:
+    """A retain says every bucket is non-inferior: the bounds it prints there are the
+    one-sided ones the test compared with 1 - ni_margin, and each bucket line carries its
+    one-sided bound beside its two-sided interval, so no displayed number contradicts the
+    claim (the quick start once printed 'non-inferior (above 0.950)' beside [0.948, ...])."""
+    import re
+
+    # s128: 0.001 +- 3.0158 x 0.0165 -> two-sided low 0.951..., one-sided (2.566) higher
+    a = _analysis({"s64": (0.25, 0.02), "s128": (0.001, 0.0165), "mixture": (0.12, 0.01)})
+    (v,) = decide(a, RULE7)
+    assert v.verdict == "retain", v.reasons
+    line = next(r for r in v.reasons if "non-inferior" in r)
+    shown = dict(re.findall(r"(s\d+) (\d\.\d{3})", line.split("lower bounds")[1]))
+    for k, low in shown.items():
+        tost_low = a.comparisons[(k, "a1")].effect.interval(2 * ALPHA)[0]
+        assert float(low) == round(tost_low, 3) and float(low) > 0.95
+    s128 = next(r for r in v.reasons if r.startswith("s128:"))
+    assert re.search(r"one-sided 98\.3% lower bound 0\.9\d\d", s128), s128
+    two_low = float(re.search(r"\[(\d\.\d+),", s128).group(1))
+    one_low = float(re.search(r"lower bound (\d\.\d+)", s128).group(1))
+    assert one_low >= two_low  # the test's bound, never the wider interval's
+
+
+def test_per_arm_intervals_ignore_a_quiet_control() -> None:
+    """The variant's interval comes from its own round contrasts (R - 1 df): a quiet A/A arm
+    lends it neither degrees of freedom nor a smaller variance."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    cells = {}
+    for r in range(5):
+        day = rng.normal(0, 0.05)
+        cells[(r, "a0")] = day
+        cells[(r, "aa")] = day + rng.normal(0, 0.001)
+        cells[(r, "a1")] = day + rng.normal(0, 0.04)  # its own per-process offset
+    fit = paired.fit_blocks(cells, "a0", drop_outliers=False)
+    pooled = paired.fit_blocks(cells, "a0", drop_outliers=False, per_arm=False)
+    d = [cells[(r, "a0")] - cells[(r, "a1")] for r in range(5)]
+    e = fit.effects["a1"]
+    assert e.df == 4 and pooled.effects["a1"].df == 8
+    assert math.isclose(e.log_speedup, float(np.mean(d)))
+    assert math.isclose(e.se, float(np.std(d, ddof=1)) / math.sqrt(5))
+    assert e.se > pooled.effects["a1"].se  # the pooled term was too narrow for this arm

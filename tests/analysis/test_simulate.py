@@ -4,7 +4,9 @@ run directories by bench/noise_model.py; each file says which runs in its `sourc
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -41,19 +43,21 @@ def test_error_rates_hold_under_every_measured_noise_model(path: Path) -> None:
 def test_quiet_machine_targets() -> None:
     """On the quiet machine's noise (the synthetic load with the host-speed reference, the
     between-process SD of bench/speed_reference.py's quiet measurement): A/A comes out
-    equivalent at least 80 % of the time and is decided at most 5 %; +-5 % planted at least
-    95 % correct; +-2 % at least 80 %. (noise_synthetic_quiet.json, one campaign's quiet rounds
-    on a day its A/A was 4 % apart, meets only the error-rate test above.)"""
+    equivalent at least 75 % of the time and is decided at most 5 %; +-5 % planted at least
+    95 % correct; +-2 % at least 65 %. (Each variant's interval from its own contrasts, R - 1
+    degrees of freedom, cost the +-2 % cells about 8 points and A/A equivalence 2 against the
+    pooled error term's 80 %: docs/protocol.md. noise_synthetic_quiet.json, one campaign's
+    quiet rounds on a day its A/A was 4 % apart, meets only the error-rate test above.)"""
     model = NoiseModel.load(DATA / "noise_synthetic_documented_quiet.json")
     cells = simulate.error_table(model, Protocol(), PLANTED, campaigns=400, seed=2)
     by = {c.planted: c for c in cells}
     table = "\n".join(simulate.format_table(cells))
-    assert by[1.0].outcomes["equivalent"] / by[1.0].n >= 0.80, table
+    assert by[1.0].outcomes["equivalent"] / by[1.0].n >= 0.75, table
     assert by[1.0].kinds["false-decision"] / by[1.0].n <= 0.05, table
     for s in (1.05, 1 / 1.05):
         assert by[s].kinds["correct"] / by[s].n >= 0.95, table
     for s in (1.02, 1 / 1.02):
-        assert by[s].kinds["correct"] / by[s].n >= 0.80, table
+        assert by[s].kinds["correct"] / by[s].n >= 0.65, table
 
 
 def test_adaptive_spends_fewer_trials_than_a_fixed_protocol_of_equal_accuracy() -> None:
@@ -65,7 +69,7 @@ def test_adaptive_spends_fewer_trials_than_a_fixed_protocol_of_equal_accuracy() 
     acc = [sum(c.kinds["correct"] for c in t) / sum(c.n for c in t) for t in (adaptive, fixed)]
     trials = [sum(c.trials for c in t) / sum(c.n for c in t) for t in (adaptive, fixed)]
     assert acc[0] >= acc[1] - 0.01, (acc, trials)
-    assert trials[0] <= 0.6 * trials[1], (acc, trials)
+    assert trials[0] <= 0.7 * trials[1], (acc, trials)
 
 
 def test_the_simulated_host_alternates_speed_and_the_reference_divides_it_out() -> None:
@@ -91,7 +95,8 @@ def test_correct_counts_by_hand() -> None:
     assert simulate.correct(1.05, "reject", 0.02) == "wrong-direction"
     assert simulate.correct(1 / 1.05, "reject", 0.02) == "correct"
     assert simulate.correct(1.01, "equivalent", 0.02) == "correct"  # inside the band
-    assert simulate.correct(1.05, "equivalent", 0.02) == "undecided"
+    assert simulate.correct(1.05, "equivalent", 0.02) == "false-equivalent"  # outside it
+    assert simulate.correct(1.05, "inconclusive", 0.02) == "undecided"
 
 
 def test_paired_processes_timed_longer_meet_the_targets_on_measured_paired_noise() -> None:
@@ -118,3 +123,29 @@ def test_paired_processes_timed_longer_meet_the_targets_on_measured_paired_noise
     # the measurement the default was chosen from: 0.5 s per arm decides far less often
     assert short[1.0].outcomes["equivalent"] < aa.outcomes["equivalent"] - 30, table
     assert long_[1.0].wall_s > short[1.0].wall_s  # and it is paid in time, which is counted
+
+
+def test_the_rule_holds_under_a_variants_own_failure_modes() -> None:
+    """Issue 28's failure modes, on the measured paired noise with the default protocol and
+    pairing by steps: a null variant with its own per-process offset (log SD 5 %, absent from
+    the baseline and the A/A control) is retained or rejected in at most 5 % of campaigns by
+    the rule (its own contrasts, R - 1 df), where the pooled error term decided more often; a
+    null variant whose first measured step after each switch is slower (2 % of its block) is
+    rejected at most 5 % (the carry-over check), where the earlier rule rejected most."""
+    import dataclasses
+
+    base = NoiseModel.load(DATA / "paired_noise_synthetic_steps.json")
+    proto = {"pairing": "steps", "paired_min_s": 2.0}
+    earlier = {"per_arm": False, "order": "reversed", "carry_check": False}
+    offset = dataclasses.replace(base, variant_process_sd_log=0.05)
+    carry = dataclasses.replace(base, variant_carry_log=math.log(1 + 0.02 * 3))
+
+    def rate(model: NoiseModel, keys: tuple[str, ...], **rule: Any) -> float:
+        (cell,) = simulate.error_table(model, Protocol(**proto, **rule), [1.0], 150, seed=5)
+        return sum(cell.outcomes[k] for k in keys) / cell.n
+
+    # 150 campaigns a cell: 5 % +- 1.8 % binomial; bench/failure_modes.py measures over 1000
+    new_offset, old_offset = rate(offset, ("retain", "reject")), rate(offset, ("retain", "reject"), **earlier)
+    assert new_offset <= 0.075 and old_offset >= 2 * new_offset, (new_offset, old_offset)
+    new_carry, old_carry = rate(carry, ("reject",)), rate(carry, ("reject",), **earlier)
+    assert new_carry <= 0.05 and old_carry >= 0.5, (new_carry, old_carry)

@@ -168,10 +168,20 @@ def test_steps_pairing_runs_every_arm_of_a_round_in_one_process(compose: Any,
         assert r["measured_steps_run"] >= 6 and r["measured_steps_run"] % 2 == 0
     assert all(len(p) == 1 for p in by_round.values()) and len(
         {p for s in by_round.values() for p in s}) == 2  # one process per round
-    # round 1 runs the arms in the reverse order of round 0
-    assert [r["paired_arms"] for r in recs if r["round"] == 0][0] == ["a0", "aa", "a1"]
-    assert [r["paired_arms"] for r in recs if r["round"] == 1][0] == ["a1", "aa", "a0"]
+    # each round's process starts its arms in the round's row of the seeded Williams design
+    from orchestrator.core.blocks import balanced_order
+    for rnd in (0, 1):
+        assert [r["paired_arms"] for r in recs if r["round"] == rnd][0] == balanced_order(
+            ["a0", "aa", "a1"], rnd, f"0|{'t1k'}")
     steps = pd.read_csv(run_dir / "trials" / "r000-t1k-a1" / "steps.csv")
+    # every block records its predecessor: the arm before it in its cycle's balanced order
+    # (the first block of the process has none)
+    order0 = [balanced_order(["a0", "aa", "a1"], c, "0|r0|t1k") for c in range(recs[0]["cycles"])]
+    flat = [a for o in order0 for a in o]
+    want = {c: (flat[flat.index("a1", 3 * c) - 1] if flat.index("a1", 3 * c) else "")
+            for c in range(recs[0]["cycles"])}
+    got = steps[steps["phase"] == "measured"].groupby("block")["prev_arm"].first().fillna("")
+    assert {int(k): v for k, v in got.items()} == want
     switch = steps[steps["tags"].fillna("").str.contains("switch")]
     assert len(switch) == recs[0]["cycles"] and set(switch["phase"]) == {"excluded"}
     measured = steps[steps["phase"] == "measured"]

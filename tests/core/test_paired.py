@@ -144,3 +144,20 @@ def test_alpha_spending_by_hand() -> None:
     assert [paired.alpha_spent(0.05, plan, r, 0.0) for r in plan] == pytest.approx([0.05 / 3] * 3)
     # a fixed protocol has one look: all of alpha
     assert paired.alpha_spent(0.05, [7], 7, 3.0) == pytest.approx(0.05)
+
+
+def test_frozen_spending_is_never_spent_twice() -> None:
+    """plan.json freezes the looks' shares; a resume to more rounds keeps what the looks on
+    disk spent and shares only what is left, so the total stays alpha."""
+    frozen = paired.spending_schedule(0.05, [3, 5, 7], 3.0)
+    assert abs(sum(a for _, a in frozen) - 0.05) < 1e-12
+    # the campaign reached its last look: an extension gets nothing
+    ext = paired.extend_spending(frozen, 0.05, [3, 5, 7, 9, 11], 7, 3.0)
+    assert ext[:3] == frozen and [a for _, a in ext[3:]] == [0.0, 0.0]
+    assert paired.spend_at(ext, 9) == 0.0 and paired.spend_at(ext, 12) == 0.0
+    # stopped after round 4 (look 3 taken): the same plan spends as frozen ...
+    same = paired.extend_spending(frozen, 0.05, [3, 5, 7], 4, 3.0)
+    assert all(abs(a - b) < 1e-12 for (_, a), (_, b) in zip(same, frozen))
+    # ... and a longer one shares the rest, still alpha in all
+    longer = paired.extend_spending(frozen, 0.05, [3, 5, 7, 9], 4, 3.0)
+    assert longer[0] == frozen[0] and abs(sum(a for _, a in longer) - 0.05) < 1e-12
