@@ -198,11 +198,12 @@ def fit_blocks(cells: Mapping[tuple[int, str], float], baseline: str, *,
                 best, best_t = k, t_i
         limit = t_quantile(1 - outlier_alpha / (2 * len(keys)), df - 1)
         if best is not None and best_t > limit and per_arm:
-            # a variant's own spread is not contamination: the cell must also stand out in
-            # the contrasts of every arm it enters (its own; every arm's for a baseline cell)
+            # a variant's own spread is not contamination, and a variant's outlier only widens
+            # its own interval (never a false decision): only a baseline cell that stands out
+            # in the contrasts of every arm is left out (it would shift all of them)
             tail = outlier_alpha / (2 * len(keys))
-            touched = [a for a in arms[1:] if best[1] in (a, baseline)]
-            if not all(_stands_out(cells, baseline, a, best[0], tail) for a in touched):
+            if best[1] != baseline or not all(
+                    _stands_out(cells, baseline, a, best[0], tail) for a in arms[1:]):
                 best = None
         if best is not None and best_t > limit:
             rest = {k: v for k, v in cells.items() if k != best}

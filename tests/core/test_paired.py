@@ -55,18 +55,28 @@ def test_round_effects_cancel_and_variance_is_pooled_over_arms() -> None:
 
 
 def test_one_contaminated_trial_is_left_out() -> None:
+    """A contaminated baseline cell shifts every arm's contrast of its round: left out. A
+    variant's own outlier is kept: it widens that variant's interval only (no false
+    decision), and a variant's natural spread must never pass for contamination."""
     cells = {}
     for r in range(5):
         for i, (a, eff) in enumerate((("a0", 0.0), ("aa", 0.0), ("a1", -0.1))):
             cells[(r, a)] = 1 + 0.1 * r + eff + 0.002 * ((r * 7 + i * 3) % 5 - 2)
     clean = paired.fit_blocks(cells, "a0")
     assert clean.dropped == ()
-    cells[(2, "a1")] += 0.5  # another job ran during that trial
-    fit = paired.fit_blocks(cells, "a0")
-    assert fit.dropped == ((2, "a1"),)
+    base_hit = dict(cells)
+    base_hit[(2, "a0")] += 0.5  # another job ran during the baseline's trial
+    fit = paired.fit_blocks(base_hit, "a0")
+    assert fit.dropped == ((2, "a0"),)
     assert fit.effects["a1"].log_speedup == pytest.approx(0.1, abs=0.005)
-    kept = paired.fit_blocks(cells, "a0", drop_outliers=False)
+    kept = paired.fit_blocks(base_hit, "a0", drop_outliers=False)
     assert kept.effects["a1"].se > 10 * fit.effects["a1"].se
+    var_hit = dict(cells)
+    var_hit[(2, "a1")] += 0.5
+    fit = paired.fit_blocks(var_hit, "a0")
+    assert fit.dropped == () and fit.effects["a1"].se > 10 * clean.effects["a1"].se
+    # the earlier pooled rule dropped it
+    assert paired.fit_blocks(var_hit, "a0", per_arm=False).dropped == ((2, "a1"),)
 
 
 def test_unbalanced_rounds_after_a_variant_dropped_out() -> None:
