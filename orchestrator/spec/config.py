@@ -31,6 +31,9 @@ class Choice(str, Enum):
     def __format__(self, spec: str) -> str:
         return format(self.value, spec)
 
+    def __repr__(self) -> str:  # messages quote it like the string it stands for
+        return repr(self.value)
+
     @classmethod
     def values(cls) -> tuple[str, ...]:
         return tuple(m.value for m in cls)
