@@ -6,6 +6,8 @@ import math
 import statistics
 from typing import Any, Optional
 
+from orchestrator.core.section import Section
+
 
 def _ms(x: Optional[float]) -> str:
     return "—" if x is None or math.isnan(x) else f"{x * 1e3:.2f}"
