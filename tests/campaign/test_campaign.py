@@ -34,8 +34,12 @@ def test_inline_sweep_end_to_end(compose: Any, run_dir: Path) -> None:
     cfg = compose([*TINY, "+sweep=fa2_tiling", "sweep.buckets=[s32]"])
     result = run_campaign(cfg, run_dir)
     plan = _check_run_dir(run_dir, 4 * 2)
-    assert [t["arm_id"] for t in plan["trials"][:4]] == ["a0", "a1", "a2", "a3"]
-    assert [t["arm_id"] for t in plan["trials"][4:]] == ["a3", "a2", "a1", "a0"]
+    # each round in its row of the seeded Williams design (protocol.order=balanced)
+    from orchestrator.core.blocks import balanced_order
+    arms = ["a0", "a1", "a2", "a3"]
+    for r in (0, 1):
+        assert [t["arm_id"] for t in plan["trials"][4 * r:4 * r + 4]] == balanced_order(
+            arms, r, "0|s32")
     assert len(result.verdicts) == 3
     assert {v.verdict for v in result.verdicts} <= {"retain", "reject", "inconclusive"}
     md = (run_dir / "decisions.md").read_text()

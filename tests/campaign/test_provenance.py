@@ -86,7 +86,7 @@ def test_campaign_writes_provenance_and_resume_appends_command(compose: Any, run
     assert "hydra_overrides:\n  +sweep=fa2\n  launcher=inline" in cmd
     assert "eager: OMP_NUM_THREADS=1" in cmd
     rep = json.loads((run_dir / "environment.json").read_text())
-    assert rep["gathered_in"] == "trial process" and rep["source_trial"] == "r000-s32-a0"
+    assert rep["gathered_in"] == "trial process" and rep["source_trial"] == json.loads((run_dir / "plan.json").read_text())["trials"][0]["trial_id"]
     assert rep["env_switches"].get("OMP_NUM_THREADS") == "1"  # the arm's switch, seen inside
     recs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
     assert all(r["environment"]["device_kind"] == "cpu" for r in recs)
