@@ -428,10 +428,13 @@ def test_a_failed_baseline_stops_its_rounds_variants_and_logs_are_named(
         compose: Any, run_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The baseline's trial fails (a bare assert): in round 0, where it runs first, the
     variant is not run (nothing to compare it with) and says so; in round 1, reversed, the
-    variant ran before it. The console line and decisions.md name the command's log."""
+    variant ran before it (protocol.order=reversed pins those positions; under the balanced
+    orders a variant is skipped wherever it follows its round's failed baseline). The console
+    line and decisions.md name the command's log."""
     import logging
 
     cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=2", "protocol.max_rounds=2",
+                   "protocol.order=reversed",
                    "protocol.aa_arm=false", "workload.command='{python} -c {code}'",
                    "+workload.params.code=x", "sweep.variable=workload.params.code",
                    "sweep.baseline=ok", "sweep.values=[bad]", "sweep.labels=null",

@@ -9,6 +9,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from orchestrator.core.blocks import balanced_order
+
 from orchestrator.campaign.run import run_campaign
 from orchestrator.core.errors import ConfigError
 
@@ -53,7 +55,9 @@ def test_synthetic_campaign_fresh_processes_no_torch(compose: Any, run_dir: Path
     assert all(r["status"] == "ok" and r["torch_version"] is None for r in recs)
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["control_arm"]["arm_id"] == "aa"
-    assert [t["arm_id"] for t in plan["trials"]] == ["a0", "aa", "a1", "a1", "aa", "a0"]
+    # each round in its row of the seeded Williams design (protocol.order=balanced)
+    assert [t["arm_id"] for t in plan["trials"]] == [
+        a for r in (0, 1) for a in balanced_order(["a0", "aa", "a1"], r, "0|t1k")]
     (v,) = result.verdicts
     assert v.label == "4x-work" and v.verdict in ("reject", "inconclusive")
     assert result.analysis.noise["t1k"].estimate is not None
@@ -75,11 +79,12 @@ def test_adaptive_rounds_extend_the_plan_and_resume(
     run_campaign(cfg, run_dir)
     plan = json.loads((run_dir / "plan.json").read_text())
     order = [(t["round"], t["arm_id"]) for t in plan["trials"]]
-    assert order[:8] == [(0, "a0"), (0, "aa"), (0, "a1"), (0, "a2"),
-                         (1, "a2"), (1, "a1"), (1, "aa"), (1, "a0")]
-    # a2 decided (no reason): it stops; a1 goes on with the baseline and the A/A control
-    assert order[8:] == [(2, "a0"), (2, "aa"), (2, "a1"), (3, "a1"), (3, "aa"), (3, "a0"),
-                         (4, "a0"), (4, "aa"), (4, "a1")]
+    assert order[:8] == [(r, a) for r in (0, 1)
+                         for a in balanced_order(["a0", "aa", "a1", "a2"], r, "0|t1k")]
+    # a2 decided (no reason): it stops; a1 goes on with the baseline and the A/A control,
+    # in the balanced orders of the three arms left
+    assert order[8:] == [(r, a) for r in (2, 3, 4)
+                         for a in balanced_order(["a0", "aa", "a1"], r, "0|t1k")]
     assert [a["added_rounds"] for a in plan["adaptive"]] == [[2, 3], [4]]
     assert len(_trials(run_dir)) == len(order) == 17
     # the planner chose the adaptive rounds' trial length from the variance components
