@@ -244,10 +244,8 @@ def block_cells(per: dict[tuple[int, str], list[tuple[int, float]]], baseline: s
     of every block is left out (for every arm alike, as if switch_warmup_steps were one more)
     and the note says so."""
     values: dict[str, list[float]] = {}
-    for (r, arm), v in per.items():
-        one = blocks.carryover([(arm, c, t, i == 0 or v[i - 1][0] != c)
-                                for i, (c, t) in enumerate(v)])
-        values.setdefault(arm, []).extend(one.get(arm, []))
+    for (_, arm), v in per.items():
+        values.setdefault(arm, []).extend(blocks.carryover(v))
     others = [a for a in values if a != baseline]
     hits = []
     for arm in others:
@@ -256,7 +254,7 @@ def block_cells(per: dict[tuple[int, str], list[tuple[int, float]]], baseline: s
             hits.append(f"{arm} {d:+.1%} (p={pv:.1g})")
     note = ""
     if hits:
-        trimmed = {k: [(c, t) for i, (c, t) in enumerate(v) if not (i == 0 or v[i - 1][0] != c)]
+        trimmed = {k: [x for x, first in zip(v, blocks.block_starts(v)) if not first]
                    for k, v in per.items()}
         if all(trimmed.values()):
             per = trimmed

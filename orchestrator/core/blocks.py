@@ -67,21 +67,24 @@ def balanced_order(arms: Sequence[str], index: int, seed: str = "") -> list[str]
     return [perm[i] for i in row]
 
 
-def carryover(steps: Sequence[tuple[str, int, float, bool]]) -> dict[str, list[float]]:
-    """Per arm, one value per block: log(the first measured step after the switch / the
-    median of the block's other measured steps). ``steps``: (arm, block, time, first) in
-    order, ``first`` marking a block's first measured step. Blocks of fewer than two measured
-    steps give none."""
-    by: dict[tuple[str, int], list[tuple[bool, float]]] = {}
-    for arm, b, t, first in steps:
-        by.setdefault((arm, int(b)), []).append((bool(first), float(t)))
-    out: dict[str, list[float]] = {}
-    for (arm, _), xs in by.items():
-        head = [t for f, t in xs if f]
-        rest = [t for f, t in xs if not f]
-        if head and rest and head[0] > 0 and min(rest) > 0:
-            out.setdefault(arm, []).append(math.log(head[0] / statistics.median(rest)))
-    return out
+def block_starts(steps: Sequence[tuple[int, float]]) -> list[bool]:
+    """For one arm's measured (cycle, time) steps in order: which is its block's first."""
+    return [i == 0 or steps[i - 1][0] != c for i, (c, _) in enumerate(steps)]
+
+
+def carryover(steps: Sequence[tuple[int, float]]) -> list[float]:
+    """One arm's measured (cycle, time) steps in order -> one value per block: log(the first
+    measured step after the switch / the median of the block's other measured steps).
+    Blocks of fewer than two measured steps give none."""
+    by: dict[int, list[float]] = {}
+    heads: dict[int, float] = {}
+    for (c, t), first in zip(steps, block_starts(steps)):
+        if first:
+            heads[c] = float(t)
+        else:
+            by.setdefault(c, []).append(float(t))
+    return [math.log(heads[c] / statistics.median(rest)) for c, rest in by.items()
+            if c in heads and heads[c] > 0 and min(rest) > 0]
 
 
 def block_medians(times: Sequence[float], blocks: Sequence[int]) -> dict[int, float]:
@@ -120,5 +123,5 @@ def round_cells(blocks: Mapping[tuple[int, str], Mapping[int, float]], baseline:
     return out
 
 
-__all__ = ["SWITCH_TAG", "balanced_order", "block_medians", "block_order", "carryover",
+__all__ = ["SWITCH_TAG", "balanced_order", "block_medians", "block_starts", "block_order", "carryover",
            "round_cells", "williams_rows"]
