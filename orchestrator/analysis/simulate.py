@@ -40,7 +40,7 @@ import numpy as np
 
 from orchestrator.core import paired
 from orchestrator.analysis.analyze import CARRYOVER_ALPHA, MIXTURE, block_cells
-from orchestrator.core.blocks import balanced_order, block_order
+from orchestrator.core.blocks import ordered
 from orchestrator.analysis.decide import Rule, aa_off, construction_equivalent, effect_scope, judge
 from orchestrator.spec.plan import ArmProgress, arm_order, more_rounds_reason
 
@@ -154,9 +154,7 @@ def paired_process(model: NoiseModel, host: Host, log_effects: dict[str, float],
     seed = f"sim|{int(rng.integers(1 << 30))}"
     per: dict[tuple[int, str], list[tuple[int, float]]] = {(round_, a): [] for a in arms}
     for c in range(cycles):
-        order = (balanced_order(arms, c, seed) if p.order == "balanced"
-                 else block_order(arms, c))
-        for arm in order:
+        for arm in ordered(arms, c, p.order, seed):
             n = p.switch_warmup_steps + p.block_steps
             nominal = base[arm] * np.exp(rng.normal(0, model.step_sd_log, n))
             if arm == VAR and model.variant_carry_log:  # the first measured step after it

@@ -424,10 +424,7 @@ def _plan_doc(cfg: Config, arms: list[ResolvedArm], running: list[ResolvedArm],
             "pairing": pairing or {"mode": p.pairing, "why": "set by protocol.pairing"},
             # frozen at the first plan; a resume extends it with what is left (planned_spending)
             "spending": {"alpha": 1 - p.confidence, "rho": p.alpha_spending,
-                         "looks": spending or paired.spending_schedule(
-                             1 - p.confidence, paired.looks(p.repeats, max(p.max_rounds, p.repeats),
-                                                            p.adaptive_step_rounds),
-                             p.alpha_spending)},
+                         "looks": spending or fresh_spending(cfg)},
             "trials": [t.to_dict() for t in planned],
     }
 
@@ -826,14 +823,19 @@ def planned_spending(cfg: Config, run_dir: Path, done: dict[str, dict[str, Any]]
     keeps what the looks already on disk spent and gives later looks only what is left
     (orchestrator.core.paired.extend_spending), so an extension never re-spends alpha."""
     p = cfg.protocol
-    alpha = 1 - p.confidence
-    plan = paired.looks(p.repeats, max(p.max_rounds, p.repeats), p.adaptive_step_rounds)
-    fresh = paired.spending_schedule(alpha, plan, p.alpha_spending)
     frozen = read_spending(run_dir)
     if not frozen:
-        return fresh
+        return fresh_spending(cfg)
     taken = 1 + max((int(r.get("round", -1)) for r in done.values()), default=-1)
-    return paired.extend_spending(frozen, alpha, plan, taken, p.alpha_spending)
+    plan = paired.looks(p.repeats, max(p.max_rounds, p.repeats), p.adaptive_step_rounds)
+    return paired.extend_spending(frozen, 1 - p.confidence, plan, taken, p.alpha_spending)
+
+
+def fresh_spending(cfg: Config) -> list[list[float]]:
+    """The protocol's own schedule over its planned looks (a campaign's first plan)."""
+    p = cfg.protocol
+    plan = paired.looks(p.repeats, max(p.max_rounds, p.repeats), p.adaptive_step_rounds)
+    return paired.spending_schedule(1 - p.confidence, plan, p.alpha_spending)
 
 
 def read_spending(run_dir: Path) -> list[list[float]] | None:

@@ -67,6 +67,15 @@ def balanced_order(arms: Sequence[str], index: int, seed: str = "") -> list[str]
     return [perm[i] for i in row]
 
 
+def ordered(arms: Sequence[str], index: int, order: str = "balanced", seed: str = "") -> list[str]:
+    """Order number ``index`` (a round, or a cycle of a paired process) under
+    ``protocol.order``: ``balanced`` (:func:`balanced_order`) or ``reversed``
+    (:func:`block_order`)."""
+    if str(order) == "balanced":
+        return balanced_order(arms, index, seed)
+    return block_order(arms, index)
+
+
 def block_starts(steps: Sequence[tuple[int, float]]) -> list[bool]:
     """For one arm's measured (cycle, time) steps in order: which is its block's first."""
     return [i == 0 or steps[i - 1][0] != c for i, (c, _) in enumerate(steps)]
@@ -123,5 +132,5 @@ def round_cells(blocks: Mapping[tuple[int, str], Mapping[int, float]], baseline:
     return out
 
 
-__all__ = ["SWITCH_TAG", "balanced_order", "block_medians", "block_starts", "block_order", "carryover",
+__all__ = ["SWITCH_TAG", "balanced_order", "block_medians", "block_starts", "block_order", "carryover", "ordered",
            "round_cells", "williams_rows"]

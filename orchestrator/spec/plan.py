@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.core.blocks import balanced_order
+from orchestrator.core.blocks import ordered
 from orchestrator.spec.sweep import Arm
 
 
@@ -52,12 +52,9 @@ def arm_order(arm_ids: Sequence[str], round_: int, reverse_every_other_round: bo
               order: str = "reversed", seed: str = "") -> list[str]:
     """The arms' order in one round: ``balanced`` (a seeded Williams design, walked by round)
     or ``reversed`` (as given, reversed every other round when asked)."""
-    if str(order) == "balanced":
-        return balanced_order(arm_ids, round_, seed)
-    out = list(arm_ids)
-    if reverse_every_other_round and round_ % 2 == 1:
-        out.reverse()
-    return out
+    if str(order) == "balanced" or reverse_every_other_round:
+        return ordered(arm_ids, round_, order, seed)
+    return list(arm_ids)
 
 
 def plan_rounds(

@@ -459,9 +459,7 @@ class _PairedRun:
 
     def order(self) -> list[str]:
         """This cycle's block order (a seeded Williams design by default)."""
-        if self.spec.order == "balanced":
-            return blocks.balanced_order(self.alive(), self.cycle, self.spec.order_seed)
-        return blocks.block_order(self.alive(), self.cycle)
+        return blocks.ordered(self.alive(), self.cycle, self.spec.order, self.spec.order_seed)
 
     def arm_record(self, i: int, base: dict[str, Any], launch_t0: float | None,
                    compile_fields: dict[str, Any], interference: dict[str, Any],
