@@ -46,6 +46,7 @@ from orchestrator.spec.sweep import (
     differing_settings,
     pairing_obstacle,
     resolve_arms,
+    selected_buckets,
 )
 from recipes.registry import REGISTRY, check_import_path
 
@@ -127,7 +128,7 @@ def validate(cfg: Config) -> None:
     validate_hardware(cfg.hardware)
     _choice("environment.on_mismatch", cfg.environment.on_mismatch, ON_MISMATCH)
     validate_sanitize(cfg)
-    cfg.workload.check_selection(selected_buckets(cfg))
+    cfg.workload.check_selection([b["name"] for b in selected_buckets(cfg)])
     validate_launcher(cfg)
     validate_correctness(cfg)
     validate_profile(cfg.profile)
@@ -174,11 +175,6 @@ def validate_sanitize(cfg: Config) -> None:
             raise ConfigError(f"sanitize.extra_patterns[{i}]",
                               f"{pattern!r} is not a valid regular expression ({exc}); "
                               "quote it or escape special characters") from None
-
-
-def selected_buckets(cfg: Config) -> list[Any]:
-    return [b for b in cfg.workload.buckets
-            if cfg.sweep is None or cfg.sweep.buckets is None or b.name in cfg.sweep.buckets]
 
 
 def check_pairing(cfg: Config, arms: Sequence[Any]) -> None:

@@ -117,8 +117,8 @@ class WorkloadConfig:
     # What the layers below the recipes ask of a workload, instead of importing its recipe
     # (a recipe's schema overrides what applies to it):
 
-    def check_selection(self, selected: list[BucketConfig]) -> None:
-        """Checks on the buckets a campaign selected (ConfigError)."""
+    def check_selection(self, selected: list[str]) -> None:
+        """Checks on the names of the buckets a campaign selected (ConfigError)."""
 
     def check_arms(self, protocol: ProtocolConfig, arms: list[SweptArm], key: str,
                    variable: str) -> None:

@@ -17,7 +17,6 @@ from typing import Any, Optional
 
 from orchestrator.spec.config import (
     MISSING,
-    BucketConfig,
     ProtocolConfig,
     SweptArm,
     WorkloadConfig,
@@ -184,10 +183,10 @@ class CommandWorkloadConfig(WorkloadConfig):
     def runs_own_process(self) -> bool:
         return True
 
-    def check_selection(self, selected: list[BucketConfig]) -> None:
+    def check_selection(self, selected: list[str]) -> None:
         """The declared FLOPs are one figure: one bucket per campaign."""
         if self.flops_per_step is not None and len(selected) > 1:
-            chosen = [b.name for b in selected]
+            chosen = selected
             raise ConfigError(
                 "workload.flops_per_step",
                 f"is one figure for every bucket, but {len(chosen)} buckets are selected "

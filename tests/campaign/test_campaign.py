@@ -41,7 +41,9 @@ def test_inline_sweep_end_to_end(compose: Any, run_dir: Path) -> None:
         assert [t["arm_id"] for t in plan["trials"][4 * r:4 * r + 4]] == balanced_order(
             arms, r, "0|s32")
     assert len(result.verdicts) == 3
-    assert {v.verdict for v in result.verdicts} <= {"retain", "reject", "inconclusive"}
+    # equivalent is legitimate at the final look (every tile records the baseline's kernel)
+    assert {v.verdict for v in result.verdicts} <= {"retain", "reject", "inconclusive",
+                                                    "equivalent"}
     md = (run_dir / "decisions.md").read_text()
     assert "# Decision: fa2_tiling" in md and "## Bucket `s32`" in md and "64x64" in md
     # the correctness gate ran once for the campaign (not per round) and the tiles agree

@@ -252,5 +252,8 @@ def worker(rank: int, size: int, port: int, out_dir: str, train_steps: int) -> N
         if rank == 0:
             with open(os.path.join(out_dir, "out.json"), "w", encoding="utf-8") as fh:
                 json.dump(result, fh)
+        # every rank finishes its collectives before any tears gloo down: a rank that
+        # destroys its group while a peer still sends aborts the peer in C++
+        dist.barrier()
     finally:
         dist.destroy_process_group()
