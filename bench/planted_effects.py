@@ -16,6 +16,9 @@ direction: retain for s < 1 or reject for s > 1; a retain or reject of A/A is a 
     python bench/planted_effects.py --launcher local --pairing process,steps
         # also every arm of a round in one process, switching every few steps
         # (protocol.pairing=steps): each cell's processes and wall time per campaign shown
+    python bench/planted_effects.py --workload command --launcher local --protocols adaptive \
+        --effects 0,-9.0909 --campaigns 10
+        # a plain command (~5 ms steps, no client): A/A and 10 % more work per step
 
 With --out DIR, results.json there is rewritten after every campaign, and a run
 started again with the same --out (and arguments) goes on where the last one stopped.
@@ -48,12 +51,31 @@ def planted_fraction(effect_pct: float) -> float:
     return 1 / (1 + effect_pct / 100) - 1 if effect_pct else 1e-9
 
 
+# --workload command: recipes/examples/busy_steps.py, a ~5 ms step of BUSY_UNITS work units
+BUSY_UNITS = 180
+
+
+def busy_units(effect_pct: float) -> int:
+    """The variant's work units per step for a planted speedup (whole units)."""
+    return round(BUSY_UNITS / (1 + effect_pct / 100))
+
+
+def sweep_overrides(effect_pct: float, workload: str) -> list[str]:
+    label = f"sweep.labels=[planted{effect_pct:+g}%]"
+    if workload == "synthetic":
+        return ["workload=synthetic", "+sweep=calibrate",
+                f"sweep.values=[{planted_fraction(effect_pct)!r}]", label]
+    if effect_pct == 0:  # A/A: the variant differs in a label the trainer ignores
+        return ["+sweep=planted_command", "sweep.variable=workload.params.label",
+                "sweep.baseline=base", "sweep.values=[variant]", label]
+    return ["+sweep=planted_command", f"sweep.values=[{busy_units(effect_pct)}]", label]
+
+
 def run_one(effect_pct: float, protocol: str, launcher: str, run_dir: Path, seed: int,
-            extra: list[str], pairing: str = "process") -> dict[str, Any]:
-    fraction = planted_fraction(effect_pct)
+            extra: list[str], pairing: str = "process",
+            workload: str = "synthetic") -> dict[str, Any]:
     overrides = [
-        "workload=synthetic", "+sweep=calibrate", "protocol=default", f"launcher={launcher}",
-        f"sweep.values=[{fraction!r}]", f"sweep.labels=[planted{effect_pct:+g}%]",
+        *sweep_overrides(effect_pct, workload), "protocol=default", f"launcher={launcher}",
         f"protocol.seed={seed}", f"protocol.pairing={pairing}", *extra,
     ]
     if protocol == "fixed":
@@ -67,7 +89,10 @@ def run_one(effect_pct: float, protocol: str, launcher: str, run_dir: Path, seed
     v = result.verdicts[0]
     c = result.analysis.comparisons[(result.analysis.buckets[0], v.arm_id)]
     nf = c.noise_floor
-    return {"effect_pct": effect_pct,
+    measured = [r["measured_steps"] * r["step_time_median_s"] for r in records
+                if r.get("kind", "timed") == "timed" and r.get("step_time_median_s")]
+    return {"effect_pct": effect_pct, "workload": workload,
+            "measured_s_per_trial": sorted(measured)[len(measured) // 2] if measured else None,
             "protocol": protocol if pairing == "process" else f"{protocol}, pairing=steps",
             "verdict": v.verdict, "trials": trials, "processes": processes, "wall_s": time.time() - t0, "noise_floor": nf,
             "speedup": c.estimate.speedup if c.estimate else None,
@@ -81,14 +106,19 @@ def outcome(effect_pct: float, verdict: str, min_effect: float = 0.02) -> str:
     return correct(1 + effect_pct / 100 if effect_pct else 1.0, verdict, min_effect)
 
 
+def _median_of(rows: list[dict[str, Any]], key: str) -> str:
+    got = sorted(r[key] for r in rows if r.get(key) is not None)
+    return f"{got[len(got) // 2]:.2f}" if got else "—"
+
+
 def table(rows: list[dict[str, Any]]) -> list[str]:
     groups: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[(r["protocol"], r["effect_pct"])].append(r)
     out = [("| protocol | planted speedup | campaigns | retain | reject | equivalent | inconclusive "
             "| invalid | correct | wrong direction | false decision | trials/campaign "
-            "| trials/decision | processes/campaign | wall s/campaign |"),
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| trials/decision | processes/campaign | wall s/campaign | measured s/trial |"),
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (proto, eff), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], abs(kv[0][1]), kv[0][1])):
         n = Counter(r["verdict"] for r in rs)
         o = Counter(outcome(eff, r["verdict"]) for r in rs)
@@ -101,7 +131,8 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
             f"{o['correct']}/{len(rs)} | {o['wrong-direction']} | {o['false-decision']} | "
             f"{trials / len(rs):.1f} | {f'{trials / decided:.1f}' if decided else '—'} | "
             f"{sum(r.get('processes') or r['trials'] for r in rs) / len(rs):.1f} | "
-            f"{sum(r['wall_s'] for r in rs) / len(rs):.0f} |")
+            f"{sum(r['wall_s'] for r in rs) / len(rs):.0f} | "
+            f"{_median_of(rs, 'measured_s_per_trial')} |")
     for proto in sorted({r["protocol"] for r in rows}):
         rs = [r for r in rows if r["protocol"] == proto]
         acc = sum(outcome(r["effect_pct"], r["verdict"]) == "correct" for r in rs)
@@ -116,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--campaigns", type=int, default=6, help="campaigns per effect and protocol")
     ap.add_argument("--effects", default="0,2,-2,5,-5,10,-10", help="planted speedups in %%")
     ap.add_argument("--launcher", default="inline", choices=["inline", "local"])
+    ap.add_argument("--workload", default="synthetic", choices=["synthetic", "command"],
+                    help="synthetic: the calibrated in-process load; command: a plain command "
+                         "(recipes/examples/busy_steps.py, ~5 ms steps, read from its log, no "
+                         "client), the planted effect as more work units per step")
     ap.add_argument("--protocols", default="adaptive,fixed")
     ap.add_argument("--pairing", default="process",
                     help="process, steps, or both (process,steps): protocol.pairing of each cell")
@@ -135,19 +170,27 @@ def main(argv: list[str] | None = None) -> int:
           f"{protocols}; launcher={args.launcher}"
           + (" (trials run in this process, not fresh processes)" if args.launcher == "inline"
              else " (each trial a fresh process)") + f"; run dirs under {out}", flush=True)
-    probe = compose(["workload=synthetic", "+sweep=calibrate", "protocol=default", *args.overrides])
+    probe = compose([*sweep_overrides(effects[0] if effects else 0.0, args.workload),
+                     "protocol=default", *args.overrides])
     p = probe.protocol
     print(f"protocol: default ({p.warmup_policy} warm-up, {p.measured_steps} measured steps, "
           f"{p.repeats} rounds adaptive up to {p.max_rounds}, A/A arm {p.aa_arm}, clock {p.clock}, min_effect "
           f"{p.min_effect}, confidence {p.confidence}); fixed = {p.max_rounds} rounds",
           flush=True)
-    from recipes.synthetic.recipe import SyntheticTrainer
-    w, b = probe.workload, probe.workload.buckets[0]
-    for eff in effects:
-        w.extra_work_fraction = planted_fraction(eff)
-        t = SyntheticTrainer(w, b, "cpu")
-        print(f"  planted {eff:+g}%: variant work {t.units} units vs {t.base_units} "
-              f"(true speedup of the work {t.base_units / t.units:.4f}x)", flush=True)
+    if args.workload == "command":
+        for eff in effects:
+            u = busy_units(eff)
+            print(f"  planted {eff:+g}%: variant work {u} units vs {BUSY_UNITS} (true speedup of "
+                  f"the work {BUSY_UNITS / u:.4f}x), a plain command read from its log",
+                  flush=True)
+    else:
+        from recipes.synthetic.recipe import SyntheticTrainer
+        w, b = probe.workload, probe.workload.buckets[0]
+        for eff in effects:
+            w.extra_work_fraction = planted_fraction(eff)
+            t = SyntheticTrainer(w, b, "cpu")
+            print(f"  planted {eff:+g}%: variant work {t.units} units vs {t.base_units} "
+                  f"(true speedup of the work {t.base_units / t.units:.4f}x)", flush=True)
     rows: list[dict[str, Any]] = []
     done: set[str] = set()
     if (out / "results.json").exists():  # --out of an interrupted run: go on where it stopped
@@ -166,13 +209,14 @@ def main(argv: list[str] | None = None) -> int:
                 if run_dir.exists():  # a campaign cut short: run it again from scratch
                     shutil.rmtree(run_dir)
                 r = run_one(eff, proto, args.launcher, run_dir, seed=i, extra=args.overrides,
-                            pairing=pairing)
+                            pairing=pairing, workload=args.workload)
                 r["run"] = name
                 rows.append(r)
                 sp = f"{r['speedup']:.3f} [{r['low']:.3f}, {r['high']:.3f}]" if r["speedup"] else "-"
                 print(f"[{len(rows)}] {proto:8s} {pairing:7s} planted {eff:+5g}%: {r['verdict']:12s} "
                       f"speedup {sp} floor {r['noise_floor'] or 0:.3f} rounds {r['rounds']} "
-                      f"trials {r['trials']} ({r['wall_s']:.0f}s, total {time.time() - started:.0f}s, "
+                      f"trials {r['trials']} (measured {r['measured_s_per_trial'] or 0:.2f}s per trial, "
+                      f"{r['wall_s']:.0f}s, total {time.time() - started:.0f}s, "
                       f"load avg {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
                       flush=True)
                 (out / "results.json").write_text(json.dumps(rows, indent=1))

@@ -80,11 +80,15 @@ class Verdict:
     headline: str = ""  # one sentence with the figure that decided it
     warnings: list[str] = field(default_factory=list)  # grouped, de-duplicated
     final: bool = True  # False: more rounds may change it (an adaptive campaign's early look)
+    # False: an inconclusive variant at a look with too little power to call it hopeless (its
+    # critical t far above the last look's, orchestrator.core.paired.look_power): rounds go on
+    futility_judged: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {"arm_id": self.arm_id, "label": self.label, "verdict": self.verdict,
                 "headline": self.headline, "reasons": self.reasons, "warnings": self.warnings,
-                "rounds_to_resolve": self.rounds_to_resolve, "final": self.final}
+                "rounds_to_resolve": self.rounds_to_resolve, "final": self.final,
+                "futility_judged": self.futility_judged}
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,15 @@ def _resolve(obj: Scope, alpha: float, rule: Rule) -> int | None:
     return paired.rounds_for(obj.eff.log_speedup, obj.eff.se or 0.0, max(obj.eff.rounds, 2),
                              obj.eff.df, rule.alpha_last or alpha, math.log(1 + rule.min_effect),
                              REACH * rule.max_rounds)
+
+
+def futility_power(obj: Scope, alpha: float, rule: Rule) -> tuple[bool, float, float]:
+    """Whether this look may call the objective hopeless, its critical t and the last look's
+    (orchestrator.core.paired.look_power)."""
+    if rule.final:
+        return True, 0.0, 0.0
+    return paired.look_power(alpha, obj.eff.df, max(obj.eff.rounds, 2), rule.alpha_last or alpha,
+                             rule.max_rounds)
 
 
 def decide(analysis: Analysis, rule: Rule | float = Rule(),
@@ -242,8 +255,10 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
                             "position effect, or a cost of the resolver itself")
         if not headline and kind != "unsure":
             headline = _headline(analysis, arm.arm_id, kind, scopes, objective, why)
+        power = futility_power(obj, alpha, rule) if kind == "unsure" and obj is not None else None
         if not headline:
-            headline = _unsure_headline(analysis, arm.arm_id, obj, scopes, objective, rule, resolve)
+            headline = _unsure_headline(analysis, arm.arm_id, obj, scopes, objective, rule, resolve,
+                                        power)
         rounds = resolve
         if invalid:
             v = Verdict(arm.arm_id, arm.label, "invalid", invalid + reject + timing, None, False)
@@ -262,6 +277,7 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
                         headline)
         v.warnings = _dedupe(warnings)
         v.final = rule.final
+        v.futility_judged = power is None or power[0]
         out.append(v)
     return out
 
@@ -416,7 +432,7 @@ def _headline(analysis: Analysis, arm_id: str, kind: str, scopes: dict[str, Scop
 
 def _unsure_headline(analysis: Analysis, arm_id: str, obj: Scope | None,
                      scopes: dict[str, Scope | None], objective: str, rule: Rule,
-                     resolve: int | None) -> str:
+                     resolve: int | None, power: tuple[bool, float, float] | None = None) -> str:
     if obj is None:
         return f"inconclusive: no interval on the {objective} yet"
     if analysis.alpha_exhausted:
@@ -448,6 +464,9 @@ def _unsure_headline(analysis: Analysis, arm_id: str, obj: Scope | None,
                     "its error rate is spent)")
         else:
             more = f"~{resolve} rounds in all should resolve it"
+    elif power is not None and not power[0]:
+        more = (f"this early look cannot call it hopeless (critical t {power[1]:.1f}, against "
+                f"{power[2]:.1f} at the last look): more rounds")
     else:
         more = ("no number of rounds within reach resolves it at this noise: quiet the machine, "
                 "lengthen trials (protocol.measured_steps / measured_min_s) or widen "

@@ -211,6 +211,7 @@ def render_decisions(
     start_line: str = "",
 ) -> str:
     base = analysis.arms[0]
+    balanced = str(getattr(protocol, "order", "reversed")) == "balanced"
     out = [
         f"# Decision: {sweep.name}",
         "",
@@ -225,20 +226,26 @@ def render_decisions(
           if (ran := ran_line(analysis)) else []),
         f"- environment: {env_line}",
         f"- protocol: {protocol_line(protocol)}, arms interleaved"
-        + (" with the order reversed every other round" if protocol.reverse_every_other_round else "")
+        + (" in a seeded Williams order per round (every arm follows every other equally "
+           "often, the A/A control placed like any variant)" if balanced else
+           " with the order reversed every other round" if protocol.reverse_every_other_round
+           else "")
         + (f", each trial a fresh process ({launcher} launcher)"
            if getattr(protocol, "pairing", "process") != "steps" else
            f", pairing by steps: each round and bucket one fresh process ({launcher} launcher) "
            f"running every arm, which take turns in blocks of {protocol.block_steps} measured "
            f"steps, each after {protocol.switch_warmup_steps} excluded switch step(s), block "
-           "order reversed every cycle; a round's effect is the median over cycles of the log "
+           f"order {'a seeded Williams design per cycle' if balanced else 'reversed every cycle'}; "
+           "a round's effect is the median over cycles of the log "
            "ratio of the arm's block median to the baseline's in the same cycle")
         + (" — note: the inline launcher runs trials in this process" if launcher == "inline"
            else ""),
         *([f"- trial processes: {start_line}"] if start_line else []),
-        f"- rule: {RULE}; speedup = baseline step time / variant step time from a block fit "
-        f"of log trial medians over rounds (rounds as blocks, residual variance pooled over the "
-        f"arms, one contaminated trial left out), Student-t intervals; this look (of "
+        f"- rule: {RULE}; speedup = baseline step time / variant step time from each "
+        "variant's own per-round contrasts against the baseline (log of the round's baseline "
+        "median over the variant's; the round is the unit: R - 1 degrees of freedom, no arm "
+        "lends its spread to another; a baseline trial that stands out in every arm's "
+        "contrasts left out), Student-t intervals; this look (of "
         f"{analysis.looks} planned) spends {analysis.alpha_look:.2%} of the "
         f"{1 - protocol.confidence:.0%} error rate (alpha spending, protocol.alpha_spending; "
         f"intervals at {1 - analysis.alpha_look:.1%}, equivalence at "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.core.section import Section
 from orchestrator.spec.config import Config
-from orchestrator.core.results import Status
+from orchestrator.core.results import ok_timed
 
 if TYPE_CHECKING:  # pandas is imported where reports are made
     import pandas as pd
@@ -22,10 +22,7 @@ if TYPE_CHECKING:  # pandas is imported where reports are made
 # --------------------------------------------------------------------------- report sections
 
 
-def _ok(trials: pd.DataFrame) -> pd.DataFrame:
-    if trials.empty or "status" not in trials:
-        return trials.iloc[0:0]
-    return trials[trials["status"] == Status.OK]
+_ok = ok_timed
 
 
 def _med(rows: pd.DataFrame, col: str) -> float | None:

@@ -13,16 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.spec.config import Config
 from orchestrator.analysis.decide import Gate
-from orchestrator.core.results import Status
+from orchestrator.core.results import ok_timed
 
 if TYPE_CHECKING:  # pandas is imported where a campaign is analysed
     import pandas as pd
 
 
-def _ok(trials: pd.DataFrame) -> pd.DataFrame:
-    if trials.empty or "status" not in trials:
-        return trials.iloc[0:0]
-    return trials[trials["status"] == Status.OK]
+_ok = ok_timed
 
 
 def _logged_losses(trial: Any, loss: Any) -> dict[int, float]:

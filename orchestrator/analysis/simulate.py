@@ -41,7 +41,8 @@ import numpy as np
 from orchestrator.core import paired
 from orchestrator.analysis.analyze import CARRYOVER_ALPHA, MIXTURE, block_cells
 from orchestrator.core.blocks import ordered
-from orchestrator.analysis.decide import Rule, aa_off, construction_equivalent, effect_scope, judge
+from orchestrator.analysis.decide import (Rule, aa_off, construction_equivalent, effect_scope,
+                                          futility_power, judge)
 from orchestrator.spec.plan import ArmProgress, arm_order, more_rounds_reason
 
 BASE, AA, VAR = "a0", "aa", "a1"
@@ -192,6 +193,8 @@ class Protocol:
     # construction, under the new rule only on evidence (decide.construction_equivalent)
     same_step: bool = False
     construction_on_evidence: bool = True  # False: the earlier shortcut (no significance)
+    # futility only at a look with power (decide.futility_power); False: at every look
+    futility_power: bool = True
 
 
 @dataclass
@@ -242,13 +245,14 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
         rule = Rule(p.min_effect, p.ni_margin, p.max_rounds, final,
                     paired.alpha_spent(1 - p.confidence, plan, p.max_rounds, p.spend_rho))
         alpha = paired.alpha_spent(1 - p.confidence, plan, rounds_done, p.spend_rho)
-        kind, resolve, calibration = _judge(medians, weights, alpha, rule, p.aa_alpha, p)
+        kind, resolve, calibration, judged = _judge(medians, weights, alpha, rule,
+                                                    p.aa_alpha, p)
         if calibration and final:
             return Outcome("invalid", trials, rounds_done, host.t)
         verdict = {"good": "retain", "bad": "reject", "equivalent": "equivalent"}.get(
             kind, "inconclusive")
-        why = more_rounds_reason(ArmProgress(VAR, verdict, True, resolve), rounds_done,
-                                 p.max_rounds, calibration)
+        why = more_rounds_reason(ArmProgress(VAR, verdict, True, resolve, judged),
+                                 rounds_done, p.max_rounds, calibration)
         if not why:
             return Outcome(verdict, trials, rounds_done, host.t)
         planned = list(range(rounds_done, min(p.max_rounds, rounds_done + p.step_rounds)))
@@ -256,7 +260,9 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
 
 def _judge(medians: dict[str, dict[tuple[int, str], float]], weights: dict[str, float],
            alpha: float, rule: Rule, aa_alpha: float = 0.01, p: Protocol | None = None
-           ) -> tuple[str, int | None, str]:
+           ) -> tuple[str, int | None, str, bool]:
+    """(good | bad | equivalent | unsure, rounds in all to resolve it, the A/A calibration
+    problem or "", whether this look may call an unsure variant hopeless)."""
     p = p or Protocol()
     fits = {b: paired.fit_blocks(paired.trial_cells(m), BASE, per_arm=p.per_arm)
             for b, m in medians.items()}
@@ -267,13 +273,15 @@ def _judge(medians: dict[str, dict[tuple[int, str], float]], weights: dict[str, 
     scopes = {k: effect_scope(k, f.effects.get(VAR), alpha) for k, f in fits.items()}
     off = aa_off({k: f.effects.get(AA) for k, f in fits.items()}, aa_alpha)
     calibration = f"A/A off at {off[-1].split()[0]}" if off else ""
-    if scopes[objective] is None:
-        return "unsure", None, calibration
+    obj = scopes[objective]
+    if obj is None:
+        return "unsure", None, calibration, True
     kind, _, resolve, _ = judge(scopes, objective, alpha, rule)
     if p.same_step and kind == "unsure":  # equivalent by what ran (decide.decide)
         if not p.construction_on_evidence or not construction_equivalent(scopes, rule):
-            return "equivalent", None, calibration
-    return kind, resolve, calibration
+            return "equivalent", None, calibration, True
+    judged = not p.futility_power or kind != "unsure" or futility_power(obj, alpha, rule)[0]
+    return kind, resolve, calibration, judged
 
 
 def correct(planted: float, verdict: str, min_effect: float) -> str:

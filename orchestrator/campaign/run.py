@@ -36,7 +36,7 @@ from orchestrator.campaign.gate import load_gates, run_gate
 from orchestrator.campaign.gate import section as correctness_section
 from orchestrator.analysis.decide import Rule, Verdict, aa_calibration, decide
 from orchestrator.core.errors import ConfigError
-from orchestrator.platform.interference import machine_load
+from orchestrator.platform.interference import core_speed_problem, core_speeds, machine_load
 from orchestrator.spec.jobs import TrialSpec, make_specs, paired_members
 from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import INFRA_STATUS, Launcher, record_or_failure
@@ -76,6 +76,8 @@ from orchestrator.core.sanitize import Sanitizer
 from orchestrator.analysis.sensitivity import sensitivity_lines
 from orchestrator.spec.sweep import ResolvedArm, choose_pairing, like, resolve_arms, selected_buckets
 from orchestrator.worker.trial import MAX_MEASURED_STEPS
+from orchestrator.campaign.sizing import size_trials, sizing_section
+from orchestrator.analysis import contamination
 from orchestrator.analysis.utilization import add_utilization_columns, campaign_utilization, utilization_section
 from recipes.registry import report_sections
 
@@ -134,8 +136,8 @@ def with_control(cfg: Config, arms: list[ResolvedArm]) -> list[ResolvedArm]:
 
 
 def _progress(verdicts: list[Verdict]) -> list[ArmProgress]:
-    return [ArmProgress(v.arm_id, v.verdict, v.timing_based, v.rounds_to_resolve)
-            for v in verdicts]
+    return [ArmProgress(v.arm_id, v.verdict, v.timing_based, v.rounds_to_resolve,
+                        v.futility_judged) for v in verdicts]
 
 
 def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
@@ -233,6 +235,11 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
     write_lineage(cfg, run_dir)
     run_gate(cfg, run_dir, arms, buckets, launcher)  # once per campaign, through its launcher
+    # a command's trials sized by time from a pilot per bucket (before the first round)
+    sizing = size_trials(cfg, run_dir, running, buckets, planned, launcher, start.done)
+    if sizing is not None:
+        _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
+                    pairing=start.pairing, spending=start.spending, sizing=sizing)
     rounds_done = p.repeats
     # one display for the whole invocation: the total is the plan (done trials included),
     # raised as adaptive rounds extend it
@@ -408,7 +415,8 @@ def _plan_doc(cfg: Config, arms: list[ResolvedArm], running: list[ResolvedArm],
               buckets: list[dict[str, Any]], planned: list[PlannedTrial],
               adaptive_log: list[dict[str, Any]],
               pairing: dict[str, Any] | None = None,
-              spending: list[list[float]] | None = None) -> dict[str, Any]:
+              spending: list[list[float]] | None = None,
+              sizing: dict[str, Any] | None = None) -> dict[str, Any]:
     assert cfg.sweep is not None
     p = cfg.protocol
     control = [a for a in running if a not in arms]
@@ -425,6 +433,8 @@ def _plan_doc(cfg: Config, arms: list[ResolvedArm], running: list[ResolvedArm],
             # frozen at the first plan; a resume extends it with what is left (planned_spending)
             "spending": {"alpha": 1 - p.confidence, "rho": p.alpha_spending,
                          "looks": spending or fresh_spending(cfg)},
+            # a command's trial length from its pilots (orchestrator.campaign.sizing)
+            **({"sizing": sizing} if sizing else {}),
             "trials": [t.to_dict() for t in planned],
     }
 
@@ -433,9 +443,10 @@ def _write_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
                 buckets: list[dict[str, Any]], planned: list[PlannedTrial],
                 adaptive_log: list[dict[str, Any]], check: bool = False,
                 pairing: dict[str, Any] | None = None,
-                spending: list[list[float]] | None = None) -> None:
+                spending: list[list[float]] | None = None,
+                sizing: dict[str, Any] | None = None) -> None:
     plan_doc = _plan_doc(cfg, arms, running, buckets, planned, adaptive_log, pairing,
-                         spending or read_spending(run_dir))
+                         spending or read_spending(run_dir), sizing or read_sizing(run_dir))
     if check:  # checked by prepare() before the first write; here for callers that skip it
         check_same_plan(run_dir, json.loads(json.dumps(plan_doc)))
     atomic_write_json(run_dir / "plan.json", plan_doc)
@@ -493,6 +504,7 @@ class _TrialPass:
         self.earlier: dict[str, list[dict[str, Any]]] = {}
         self.interfered_now: list[float | None] = []  # other processes' cores, each trial
         self.finished: dict[str, dict[str, Any]] = completed_trials(run_dir)  # to rely on
+        self.why: dict[str, str] = {}  # trial id -> why it is re-run, where not its record's
 
     def run(self, specs: list[TrialSpec], planned: list[PlannedTrial],
             running: list[ResolvedArm]) -> None:
@@ -510,13 +522,42 @@ class _TrialPass:
                 if wave:
                     self.launcher.run(wave, self.on_first_done, self.timeout_s,
                                       on_start=self.progress.on_start)
-            while self.retry:
-                if persistent_load(self.cfg, self.run_dir, self.retry, self.interfered_now):
-                    # the load was there before, during and after: a re-run meets it again
-                    self.retry[:] = [r for r in self.retry if _last_infra(r)]
-                    if not self.retry:
-                        break
-                self.rerun()
+            self.retry_spoiled()
+            if self.p.pairing == "process":  # a paired process's cells are within-process
+                self.retry.extend(self.contaminated(planned, running))
+                self.retry_spoiled()
+
+    def retry_spoiled(self) -> None:
+        while self.retry:
+            if persistent_load(self.cfg, self.run_dir, self.retry, self.interfered_now):
+                # the load was there before, during and after: a re-run meets it again
+                self.retry[:] = [r for r in self.retry if _last_infra(r)
+                                 or r.trial_id in self.why]
+                if not self.retry:
+                    break
+            self.rerun()
+
+    def contaminated(self, planned: list[PlannedTrial],
+                     running: list[ResolvedArm]) -> list[TrialSpec]:
+        """The trials of the plan so far whose median sits far outside their arm's others
+        (orchestrator.analysis.contamination), each re-run once: their specs."""
+        ids = {t.trial_id for t in planned}
+        records = {tid: r for tid, r in completed_trials(self.run_dir).items() if tid in ids}
+        flags, notes = contamination.screen(records.values(), self.p.min_effect)
+        for note in notes:
+            log.warning("contamination check: %s", note)
+        flags = [f for f in flags
+                 if not any(a.get("reason") == "contamination"  # once per trial
+                            for a in records[f.trial_id].get("earlier_attempts") or [])]
+        if not flags:
+            return []
+        for f in flags:
+            self.why[f.trial_id] = f.why()
+            log.warning("%s (%s, %s): %s: re-running it once", f.trial_id, f.arm_id, f.bucket,
+                        f.why())
+        again = {f.trial_id for f in flags}
+        return make_specs(self.cfg, self.run_dir, running,
+                          [t for t in planned if t.trial_id in again])
 
     def on_first_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
         self.finished[spec.trial_id] = record
@@ -548,7 +589,7 @@ class _TrialPass:
             self.attempts[s.trial_id] = self.attempts.get(s.trial_id, 0) + 1
             for m in paired_members(s):
                 self.earlier[m.trial_id] = _keep_attempt(Path(m.trial_dir),
-                                                         self.attempts[s.trial_id])
+                                                         self.why.pop(m.trial_id, None))
         log.warning("re-running %d trial(s) (%s): %s", len(again),
                     "; ".join(sorted({str(e[-1].get("why")) for e in self.earlier.values()})),
                     ", ".join(s.trial_id for s in again))
@@ -705,6 +746,12 @@ def check_quiet(cfg: Config) -> dict[str, Any]:
     ml = machine_load(0.5)
     problems = ml.problems(cfg.protocol.interference_cores)
     doc = {**ml.__dict__, "problems": problems}
+    if cfg.launcher.cpu_affinity is None:  # where the OS may put a trial: are they alike?
+        speeds = core_speeds()
+        doc["core_probe_s"] = {str(c): t for c, t in (speeds or {}).items()} or None
+        if (warn := core_speed_problem(speeds)):
+            doc["core_speed"] = warn
+            log.warning("%s", warn)
     if not problems:
         return doc
     what = "; ".join(problems)
@@ -730,20 +777,26 @@ def interfered(record: dict[str, Any], cores: float) -> bool:
 
 
 def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
-                  machine: dict[str, Any] | None = None) -> list[Section]:
-    """decisions.md: the trials re-run after a harness failure or under interference, and
-    why; the trials still under interference after their last attempt (none: no section)."""
+                  machine: dict[str, Any] | None = None,
+                  min_effect: float | None = None) -> list[Section]:
+    """decisions.md: the trials re-run after a harness failure, under interference or as
+    contaminated, and why; the trials still under interference after their last attempt; a
+    host whose spread is too wide to call its outliers contamination (none: no section)."""
     rows = [r for r in records if isinstance(r.get("earlier_attempts"), list)
             and r["earlier_attempts"]]
+    spread = contamination.screen(records, min_effect)[1] if min_effect is not None else []
     still = [r for r in records if interfered(r, cores)]
     shares = [c for r in records if (c := _interference(r).get("others_cores")) is not None]
     load = [f"other processes' CPU during the measured steps: median {stats.median(shares):.2f}"
             f", max {max(shares):.2f} cores over {len(shares)} trials"] if shares else []
+    if (machine or {}).get("core_speed"):
+        load.insert(0, f"before the campaign: {machine['core_speed']}")  # type: ignore[index]
     if machine is not None:
         load.insert(0, "before the campaign: " + (
             "; ".join(machine.get("problems") or []) or
             f"quiet (other processes {machine.get('others_cores') or 0:.2f} cores, load "
             f"average {machine.get('load_average', 0):.2f} on {machine.get('cores')} cores)"))
+    load += spread
     if not rows and not still:
         return [Section("Interference", [f"- {x}" for x in load])] if load else []
     persistent = (machine or {}).get("persistent")
@@ -758,11 +811,17 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
             return [Section("Interference", [f"- {x}" for x in load])]
     infra = sum(1 for r in rows if any(a.get("status") == INFRA_STATUS
                                        for a in r["earlier_attempts"]))
+    dirty = sum(1 for r in rows if any(a.get("reason") == "contamination"
+                                       for a in r["earlier_attempts"]))
     lines = [f"{len(rows)} trial(s) re-run: {infra} after a harness failure (ranks out of step, "
              "a lost peer: not on the variant's account; protocol.infra_retries; still failing "
              "so makes the verdict invalid, never reject), "
-             f"{len(rows) - infra} measured while other processes took more than {cores:g} "
-             "cores (protocol.interference_cores; the earlier attempt is not pooled).", ""]
+             f"{dirty} whose median sat far outside its arm's others beyond what its own steps' "
+             "spread explains (contamination: re-run once, the re-run stands and the "
+             "contaminated attempt is left out, kept as attempt<N>.json and .steps.csv), "
+             f"{len(rows) - infra - dirty} measured while other processes took more than "
+             f"{cores:g} cores (protocol.interference_cores; the earlier attempt is not pooled).",
+             ""]
     for r in sorted(rows, key=lambda r: str(r["trial_id"])):
         why = "; ".join(sorted({str(a.get("why")) for a in r["earlier_attempts"]}))
         lines.append(f"- `{r['trial_id']}` ({r.get('arm_label')}, {r.get('bucket')}): "
@@ -773,7 +832,7 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
                      f"under interference ({_interference(r)['others_cores']:.2f} cores) "
                      "after its last attempt: pooled; quiet the machine")
     return [Section("Interference", [f"- {x}" for x in load]),
-            Section("Trials re-run (harness failures, interference)", lines)]
+            Section("Trials re-run (harness failures, interference, contamination)", lines)]
 
 
 def _read_optional(path: Path) -> dict[str, Any] | None:
@@ -784,19 +843,29 @@ def _read_optional(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _keep_attempt(tdir: Path, attempt: int) -> list[dict[str, Any]]:
-    """Before a re-run: the earlier attempt's record moves aside (``attempt<N>.json``, never
-    read as a trial); returns the summaries of every earlier attempt, each with why."""
+def _keep_attempt(tdir: Path, contaminated: str | None = None) -> list[dict[str, Any]]:
+    """Before a re-run: the earlier attempt's record and steps move aside
+    (``attempt<N>.json`` and ``attempt<N>.steps.csv``, never read as a trial); returns the
+    summaries of every earlier attempt, each with why (``contaminated``: the contamination
+    check's reason, for a trial re-run because its median stood out)."""
     rec = read_json(tdir / "trial.json")
-    (tdir / "trial.json").replace(tdir / f"attempt{attempt}.json")
     prior = list(rec.get("earlier_attempts") or [])
+    attempt = len(prior) + 1  # numbered over every pass and look: none is overwritten
+    (tdir / "trial.json").replace(tdir / f"attempt{attempt}.json")
+    if (tdir / "steps.csv").exists():  # nothing measured is lost
+        (tdir / "steps.csv").replace(tdir / f"attempt{attempt}.steps.csv")
     cores = _interference(rec).get("others_cores")
-    why = (rec.get("infra_reason") if rec.get("status") == INFRA_STATUS else
-           f"interference: other processes took {cores:.2f} cores" if cores is not None else
-           rec.get("status"))
+    reason = ("contamination" if contaminated else
+              "infra" if rec.get("status") == INFRA_STATUS else
+              "interference" if cores is not None else str(rec.get("status")))
+    why = (contaminated or
+           (rec.get("infra_reason") if rec.get("status") == INFRA_STATUS else
+            f"interference: other processes took {cores:.2f} cores" if cores is not None else
+            rec.get("status")))
     return prior + [{"status": rec.get("status"), "raw_status": rec.get("raw_status"),
                      "infra_reason": rec.get("infra_reason"), "error": rec.get("error"),
-                     "others_cores": cores, "why": why}]
+                     "others_cores": cores, "reason": reason, "why": why,
+                     "step_time_median_s": rec.get("step_time_median_s")}]
 
 
 def _with_attempts(tdir: Path, record: dict[str, Any],
@@ -836,6 +905,16 @@ def fresh_spending(cfg: Config) -> list[list[float]]:
     p = cfg.protocol
     plan = paired.looks(p.repeats, max(p.max_rounds, p.repeats), p.adaptive_step_rounds)
     return paired.spending_schedule(1 - p.confidence, plan, p.alpha_spending)
+
+
+def read_sizing(run_dir: Path) -> dict[str, Any] | None:
+    """plan.json's ``sizing`` (a command's trials sized by time), or None."""
+    try:
+        doc = read_json(run_dir / "plan.json")
+    except (OSError, ValueError):
+        return None
+    got = doc.get("sizing") if isinstance(doc, dict) else None
+    return got if isinstance(got, dict) else None
 
 
 def read_spending(run_dir: Path) -> list[list[float]] | None:
@@ -1013,6 +1092,7 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
         found = trial_log(run_dir / "trials" / str(f["trial_id"]), f)
         f["log_file"] = str(found.relative_to(run_dir)) if found is not None else None
     sections = [*lineage_section(run_dir),
+                *sizing_section(read_sizing(run_dir), records),
                 *direction_section(cfg, out.directions),
                 Section("Utilization (MFU / HFU)", utilization_section(records, out.peaks, out.util)),
                 *lever_sections(cfg, out.trials_df, out.steps_df, analysis),
@@ -1022,6 +1102,7 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
                 *report_sections(cfg.workload.kind, records),
                 *profiles_section(cfg, run_dir, arms, analysis, records),
                 *rerun_section(records, cfg.protocol.interference_cores,
+                               min_effect=cfg.protocol.min_effect, machine=
                                _read_optional(run_dir / "machine_load.json"))]
     return render_decisions(
         sweep=cfg.sweep, workload_name=cfg.workload.name, analysis=analysis,

@@ -427,7 +427,29 @@ def rounds_for(log_effect: float, se: float, rounds: int, df: int, alpha: float,
     return None
 
 
-__all__ = ["BlockFit", "Components", "Effect", "contrast_effect", "extend_spending", "spend_at",
+# futility is judged only at a look whose critical t is at most this multiple of the last
+# look's (orchestrator.analysis.decide): an early look's strict error share on few degrees of
+# freedom has too little power to call anything hopeless
+FUTILITY_T_RATIO = 2.0
+
+
+def critical_t(alpha: float, df: int) -> float:
+    """The two-sided 1 - alpha critical value of Student's t on ``df`` (>= 1)."""
+    return t_quantile(1 - alpha / 2, max(1, df))
+
+
+def look_power(alpha_look: float, df: int, rounds: int, alpha_last: float,
+               max_rounds: int) -> tuple[bool, float, float]:
+    """(whether futility may be judged at this look, its critical t, the last look's). The
+    last look's degrees of freedom grow from this look's as (max_rounds - 1) / (rounds - 1)
+    (R - 1 for an arm's own contrasts)."""
+    per_round = max(df, 1) / max(rounds - 1, 1)
+    now = critical_t(alpha_look, df)
+    last = critical_t(alpha_last, int(per_round * (max(max_rounds, rounds) - 1)))
+    return now <= FUTILITY_T_RATIO * last, now, last
+
+
+__all__ = ["FUTILITY_T_RATIO", "critical_t", "look_power", "BlockFit", "Components", "Effect", "contrast_effect", "extend_spending", "spend_at",
            "spending_schedule", "alpha_per_look", "alpha_spent", "fit_blocks", "looks",
            "mixture_cells", "optimal_steps", "window_floor", "rounds_for", "t_cdf", "t_quantile", "trial_cells",
            "variance_components", "welch_p"]

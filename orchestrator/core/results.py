@@ -115,6 +115,13 @@ def trial_record(**fields: Any) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, **fields}
 
 
+def ok_timed(trials: pd.DataFrame) -> pd.DataFrame:
+    """The ok timed trials of a trials table (not pilots, profiled or microbenchmark ones)."""
+    if trials.empty or "status" not in trials:
+        return trials.iloc[0:0]
+    return trials[(trials["status"] == Status.OK) & (trials.get("kind", "timed") == "timed")]
+
+
 def load_trials(run_dir: str | os.PathLike[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(trials, steps) DataFrames from ``run_dir/trials/*/``. Trials of another schema version
     raise ValueError instead of being mixed in silently."""

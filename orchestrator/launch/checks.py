@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from orchestrator.core.errors import ConfigError
 from orchestrator.launch.forkserver import START_METHODS, env_switch_reason
+
+
+def check_affinity(lc: Any) -> None:
+    """launcher.cpu_affinity: distinct cores this process may use, not under Slurm."""
+    cpus = lc.cpu_affinity
+    if cpus is None:
+        return
+    if lc.name == "slurm":
+        raise ConfigError("launcher.cpu_affinity", "Slurm places and binds a job's tasks; "
+                          "drop it and bind there (e.g. --cpu-bind in "
+                          "launcher.slurm.additional_parameters)")
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    if usable is None:
+        raise ConfigError("launcher.cpu_affinity", "this platform cannot pin processes to "
+                          "cores; drop launcher.cpu_affinity")
+    if not cpus or len(set(cpus)) != len(cpus) or any(
+            not isinstance(c, int) or c not in usable for c in cpus):
+        raise ConfigError("launcher.cpu_affinity", f"must be distinct cores this process may "
+                          f"use ({usable}), got {list(cpus)}; e.g. launcher.cpu_affinity=[0]")
 
 
 def validate_launcher(cfg: Any) -> None:
@@ -31,6 +51,7 @@ def validate_launcher(cfg: Any) -> None:
         raise ConfigError("launcher.start_method",
                           f"forkserver cannot start workload.world_size={world} (each rank is a "
                           "fresh interpreter); use launcher.start_method=auto or spawn")
+    check_affinity(lc)
     if lc.devices is not None:
         if len(set(lc.devices)) != len(lc.devices) or any(d < 0 for d in lc.devices):
             raise ConfigError("launcher.devices",

@@ -320,8 +320,6 @@ class Starter:
         if info.get("host_only"):
             return None, ("host-only recipe: it never imports torch, a fork of the fork server "
                           "would bring torch along")
-        if info.get("external"):
-            return None, "external recipe: its own program trains"
         for name in sorted(set(env) | set(server.env)):
             if pre_import_var(name) and env.get(name) != server.env.get(name):
                 return None, (f"{name} differs from the fork server's, and torch reads it when "

@@ -165,4 +165,56 @@ def machine_load(sample_s: float = 1.0) -> MachineLoad:
     return MachineLoad(cores(), load, got["others_cores"], gpu_processes(), sample_s)
 
 
-__all__ = ["CpuWindow", "MachineLoad", "cores", "gpu_processes", "machine_load"]
+# a fixed pure-Python workload (~20 ms on a 2-core VM): the same instructions on every core
+_PROBE_ITERATIONS = 400_000
+# cores whose best times differ by more than this are called different in speed
+CORE_SPEED_TOLERANCE = 0.10
+
+
+def _probe() -> float:
+    t0 = time.perf_counter()
+    x = 0.5
+    for _ in range(_PROBE_ITERATIONS):
+        x = x * 0.999999 + 1e-6
+    return time.perf_counter() - t0
+
+
+def core_speeds(reps: int = 3) -> dict[int, float] | None:
+    """Best seconds of a fixed pure-Python workload on each core this process may use,
+    pinning itself to each in turn, the cores interleaved over ``reps`` rounds (affinity
+    restored after); None where it cannot pin, or with one core."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    before = os.sched_getaffinity(0)
+    if len(before) < 2:
+        return None
+    best: dict[int, float] = {}
+    try:
+        for _ in range(reps):
+            for c in sorted(before):
+                os.sched_setaffinity(0, {c})
+                dt = _probe()
+                best[c] = min(best.get(c, dt), dt)
+    finally:
+        os.sched_setaffinity(0, before)
+    return best
+
+
+def core_speed_problem(speeds: dict[int, float] | None,
+                       tolerance: float = CORE_SPEED_TOLERANCE) -> str:
+    """A warning where the cores differ in speed beyond ``tolerance`` ("" otherwise)."""
+    if not speeds:
+        return ""
+    fast = min(speeds, key=lambda c: speeds[c])
+    slow = max(speeds, key=lambda c: speeds[c])
+    gap = speeds[slow] / speeds[fast] - 1
+    if gap <= tolerance:
+        return ""
+    return (f"cores differ in speed: a fixed host workload took {gap:.0%} longer on core "
+            f"{slow} than on core {fast} (on a VM, a busy sibling thread on the host): a trial's "
+            f"speed then depends on where the OS puts it; pin trials to one with "
+            f"launcher.cpu_affinity=[{fast}]")
+
+
+__all__ = ["CpuWindow", "MachineLoad", "core_speed_problem", "core_speeds", "cores",
+           "gpu_processes", "machine_load"]

@@ -144,6 +144,18 @@ class WorkloadConfig:
         when the trial runs inline, and its numerics are judged on the loss it logs."""
         return False
 
+    def sized_before_run(self) -> bool:
+        """A trial's step count is fixed before it runs (a command's ``{steps}``), so the
+        campaign sizes trials by time from a pilot (orchestrator.campaign.sizing); False: the
+        worker itself measures until protocol.measured_min_s."""
+        return False
+
+    def steps_asked(self, warmup_steps: int, measured_steps: int) -> tuple[int, bool] | None:
+        """(the step lines a trial asked for ``warmup_steps + measured_steps`` should log,
+        whether exactly that many (else at least)), where its length can be told (a command
+        taking ``{steps}``); None: it cannot be told."""
+        return warmup_steps + measured_steps, True
+
 
 class SweptArm(NamedTuple):
     """One arm of a sweep as a recipe's schema sees it (:meth:`WorkloadConfig.check_arms`)."""
@@ -419,6 +431,11 @@ class LauncherConfig:
     # campaign where sound, else spawned; forkserver = the same, the pre-flight refusing what
     # could never fork; spawn = always `python -m <worker>` (docs/launching.md)
     start_method: StartMethod = StartMethod.auto
+    # CPU cores every trial process (and what it starts: a command, its ranks, dataloader
+    # workers) is pinned to, e.g. [0]; None = wherever the OS schedules it. Cores of one
+    # machine can differ in speed (a busy sibling hyperthread on the host of a VM): the
+    # campaign measures them before its first trial and says so (machine_load.json)
+    cpu_affinity: Optional[list[int]] = None
     slurm: SlurmLauncherConfig = field(default_factory=SlurmLauncherConfig)
 
 

@@ -21,7 +21,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
@@ -129,6 +129,7 @@ class TrialSpec(WorkerJob):
     # order_seed) | reversed (every other cycle)
     order: str = "reversed"
     order_seed: str = ""
+    cpu_affinity: Optional[list[int]] = None  # launcher.cpu_affinity: cores the trial is pinned to
 
     def __post_init__(self) -> None:  # read back from a payload: the entries as records
         self.paired_arms = [a if isinstance(a, PairedArm) else PairedArm(**a)
@@ -248,6 +249,8 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                 compile_cache=cfg.protocol.compile_cache,
                 order=str(cfg.protocol.order),
                 order_seed=f"{cfg.protocol.seed}|r{p.round}|{p.bucket}",
+                cpu_affinity=(list(cfg.launcher.cpu_affinity)
+                              if cfg.launcher.cpu_affinity is not None else None),
             )
         )
     if pair and cfg.protocol.pairing == "steps":

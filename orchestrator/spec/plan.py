@@ -119,6 +119,9 @@ class ArmProgress:
     # total rounds estimated to resolve the objective at the observed effect and noise; None
     # when out of reach (orchestrator.analysis.decide.REACH x max_rounds) or unknown
     rounds_to_resolve: int | None = None
+    # False: this look has too little power to call the variant hopeless (the early looks of
+    # an alpha-spending plan): it goes on even without a projection
+    futility_judged: bool = True
 
 
 def more_rounds_reason(p: ArmProgress, rounds_done: int, max_rounds: int,
@@ -135,6 +138,8 @@ def more_rounds_reason(p: ArmProgress, rounds_done: int, max_rounds: int,
         return "the A/A control is not calibrated yet: more rounds"
     if p.verdict != "inconclusive":
         return ""
+    if p.rounds_to_resolve is None and not p.futility_judged:
+        return "undecided at an early look with little power: more rounds before futility"
     if p.rounds_to_resolve is None:
         return ""  # futile: no decision on the objective within reach
     return f"undecided: ~{p.rounds_to_resolve} rounds in all may resolve it"

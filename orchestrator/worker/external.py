@@ -166,7 +166,24 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
         return failed(exc.kind, f"log: {exc}")
     except ValueError as exc:  # a step line whose fields cannot be read
         return failed("malformed_log", f"log: unreadable step line ({exc})")
-    return _ok_record(spec, common, trainer, checked)
+    return _ok_record(spec, {**common, **steps_followed(spec, trainer, checked)}, trainer,
+                      checked)
+
+
+def steps_followed(spec: Any, trainer: Any, checked: CheckedSteps) -> dict[str, Any]:
+    """The step lines the command was asked for and logged, and a note where it did not follow
+    its ``{steps}`` (then trials cannot be sized by time: the length is the command's own)."""
+    asked = trainer.workload.steps_asked(spec.warmup_steps, spec.measured_steps)
+    logged = len(checked.warmup) + len(checked.measured)
+    if asked is None:
+        return {"steps_asked": None, "steps_logged": logged}
+    n, exact = asked
+    out: dict[str, Any] = {"steps_asked": n, "steps_logged": logged}
+    if logged < n or (exact and logged > n + 1):
+        out["steps_ignored"] = (f"asked for {n} step(s) through the command's step placeholder, "
+                                f"its log has {logged}: it does not follow it, so its trials "
+                                "cannot be sized by time (protocol.measured_min_s)")
+    return out
 
 
 def _safe_parse(trainer: Any, lines: list[str]) -> list[StepRecord]:
@@ -210,7 +227,8 @@ def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: Checked
         final_loss=losses[-1][1] if losses else None,
         nonfinite_loss_steps=[s for s, v in losses if not math.isfinite(v)],
         warmup_excess_s=sum(warm) - len(warm) * median,
-        log_notes=checked.notes,
+        log_notes=checked.notes + ([common["steps_ignored"]] if "steps_ignored" in common
+                                   else []),
         **reported_mfu(checked.measured),
         **(_declared_utilization(spec, trainer, useful, median) if useful is not None else {}),
     )

@@ -78,7 +78,9 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
     of the workload itself: the failure becomes the record's status."""
     tdir = Path(spec.trial_dir)
     tdir.mkdir(parents=True, exist_ok=True)
+    pinned = pin(spec.cpu_affinity)  # before anything runs: what it starts inherits it
     base = _base_fields(spec)
+    base["cpu_affinity"] = cpu_set()
     rank, world, _ = distmod.env_rank()
     if world > 1:
         base["rank"] = rank
@@ -98,6 +100,8 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
     finally:
         if world > 1:
             distmod.shutdown()
+        if pinned is not None:  # an inline trial runs in the campaign's process
+            os.sched_setaffinity(0, pinned)
     if spec.paired_arms and not records:  # the process failed before any arm's block: all arms
         records = [(trial_record(**{**base, "trial_id": a.trial_id, "arm_id": a.arm_id,
                                     "arm_label": a.arm_label, "is_baseline": a.is_baseline},
@@ -107,6 +111,21 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
         record = records[0][0]
     _write_records(spec, records or [(record, str(tdir))], rank)
     return record
+
+
+def pin(cpus: list[int] | None) -> set[int] | None:
+    """Pin this process to ``cpus`` (launcher.cpu_affinity); the set it had, to restore, or
+    None where nothing was pinned."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return None
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    return before
+
+
+def cpu_set() -> list[int] | None:
+    """The cores this process may run on (None where the platform cannot tell)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
 
 def _base_fields(spec: TrialSpec) -> dict[str, Any]:

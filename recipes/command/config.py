@@ -183,6 +183,26 @@ class CommandWorkloadConfig(WorkloadConfig):
     def runs_own_process(self) -> bool:
         return True
 
+    def sized_before_run(self) -> bool:
+        return True
+
+    def steps_asked(self, warmup_steps: int, measured_steps: int) -> tuple[int, bool] | None:
+        """{steps} in the command, cwd or env: that many step lines (one more is allowed: a
+        loop that also logs its step 0, as nanoGPT's does); {measured_steps} alone: the trial
+        can be told its length, but not how many lines it logs (a warm-up of its own may come
+        first), so at least that many; neither: None (its length is its own)."""
+        used: set[str] = set()
+        for text in (self.command, self.cwd or "", *map(str, self.env.values())):
+            try:
+                used |= set(template_fields(text))
+            except ValueError:
+                pass  # validate() names a bad template
+        if "steps" in used:
+            return warmup_steps + measured_steps, True
+        if "measured_steps" in used:
+            return measured_steps, False
+        return None
+
     def check_selection(self, selected: list[str]) -> None:
         """The declared FLOPs are one figure: one bucket per campaign."""
         if self.flops_per_step is not None and len(selected) > 1:

@@ -220,6 +220,6 @@ def test_a_collective_mismatch_is_re_run_and_never_a_reject(
     assert verdicts["tiled"].verdict == "invalid", verdicts["tiled"].reasons
     assert "harness" in verdicts["tiled"].reasons[0] and "infra_retries" in verdicts["tiled"].reasons[0]
     md = (run_dir / "decisions.md").read_text()
-    assert "## Trials re-run (harness failures, interference)" in md and "now **ok**" in md
+    assert "## Trials re-run (harness failures, interference, contamination)" in md and "now **ok**" in md
     assert all(v.verdict != "reject" for v in result.verdicts), [
         (v.label, v.verdict, v.reasons) for v in result.verdicts]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,20 +26,36 @@ def test_every_conf_file_composes(compose: Any) -> None:
     # params, calibrate the synthetic workloads, tp_mode the muon_tp workloads; every other
     # sweep targets the GPT workloads
     families = ("command", "synthetic", "muon_tp")
-    sweep_family = {"example_delay": "command", "calibrate": "synthetic", "tp_mode": "muon_tp"}
+    sweep_family = {"example_delay": "command", "planted_command": "command",
+                    "calibrate": "synthetic", "tp_mode": "muon_tp"}
+    # a command sweep varies its own example's params
+    command_example = {"example_delay": "command_example", "planted_command": "command_busy"}
 
     def family(workload: str) -> str:
         return next((f for f in families if workload.startswith(f)), "gpt")
+
+    # nanoGPT's train.py as a command: it needs the checkout's path, here any directory
+    cfg = compose(["workload=nanogpt_cpu", f"workload.cwd={Path.cwd()}", "+sweep=planted_command",
+                   "sweep.variable=workload.params.compile", "sweep.baseline=False",
+                   "sweep.values=[True]", "sweep.labels=[compiled]"])
+    assert cfg.workload.kind == "command" and cfg.workload.tokens_per_step
+    with pytest.raises(ConfigError, match=r"^workload\.cwd: /path/to/nanoGPT is not a directory"):
+        compose(["workload=nanogpt_cpu", "+sweep=planted_command"])
 
     first = {"command": "example_delay", "synthetic": "calibrate", "muon_tp": "tp_mode",
              "gpt": "fa2"}
     for group in groups:
         for option in group_options(group):
-            sweep = first[family(option)] if group == "workload" else "fa2"
+            if option == "nanogpt_cpu":
+                continue  # above
+            own = {w: sw for sw, w in command_example.items()}
+            sweep = (own.get(option) or first[family(option)]) if group == "workload" else "fa2"
             cfg = compose([f"{group}={option}", f"+sweep={sweep}"])
             assert isinstance(cfg, Config)
     for sweep, workload in itertools.product(group_options("sweep"), group_options("workload")):
-        if sweep_family.get(sweep, "gpt") != family(workload):
+        if sweep_family.get(sweep, "gpt") != family(workload) or workload == "nanogpt_cpu":
+            continue
+        if sweep in command_example and workload != command_example[sweep]:
             continue
         env_sweep = sweep in ("omp_threads", "alloc_conf", "alloc_conf_musa")
         cfg = compose([f"workload={workload}", f"+sweep={sweep}"]

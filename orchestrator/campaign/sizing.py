@@ -1,0 +1,156 @@
+"""Trials sized by time where their length is fixed before they run (a ``command``'s
+``{steps}``).
+
+An in-process trial keeps measuring until it has ``protocol.measured_min_s`` of step time. A
+command is told its step count up front, so ``measured_steps`` alone would time a 5 ms step
+for 50 ms: a window one host hiccup decides. Before the first round, one pilot trial per
+bucket runs the baseline arm with the protocol's steps (``trials/pilot-<bucket>``, kind
+``pilot``: never in the timing statistics; it also pays the first run's cold caches, which
+would otherwise fall on round 0's baseline). From its median step time the campaign sets
+every trial of the first rounds to
+
+    measured_steps = ceil(MARGIN x measured_min_s / step time)
+
+(at least protocol.measured_steps, at most MAX_MEASURED_STEPS; MARGIN leaves room for a
+variant faster than the baseline), the same for every arm, so each trial does the same work.
+Adaptive rounds keep the floor from all trials' step times (campaign.run.trial_length). The
+sizing is recorded in plan.json (``sizing``) and said in decisions.md; a resume reads it back
+from the pilot records on disk. A command that does not take ``{steps}`` cannot be sized: the
+record says so and every trial measures what the command runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core.results import Status
+from orchestrator.core.section import Section
+from orchestrator.launch.base import Launcher
+from orchestrator.spec.config import Config
+from orchestrator.spec.jobs import TrialSpec, make_specs
+from orchestrator.spec.plan import PlannedTrial, slug
+from orchestrator.spec.sweep import ResolvedArm
+from orchestrator.worker.trial import MAX_MEASURED_STEPS
+
+log = logging.getLogger(__name__)
+
+MARGIN = 1.25  # a variant up to 20 % faster than the baseline still fills the window
+
+
+def pilot_trial_id(bucket: str) -> str:
+    return f"pilot-{slug(bucket)}"
+
+
+def needs_sizing(cfg: Config) -> bool:
+    return cfg.workload.sized_before_run() and cfg.protocol.measured_min_s > 0
+
+
+def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
+                buckets: Sequence[dict[str, Any]], planned: list[PlannedTrial],
+                launcher: Launcher, done: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """Run the pilots not yet on disk, size ``planned`` in place (trials whose length the
+    planner has not set) and return plan.json's ``sizing`` record (None: nothing to size)."""
+    if not needs_sizing(cfg):
+        return None
+    p = cfg.protocol
+    base = running[0]
+    if cfg.workload.steps_asked(p.warmup_steps, p.measured_steps) is None:
+        return {"target_s": p.measured_min_s, "buckets": {}, "why": (
+            "the command does not take {steps} (or {measured_steps}): its trials cannot be "
+            "sized by time and measure what it runs; add --steps {steps} (or your trainer's "
+            "flag) to the command")}
+    pilots = [PlannedTrial(pilot_trial_id(b["name"]), -1 - i, 0, b["name"], base.arm_id)
+              for i, b in enumerate(buckets)]
+    specs = [dataclasses.replace(s, kind="pilot")
+             for s in make_specs(cfg, run_dir, [base], pilots, pair=False)]
+    todo = [s for s in specs if s.trial_id not in done]
+    records = {s.trial_id: done[s.trial_id] for s in specs if s.trial_id in done}
+    if todo:
+        log.info("sizing: %d pilot trial(s) of %s to learn the step time (never in the timing "
+                 "statistics)", len(todo), base.label)
+
+        def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
+            records[spec.trial_id] = record
+
+        launcher.run(todo, on_done, p.trial_timeout_s)
+    doc: dict[str, Any] = {"target_s": p.measured_min_s, "margin": MARGIN, "buckets": {}}
+    steps: dict[str, int] = {}
+    for b in buckets:
+        name = b["name"]
+        entry = sized_bucket(records.get(pilot_trial_id(name), {}), p.measured_steps,
+                             p.measured_min_s)
+        doc["buckets"][name] = entry
+        if entry.get("measured_steps"):
+            steps[name] = int(entry["measured_steps"])
+        log.info("sizing: %s: %s", name, entry["why"])
+    planned[:] = [t if t.measured_steps or t.bucket not in steps
+                  else dataclasses.replace(t, measured_steps=steps[t.bucket]) for t in planned]
+    return doc
+
+
+def sized_bucket(pilot: dict[str, Any], floor_steps: int, target_s: float) -> dict[str, Any]:
+    """One bucket's sizing from its pilot record: the measured steps and why."""
+    tid = pilot.get("trial_id")
+    if pilot.get("status") != Status.OK or not pilot.get("step_time_median_s"):
+        return {"pilot": tid, "measured_steps": None, "why": (
+            f"the pilot ended {pilot.get('status') or 'without a record'}"
+            f"{': ' + str(pilot['error']) if pilot.get('error') else ''}; trials keep "
+            f"protocol.measured_steps={floor_steps}")}
+    if pilot.get("steps_ignored"):
+        return {"pilot": tid, "measured_steps": None, "pilot_step_s": pilot["step_time_median_s"],
+                "why": f"the pilot {pilot['steps_ignored']}; trials measure what it runs"}
+    step_s = float(pilot["step_time_median_s"])
+    need = math.ceil(MARGIN * target_s / step_s)
+    n = min(max(need, floor_steps), MAX_MEASURED_STEPS)
+    if n == floor_steps:
+        why = (f"{floor_steps} steps of {step_s * 1e3:.3g} ms already measure "
+               f"{floor_steps * step_s:.2f} s >= {target_s:g} s")
+    else:
+        why = (f"{n} measured steps per trial: {step_s * 1e3:.3g} ms per step in the pilot, "
+               f"{n * step_s:.2f} s of steps for measured_min_s {target_s:g} s "
+               f"(x{MARGIN:g} margin)" + (f"; capped at {MAX_MEASURED_STEPS}"
+                                          if need > MAX_MEASURED_STEPS else ""))
+    return {"pilot": tid, "pilot_step_s": step_s, "measured_steps": n, "why": why}
+
+
+def sizing_lines(sizing: dict[str, Any] | None, records: Sequence[dict[str, Any]]) -> list[str]:
+    """decisions.md: how trials were sized and what each measured (steps and seconds), and
+    any trial whose command did not follow its step count."""
+    if not sizing:
+        return []
+    lines = [f"A command is told its step count before it runs, so its trials are sized from a "
+             f"pilot trial per bucket (never in the statistics) to measure at least "
+             f"protocol.measured_min_s = {sizing['target_s']:g} s of steps:"]
+    if sizing.get("why"):
+        lines.append(f"- {sizing['why']}")
+    timed = [r for r in records if r.get("kind", "timed") == "timed"
+             and r.get("status") == Status.OK and r.get("step_time_median_s")]
+    for name, entry in sizing.get("buckets", {}).items():
+        mine = [r for r in timed if r.get("bucket") == name]
+        got = sorted(float(r["measured_steps"]) * float(r["step_time_median_s"]) for r in mine)
+        steps = sorted(int(r["measured_steps"]) for r in mine)
+        measured = (f"; measured per trial: {steps[0]}–{steps[-1]} steps, "
+                    f"{got[0]:.2f}–{got[-1]:.2f} s (median {got[len(got) // 2]:.2f} s)"
+                    if got else "")
+        short = sum(1 for v in got if v < sizing["target_s"])
+        lines.append(f"- `{name}`: {entry['why']}{measured}"
+                     + (f"; {short} of {len(got)} trials measured less than "
+                        f"{sizing['target_s']:g} s" if short else ""))
+    ignored = sorted({str(r["trial_id"]) for r in records if r.get("steps_ignored")
+                      and r.get("kind", "timed") == "timed"})  # the pilot is said above
+    if ignored:
+        lines.append(f"- the command did not follow its step count in {len(ignored)} trial(s) "
+                     f"({', '.join(ignored[:5])}{', ...' if len(ignored) > 5 else ''}): "
+                     f"{next(r['steps_ignored'] for r in timed if r.get('steps_ignored'))}")
+    return lines
+
+
+def sizing_section(sizing: dict[str, Any] | None, records: Sequence[dict[str, Any]]
+                   ) -> list[Section]:
+    lines = sizing_lines(sizing, records)
+    return [Section("Trial length", lines)] if lines else []
