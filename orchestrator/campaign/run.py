@@ -311,6 +311,7 @@ def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     if analysis.speed_normalised:
         by_trial = normalise(by_trial, reference_times_by_trial(steps_df))
     ok = trials_df[(trials_df["status"] == Status.OK) & (trials_df.get("kind", "timed") == "timed")]
+    sizing = read_sizing(run_dir) or {}
     steps: dict[str, int] = {}
     doc: dict[str, Any] = {}
     for bucket in analysis.buckets:
@@ -329,6 +330,9 @@ def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
         comp = paired.variance_components(fit.resid_sd, series, max(fixed, 0.0))
         floor = paired.window_floor(cfg.protocol.measured_steps, cfg.protocol.measured_min_s,
                                     comp.step_s)
+        # a command's trials keep at least the length its pilot sized (with its margin)
+        floor = max(floor, int(((sizing.get("buckets") or {}).get(bucket) or {}).get(
+            "measured_steps") or 0))
         n, why = paired.optimal_steps(comp, min(floor, MAX_MEASURED_STEPS), MAX_MEASURED_STEPS)
         steps[bucket] = n
         doc[bucket] = {"choice": n, "why": why, **comp.__dict__}
