@@ -911,23 +911,24 @@ def fresh_spending(cfg: Config) -> list[list[float]]:
     return paired.spending_schedule(1 - p.confidence, plan, p.alpha_spending)
 
 
-def read_sizing(run_dir: Path) -> dict[str, Any] | None:
-    """plan.json's ``sizing`` (a command's trials sized by time), or None."""
+def _plan_section(run_dir: Path, key: str) -> dict[str, Any] | None:
+    """plan.json's ``key`` where it is a mapping (None: no plan, unreadable, or absent)."""
     try:
         doc = read_json(run_dir / "plan.json")
     except (OSError, ValueError):
         return None
-    got = doc.get("sizing") if isinstance(doc, dict) else None
+    got = doc.get(key) if isinstance(doc, dict) else None
     return got if isinstance(got, dict) else None
 
 
+def read_sizing(run_dir: Path) -> dict[str, Any] | None:
+    """plan.json's ``sizing`` (a command's trials sized by time), or None."""
+    return _plan_section(run_dir, "sizing")
+
+
 def read_spending(run_dir: Path) -> list[list[float]] | None:
-    try:
-        doc = read_json(run_dir / "plan.json")
-    except (OSError, ValueError):
-        return None
-    got = doc.get("spending") if isinstance(doc, dict) else None
-    return [[int(r), float(a)] for r, a in got["looks"]] if isinstance(got, dict) else None
+    got = _plan_section(run_dir, "spending")
+    return [[int(r), float(a)] for r, a in got["looks"]] if got is not None else None
 
 
 def _analyze_decide(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
