@@ -47,7 +47,10 @@ def pilot_trial_id(bucket: str) -> str:
 
 
 def needs_sizing(cfg: Config) -> bool:
-    return cfg.workload.sized_before_run() and cfg.protocol.measured_min_s > 0
+    """A command's trials are sized by a pilot; paired by steps (its trainer uses
+    orchestrator.client) the paired trial measures each arm until measured_min_s itself."""
+    return (cfg.workload.sized_before_run() and cfg.protocol.measured_min_s > 0
+            and cfg.protocol.pairing != "steps")
 
 
 def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],

@@ -325,8 +325,10 @@ def differing_settings(base: Arm, arm: Arm) -> set[str]:
 
 def pairing_obstacle(arms: Sequence[Any]) -> str:
     """Why the arms cannot run paired by steps (one process switching between them), "" when
-    they can: only keys the recipe declares switchable (recipes.base.switchable) may differ
-    between arms, and no env.* switch (the environment is the process's)."""
+    they can: only keys the recipe declares switchable (recipes.base.switchable), or a
+    command workload's ``workload.switchable`` params (its trainer reads them through
+    orchestrator.client), may differ between arms, and no env.* switch (the environment is the
+    process's)."""
     if not arms:
         return ""
     base = arms[0]
@@ -335,6 +337,8 @@ def pairing_obstacle(arms: Sequence[Any]) -> str:
         allowed = set(switchable_keys(recipe))
     except (KeyError, ImportError, AttributeError) as exc:
         return f"cannot read which keys recipe {recipe!r} switches ({exc})"
+    # a command's trainer switches the params it declares (through orchestrator.client)
+    allowed |= {f"workload.params.{k}" for k in base.workload.get("switchable") or ()}
     for arm in arms[1:]:
         if arm.env != base.env:
             name = sorted(set(arm.env.items()) ^ set(base.env.items()))[0][0]

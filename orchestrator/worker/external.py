@@ -21,6 +21,7 @@ step time), so the campaign's utilization section and results.csv carry it.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.client import PARAMS_ENV
 from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.platform.flops import DEFINITIONS, EXECUTED, peaks_and_utilization
@@ -114,6 +116,33 @@ def run_command(argv: list[str] | str, cwd: str | None, env: dict[str, str], log
             return None, f"{type(exc).__name__}: {exc.strerror or exc}"
 
 
+def command_fields(spec: Any, base: dict[str, Any], inv: Any) -> dict[str, Any]:
+    """The fields of every record of a command's trial: the command line and its environment
+    (no interpreter, trial or home paths), and the device it is not probed for."""
+    tdir = str(spec.trial_dir)
+    shown = inv.argv if isinstance(inv.argv, str) else " ".join(inv.argv)
+    return {
+        **base,
+        "command": _redact(shown, tdir),
+        "env": dict(spec.env),
+        "command_env": {k: _redact(v, tdir) for k, v in inv.env.items()},
+        "python_version": platform.python_version(),
+        "device": {"kind": "external", "name": "not probed (external command)", "count": None},
+    }
+
+
+def log_tail(log_path: Path, trial_dir: str) -> str:
+    """The last lines of a command's log, for a failed record."""
+    return _redact("\n".join(_read_lines(log_path)[-_TAIL_LINES:]), trial_dir)
+
+
+def child_peak_rss() -> tuple[int, str]:
+    """(bytes, source) of the largest child process's peak resident set."""
+    rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (rss_kib * (1 if sys.platform == "darwin" else 1024),
+            "largest child process peak RSS (host side)")
+
+
 def _read_lines(path: Path) -> list[str]:
     try:
         return path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -125,18 +154,13 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
     """Run one external trial and build its record (statuses instead of exceptions)."""
     tdir = Path(spec.trial_dir)
     inv = trainer.invocation(str(tdir), spec.warmup_steps, spec.measured_steps, spec.timeout_s)
-    shown = inv.argv if isinstance(inv.argv, str) else " ".join(inv.argv)
-    common = {
-        **base,
-        "command": _redact(shown, str(tdir)),
-        "env": dict(spec.env),
-        "command_env": {k: _redact(v, str(tdir)) for k, v in inv.env.items()},
-        "python_version": platform.python_version(),
-        "device": {"kind": "external", "name": "not probed (external command)", "count": None},
-    }
+    common = command_fields(spec, base, inv)
     log_path = tdir / "command.log"
     t0 = time.time()
-    rc, start_error = run_command(inv.argv, inv.cwd, inv.env, log_path, inv.time_limit_s)
+    switched = {k: trainer.workload.params.get(k)
+                for k in getattr(trainer.workload, "switchable", None) or ()}
+    env = {**inv.env, PARAMS_ENV: json.dumps(switched)} if switched else inv.env
+    rc, start_error = run_command(inv.argv, inv.cwd, env, log_path, inv.time_limit_s)
     wall = time.time() - t0
     out_lines = _read_lines(log_path)
     lines = out_lines if inv.log_file is None else _read_lines(Path(inv.cwd or ".", inv.log_file))
@@ -209,7 +233,7 @@ def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: Checked
     else:
         tokens, source = trainer.tokens_per_step, trainer.tokens_source  # None: unknown
     losses = [(r.step, r.loss) for r in checked.warmup + checked.measured if r.loss is not None]
-    rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    peak, peak_source = child_peak_rss()
     warm = [r.step_time_s for r in checked.warmup]
     useful = trainer.useful_flops_per_step()
     return trial_record(
@@ -221,8 +245,8 @@ def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: Checked
         tokens_per_step=tokens,
         tokens_source=source,
         tokens_per_s=None if tokens is None else tokens / median,
-        peak_mem_bytes=rss_kib * (1 if sys.platform == "darwin" else 1024),
-        peak_mem_source="largest child process peak RSS (host side)",
+        peak_mem_bytes=peak,
+        peak_mem_source=peak_source,
         useful_flops_per_step=useful,
         final_loss=losses[-1][1] if losses else None,
         nonfinite_loss_steps=[s for s, v in losses if not math.isfinite(v)],
@@ -230,11 +254,11 @@ def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: Checked
         log_notes=checked.notes + ([common["steps_ignored"]] if "steps_ignored" in common
                                    else []),
         **reported_mfu(checked.measured),
-        **(_declared_utilization(spec, trainer, useful, median) if useful is not None else {}),
+        **(declared_utilization(spec, trainer, useful, median) if useful is not None else {}),
     )
 
 
-def _declared_utilization(spec: Any, trainer: Any, useful: float, median_s: float) -> dict[str, Any]:
+def declared_utilization(spec: Any, trainer: Any, useful: float, median_s: float) -> dict[str, Any]:
     """FLOPs, peaks and MFU for declared useful FLOPs (workload.flops_per_step). The peak is the
     one of the device this process resolves for ``device=`` (the command must train there), at
     workload.precision; a device this process cannot see is a stated reason, not a failure."""

@@ -28,6 +28,7 @@ from orchestrator.platform import distributed as distmod
 from orchestrator.core import reference as refmod
 from orchestrator.platform.environment import record_facts
 from orchestrator.core.errors import BackendUnavailable
+from orchestrator.worker.client_paired import measure_client_paired
 from orchestrator.worker.external import measure_external
 from orchestrator.platform.flops import trial_flops
 from orchestrator.platform.interference import CpuWindow
@@ -344,9 +345,13 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
     baseline's measurement with it."""
     base_arm = next((a for a in spec.paired_arms if a.is_baseline), spec.paired_arms[0])
     worker = start_worker(base_arm.workload, spec.device)
-    if worker.external:
-        raise BackendUnavailable("protocol.pairing=steps needs an in-process recipe; an external "
-                                 "command cannot switch arms between steps")
+    if worker.external:  # a command whose trainer switches arms through orchestrator.client
+        trainer = worker.trainer(spec.bucket)
+        if not getattr(trainer.workload, "switchable", None):
+            raise BackendUnavailable("protocol.pairing=steps for a command needs its trainer to "
+                                     "switch arms through orchestrator.client (declare the "
+                                     "params in workload.switchable)")
+        return measure_client_paired(spec, base, trainer)
     run = _PairedRun(spec, worker)
     cs_start = compile_stats.snapshot()
     run.warm_up_all()

@@ -142,6 +142,12 @@ class CommandWorkloadConfig(WorkloadConfig):
     # against the peak of hardware= at workload.precision, beside any MFU the trainer logs
     # (its own claim). One figure for every bucket, so one bucket per campaign. None = no MFU
     flops_per_step: Optional[float] = None
+    # params the trainer reads through orchestrator.client.params() every step, so that one run
+    # of the command switches between arms (protocol.pairing=steps: adjacent blocks paired, as
+    # for the embedded recipes; docs/levers.md, "Your trainer, paired by steps"). Each is a key
+    # of params, and not a placeholder of the command (the switched value reaches the trainer
+    # only through the client)
+    switchable: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         if self.flops_per_step is not None:
@@ -165,6 +171,7 @@ class CommandWorkloadConfig(WorkloadConfig):
                 if name not in known:
                     raise ConfigError(key, f"unknown placeholder {{{name}}}; declare it under "
                                       f"workload.params or use one of: {', '.join(BUILTINS)}")
+        self._check_switchable()
         if self.log.pattern is not None:
             try:
                 compile_pattern(self.log.pattern)
@@ -179,6 +186,21 @@ class CommandWorkloadConfig(WorkloadConfig):
         if self.loss_rtol < 0 or self.loss_rtol != self.loss_rtol:
             raise ConfigError("workload.loss_rtol", f"must be >= 0, got {self.loss_rtol}")
         self.check_paths()
+
+    def _check_switchable(self) -> None:
+        used: set[str] = set()
+        for text in (self.command, self.cwd or "", self.log.file or "",
+                     *map(str, self.env.values())):
+            used |= set(template_fields(text))
+        for i, name in enumerate(self.switchable):
+            key = f"workload.switchable[{i}]"
+            if name not in self.params:
+                raise ConfigError(key, f"{name!r} is not a key of workload.params; declare its "
+                                  f"default there (workload.params.{name}=...)")
+            if name in used:
+                raise ConfigError(key, f"{name!r} is also a placeholder of the command; a "
+                                  "switched param reaches the trainer only through "
+                                  "orchestrator.client.params(), so take it off the command line")
 
     def runs_own_process(self) -> bool:
         return True

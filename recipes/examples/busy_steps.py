@@ -11,6 +11,12 @@ on a 2-core VM: the default 180 units is a ~5 ms step) and prints one line in a 
 ``--steps`` is followed exactly unless ``--ignore-steps N`` makes it run N steps whatever it
 was asked (a trainer that does not follow ``{steps}``, for the tests).
 
+It also uses :mod:`orchestrator.client`, four lines: the loop runs ``client.steps``, reads the
+work units through ``client.params`` every step, times the work in ``client.timed()`` and
+reports the loss. Outside a campaign they change nothing (``--steps`` steps of ``--units``);
+in one whose workload declares ``switchable: [units]`` (``conf/workload/command_client.yaml``)
+one run of the script switches between the arms' units block by block.
+
     python recipes/examples/busy_steps.py --steps 20 --units 180
 """
 
@@ -20,6 +26,8 @@ import argparse
 import os
 import sys
 import time
+
+from orchestrator import client
 
 UNIT_ITERATIONS = 1000  # one work unit: this many multiply-adds in the interpreter
 
@@ -44,13 +52,17 @@ def main(argv: list[str] | None = None) -> int:
     x = 0.5 + 0.001 * args.seed
     if hasattr(os, "sched_getaffinity"):  # where it may run (launcher.cpu_affinity pins it)
         print(f"# cpus {','.join(map(str, sorted(os.sched_getaffinity(0))))}", flush=True)
-    for step in range(1, steps + 1):
+    for i in client.steps(steps):
+        step = i + 1
+        units = client.params({"units": args.units})["units"]
         t0 = time.perf_counter()
-        x = work(args.units, x)
+        with client.timed():
+            x = work(units, x)
         dt = time.perf_counter() - t0
         # the loss of a model that learns the same whatever the work per step (the correctness
         # gate compares it between arms); x only keeps the work from being skipped
         loss = 2.0 / (1.0 + 0.1 * step) + 0.001 * args.seed + 0.0 * x
+        client.report(loss=loss)
         print(f"step {step} | loss {loss:.4f} | time {dt * 1e3:.3f}ms", flush=True)
     return 0
 

@@ -1,0 +1,277 @@
+"""Your own training loop, paired by steps: the few calls a trainer makes so that a campaign can
+switch arms between its steps (``protocol.pairing=steps`` for a ``command`` workload).
+
+Standard library only at import time (torch is looked up, never imported, when a step's window
+synchronises the device)::
+
+    from orchestrator import client
+
+    for step in client.steps(max_iters):          # in a campaign: as many as the plan needs
+        knobs = client.params({"attn": "sdpa"})    # this arm's values; read it every step
+        with client.timed():                       # one step; the device synchronised at both ends
+            loss = train_step(batch, knobs)
+        client.report(loss=loss)                   # optional; read outside the timed window
+
+Outside a campaign (no ``ORCH_CLIENT`` in the environment) every call is a cheap no-op:
+``steps(n)`` is ``range(n)``, ``params`` returns the defaults, ``timed`` times nothing, so the
+same script trains as it always did.
+
+Inside a campaign the trial process that started the command listens on a local socket it
+names in ``ORCH_CLIENT`` (never a network port). Every rank (``RANK`` / ``WORLD_SIZE``, as
+torchrun sets them) connects, and the orchestrator hands all ranks the same next block: which
+arm, its params, how many steps. So every rank switches at the same step, decided once. Steps
+in a block run without a message; the block's step times and losses go back when it ends, and
+the reply is the next block (or the end). Which params the trainer read goes with them, so a
+param declared switchable but never read, or read but not declared, is refused instead of
+measuring the same code twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+ENV = "ORCH_CLIENT"  # the socket's path, set by the trial process for the command
+# one arm per process (protocol.pairing=process): that arm's switchable params as JSON, which
+# params() returns with no channel (step times then come from the command's log)
+PARAMS_ENV = "ORCH_CLIENT_PARAMS"
+PROTOCOL = 1
+
+__all__ = ["ClientError", "active", "arm", "params", "report", "steps", "timed"]
+
+
+class ClientError(RuntimeError):
+    """The trainer used the client in a way the campaign cannot measure (the orchestrator is
+    told the reason before this is raised, so the trial's record carries it)."""
+
+
+def _sync() -> None:
+    """Wait for the device's queued work (CUDA or MUSA, where torch has started it)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_initialized():
+        cuda.synchronize()
+    musa = getattr(torch, "musa", None)
+    if musa is not None and getattr(musa, "is_initialized", lambda: False)():
+        musa.synchronize()
+
+
+class _Timed:
+    """``with client.timed():`` around one step's work."""
+
+    __slots__ = ("_session", "_t0")
+
+    def __init__(self, session: _Session | None) -> None:
+        self._session = session
+        self._t0 = 0.0
+
+    def __enter__(self) -> _Timed:
+        if self._session is not None:
+            _sync()
+            self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        s = self._session
+        if s is not None:
+            _sync()
+            s.timed_s(time.perf_counter() - self._t0)
+
+
+class _Session:
+    """One rank's conversation with the campaign's trial process."""
+
+    def __init__(self, address: str) -> None:
+        self.rank = int(os.environ.get("RANK", "0") or 0)
+        self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(address)
+        except OSError as exc:
+            raise ClientError(f"cannot reach the campaign's trial process at {ENV}={address} "
+                              f"({exc.strerror or exc})") from None
+        self.reader = self.sock.makefile("rb")
+        welcome = self._call({"op": "hello", "protocol": PROTOCOL, "rank": self.rank,
+                              "world": self.world, "pid": os.getpid()})
+        self.declared = frozenset(welcome.get("switchable", ()))
+        self.block = -1  # the block being run (-1: none yet)
+        self.left = 0  # its steps still to run
+        self.arm = ""
+        self.values: dict[str, Any] = {}
+        self.rows: list[list[Any]] = []  # this block's [seconds, loss, tags] per step
+        self.row: list[Any] | None = None
+        self.read: set[str] = set()
+        self.done = False
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        self.sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+
+    def _call(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self._send(msg)
+        line = self.reader.readline()
+        if not line:
+            raise ClientError("the campaign's trial process closed the client channel")
+        reply: dict[str, Any] = json.loads(line)
+        if reply.get("error"):
+            raise ClientError(str(reply["error"]))
+        return reply
+
+    def fail(self, message: str) -> ClientError:
+        """Tell the orchestrator why this trainer cannot be measured; the error to raise."""
+        try:
+            self._send({"op": "error", "rank": self.rank, "message": message})
+        except OSError:
+            pass
+        return ClientError(message)
+
+    def next_step(self) -> bool:
+        """Before each step: close the last one, and at a block's end hand its steps over and
+        take the next block. False when the plan is done."""
+        if self.row is not None and self.row[0] is None:
+            raise self.fail(f"step {self.block}:{len(self.rows) - 1} had no client.timed() "
+                            "window: wrap each step's work in `with client.timed():`")
+        if self.left == 0:
+            rows = [[t, _number(loss), tags] for t, loss, tags in self.rows]
+            reply = self._call({"op": "next", "rank": self.rank, "block": self.block,
+                                "rows": rows, "read": sorted(self.read)})
+            self.rows = []
+            if reply.get("done"):
+                self.done, self.row = True, None
+                return False
+            self.block, self.left = int(reply["block"]), int(reply["steps"])
+            self.arm, self.values = str(reply["arm"]), dict(reply["params"])
+        self.left -= 1
+        self.row = [None, None, ""]
+        self.rows.append(self.row)
+        return True
+
+    def timed_s(self, seconds: float) -> None:
+        if self.row is None:
+            raise self.fail("client.timed() outside the client.steps() loop")
+        self.row[0] = seconds if self.row[0] is None else self.row[0] + seconds
+
+    def params(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        if self.row is None:
+            raise self.fail("client.params() before the first step: read it inside the "
+                            "client.steps() loop, so that each block's arm takes effect")
+        out = dict(defaults)
+        for key in defaults:
+            if key not in self.declared:
+                raise self.fail(f"the trainer reads param {key!r} through client.params(), but "
+                                f"the workload does not declare it in workload.switchable "
+                                f"({', '.join(sorted(self.declared)) or 'none declared'})")
+            self.read.add(key)
+            if key in self.values:
+                out[key] = self.values[key]
+        return out
+
+    def report(self, loss: Any, tags: str) -> None:
+        if self.row is not None:
+            self.row[1] = loss
+            if tags:
+                self.row[2] = tags
+
+    def close(self) -> None:
+        try:
+            self._send({"op": "bye", "rank": self.rank})
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def _number(value: Any) -> float | None:
+    """A loss as a float (a tensor is read here, outside the timed window); None stays None."""
+    if value is None:
+        return None
+    if hasattr(value, "item"):
+        value = value.detach().float().item() if hasattr(value, "detach") else value.item()
+    return float(value)  # nan and inf travel as JSON's NaN / Infinity (Python reads them)
+
+
+_session: _Session | None = None
+_looked = False
+
+
+def _current() -> _Session | None:
+    global _session, _looked
+    if not _looked:
+        _looked = True
+        address = os.environ.get(ENV)
+        if address:
+            _session = _Session(address)
+    return _session
+
+
+def active() -> bool:
+    """Whether this process runs inside a campaign's paired trial."""
+    return _current() is not None
+
+
+def steps(n: int) -> Iterator[int]:
+    """The steps to run: ``range(n)`` outside a campaign; inside one, as many as the plan
+    needs (``n`` is then not the length), in blocks whose arm :func:`params` returns."""
+    s = _current()
+    if s is None:
+        yield from range(n)
+        return
+    i = 0
+    try:
+        while s.next_step():
+            yield i
+            i += 1
+    finally:
+        if s.done:
+            s.close()
+
+
+_fixed: dict[str, Any] | None = None
+
+
+def _fixed_params() -> dict[str, Any]:
+    global _fixed
+    if _fixed is None:
+        text = os.environ.get(PARAMS_ENV)
+        _fixed = json.loads(text) if text else {}
+    return _fixed
+
+
+def params(defaults: dict[str, Any]) -> dict[str, Any]:
+    """This step's values of the switchable params: ``defaults`` outside a campaign, the
+    current arm's values for the keys it sets inside one. Read it every step (or at least
+    whenever :func:`arm` changes)."""
+    s = _current()
+    if s is not None:
+        return s.params(defaults)
+    fixed = _fixed_params()
+    if not fixed:
+        return dict(defaults)
+    return {k: fixed.get(k, v) for k, v in defaults.items()}
+
+
+def arm() -> str:
+    """The current arm's id ("" outside a campaign)."""
+    s = _current()
+    return "" if s is None else s.arm
+
+
+def timed() -> _Timed:
+    """``with client.timed():`` around one step's work (forward, backward, optimizer step):
+    the device is synchronised at both ends and the time goes to the step's record. Outside a
+    campaign it does nothing."""
+    return _Timed(_current())
+
+
+def report(loss: Any = None, tags: str = "") -> None:
+    """The step's loss (a float or a 0-d tensor, read only at the block's end, outside any
+    timed window) for the correctness check, and tags (``"compile"``, ``";"``-separated) that
+    exclude the step from the measurement. A no-op outside a campaign."""
+    s = _current()
+    if s is not None:
+        s.report(loss, tags)

@@ -1,0 +1,466 @@
+"""A user's own trainer paired by steps (``protocol.pairing=steps`` for a ``command`` workload
+whose trainer calls :mod:`orchestrator.client`).
+
+The trial process starts the command as an external trial does (its own session, the time
+limit, ``command.log``) and listens on a local socket it names in ``ORCH_CLIENT``. Every rank
+of the command connects; the plan here, the same one the in-process paired trial follows
+(:mod:`orchestrator.worker.trial`), hands all ranks the same next block at once: each arm warms
+up one step at a time to its own steady state, then cycles of one block per arm in the
+protocol's order, each block ``switch_warmup_steps`` excluded steps and ``block_steps``
+measured ones, until every arm has its measured steps and seconds (an even number of cycles).
+So the ranks switch at the same step, and the decision is taken once. Step times come from
+rank 0's ``client.timed()`` windows (the device synchronised at both ends); every rank's times
+give the rank skew.
+
+What goes wrong is a status of the arms with a one-line reason, never a crash: the command
+never connects (``no_client``), uses the client wrongly or reads a param the workload does not
+declare switchable, or never reads one it does (``client``), exits or hangs mid-block (the
+running arm gets the status, the others an infrastructure failure), or an arm reports a
+non-finite loss (that arm ``failed``, the others go on).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator import client as wire
+from orchestrator.core import blocks
+from orchestrator.core.results import INFRA_STATUS, Status, trial_record, write_csv
+from orchestrator.core.steady import warmup_complete
+from orchestrator.worker.external import (
+    child_peak_rss,
+    command_fields,
+    declared_utilization,
+    log_tail,
+    run_command,
+)
+
+MAX_MEASURED_STEPS = 2000  # as in-process: the most measured steps measured_min_s may ask for
+
+
+class ChannelError(Exception):
+    """The trainer's use of the client cannot be measured (the reason is the message)."""
+
+
+class Plan:
+    """The blocks of one paired command, decided once for every rank: warm-ups, then cycles
+    of one block per live arm until each has its measured steps and seconds. ``take`` folds a
+    finished block's step rows in and returns the next block (or the end)."""
+
+    def __init__(self, spec: Any, values: dict[str, dict[str, Any]], baseline: str,
+                 declared: list[str]) -> None:
+        self.spec = spec
+        self.ids = list(values)
+        self.values, self.baseline, self.declared = values, baseline, list(declared)
+        self.policy = spec.warmup()
+        self.min_s = spec.measured_min_s
+        self.cap = (max(spec.measured_steps, MAX_MEASURED_STEPS) if self.min_s > 0
+                    else spec.measured_steps)
+        self.bound = (self.policy.max_steps + 3 * spec.measured_steps + self.cap + 10) * len(
+            self.ids) * (1 + spec.switch_warmup_steps)
+        self.warming = list(self.ids)
+        self.warm: dict[str, tuple[list[float], bool]] = {a: ([], False) for a in self.ids}
+        self.n = dict.fromkeys(self.ids, 0)
+        self.got_s = dict.fromkeys(self.ids, 0.0)
+        self.failed: dict[str, dict[str, Any]] = {}
+        self.rows: list[dict[str, Any]] = []
+        self.blocks: list[dict[str, Any]] = []  # per block: arm, kind, cycle, switch steps
+        self.cycle = 0
+        self.queue: list[str] | None = None  # this cycle's arms still to run (None: none yet)
+        self.prev = ""
+        self.read: set[str] = set()
+        self.done = False
+
+    def running(self) -> dict[str, Any] | None:
+        """The block handed out last (the arm that was running, should the command die)."""
+        return self.blocks[-1] if self.blocks and not self.done else None
+
+    def alive(self) -> list[str]:
+        return [] if self.baseline in self.failed else [a for a in self.ids
+                                                        if a not in self.failed]
+
+    def short(self, a: str) -> bool:
+        return self.n[a] < self.spec.measured_steps or (self.got_s[a] < self.min_s
+                                                        and self.n[a] < self.cap)
+
+    def take(self, block: int, per_rank: dict[int, list[list[Any]]],
+             read: set[str]) -> dict[str, Any]:
+        """Fold block ``block``'s rows (rank -> [seconds, loss, tags] per step) in; the next
+        block for every rank. Raises ChannelError."""
+        self.read |= read
+        if block >= 0:
+            if block != len(self.blocks) - 1:
+                raise ChannelError(f"a rank reported block {block}, but block "
+                                   f"{len(self.blocks) - 1} was running")
+            self._fold(self.blocks[block], per_rank)
+        if not self.warming and any(k not in self.read for k in self.declared):
+            missing = sorted(k for k in self.declared if k not in self.read)
+            raise ChannelError(f"workload.switchable declares {', '.join(map(repr, missing))}, "
+                               "but the trainer never read it through client.params(): every "
+                               "arm would run the same code; read it there, or drop it")
+        nxt = self._next()
+        if nxt is None:
+            self.done = True
+            return {"done": True}
+        arm, kind, steps = nxt
+        self.blocks.append({"arm": arm, "kind": kind, "cycle": self.cycle if kind == "cycle"
+                            else -1, "switch": self.spec.switch_warmup_steps if kind == "cycle"
+                            else 0})
+        return {"block": len(self.blocks) - 1, "arm": arm, "params": self.values[arm],
+                "steps": steps}
+
+    def _next(self) -> tuple[str, str, int] | None:
+        """(arm, warmup | cycle, steps) of the next block, None when the plan is done."""
+        if len(self.rows) >= self.bound:
+            raise ChannelError(f"{len(self.rows)} steps run in the paired command: it tags too "
+                               "many steps for exclusion (client.report tags)")
+        self.warming = [a for a in self.warming if a not in self.failed]
+        if self.baseline in self.failed:
+            return None
+        if self.warming:  # one warm-up step at a time: the policy decides after each
+            return self.warming[0], "warmup", 1
+        while True:
+            if self.queue:
+                arm = self.queue.pop(0)
+                if arm not in self.failed:
+                    return arm, "cycle", self.spec.switch_warmup_steps + self.spec.block_steps
+                continue
+            if self.queue is not None:  # a cycle ended
+                self.cycle += 1
+            alive = self.alive()
+            if not alive or not (self.cycle % 2 or any(self.short(a) for a in alive)):
+                return None
+            self.queue = blocks.ordered(alive, self.cycle, self.spec.order, self.spec.order_seed)
+
+    def _fold(self, blk: dict[str, Any], per_rank: dict[int, list[list[Any]]]) -> None:
+        arm = blk["arm"]
+        ranks = sorted(per_rank)
+        lead = per_rank[ranks[0]]
+        if any(len(per_rank[r]) != len(lead) for r in ranks):
+            counts = ", ".join(f"rank {r}: {len(per_rank[r])}" for r in ranks)
+            raise ChannelError(f"the ranks ran different numbers of steps in block "
+                               f"{len(self.blocks) - 1} ({counts}): they left lockstep")
+        for j, (t, loss, tags) in enumerate(lead):
+            times = [per_rank[r][j][0] for r in ranks]
+            for r, x in zip(ranks, times):
+                if not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+                    raise ChannelError(f"rank {r} sent step time {x!r} s in arm {arm}'s block")
+            step = len(self.rows)
+            row: dict[str, Any] = {"step": step, "phase": "", "step_time_s": float(t),
+                                   "data_wait_s": None, "tags": str(tags or ""),
+                                   "arm_id": arm, "block": blk["cycle"], "prev_arm": self.prev,
+                                   "batch_index": step,
+                                   "loss": None if loss is None else float(loss)}
+            if len(ranks) > 1:
+                for r, x in zip(ranks, times):
+                    row[f"step_time_rank{r}_s"] = x
+                row["rank_skew_s"] = max(times) - min(times)
+                row["slowest_rank"] = ranks[times.index(max(times))]
+            self._phase(blk, j, row)
+            self.rows.append(row)
+            if row["loss"] is not None and not math.isfinite(row["loss"]) \
+                    and arm not in self.failed:
+                self.failed[arm] = {"status": Status.FAILED, "failure_kind": "nonfinite_loss",
+                                    "error": f"non-finite loss {row['loss']} at step {step} "
+                                    f"(arm {arm})"}
+        if blk["kind"] == "warmup" and arm in self.warming:
+            times, _ = self.warm[arm]
+            done, settled = warmup_complete(times, self.policy)
+            self.warm[arm] = (times, settled)
+            if done:
+                self.warming.remove(arm)
+        if blk["kind"] == "cycle":
+            self.prev = arm
+
+    def _phase(self, blk: dict[str, Any], j: int, row: dict[str, Any]) -> None:
+        arm = blk["arm"]
+        if blk["kind"] == "warmup":
+            if row["tags"]:
+                row["phase"] = "excluded"
+            else:
+                row["phase"] = "warmup"
+                self.warm[arm][0].append(row["step_time_s"])
+        elif j < blk["switch"]:
+            row["phase"] = "excluded"
+            row["tags"] = ";".join(t for t in (row["tags"], blocks.SWITCH_TAG) if t)
+        elif row["tags"]:
+            row["phase"] = "excluded"
+        else:
+            row["phase"] = "measured"
+            self.n[arm] += 1
+            self.got_s[arm] += row["step_time_s"]
+
+
+class Channel:
+    """The local socket the command's ranks talk to (one thread per connection); every rank's
+    report of a block is awaited before the next block goes to all of them."""
+
+    def __init__(self, plan: Plan, world: int) -> None:
+        self.plan, self.world = plan, world
+        self.dir = tempfile.mkdtemp(prefix="orch-client-")  # short: a socket path is <108 bytes
+        self.path = str(Path(self.dir) / "s")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(world + 4)
+        self.cond = threading.Condition()
+        self.pending: dict[int, dict[int, list[list[Any]]]] = {}
+        self.reads: dict[int, set[str]] = {}
+        self.replies: dict[int, dict[str, Any]] = {}
+        self.ranks: set[int] = set()
+        self.left: set[int] = set()
+        self.error: str | None = None
+        self.error_kind = ""
+        self.connected = False
+        self.closed = False
+        threading.Thread(target=self._accept, name="client-accept", daemon=True).start()
+
+    def fail(self, kind: str, message: str) -> None:
+        with self.cond:
+            if self.error is None:
+                self.error, self.error_kind = message, kind
+            self.cond.notify_all()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connected = True
+            threading.Thread(target=self._serve, args=(conn,), name="client-conn",
+                             daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        rank: int | None = None
+        bye = False
+        with conn, conn.makefile("rb") as reader:
+            for line in reader:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    self.fail("client", "the client channel got a line that is not JSON")
+                    break
+                op = msg.get("op")
+                if op == "hello":
+                    rank, reply = self._hello(msg)
+                elif op == "next" and rank is not None:
+                    reply = self._next(rank, msg)
+                elif op == "error":
+                    self.fail("client", str(msg.get("message", "the client raised")))
+                    continue
+                elif op == "bye":
+                    bye = True
+                    break
+                else:
+                    reply = {"error": f"unexpected client message {op!r}"}
+                try:
+                    conn.sendall(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
+                except OSError:
+                    break
+                if reply.get("error"):
+                    break
+        if rank is not None:
+            with self.cond:
+                self.left.add(rank)
+                if not bye and not self.plan.done:  # the others must not wait for it
+                    self.cond.notify_all()
+
+    def _hello(self, msg: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:
+        rank, world = int(msg.get("rank", 0)), int(msg.get("world", 1))
+        if msg.get("protocol") != wire.PROTOCOL:
+            why = (f"the trainer's orchestrator.client speaks protocol {msg.get('protocol')}, "
+                   f"this orchestrator {wire.PROTOCOL}: import the client of the orchestrator "
+                   "that runs the campaign")
+        elif world != self.world:
+            why = (f"the command runs {world} rank(s) (WORLD_SIZE), but workload.world_size "
+                   f"is {self.world}; set it to the ranks the command starts")
+        elif rank in self.ranks or not 0 <= rank < world:
+            why = f"rank {rank} connected twice or is out of range (world size {world})"
+        else:
+            with self.cond:
+                self.ranks.add(rank)
+            return rank, {"switchable": self.plan.declared, "world": self.world}
+        self.fail("client", why)
+        return None, {"error": why}
+
+    def _next(self, rank: int, msg: dict[str, Any]) -> dict[str, Any]:
+        block = int(msg.get("block", -1))
+        with self.cond:
+            self.pending.setdefault(block, {})[rank] = list(msg.get("rows") or [])
+            self.reads.setdefault(block, set()).update(msg.get("read") or [])
+            if len(self.pending[block]) == self.world and self.error is None:
+                try:
+                    self.replies[block] = self.plan.take(block, self.pending.pop(block),
+                                                         self.reads.pop(block))
+                except ChannelError as exc:
+                    self.error, self.error_kind = str(exc), "client"
+                except Exception as exc:  # noqa: BLE001 (a bug here must not hang the ranks)
+                    self.error, self.error_kind = f"{type(exc).__name__}: {exc}", "client"
+                self.cond.notify_all()
+            while block not in self.replies and self.error is None:
+                gone = self.left - {rank}
+                if gone:
+                    self.error = self.error or (f"rank {min(gone)} left the client channel "
+                                                "mid-block")
+                    self.error_kind = self.error_kind or "exited_mid_block"
+                    break
+                self.cond.wait(1.0)
+            if block in self.replies:
+                return self.replies[block]
+            return {"error": self.error}
+
+    def close(self) -> None:
+        self.closed = True
+        try:
+            self.sock.close()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
+                          ) -> list[tuple[dict[str, Any], str]]:
+    """Every arm of ``spec.paired_arms`` through one run of the command (built with the
+    baseline's workload); one (record, trial dir) per arm, in the spec's order."""
+    arms = spec.paired_arms
+    declared = list(trainer.workload.switchable)
+    values = {str(a.arm_id): {k: (a.workload.get("params") or {}).get(k) for k in declared}
+              for a in arms}
+    baseline = next((str(a.arm_id) for a in arms if a.is_baseline), str(arms[0].arm_id))
+    plan = Plan(spec, values, baseline, declared)
+    tdir = Path(spec.trial_dir)
+    tdir.mkdir(parents=True, exist_ok=True)
+    inv = trainer.invocation(str(tdir), spec.warmup_steps, spec.measured_steps, spec.timeout_s)
+    channel = Channel(plan, max(1, int(trainer.workload.world_size)))
+    try:
+        t0 = time.time()
+        rc, start_error = run_command(inv.argv, inv.cwd, {**inv.env, wire.ENV: channel.path},
+                                      tdir / "command.log", inv.time_limit_s)
+        wall = time.time() - t0
+    finally:
+        channel.close()
+    common = {**command_fields(spec, base, inv), "command_wall_s": wall, "returncode": rc,
+              "step_source": "orchestrator.client"}
+    session = {"pairing": "steps", "paired_process": spec.trial_id,
+               "paired_arms": plan.ids, "block_steps": spec.block_steps,
+               "switch_warmup_steps": spec.switch_warmup_steps, "cycles": plan.cycle}
+    tail = log_tail(tdir / "command.log", str(tdir))
+    outcome = _outcome(plan, channel, rc, start_error, inv.time_limit_s)
+    out = []
+    for i, a in enumerate(arms):
+        arm = str(a.arm_id)
+        own = {**common, "trial_id": a.trial_id, "arm_id": arm, "arm_label": a.arm_label,
+               "is_baseline": a.is_baseline, "position": spec.position + i, **session}
+        out.append((_arm_record(spec, trainer, plan, own, arm, outcome, tail), a.trial_dir))
+    return out
+
+
+def _outcome(plan: Plan, channel: Channel, rc: int | None, start_error: str | None,
+             limit_s: float | None) -> dict[str, Any] | None:
+    """How the command ended when it did not finish the plan cleanly: {status, failure_kind,
+    error, culprit (the arm whose block was running, or None: every arm's)}; None when it
+    did."""
+    running = plan.running()
+    where = f" in arm {running['arm']}'s block" if running else ""
+    culprit = running["arm"] if running else None
+    if start_error:
+        return {"status": Status.FAILED, "failure_kind": "cannot_start", "culprit": None,
+                "error": f"cannot start the command: {start_error}"}
+    if channel.error and channel.error_kind == "client":
+        return {"status": Status.FAILED, "failure_kind": "client", "culprit": None,
+                "error": f"client: {channel.error}"}
+    if rc is None:
+        return {"status": Status.TIMEOUT, "failure_kind": "timeout", "culprit": culprit,
+                "error": f"the command ran past workload.time_limit_s={limit_s:g} s and was "
+                f"killed{where} ({len(plan.rows)} step(s) by then)"}
+    if not channel.connected:
+        return {"status": Status.FAILED, "failure_kind": "no_client", "culprit": None,
+                "error": f"the command (exit code {rc}) never connected to the client channel "
+                "(ORCH_CLIENT): its trainer does not call orchestrator.client, so its arms "
+                "cannot be switched between steps; use protocol.pairing=process"}
+    if not plan.done:
+        if rc == 0:
+            return {"status": Status.FAILED, "failure_kind": "stopped_early", "culprit": None,
+                    "error": f"the command exited (code 0){where} before the plan's last "
+                    "block: its loop must run every step client.steps() yields"}
+        return {"status": Status.FAILED, "failure_kind": "exited_mid_block", "culprit": culprit,
+                "error": f"the command exited with code {rc}{where}, step {len(plan.rows)}"}
+    if rc != 0:
+        return {"status": Status.FAILED, "failure_kind": "exit_code", "culprit": None,
+                "error": f"the command exited with code {rc} after the plan's last block"}
+    return None
+
+
+def _arm_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: str,
+                outcome: dict[str, Any] | None, tail: str) -> dict[str, Any]:
+    rows = [r for r in plan.rows if r["arm_id"] == arm]
+    if rows:
+        Path(own_dir := _dir_of(spec, arm)).mkdir(parents=True, exist_ok=True)
+        write_csv(Path(own_dir) / "steps.csv", rows)
+    if outcome is not None:
+        culprit = outcome["culprit"]
+        if culprit is None or culprit == arm:
+            return trial_record(**own, status=outcome["status"],
+                                failure_kind=outcome["failure_kind"], error=outcome["error"],
+                                stderr_tail=tail)
+        why = f"the paired command ended {outcome['status']} in arm {culprit}'s block"
+        return trial_record(**own, status=INFRA_STATUS, infra_reason=why,
+                            error=f"not measured: {why} ({outcome['error']})")
+    if arm in plan.failed:
+        return trial_record(**own, **plan.failed[arm], stderr_tail=tail)
+    if arm not in plan.alive():
+        why = f"the baseline failed in the paired command ({plan.failed[plan.baseline]['error']})"
+        return trial_record(**own, status=INFRA_STATUS, infra_reason=why,
+                            error="not measured: the baseline failed first")
+    return _ok_record(spec, trainer, plan, own, arm, rows)
+
+
+def _dir_of(spec: Any, arm: str) -> str:
+    return next(a.trial_dir for a in spec.paired_arms if str(a.arm_id) == arm)
+
+
+def _ok_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: str,
+               rows: list[dict[str, Any]]) -> dict[str, Any]:
+    measured = [r for r in rows if r["phase"] == "measured"]
+    times = [r["step_time_s"] for r in measured]
+    median = statistics.median(times)
+    meds = blocks.block_medians(times, [r["block"] for r in measured])
+    warm, settled = plan.warm[arm]
+    losses = [(r["step"], r["loss"]) for r in rows if r["loss"] is not None]
+    peak, peak_source = child_peak_rss()
+    tokens = trainer.tokens_per_step
+    useful = trainer.useful_flops_per_step()
+    skews = [r["rank_skew_s"] for r in measured if "rank_skew_s" in r]
+    excluded = [r for r in rows if r["phase"] == "excluded"]
+    tags: dict[str, int] = {}
+    for r in excluded:
+        for t in filter(None, r["tags"].split(";")):
+            tags[t] = tags.get(t, 0) + 1
+    return trial_record(
+        **{**own, "measured_steps": len(times)},
+        status=Status.OK,
+        torch_version=None,
+        step_time_median_s=median,
+        step_time_mad_s=statistics.median(abs(v - median) for v in times),
+        measured_steps_run=len(times),
+        warmup_policy=plan.policy.policy, warmup_steps_used=len(warm), warmup_settled=settled,
+        excluded_steps=len(excluded), excluded_tags=tags,
+        tokens_per_step=tokens, tokens_source=trainer.tokens_source,
+        tokens_per_s=None if tokens is None else tokens / median,
+        peak_mem_bytes=peak, peak_mem_source=f"{peak_source} (the paired command, all arms)",
+        useful_flops_per_step=useful,
+        final_loss=losses[-1][1] if losses else None,
+        nonfinite_loss_steps=[s for s, v in losses if not math.isfinite(v)],
+        warmup_excess_s=sum(warm) - len(warm) * median,
+        blocks=[{"cycle": c, "median_s": m} for c, m in sorted(meds.items())],
+        **({"rank_skew_median_s": statistics.median(skews)} if skews else {}),
+        **(declared_utilization(spec, trainer, useful, median) if useful is not None else {}),
+    )

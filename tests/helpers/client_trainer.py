@@ -1,0 +1,77 @@
+"""A trainer that uses orchestrator.client, with ways to use it wrongly (the client path's
+tests). ``--mode``:
+
+- ``ok``: reads ``units`` (and ``label`` when --label) through client.params every step;
+- ``exit_mid``: exits with code 3 at step --at (mid-block);
+- ``no_client``: a plain loop that never calls the client;
+- ``undeclared``: also reads param ``other``, which no workload declares;
+- ``unread``: never calls client.params;
+- ``nan``: reports a NaN loss once its units are --nan-units;
+- ``stop_early``: leaves the client.steps() loop after --at steps and exits 0;
+- ``dist``: torch.distributed (gloo) ranks, each step ``units`` all_reduces: ranks that left
+  lockstep would run different numbers of collectives and fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from orchestrator import client
+
+
+def work(units: int) -> None:
+    x = 0.5
+    for _ in range(units * 100):
+        x = x * 0.999999 + 1e-6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", default="ok")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--units", type=int, default=5)
+    ap.add_argument("--at", type=int, default=7)
+    ap.add_argument("--nan-units", type=int, default=-1)
+    args = ap.parse_args()
+    if args.mode == "no_client":
+        for step in range(args.steps):
+            t0 = time.perf_counter()
+            work(args.units)
+            print(f"step {step} | loss 1.0 | time {(time.perf_counter() - t0) * 1e3:.3f}ms")
+        return 0
+    dist = None
+    if args.mode == "dist":
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        t = torch.ones(4)
+    for step in client.steps(args.steps):
+        if args.mode == "exit_mid" and step == args.at:
+            sys.exit(3)
+        if args.mode == "stop_early" and step == args.at:
+            break
+        p = {"units": args.units}
+        if args.mode == "undeclared":
+            p["other"] = 1
+        units = args.units if args.mode == "unread" else client.params(p)["units"]
+        t0 = time.perf_counter()
+        with client.timed():
+            work(units)
+            if dist is not None:
+                for _ in range(units):
+                    dist.all_reduce(t)
+        loss = float("nan") if units == args.nan_units else 1.0 / (1 + step)
+        client.report(loss=loss)
+        dt = (time.perf_counter() - t0) * 1e3
+        print(f"step {step} | loss {loss:.4f} | time {dt:.3f}ms | arm {client.arm()} | units "
+              f"{units}", flush=True)
+    if dist is not None:
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""orchestrator.client: a user's own training loop paired by steps (issue 29). Real commands
+(tests/helpers/client_trainer.py, recipes/examples/busy_steps.py) run through the trial process's
+client channel; torchrun with two gloo ranks; every way of using the client wrongly ends as a
+recorded status; a planted slowdown in a foreign script is rejected by a real campaign."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from orchestrator.campaign.run import run_campaign
+from orchestrator.core.errors import ConfigError
+from orchestrator.spec.config import BucketConfig
+from orchestrator.spec.jobs import PairedArm, TrialSpec
+from orchestrator.spec.sweep import pairing_obstacle
+from orchestrator.worker.trial import run_trial
+from recipes.command.config import CommandWorkloadConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+HELPER = "{python} tests/helpers/client_trainer.py --steps {steps} --nan-units 8 --mode "
+BUCKET = {"name": "b", "seq_len": 1, "micro_batch": 1}
+
+
+def _workload(command: str, units: int, world: int = 1, **more: Any) -> dict[str, Any]:
+    c = OmegaConf.structured(CommandWorkloadConfig)
+    c.name = "client_test"
+    c.command = command
+    c.params = {"units": units}
+    c.switchable = ["units"]
+    c.world_size = world
+    c.time_limit_s = 120
+    c.buckets = [BucketConfig(name="b", seq_len=1, micro_batch=1)]
+    for k, v in more.items():
+        c[k] = v
+    OmegaConf.to_object(c).validate()
+    return OmegaConf.to_container(c)  # type: ignore[return-value]
+
+
+def _paired(root: Path, command: str, units: tuple[int, ...] = (5, 20), world: int = 1,
+            **proto: Any) -> tuple[TrialSpec, list[PairedArm]]:
+    arms = [PairedArm(f"a{i}", f"arm{i}", i == 0, f"r0-a{i}", str(root / f"r0-a{i}"),
+                      _workload(command, u, world)) for i, u in enumerate(units)]
+    kw: dict[str, Any] = dict(device="cpu", warmup_steps=2, measured_steps=6, block_steps=3,
+                              switch_warmup_steps=1, order="balanced", order_seed="t")
+    kw.update(proto)
+    spec = TrialSpec(trial_id=arms[0].trial_id, trial_dir=arms[0].trial_dir, bucket=BUCKET,
+                     arm_id="a0", arm_label="arm0", is_baseline=True, round=0, position=0,
+                     workload=arms[0].workload, paired_arms=arms, **kw)
+    return spec, arms
+
+
+def _records(arms: list[PairedArm]) -> dict[str, dict[str, Any]]:
+    return {a.arm_id: json.loads((Path(a.trial_dir) / "trial.json").read_text())
+            for a in arms}
+
+
+def _run(spec: TrialSpec) -> None:
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the commands name the helper by a path relative to the repository
+    try:
+        run_trial(spec)
+    finally:
+        os.chdir(cwd)
+
+
+def test_outside_a_campaign_every_call_is_a_no_op() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_CLIENT")}
+    code = ("from orchestrator import client\n"
+            "assert not client.active()\n"
+            "seen = []\n"
+            "for s in client.steps(4):\n"
+            "    p = client.params({'units': 3})\n"
+            "    with client.timed():\n"
+            "        seen.append((s, p['units']))\n"
+            "    client.report(loss=1.0)\n"
+            "assert seen == [(0, 3), (1, 3), (2, 3), (3, 3)], seen\n"
+            "import sys; assert 'torch' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=ROOT, timeout=60)
+    # the example script trains as it always did: --steps steps, one line each
+    out = subprocess.run([sys.executable, "recipes/examples/busy_steps.py", "--steps", "5",
+                          "--units", "2"], env=env, cwd=ROOT, capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert [ln.split(" | ")[0] for ln in out.splitlines() if ln.startswith("step")] == [
+        f"step {i}" for i in range(1, 6)]
+
+
+def test_one_run_of_the_command_switches_arms_block_by_block(tmp_path: Path) -> None:
+    spec, arms = _paired(tmp_path, HELPER + "ok")
+    _run(spec)
+    recs = _records(arms)
+    for a in arms:
+        r = recs[a.arm_id]
+        assert r["status"] == "ok", r.get("error")
+        assert r["pairing"] == "steps" and r["paired_process"] == "r0-a0"
+        assert r["step_source"] == "orchestrator.client"
+        assert r["measured_steps_run"] >= 6 and r["cycles"] % 2 == 0
+        assert len(r["blocks"]) == r["cycles"]
+    # four times the work per step: slower, measured in the same run of the command
+    assert recs["a1"]["step_time_median_s"] > 2 * recs["a0"]["step_time_median_s"]
+    log = (Path(spec.trial_dir) / "command.log").read_text().splitlines()
+    seen = [(ln.split(" | ")[3], ln.split(" | ")[4]) for ln in log if ln.startswith("step")]
+    assert {("arm a0", "units 5"), ("arm a1", "units 20")} == set(seen)  # the arm's params
+    switches = sum(1 for x, y in zip(seen, seen[1:]) if x != y)
+    assert switches >= 2 * recs["a0"]["cycles"] - 1  # warm-ups, then a block per arm per cycle
+    rows = (Path(arms[1].trial_dir) / "steps.csv").read_text().splitlines()
+    head = rows[0].split(",")
+    phases = [r.split(",")[head.index("phase")] for r in rows[1:]]
+    assert phases.count("measured") == recs["a1"]["measured_steps_run"]
+    assert "switch" in (Path(arms[1].trial_dir) / "steps.csv").read_text()
+
+
+@pytest.mark.parametrize(("mode", "status", "kind", "words"), [
+    ("exit_mid", "failed", "exited_mid_block", "exited with code 3 in arm"),
+    ("no_client", "failed", "no_client", "never connected to the client channel"),
+    ("undeclared", "failed", "client", "reads param 'other' through client.params()"),
+    ("unread", "failed", "client", "never read it through client.params()"),
+    ("stop_early", "failed", "stopped_early", "before the plan's last block"),
+])
+def test_a_bad_channel_is_a_recorded_status(tmp_path: Path, mode: str, status: str, kind: str,
+                                            words: str) -> None:
+    spec, arms = _paired(tmp_path, HELPER + mode, units=(5, 6))
+    _run(spec)
+    recs = _records(arms)
+    culprit = recs["a0"]
+    assert culprit["status"] == status and culprit["failure_kind"] == kind, culprit
+    assert words in culprit["error"] and "\n" not in culprit["error"]
+    other = recs["a1"]["status"]
+    # the arm whose block was running carries it, the other is not on its account
+    assert other == ("infra_failed" if mode == "exit_mid" else status)
+
+
+def test_a_non_finite_loss_fails_that_arm_and_the_others_go_on(tmp_path: Path) -> None:
+    spec, arms = _paired(tmp_path, HELPER + "ok", units=(5, 6, 8))
+    _run(spec)
+    recs = _records(arms)
+    assert recs["a0"]["status"] == "ok" and recs["a1"]["status"] == "ok"
+    bad = recs["a2"]
+    assert bad["status"] == "failed" and bad["failure_kind"] == "nonfinite_loss"
+    assert bad["error"].startswith("non-finite loss nan at step")
+
+
+def test_one_arm_per_process_gets_its_params_without_a_channel(tmp_path: Path) -> None:
+    w = _workload(HELPER + "ok", 7)
+    spec = TrialSpec(trial_id="r0-a1", trial_dir=str(tmp_path / "t"), bucket=BUCKET,
+                     arm_id="a1", arm_label="seven", is_baseline=False, round=0, position=0,
+                     workload=w, device="cpu", warmup_steps=1, measured_steps=4)
+    _run(spec)
+    rec = json.loads((tmp_path / "t" / "trial.json").read_text())
+    assert rec["status"] == "ok", rec.get("error")
+    assert "units 7" in (tmp_path / "t" / "command.log").read_text()
+    assert rec.get("step_source") is None  # its steps came from the log
+
+
+def test_switchable_params_are_checked() -> None:
+    with pytest.raises(ConfigError, match=r"^workload\.switchable\[0\]: 'nope' is not a key"):
+        _workload(HELPER + "ok", 5, switchable=["nope"])
+    with pytest.raises(ConfigError, match=r"^workload\.switchable\[0\]: 'units' is also a "
+                                          r"placeholder"):
+        _workload("{python} x.py --units {units}", 5)
+
+    class Arm:
+        def __init__(self, units: int, extra: int = 0) -> None:
+            self.workload = {**_workload(HELPER + "ok", units), "recipe": "command"}
+            self.workload["params"] = {**self.workload["params"], "extra": extra}
+            self.env: dict[str, str] = {}
+            self.label = f"u{units}"
+
+    assert pairing_obstacle([Arm(5), Arm(6)]) == ""  # a declared param: one run switches it
+    why = pairing_obstacle([Arm(5), Arm(5, extra=1)])
+    assert "cannot switch workload.params.extra between steps" in why
+
+
+@pytest.mark.slow
+def test_two_torchrun_ranks_switch_in_lockstep(tmp_path: Path) -> None:
+    """Each step runs ``units`` all_reduces: ranks that switched at different steps would run
+    different numbers of collectives and hang or fail. Two trials of two arms each."""
+    cmd = ("{python} -m torch.distributed.run --standalone --nproc_per_node {world_size} "
+           "tests/helpers/client_trainer.py --mode dist --steps {steps}")
+    for t in range(2):
+        spec, arms = _paired(tmp_path / f"t{t}", cmd, units=(2, 5), world=2)
+        _run(spec)
+        recs = _records(arms)
+        for a in arms:
+            assert recs[a.arm_id]["status"] == "ok", recs[a.arm_id].get("error")
+            assert recs[a.arm_id]["rank_skew_median_s"] >= 0
+        head, *_ = (Path(arms[0].trial_dir) / "steps.csv").read_text().splitlines()
+        assert {"step_time_rank0_s", "step_time_rank1_s", "rank_skew_s"} <= set(head.split(","))
+        log = (Path(spec.trial_dir) / "command.log").read_text()
+        assert log.count("units 5") > 0 and log.count("units 2") > 0
+
+
+def test_a_planted_slowdown_in_a_client_script_is_rejected(compose: Any, run_dir: Path) -> None:
+    """A real campaign (the quick protocol with pairing left to the planner): twice the work
+    per step, switched inside one run of the script, is rejected."""
+    cfg = compose(["+sweep=planted_client", "protocol=quick", "protocol.pairing=auto",
+                   "launcher=inline", "sweep.values=[360]", "sweep.labels=[twice]"])
+    result = run_campaign(cfg, run_dir)
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["pairing"]["mode"] == "steps"
+    assert plan.get("sizing") is None  # paired trials measure until measured_min_s themselves
+    (v,) = result.verdicts
+    assert v.verdict == "reject", v.reasons
+    recs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
+    assert {r["step_source"] for r in recs} == {"orchestrator.client"}
+    text = (run_dir / "decisions.md").read_text()
+    assert "paired by steps the arms take turns on one run of the trainer" in text
