@@ -19,6 +19,10 @@ direction: retain for s < 1 or reject for s > 1; a retain or reject of A/A is a 
     python bench/planted_effects.py --workload command --launcher local --protocols adaptive \
         --effects 0,-9.0909 --campaigns 10
         # a plain command (~5 ms steps, no client): A/A and 10 % more work per step
+    python bench/planted_effects.py --workload client --launcher local --protocols adaptive \
+        --pairing process,steps --effects 0,5,-5 --campaigns 10
+        # the same script using orchestrator.client: one run per round switching arms block
+        # by block (steps), beside one arm per run read from its log (process)
 
 With --out DIR, results.json there is rewritten after every campaign, and a run
 started again with the same --out (and arguments) goes on where the last one stopped.
@@ -65,10 +69,11 @@ def sweep_overrides(effect_pct: float, workload: str) -> list[str]:
     if workload == "synthetic":
         return ["workload=synthetic", "+sweep=calibrate",
                 f"sweep.values=[{planted_fraction(effect_pct)!r}]", label]
+    sweep = "+sweep=planted_client" if workload == "client" else "+sweep=planted_command"
     if effect_pct == 0:  # A/A: the variant differs in a label the trainer ignores
-        return ["+sweep=planted_command", "sweep.variable=workload.params.label",
+        return [sweep, "sweep.variable=workload.params.label",
                 "sweep.baseline=base", "sweep.values=[variant]", label]
-    return ["+sweep=planted_command", f"sweep.values=[{busy_units(effect_pct)}]", label]
+    return [sweep, f"sweep.values=[{busy_units(effect_pct)}]", label]
 
 
 def run_one(effect_pct: float, protocol: str, launcher: str, run_dir: Path, seed: int,
@@ -147,10 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--campaigns", type=int, default=6, help="campaigns per effect and protocol")
     ap.add_argument("--effects", default="0,2,-2,5,-5,10,-10", help="planted speedups in %%")
     ap.add_argument("--launcher", default="inline", choices=["inline", "local"])
-    ap.add_argument("--workload", default="synthetic", choices=["synthetic", "command"],
+    ap.add_argument("--workload", default="synthetic",
+                    choices=["synthetic", "command", "client"],
                     help="synthetic: the calibrated in-process load; command: a plain command "
-                         "(recipes/examples/busy_steps.py, ~5 ms steps, read from its log, no "
-                         "client), the planted effect as more work units per step")
+                         "(recipes/examples/busy_steps.py, ~5 ms steps, read from its log), the "
+                         "planted effect as more work units per step; client: the same script "
+                         "with its units switched through orchestrator.client (pairing=steps: "
+                         "one run of it per round; pairing=process: one arm per run, its log)")
     ap.add_argument("--protocols", default="adaptive,fixed")
     ap.add_argument("--pairing", default="process",
                     help="process, steps, or both (process,steps): protocol.pairing of each cell")
@@ -177,12 +185,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{p.repeats} rounds adaptive up to {p.max_rounds}, A/A arm {p.aa_arm}, clock {p.clock}, min_effect "
           f"{p.min_effect}, confidence {p.confidence}); fixed = {p.max_rounds} rounds",
           flush=True)
-    if args.workload == "command":
+    if args.workload in ("command", "client"):
+        how = ("a plain command read from its log" if args.workload == "command" else
+               "switched through orchestrator.client")
         for eff in effects:
             u = busy_units(eff)
             print(f"  planted {eff:+g}%: variant work {u} units vs {BUSY_UNITS} (true speedup of "
-                  f"the work {BUSY_UNITS / u:.4f}x), a plain command read from its log",
-                  flush=True)
+                  f"the work {BUSY_UNITS / u:.4f}x), {how}", flush=True)
     else:
         from recipes.synthetic.recipe import SyntheticTrainer
         w, b = probe.workload, probe.workload.buckets[0]

@@ -19,9 +19,11 @@ same script trains as it always did.
 Inside a campaign the trial process that started the command listens on a local socket it
 names in ``ORCH_CLIENT`` (never a network port). Every rank (``RANK`` / ``WORLD_SIZE``, as
 torchrun sets them) connects, and the orchestrator hands all ranks the same next block: which
-arm, its params, how many steps. So every rank switches at the same step, decided once. Steps
-in a block run without a message; the block's step times and losses go back when it ends, and
-the reply is the next block (or the end). Which params the trainer read goes with them, so a
+arm, its params, how many steps. So every rank switches at the same step, decided once. The
+steps' times and losses go back at the end of a batch, and
+the reply is the next batch of blocks (or the end): the blocks whose order and length the
+orchestrator can decide ahead (a whole number of cycles), so most steps see no message but a
+one-line note of which block starts. Which params the trainer read goes with them, so a
 param declared switchable but never read, or read but not declared, is refused instead of
 measuring the same code twice.
 """
@@ -42,7 +44,7 @@ ENV = "ORCH_CLIENT"  # the socket's path, set by the trial process for the comma
 PARAMS_ENV = "ORCH_CLIENT_PARAMS"
 PROTOCOL = 1
 
-__all__ = ["ClientError", "active", "arm", "params", "report", "steps", "timed"]
+__all__ = ["ClientError", "active", "arm", "begin", "end", "params", "report", "steps", "timed"]
 
 
 class ClientError(RuntimeError):
@@ -106,6 +108,8 @@ class _Session:
         self.arm = ""
         self.values: dict[str, Any] = {}
         self.rows: list[list[Any]] = []  # this block's [seconds, loss, tags] per step
+        self.batch: list[dict[str, Any]] = []  # the blocks of this batch still to run
+        self.done_blocks: list[list[Any]] | None = None  # [block, rows] run in this batch
         self.row: list[Any] | None = None
         self.read: set[str] = set()
         self.done = False
@@ -132,25 +136,37 @@ class _Session:
         return ClientError(message)
 
     def next_step(self) -> bool:
-        """Before each step: close the last one, and at a block's end hand its steps over and
-        take the next block. False when the plan is done."""
+        """Before each step: close the last one; at a block's end start the next block of the
+        batch (telling the orchestrator which, without waiting), and at a batch's end hand its
+        steps over and take the next batch. False when the plan is done."""
         if self.row is not None and self.row[0] is None:
             raise self.fail(f"step {self.block}:{len(self.rows) - 1} had no client.timed() "
                             "window: wrap each step's work in `with client.timed():`")
-        if self.left == 0:
-            rows = [[t, _number(loss), tags] for t, loss, tags in self.rows]
-            reply = self._call({"op": "next", "rank": self.rank, "block": self.block,
-                                "rows": rows, "read": sorted(self.read)})
-            self.rows = []
+        while self.left == 0:
+            if self.done_blocks is not None:
+                self.done_blocks.append([self.block, self.rows])
+            if self.batch:  # the next block of this batch: no reply awaited
+                self._start(self.batch.pop(0))
+                self.sock.sendall(b'{"op":"at","rank":%d,"block":%d}\n' % (self.rank, self.block))
+                continue
+            reports = [[b, [[t, _number(loss), tags] for t, loss, tags in rows]]
+                       for b, rows in self.done_blocks or ()]
+            reply = self._call({"op": "next", "rank": self.rank, "blocks": reports,
+                                "read": sorted(self.read)})
             if reply.get("done"):
                 self.done, self.row = True, None
                 return False
-            self.block, self.left = int(reply["block"]), int(reply["steps"])
-            self.arm, self.values = str(reply["arm"]), dict(reply["params"])
+            self.done_blocks, self.batch = [], list(reply["blocks"])
+            self._start(self.batch.pop(0))
         self.left -= 1
         self.row = [None, None, ""]
         self.rows.append(self.row)
         return True
+
+    def _start(self, blk: dict[str, Any]) -> None:
+        self.block, self.left = int(blk["block"]), int(blk["steps"])
+        self.arm, self.values = str(blk["arm"]), dict(blk["params"])
+        self.rows = []
 
     def timed_s(self, seconds: float) -> None:
         if self.row is None:
@@ -266,6 +282,25 @@ def timed() -> _Timed:
     the device is synchronised at both ends and the time goes to the step's record. Outside a
     campaign it does nothing."""
     return _Timed(_current())
+
+
+_open: _Timed | None = None
+
+
+def begin() -> None:
+    """The start of a step's timed window, for a loop whose step body you would rather not
+    re-indent under ``with client.timed():`` (then :func:`end` closes it)."""
+    global _open
+    _open = _Timed(_current())
+    _open.__enter__()
+
+
+def end() -> None:
+    """The end of the window :func:`begin` opened (the device synchronised first)."""
+    global _open
+    if _open is not None:
+        _open.__exit__(None, None, None)
+        _open = None
 
 
 def report(loss: Any = None, tags: str = "") -> None:

@@ -17,6 +17,7 @@ replication, so the intervals still carry the between-process variation of the e
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
@@ -59,12 +60,19 @@ def balanced_order(arms: Sequence[str], index: int, seed: str = "") -> list[str]
     arms = list(arms)
     if len(arms) <= 1:
         return arms
+    perm, start, rows = _design(tuple(arms), seed)
+    row = rows[(start + index) % len(rows)]
+    return [perm[i] for i in row]
+
+
+@functools.lru_cache(maxsize=64)
+def _design(arms: tuple[str, ...], seed: str) -> tuple[list[str], int, list[list[int]]]:
+    """The seeded design of :func:`balanced_order` (the same for every index: computed once)."""
     rng = random.Random(f"{seed}|{','.join(arms)}")
-    perm = arms[:]
+    perm = list(arms)
     rng.shuffle(perm)
     rows = williams_rows(len(arms))
-    row = rows[(rng.randrange(len(rows)) + index) % len(rows)]
-    return [perm[i] for i in row]
+    return perm, rng.randrange(len(rows)), rows
 
 
 def ordered(arms: Sequence[str], index: int, order: str = "balanced", seed: str = "") -> list[str]:

@@ -29,6 +29,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from orchestrator.worker.external import (
 )
 
 MAX_MEASURED_STEPS = 2000  # as in-process: the most measured steps measured_min_s may ask for
+MAX_BATCH_CYCLES = 16  # the most cycles one reply hands out (the rest after the report)
 
 
 class ChannelError(Exception):
@@ -71,18 +73,25 @@ class Plan:
         self.warm: dict[str, tuple[list[float], bool]] = {a: ([], False) for a in self.ids}
         self.n = dict.fromkeys(self.ids, 0)
         self.got_s = dict.fromkeys(self.ids, 0.0)
+        self.recent: dict[str, deque[float]] = {a: deque(maxlen=9) for a in self.ids}  # each arm's last step times
         self.failed: dict[str, dict[str, Any]] = {}
-        self.rows: list[dict[str, Any]] = []
+        # per step: (arm, cycle, previous arm, phase, seconds, tags, loss, every rank's seconds)
+        self.raw: list[tuple[Any, ...]] = []
+        self.steps = 0
+        self.ranks: list[int] = [0]  # the ranks that reported (set by the channel)
         self.blocks: list[dict[str, Any]] = []  # per block: arm, kind, cycle, switch steps
         self.cycle = 0
-        self.queue: list[str] | None = None  # this cycle's arms still to run (None: none yet)
+        self.folded = 0  # blocks whose steps are in
+        self.at = 0  # the block the command is in (rank 0's "at" notes)
         self.prev = ""
         self.read: set[str] = set()
         self.done = False
 
     def running(self) -> dict[str, Any] | None:
-        """The block handed out last (the arm that was running, should the command die)."""
-        return self.blocks[-1] if self.blocks and not self.done else None
+        """The block the command was in (the arm that was running, should it die)."""
+        if self.done or not self.blocks:
+            return None
+        return self.blocks[min(self.at, len(self.blocks) - 1)]
 
     def alive(self) -> list[str]:
         return [] if self.baseline in self.failed else [a for a in self.ids
@@ -92,112 +101,146 @@ class Plan:
         return self.n[a] < self.spec.measured_steps or (self.got_s[a] < self.min_s
                                                         and self.n[a] < self.cap)
 
-    def take(self, block: int, per_rank: dict[int, list[list[Any]]],
-             read: set[str]) -> dict[str, Any]:
-        """Fold block ``block``'s rows (rank -> [seconds, loss, tags] per step) in; the next
-        block for every rank. Raises ChannelError."""
+    def take(self, per_rank: dict[int, list[list[Any]]], read: set[str]) -> dict[str, Any]:
+        """Fold the last batch's blocks in (rank -> [[block, [[seconds, loss, tags] per step]]
+        ...]); the next batch for every rank, or the end. Raises ChannelError."""
         self.read |= read
-        if block >= 0:
-            if block != len(self.blocks) - 1:
-                raise ChannelError(f"a rank reported block {block}, but block "
-                                   f"{len(self.blocks) - 1} was running")
-            self._fold(self.blocks[block], per_rank)
+        ranks = sorted(per_rank)
+        self.ranks = ranks
+        lead = per_rank[ranks[0]]
+        if any([b for b, _ in per_rank[r]] != [b for b, _ in lead] for r in ranks):
+            raise ChannelError("the ranks ran different blocks: they left lockstep")
+        for i, (block, _) in enumerate(lead):
+            if block != self.folded:
+                raise ChannelError(f"a rank reported block {block}, but block {self.folded} "
+                                   "was next")
+            self._fold(self.blocks[block], {r: per_rank[r][i][1] for r in ranks})
+            self.folded += 1
+        if self.folded != len(self.blocks):
+            raise ChannelError(f"the ranks reported {self.folded} of the {len(self.blocks)} "
+                               "blocks handed out")
         if not self.warming and any(k not in self.read for k in self.declared):
             missing = sorted(k for k in self.declared if k not in self.read)
             raise ChannelError(f"workload.switchable declares {', '.join(map(repr, missing))}, "
                                "but the trainer never read it through client.params(): every "
                                "arm would run the same code; read it there, or drop it")
-        nxt = self._next()
-        if nxt is None:
+        batch = self._batch()
+        if not batch:
             self.done = True
             return {"done": True}
-        arm, kind, steps = nxt
-        self.blocks.append({"arm": arm, "kind": kind, "cycle": self.cycle if kind == "cycle"
-                            else -1, "switch": self.spec.switch_warmup_steps if kind == "cycle"
-                            else 0})
-        return {"block": len(self.blocks) - 1, "arm": arm, "params": self.values[arm],
-                "steps": steps}
+        first = len(self.blocks)
+        self.blocks.extend(batch)
+        self.at = first
+        return {"blocks": [{"block": first + i, "arm": b["arm"], "params": self.values[b["arm"]],
+                            "steps": b["steps"]} for i, b in enumerate(batch)]}
 
-    def _next(self) -> tuple[str, str, int] | None:
-        """(arm, warmup | cycle, steps) of the next block, None when the plan is done."""
-        if len(self.rows) >= self.bound:
-            raise ChannelError(f"{len(self.rows)} steps run in the paired command: it tags too "
+    def _batch(self) -> list[dict[str, Any]]:
+        """The next blocks: a warm-up block (the steps the policy needs at least before it can
+        say done), or whole cycles, as many as the arms' step times so far say they still need
+        (ending on an even number of cycles); [] when the plan is done."""
+        if self.steps >= self.bound:
+            raise ChannelError(f"{self.steps} steps run in the paired command: it tags too "
                                "many steps for exclusion (client.report tags)")
         self.warming = [a for a in self.warming if a not in self.failed]
         if self.baseline in self.failed:
-            return None
-        if self.warming:  # one warm-up step at a time: the policy decides after each
-            return self.warming[0], "warmup", 1
-        while True:
-            if self.queue:
-                arm = self.queue.pop(0)
-                if arm not in self.failed:
-                    return arm, "cycle", self.spec.switch_warmup_steps + self.spec.block_steps
-                continue
-            if self.queue is not None:  # a cycle ended
-                self.cycle += 1
-            alive = self.alive()
-            if not alive or not (self.cycle % 2 or any(self.short(a) for a in alive)):
-                return None
-            self.queue = blocks.ordered(alive, self.cycle, self.spec.order, self.spec.order_seed)
+            return []
+        if self.warming:
+            arm = self.warming[0]
+            left = self.policy.warmup_steps - len(self.warm[arm][0])
+            return [{"arm": arm, "kind": "warmup", "cycle": -1, "switch": 0,
+                     "steps": max(1, left)}]
+        alive = self.alive()
+        if not alive or (self.cycle > 0 and not any(self.short(a) for a in alive)):
+            return []
+        cycles = self._cycles_needed(alive)
+        cycles += (self.cycle + cycles) % 2  # end on an even number of cycles
+        out = []
+        per = self.spec.switch_warmup_steps + self.spec.block_steps
+        for c in range(self.cycle, self.cycle + cycles):
+            for arm in blocks.ordered(alive, c, self.spec.order, self.spec.order_seed):
+                out.append({"arm": arm, "kind": "cycle", "cycle": c,
+                            "switch": self.spec.switch_warmup_steps, "steps": per})
+        self.cycle += cycles
+        return out
+
+    def _cycles_needed(self, alive: list[str]) -> int:
+        """Cycles until every arm has its measured steps and seconds, from each arm's recent
+        step times (at least 1; at most MAX_BATCH_CYCLES in one batch)."""
+        need = 1
+        for a in alive:
+            steps = max(0, self.spec.measured_steps - self.n[a])
+            if self.min_s > 0:
+                times = self.recent[a]
+                if times:
+                    steps = max(steps, math.ceil((self.min_s - self.got_s[a])
+                                                 / statistics.median(times)))
+                steps = min(steps, self.cap - self.n[a])
+            need = max(need, math.ceil(steps / self.spec.block_steps))
+        return min(need, MAX_BATCH_CYCLES)
 
     def _fold(self, blk: dict[str, Any], per_rank: dict[int, list[list[Any]]]) -> None:
-        arm = blk["arm"]
+        """One block's steps in: phases, the arm's counts, warm-up and failure (the rows kept
+        compact here, on the path between two batches; :meth:`rows` builds them)."""
+        arm, kind, switch = blk["arm"], blk["kind"], blk["switch"]
         ranks = sorted(per_rank)
         lead = per_rank[ranks[0]]
         if any(len(per_rank[r]) != len(lead) for r in ranks):
             counts = ", ".join(f"rank {r}: {len(per_rank[r])}" for r in ranks)
-            raise ChannelError(f"the ranks ran different numbers of steps in block "
-                               f"{len(self.blocks) - 1} ({counts}): they left lockstep")
+            raise ChannelError(f"the ranks ran different numbers of steps in arm {arm}'s block "
+                               f"({counts}): they left lockstep")
+        warm, recent = self.warm[arm][0], self.recent[arm]
         for j, (t, loss, tags) in enumerate(lead):
-            times = [per_rank[r][j][0] for r in ranks]
-            for r, x in zip(ranks, times):
-                if not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
-                    raise ChannelError(f"rank {r} sent step time {x!r} s in arm {arm}'s block")
-            step = len(self.rows)
-            row: dict[str, Any] = {"step": step, "phase": "", "step_time_s": float(t),
-                                   "data_wait_s": None, "tags": str(tags or ""),
-                                   "arm_id": arm, "block": blk["cycle"], "prev_arm": self.prev,
-                                   "batch_index": step,
+            times = [per_rank[r][j][0] for r in ranks] if len(ranks) > 1 else None
+            for x in times or (t,):
+                if not isinstance(x, (int, float)) or not x > 0 or x == math.inf:
+                    raise ChannelError(f"a rank sent step time {x!r} s in arm {arm}'s block")
+            tags = str(tags or "")
+            if kind == "warmup":
+                phase = "excluded" if tags else "warmup"
+                if not tags:
+                    warm.append(t)
+                    recent.append(t)
+            elif j < switch:
+                phase, tags = "excluded", f"{tags};{blocks.SWITCH_TAG}" if tags else blocks.SWITCH_TAG
+            elif tags:
+                phase = "excluded"
+            else:
+                phase = "measured"
+                self.n[arm] += 1
+                self.got_s[arm] += t
+                recent.append(t)
+            if loss is not None and not math.isfinite(loss) and arm not in self.failed:
+                self.failed[arm] = {"status": Status.FAILED, "failure_kind": "nonfinite_loss",
+                                    "error": f"non-finite loss {loss} at step {self.steps} "
+                                    f"(arm {arm})"}
+            self.raw.append((arm, blk["cycle"], self.prev, phase, float(t), tags, loss, times))
+            self.steps += 1
+        if kind == "warmup" and arm in self.warming:
+            done, settled = warmup_complete(warm, self.policy)
+            self.warm[arm] = (warm, settled)
+            if done:
+                self.warming.remove(arm)
+        if kind == "cycle":
+            self.prev = arm
+
+    def rows(self, arm: str | None = None) -> list[dict[str, Any]]:
+        """The steps.csv rows (every arm's, or one arm's), in step order."""
+        ranks = sorted(self.ranks)
+        out = []
+        for step, (a, cycle, prev, phase, t, tags, loss, times) in enumerate(self.raw):
+            if arm is not None and a != arm:
+                continue
+            row: dict[str, Any] = {"step": step, "phase": phase, "step_time_s": t,
+                                   "data_wait_s": None, "tags": tags, "arm_id": a,
+                                   "block": cycle, "prev_arm": prev, "batch_index": step,
                                    "loss": None if loss is None else float(loss)}
-            if len(ranks) > 1:
+            if times is not None:
                 for r, x in zip(ranks, times):
                     row[f"step_time_rank{r}_s"] = x
                 row["rank_skew_s"] = max(times) - min(times)
                 row["slowest_rank"] = ranks[times.index(max(times))]
-            self._phase(blk, j, row)
-            self.rows.append(row)
-            if row["loss"] is not None and not math.isfinite(row["loss"]) \
-                    and arm not in self.failed:
-                self.failed[arm] = {"status": Status.FAILED, "failure_kind": "nonfinite_loss",
-                                    "error": f"non-finite loss {row['loss']} at step {step} "
-                                    f"(arm {arm})"}
-        if blk["kind"] == "warmup" and arm in self.warming:
-            times, _ = self.warm[arm]
-            done, settled = warmup_complete(times, self.policy)
-            self.warm[arm] = (times, settled)
-            if done:
-                self.warming.remove(arm)
-        if blk["kind"] == "cycle":
-            self.prev = arm
-
-    def _phase(self, blk: dict[str, Any], j: int, row: dict[str, Any]) -> None:
-        arm = blk["arm"]
-        if blk["kind"] == "warmup":
-            if row["tags"]:
-                row["phase"] = "excluded"
-            else:
-                row["phase"] = "warmup"
-                self.warm[arm][0].append(row["step_time_s"])
-        elif j < blk["switch"]:
-            row["phase"] = "excluded"
-            row["tags"] = ";".join(t for t in (row["tags"], blocks.SWITCH_TAG) if t)
-        elif row["tags"]:
-            row["phase"] = "excluded"
-        else:
-            row["phase"] = "measured"
-            self.n[arm] += 1
-            self.got_s[arm] += row["step_time_s"]
+            out.append(row)
+        return out
 
 
 class Channel:
@@ -242,6 +285,7 @@ class Channel:
     def _serve(self, conn: socket.socket) -> None:
         rank: int | None = None
         bye = False
+        batches = 0
         with conn, conn.makefile("rb") as reader:
             for line in reader:
                 try:
@@ -252,8 +296,13 @@ class Channel:
                 op = msg.get("op")
                 if op == "hello":
                     rank, reply = self._hello(msg)
+                elif op == "at" and rank is not None:
+                    if rank == 0:  # the block rank 0 starts (no reply: the step goes on)
+                        self.plan.at = int(msg.get("block", 0))
+                    continue
                 elif op == "next" and rank is not None:
-                    reply = self._next(rank, msg)
+                    reply = self._next(rank, batches, msg)
+                    batches += 1
                 elif op == "error":
                     self.fail("client", str(msg.get("message", "the client raised")))
                     continue
@@ -292,21 +341,21 @@ class Channel:
         self.fail("client", why)
         return None, {"error": why}
 
-    def _next(self, rank: int, msg: dict[str, Any]) -> dict[str, Any]:
-        block = int(msg.get("block", -1))
+    def _next(self, rank: int, batch: int, msg: dict[str, Any]) -> dict[str, Any]:
+        """Rank ``rank``'s report of batch ``batch``; the next batch once every rank's is in."""
         with self.cond:
-            self.pending.setdefault(block, {})[rank] = list(msg.get("rows") or [])
-            self.reads.setdefault(block, set()).update(msg.get("read") or [])
-            if len(self.pending[block]) == self.world and self.error is None:
+            self.pending.setdefault(batch, {})[rank] = list(msg.get("blocks") or [])
+            self.reads.setdefault(batch, set()).update(msg.get("read") or [])
+            if len(self.pending[batch]) == self.world and self.error is None:
                 try:
-                    self.replies[block] = self.plan.take(block, self.pending.pop(block),
-                                                         self.reads.pop(block))
+                    self.replies[batch] = self.plan.take(self.pending.pop(batch),
+                                                         self.reads.pop(batch))
                 except ChannelError as exc:
                     self.error, self.error_kind = str(exc), "client"
                 except Exception as exc:  # noqa: BLE001 (a bug here must not hang the ranks)
                     self.error, self.error_kind = f"{type(exc).__name__}: {exc}", "client"
                 self.cond.notify_all()
-            while block not in self.replies and self.error is None:
+            while batch not in self.replies and self.error is None:
                 gone = self.left - {rank}
                 if gone:
                     self.error = self.error or (f"rank {min(gone)} left the client channel "
@@ -314,8 +363,8 @@ class Channel:
                     self.error_kind = self.error_kind or "exited_mid_block"
                     break
                 self.cond.wait(1.0)
-            if block in self.replies:
-                return self.replies[block]
+            if batch in self.replies:
+                return self.replies[batch]
             return {"error": self.error}
 
     def close(self) -> None:
@@ -380,7 +429,7 @@ def _outcome(plan: Plan, channel: Channel, rc: int | None, start_error: str | No
     if rc is None:
         return {"status": Status.TIMEOUT, "failure_kind": "timeout", "culprit": culprit,
                 "error": f"the command ran past workload.time_limit_s={limit_s:g} s and was "
-                f"killed{where} ({len(plan.rows)} step(s) by then)"}
+                f"killed{where} ({plan.steps} step(s) by then)"}
     if not channel.connected:
         return {"status": Status.FAILED, "failure_kind": "no_client", "culprit": None,
                 "error": f"the command (exit code {rc}) never connected to the client channel "
@@ -392,7 +441,7 @@ def _outcome(plan: Plan, channel: Channel, rc: int | None, start_error: str | No
                     "error": f"the command exited (code 0){where} before the plan's last "
                     "block: its loop must run every step client.steps() yields"}
         return {"status": Status.FAILED, "failure_kind": "exited_mid_block", "culprit": culprit,
-                "error": f"the command exited with code {rc}{where}, step {len(plan.rows)}"}
+                "error": f"the command exited with code {rc}{where}, step {plan.steps}"}
     if rc != 0:
         return {"status": Status.FAILED, "failure_kind": "exit_code", "culprit": None,
                 "error": f"the command exited with code {rc} after the plan's last block"}
@@ -401,7 +450,7 @@ def _outcome(plan: Plan, channel: Channel, rc: int | None, start_error: str | No
 
 def _arm_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: str,
                 outcome: dict[str, Any] | None, tail: str) -> dict[str, Any]:
-    rows = [r for r in plan.rows if r["arm_id"] == arm]
+    rows = plan.rows(arm)
     if rows:
         Path(own_dir := _dir_of(spec, arm)).mkdir(parents=True, exist_ok=True)
         write_csv(Path(own_dir) / "steps.csv", rows)

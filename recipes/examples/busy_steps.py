@@ -14,7 +14,7 @@ was asked (a trainer that does not follow ``{steps}``, for the tests).
 It also uses :mod:`orchestrator.client`, four lines: the loop runs ``client.steps``, reads the
 work units through ``client.params`` every step, times the work in ``client.timed()`` and
 reports the loss. Outside a campaign they change nothing (``--steps`` steps of ``--units``);
-in one whose workload declares ``switchable: [units]`` (``conf/workload/command_client.yaml``)
+in one whose workload declares ``switchable: [units, label]`` (``conf/workload/command_client.yaml``)
 one run of the script switches between the arms' units block by block.
 
     python recipes/examples/busy_steps.py --steps 20 --units 180
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# cpus {','.join(map(str, sorted(os.sched_getaffinity(0))))}", flush=True)
     for i in client.steps(steps):
         step = i + 1
-        units = client.params({"units": args.units})["units"]
+        units = client.params({"units": args.units, "label": args.label})["units"]
         t0 = time.perf_counter()
         with client.timed():
             x = work(units, x)

@@ -27,9 +27,12 @@ def test_every_conf_file_composes(compose: Any) -> None:
     # sweep targets the GPT workloads
     families = ("command", "synthetic", "muon_tp")
     sweep_family = {"example_delay": "command", "planted_command": "command",
+                    "planted_client": "command", "nanogpt_delay": "command",
                     "calibrate": "synthetic", "tp_mode": "muon_tp"}
     # a command sweep varies its own example's params
-    command_example = {"example_delay": "command_example", "planted_command": "command_busy"}
+    command_example = {"example_delay": "command_example", "planted_command": "command_busy",
+                       "planted_client": "command_client", "nanogpt_delay": "nanogpt_client"}
+    needs_cwd = ("nanogpt_cpu", "nanogpt_client")
 
     def family(workload: str) -> str:
         return next((f for f in families if workload.startswith(f)), "gpt")
@@ -41,19 +44,22 @@ def test_every_conf_file_composes(compose: Any) -> None:
     assert cfg.workload.kind == "command" and cfg.workload.tokens_per_step
     with pytest.raises(ConfigError, match=r"^workload\.cwd: /path/to/nanoGPT is not a directory"):
         compose(["workload=nanogpt_cpu", "+sweep=planted_command"])
+    # patched to use orchestrator.client: its delay is switched between steps
+    cfg = compose([f"workload.cwd={Path.cwd()}", "+sweep=nanogpt_delay"])
+    assert cfg.workload.name == "nanogpt_client" and list(cfg.workload.switchable) == ["delay_ms"]
 
     first = {"command": "example_delay", "synthetic": "calibrate", "muon_tp": "tp_mode",
              "gpt": "fa2"}
     for group in groups:
         for option in group_options(group):
-            if option == "nanogpt_cpu":
+            if option in needs_cwd:
                 continue  # above
             own = {w: sw for sw, w in command_example.items()}
             sweep = (own.get(option) or first[family(option)]) if group == "workload" else "fa2"
             cfg = compose([f"{group}={option}", f"+sweep={sweep}"])
             assert isinstance(cfg, Config)
     for sweep, workload in itertools.product(group_options("sweep"), group_options("workload")):
-        if sweep_family.get(sweep, "gpt") != family(workload) or workload == "nanogpt_cpu":
+        if sweep_family.get(sweep, "gpt") != family(workload) or workload in needs_cwd:
             continue
         if sweep in command_example and workload != command_example[sweep]:
             continue
