@@ -56,7 +56,7 @@ class ChannelError(Exception):
 class Plan:
     """The blocks of one paired command, decided once for every rank: warm-ups, then cycles
     of one block per live arm until each has its measured steps and seconds. ``take`` folds a
-    finished block's step rows in and returns the next block (or the end)."""
+    finished batch's step rows in and returns the next batch of blocks (or the end)."""
 
     def __init__(self, spec: Any, values: dict[str, dict[str, Any]], baseline: str,
                  declared: list[str]) -> None:
@@ -73,7 +73,8 @@ class Plan:
         self.warm: dict[str, tuple[list[float], bool]] = {a: ([], False) for a in self.ids}
         self.n = dict.fromkeys(self.ids, 0)
         self.got_s = dict.fromkeys(self.ids, 0.0)
-        self.recent: dict[str, deque[float]] = {a: deque(maxlen=9) for a in self.ids}  # each arm's last step times
+        # each arm's last step times (how many steps its measured_min_s still needs)
+        self.recent: dict[str, deque[float]] = {a: deque(maxlen=9) for a in self.ids}
         self.failed: dict[str, dict[str, Any]] = {}
         # per step: (arm, cycle, previous arm, phase, seconds, tags, loss, every rank's seconds)
         self.raw: list[tuple[Any, ...]] = []
@@ -430,10 +431,14 @@ def _outcome(plan: Plan, channel: Channel, rc: int | None, start_error: str | No
         return {"status": Status.TIMEOUT, "failure_kind": "timeout", "culprit": culprit,
                 "error": f"the command ran past workload.time_limit_s={limit_s:g} s and was "
                 f"killed{where} ({plan.steps} step(s) by then)"}
+    if not channel.connected and rc != 0:
+        return {"status": Status.FAILED, "failure_kind": "exit_code", "culprit": None,
+                "error": f"the command exited with code {rc} before it connected to the client "
+                "channel (its log says why)"}
     if not channel.connected:
         return {"status": Status.FAILED, "failure_kind": "no_client", "culprit": None,
-                "error": f"the command (exit code {rc}) never connected to the client channel "
-                "(ORCH_CLIENT): its trainer does not call orchestrator.client, so its arms "
+                "error": "the command ran to its end (exit code 0) and never connected to the "
+                "client channel (ORCH_CLIENT): its trainer does not call orchestrator.client, so its arms "
                 "cannot be switched between steps; use protocol.pairing=process"}
     if not plan.done:
         if rc == 0:

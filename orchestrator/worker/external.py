@@ -160,6 +160,8 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
     switched = {k: trainer.workload.params.get(k)
                 for k in getattr(trainer.workload, "switchable", None) or ()}
     env = {**inv.env, PARAMS_ENV: json.dumps(switched)} if switched else inv.env
+    if switched:  # what orchestrator.client.params() returns in this run (one arm)
+        common["client_params"] = switched
     rc, start_error = run_command(inv.argv, inv.cwd, env, log_path, inv.time_limit_s)
     wall = time.time() - t0
     out_lines = _read_lines(log_path)

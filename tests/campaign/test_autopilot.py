@@ -25,8 +25,9 @@ from orchestrator.spec.ledger import Ledger
 V0 = ["workload=gpt_test", "workload.model.attention.backend=tiled",
       "workload.model.attention.block_q=8", "workload.model.attention.block_k=8"]
 # quick protocol with the direction check, more measured steps than its 3 (a 2-core machine shared with other jobs);
-# a trial disturbed by another process is not run again (keeps the test's length bounded)
-PROTO = ["protocol=quick", "protocol.repeats=3", "protocol.max_rounds=3",
+# a trial disturbed by another process is not run again (keeps the test's length bounded);
+# two rounds (CI time: the verdicts may then be inconclusive, which the tests allow)
+PROTO = ["protocol=quick", "protocol.repeats=2", "protocol.max_rounds=2",
          "protocol.measured_steps=8", "protocol.interference_retries=0",
          "protocol.direction_check=true", "device=cpu"]
 

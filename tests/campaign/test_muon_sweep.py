@@ -123,14 +123,15 @@ def test_tp_mode_gate_rejects_a_planted_distributed_error(compose: Any, run_dir:
 def test_tp_mode_sweep_two_ranks_default_protocol(compose: Any, run_dir: Path) -> None:
     """The shipped default protocol (auto warm-up, time floor on the measured window, A/A arm)
     on two ranks: every rank must take the same warm-up and stopping decisions, or the ranks
-    fall out of step and the trials crash in mismatched collectives (issue 22). Only the
-    rounds are capped (2, no adaptive extension), for CI time: each paired process times every
-    arm for protocol.paired_min_s (2 s), the floor the ranks must agree on."""
+    fall out of step and the trials crash in mismatched collectives (issue 22). For CI time
+    the rounds are capped (2, no adaptive extension), each paired process times every arm for
+    protocol.paired_min_s=1 s (the shipped 2 s is the same floor to agree on, twice as long)
+    and the correctness gate is off (the two-rank gate runs in the end-to-end test above)."""
     cfg = compose(["workload=muon_tp_test", "launcher=local", "+sweep=tp_mode",
-                   "protocol.correctness.steps=8", "protocol.repeats=2",
-                   "protocol.max_rounds=2"])
+                   "protocol.correctness.mode=off", "protocol.repeats=2",
+                   "protocol.max_rounds=2", "protocol.paired_min_s=1"])
     assert cfg.protocol.warmup_policy == "auto" and cfg.protocol.aa_arm
-    assert cfg.protocol.measured_min_s > 0 and cfg.protocol.paired_min_s >= 2
+    assert cfg.protocol.measured_min_s > 0
     result = run_campaign(cfg, run_dir)
     recs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
     assert len(recs) == 8, len(recs)  # 4 arms (A/A included) x 2 rounds
@@ -142,7 +143,7 @@ def test_tp_mode_sweep_two_ranks_default_protocol(compose: Any, run_dir: Path) -
     for r in recs:  # paired by steps, every arm timed for at least paired_min_s
         steps = pd.read_csv(run_dir / "trials" / r["trial_id"] / "steps.csv")
         assert r["pairing"] == "steps"
-        assert steps.loc[steps["phase"] == "measured", "step_time_s"].sum() >= 0.9 * 2.0
+        assert steps.loc[steps["phase"] == "measured", "step_time_s"].sum() >= 0.9 * 1.0
     for v in result.verdicts:
         assert not any("failed" in why or "crashed" in why for why in v.reasons), v.reasons
 

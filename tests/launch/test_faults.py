@@ -88,12 +88,12 @@ def test_hang_times_out_and_kill_9_is_recorded(name: str, run_dir: Path, monkeyp
     t = threading.Thread(target=killer, daemon=True)
     t.start()
     try:
-        recs = _collect(launcher, [victim, hang], timeout_s=20)
+        recs = _collect(launcher, [victim, hang], timeout_s=12)
     finally:
         stop.set()
     assert recs["killed"]["status"] == "killed" and "SIGKILL" in recs["killed"]["error"]
     assert recs["hangs"]["status"] == "timeout"
-    assert "20 s" in recs["hangs"]["error"]
+    assert "12 s" in recs["hangs"]["error"]
     assert pids_running(str(Path(hang.trial_dir) / "spec.json")) == []  # nothing left behind
     assert pids_writing(Path(hang.trial_dir) / "stdout.log") == []
     want = "spawn" if name in ("local-spawn", "slurm") else "fork-server"

@@ -156,6 +156,7 @@ def test_one_arm_per_process_gets_its_params_without_a_channel(tmp_path: Path) -
     assert rec["status"] == "ok", rec.get("error")
     assert "units 7" in (tmp_path / "t" / "command.log").read_text()
     assert rec.get("step_source") is None  # its steps came from the log
+    assert rec["client_params"] == {"units": 7}
 
 
 def test_switchable_params_are_checked() -> None:
