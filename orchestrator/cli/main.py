@@ -543,10 +543,12 @@ def _interrupted(exc: KeyboardInterrupt, run_dir: Path) -> int:
 
     signum = exc.signum if isinstance(exc, Interrupted) else int(signal.SIGINT)
     try:
-        planned = len(read_json(run_dir / "plan.json").get("trials", []))
+        ids = {t.get("trial_id") for t in read_json(run_dir / "plan.json").get("trials", [])}
     except (OSError, ValueError, AttributeError):
-        planned = 0
-    done = len(completed_on_disk(run_dir)) if run_dir.is_dir() else 0
+        ids = set()
+    planned = len(ids)
+    # the planned trials only (a pilot, a profiled or a microbenchmark trial is not one)
+    done = len(set(completed_on_disk(run_dir)) & ids) if run_dir.is_dir() else 0
     name = signal.Signals(signum).name
     what = (f"interrupted ({name}) after {done} of {planned} trials" if planned
             else f"interrupted ({name}) before the first trial")
