@@ -90,7 +90,9 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
     except BackendUnavailable as exc:
         record, records = trial_record(**base, status="unavailable", error=str(exc)), []
     except BaseException as exc:  # the workload failed: a status, not a lost row
-        if isinstance(exc, KeyboardInterrupt):
+        # stopped from outside (Ctrl-C; SIGTERM from the launcher, a command's run turns it
+        # into SystemExit): no record, so a resume runs the trial again
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
         base["failed_at"] = time.time()  # distributed: the earliest failing rank is the cause
         status = "oom" if devmod.is_oom(exc) else "failed"

@@ -268,8 +268,10 @@ def test_an_interrupt_is_one_line_with_its_exit_code(tmp_path: Path, sig: int, c
     assert "Traceback" not in err
     name = signal.Signals(sig).name
     last = err.strip().splitlines()[-1]
+    on_disk = {p.parent.name: json.loads(p.read_text()).get("status")
+               for p in run.glob("trials/*/trial.json")}
     assert f"interrupted ({name}) after 0 of 4 trials; resume with: python -m orchestrator " \
-           "workload=command_example" in last and "resume=" in last, err[-2000:]
+           "workload=command_example" in last and "resume=" in last, (on_disk, err[-2000:])
     assert f"interrupted ({name})" in (run / "campaign.log").read_text()
     assert wait_for(lambda: not trainer_pids(script), 5.0)
 
