@@ -84,6 +84,17 @@ def ordered(arms: Sequence[str], index: int, order: str = "balanced", seed: str 
     return block_order(arms, index)
 
 
+def live_arms(ids: Sequence[str], baseline: str, failed: Mapping[str, object]) -> list[str]:
+    """The arms still in a paired process's rotation: none once the baseline failed."""
+    return [] if baseline in failed else [a for a in ids if a not in failed]
+
+
+def needs_more(n: int, got_s: float, measured_steps: int, min_s: float, cap: int) -> bool:
+    """Whether an arm with ``n`` measured steps of ``got_s`` seconds still needs steps: fewer
+    than ``measured_steps``, or under the time floor ``min_s`` and the cap."""
+    return n < measured_steps or (got_s < min_s and n < cap)
+
+
 def block_starts(steps: Sequence[tuple[int, float]]) -> list[bool]:
     """For one arm's measured (cycle, time) steps in order: which is its block's first."""
     return [i == 0 or steps[i - 1][0] != c for i, (c, _) in enumerate(steps)]

@@ -95,12 +95,11 @@ class Plan:
         return self.blocks[min(self.at, len(self.blocks) - 1)]
 
     def alive(self) -> list[str]:
-        return [] if self.baseline in self.failed else [a for a in self.ids
-                                                        if a not in self.failed]
+        return blocks.live_arms(self.ids, self.baseline, self.failed)
 
     def short(self, a: str) -> bool:
-        return self.n[a] < self.spec.measured_steps or (self.got_s[a] < self.min_s
-                                                        and self.n[a] < self.cap)
+        return blocks.needs_more(self.n[a], self.got_s[a], self.spec.measured_steps,
+                                 self.min_s, self.cap)
 
     def take(self, per_rank: dict[int, list[list[Any]]], read: set[str]) -> dict[str, Any]:
         """Fold the last batch's blocks in (rank -> [[block, [[seconds, loss, tags] per step]]

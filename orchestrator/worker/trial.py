@@ -467,12 +467,11 @@ class _PairedRun:
             self.got_s[arm] += decide_s
 
     def alive(self) -> list[str]:
-        return [] if self.baseline in self.failed else [a for a in self.ids
-                                                        if a not in self.failed]
+        return blocks.live_arms(self.ids, self.baseline, self.failed)
 
     def short(self, a: str) -> bool:
-        return self.n[a] < self.spec.measured_steps or (self.got_s[a] < self.min_s
-                                                        and self.n[a] < self.cap)
+        return blocks.needs_more(self.n[a], self.got_s[a], self.spec.measured_steps,
+                                 self.min_s, self.cap)
 
     def cycles(self) -> None:
         """Cycles of one block per live arm until each has its measured steps and seconds
