@@ -66,17 +66,17 @@ def external_reason(cfg: Config, arms: Sequence[ResolvedArm]) -> str | None:
             external = load_recipe(recipe).external
         except Exception:  # noqa: BLE001 (an unknown recipe fails its own probe, as data)
             continue
-        if external and cfg.protocol.pairing == "steps":
-            return (f"arm {arm.label!r} runs an external command (recipe {recipe!r}): there is "
-                    "no model in this process to probe, and paired by steps the arms take "
-                    "turns on one run of the trainer, so their logged losses are not "
-                    "step-for-step comparable either; check numerics with a campaign under "
-                    "protocol.pairing=process, which compares each arm's logged loss with the "
-                    "baseline's (workload.loss_rtol)")
-        if external:
-            return (f"arm {arm.label!r} runs an external command (recipe {recipe!r}): there is "
-                    "no model in this process to probe; its logged loss is compared with the "
-                    "baseline's instead (workload.loss_rtol)")
+        if not external:
+            continue
+        why = (f"arm {arm.label!r} runs an external command (recipe {recipe!r}): there is no "
+               "model in this process to probe")
+        if cfg.protocol.pairing == "steps":
+            return (f"{why}, and paired by steps the arms take turns on one run of the "
+                    "trainer, so their logged losses are not step-for-step comparable either; "
+                    "check numerics with a campaign under protocol.pairing=process, which "
+                    "compares each arm's logged loss with the baseline's (workload.loss_rtol)")
+        return (f"{why}; its logged loss is compared with the baseline's instead "
+                "(workload.loss_rtol)")
     return None
 
 

@@ -115,6 +115,17 @@ def trial_record(**fields: Any) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, **fields}
 
 
+def excluded_tags(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many excluded steps of steps.csv rows carried each tag (compile, switch, epoch
+    boundary ...)."""
+    out: dict[str, int] = {}
+    for r in rows:
+        if r["phase"] == "excluded":
+            for tag in filter(None, str(r.get("tags") or "").split(";")):
+                out[tag] = out.get(tag, 0) + 1
+    return out
+
+
 def ok_timed(trials: pd.DataFrame) -> pd.DataFrame:
     """The ok timed trials of a trials table (not pilots, profiled or microbenchmark ones)."""
     if trials.empty or "status" not in trials:

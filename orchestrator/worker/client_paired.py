@@ -35,7 +35,7 @@ from typing import Any
 
 from orchestrator import client as wire
 from orchestrator.core import blocks
-from orchestrator.core.results import INFRA_STATUS, Status, trial_record, write_csv
+from orchestrator.core.results import INFRA_STATUS, Status, excluded_tags, trial_record, write_csv
 from orchestrator.core.steady import warmup_complete
 from orchestrator.worker.external import (
     child_peak_rss,
@@ -492,11 +492,7 @@ def _ok_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: st
     tokens = trainer.tokens_per_step
     useful = trainer.useful_flops_per_step()
     skews = [r["rank_skew_s"] for r in measured if "rank_skew_s" in r]
-    excluded = [r for r in rows if r["phase"] == "excluded"]
-    tags: dict[str, int] = {}
-    for r in excluded:
-        for t in filter(None, r["tags"].split(";")):
-            tags[t] = tags.get(t, 0) + 1
+    excluded = sum(1 for r in rows if r["phase"] == "excluded")
     return trial_record(
         **{**own, "measured_steps": len(times)},
         status=Status.OK,
@@ -505,7 +501,7 @@ def _ok_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: st
         step_time_mad_s=statistics.median(abs(v - median) for v in times),
         measured_steps_run=len(times),
         warmup_policy=plan.policy.policy, warmup_steps_used=len(warm), warmup_settled=settled,
-        excluded_steps=len(excluded), excluded_tags=tags,
+        excluded_steps=excluded, excluded_tags=excluded_tags(rows),
         tokens_per_step=tokens, tokens_source=trainer.tokens_source,
         tokens_per_s=None if tokens is None else tokens / median,
         peak_mem_bytes=peak, peak_mem_source=f"{peak_source} (the paired command, all arms)",

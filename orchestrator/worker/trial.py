@@ -36,7 +36,8 @@ from orchestrator.spec.jobs import LAUNCH_T0_VAR, TrialSpec
 from orchestrator.platform.children import die_with_parent
 from orchestrator.worker.microbench import run_microbench
 from orchestrator.worker.profile.runner import run_profiled
-from orchestrator.core.results import INFRA_STATUS, atomic_write_json, trial_record, write_csv, Status
+from orchestrator.core.results import (INFRA_STATUS, atomic_write_json, excluded_tags, trial_record,
+                                       write_csv, Status)
 from orchestrator.core.steady import warmup_complete
 from orchestrator.worker.bootstrap import start_worker
 from recipes.registry import workload_from_dict
@@ -545,16 +546,6 @@ def _memory_fields(dev: Any, memory: dict[str, int] | None,
     return peak, source, {k: v for k, v in (figures or {}).items() if k != "peak_mem_bytes"}
 
 
-def _excluded_tags(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """How many excluded steps carried each tag (compile, switch, epoch boundary ...)."""
-    out: dict[str, int] = {}
-    for r in rows:
-        if r["phase"] == "excluded":
-            for tag in filter(None, str(r.get("tags") or "").split(";")):
-                out[tag] = out.get(tag, 0) + 1
-    return out
-
-
 def _interference(window: CpuWindow, world: int) -> dict[str, Any]:
     if world <= 1:
         return window.stop()
@@ -665,7 +656,7 @@ def _step_fields(b: _Built, arm: _Arm, measured: list[float], median: float) -> 
         "warmup_policy": b.policy.policy, "warmup_steps_used": len(arm.warm_times),
         "warmup_settled": arm.settled,
         "excluded_steps": sum(1 for r in rows if r["phase"] == "excluded"),
-        "excluded_tags": _excluded_tags(rows),
+        "excluded_tags": excluded_tags(rows),
         "compile_steps": sum(1 for r in rows if "compile" in r["tags"].split(";")),
     }
 
