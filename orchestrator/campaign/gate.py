@@ -22,7 +22,6 @@ Artifacts, under the run directory::
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import time
@@ -93,7 +92,7 @@ def probe_specs(
             arm_label=arm.label,
             role=role,
             probe_dir=str(root / name),
-            workload=copy.deepcopy(arm.workload),
+            workload=arm.job_workload(),
             buckets=list(buckets),
             init_checkpoint=str(root / "init.pt"),
             batch_dir=str(root / "batches"),

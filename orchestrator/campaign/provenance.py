@@ -8,18 +8,16 @@ holds the exact command line, the Hydra overrides, the launcher and its paramete
 environment switches the sweep sets on each arm. A resumed campaign appends its own command.
 
 Formatting is pure (:func:`source_text`, :func:`command_text`); git is asked through
-:func:`git_state`, a thin subprocess shell. Files are written atomically; the campaign sanitizes
+:func:`orchestrator.platform.git.git_state`. Files are written atomically; the campaign sanitizes
 them with everything else in the run directory.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import logging
 import os
 import shlex
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,65 +31,10 @@ from orchestrator.platform.environment import compare, fingerprint, gather
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.results import atomic_write_json, atomic_write_text, read_json
 from orchestrator.core.sanitize import Sanitizer, reserve_run_dir, sanitize_run_dir
+from orchestrator.platform.git import MAX_UNTRACKED_BYTES, GitState, git_state
 from recipes.registry import REGISTRY
 
 log = logging.getLogger(__name__)
-
-GIT_TIMEOUT_S = 10.0
-MAX_UNTRACKED_BYTES = 1 << 20  # untracked files larger than this are listed, not included
-
-
-@dataclass
-class GitState:
-    root: str | None = None
-    commit: str | None = None
-    branch: str | None = None
-    dirty: bool | None = None
-    diff: str = ""
-    error: str | None = None
-    untracked: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)  # untracked files too large to include
-
-
-def _git(root: Path, *args: str) -> str:
-    proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                          timeout=GIT_TIMEOUT_S, check=False, errors="replace")
-    if proc.returncode != 0:
-        raise RuntimeError((proc.stderr.strip().splitlines() or [f"git {args[0]} failed"])[0])
-    return proc.stdout
-
-
-def git_state(path: str | Path) -> GitState:
-    """The git state of the tree holding ``path``; an install outside git says so."""
-    try:
-        top = Path(_git(Path(path), "rev-parse", "--show-toplevel").strip())
-    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
-        return GitState(error=f"not a git checkout ({exc})")
-    st = GitState(root=str(top))
-    try:
-        st.commit = _git(top, "rev-parse", "HEAD").strip()
-        branch = _git(top, "rev-parse", "--abbrev-ref", "HEAD").strip()
-        st.branch = None if branch == "HEAD" else branch  # detached
-        status = _git(top, "status", "--porcelain", "--untracked-files=all")
-        st.dirty = bool(status.strip())
-        if st.dirty:
-            parts = [_git(top, "diff", "HEAD", "--binary")]
-            st.untracked = _git(top, "ls-files", "--others", "--exclude-standard").splitlines()
-            for rel in st.untracked:
-                f = top / rel
-                if not f.is_file() or f.stat().st_size > MAX_UNTRACKED_BYTES:
-                    st.skipped.append(rel)
-                    continue
-                proc = subprocess.run(
-                    ["git", "-C", str(top), "diff", "--no-index", "--binary", "--", "/dev/null", rel],
-                    capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=False,
-                    errors="replace",
-                )
-                parts.append(proc.stdout)  # exit code 1 means "differs", which it does
-            st.diff = "".join(parts)
-    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
-        st.error = str(exc)
-    return st
 
 
 def package_versions(recipes: Sequence[str] = ()) -> dict[str, str]:
@@ -139,16 +82,20 @@ def source_text(st: GitState, versions: dict[str, str], diff_sha256: str | None)
     return "\n".join(lines) + "\n"
 
 
-def write_source(run_dir: Path, recipes: Sequence[str] = ()) -> GitState:
-    """source.txt (+ source.diff when the tree is dirty) for the orchestrator's source tree."""
-    st = git_state(Path(__file__).resolve().parent)
-    sha = hashlib.sha256(st.diff.encode("utf-8", errors="surrogateescape")).hexdigest() \
-        if st.dirty else None
+def write_source(run_dir: Path, recipes: Sequence[str] = (),
+                 code_lines: Sequence[str] = ()) -> GitState:
+    """source.txt (+ source.diff when the tree is dirty) for the orchestrator's source tree;
+    ``code_lines``: the user's code per arm (orchestrator.campaign.revisions.source_lines)."""
+    st = git_state(Path(__file__).resolve().parent, exclude=[run_dir])
+    sha = st.diff_sha256
     try:
         versions = package_versions(recipes)
     except Exception as exc:  # metadata of a broken install: recorded, not fatal
         versions = {"error": f"{type(exc).__name__}: {exc}"}
-    atomic_write_text(run_dir / "source.txt", source_text(st, versions, sha))
+    text = source_text(st, versions, sha)
+    if code_lines:
+        text += "".join(f"{line}\n" for line in code_lines)
+    atomic_write_text(run_dir / "source.txt", text)
     if st.dirty:
         atomic_write_text(run_dir / "source.diff", st.diff)
     elif (run_dir / "source.diff").exists():
@@ -367,7 +314,7 @@ def _argv(argv: Sequence[str]) -> list[str]:
 
 
 def start(cfg: Any, run_dir: Path, arms: Sequence[Any], records: Sequence[dict[str, Any]],
-          overrides: Sequence[str] | None = None) -> Session:
+          overrides: Sequence[str] | None = None, code_lines: Sequence[str] = ()) -> Session:
     """Before any trial, once the campaign's checks passed (a resume on a different
     environment is refused by :func:`check_resume_environment` before this): write source.txt
     (+ source.diff) and command.txt."""
@@ -376,7 +323,7 @@ def start(cfg: Any, run_dir: Path, arms: Sequence[Any], records: Sequence[dict[s
     sanitizer = Sanitizer.from_config(cfg.sanitize, environ={**os.environ, **arm_env})
     sanitizer.add_secret_env((k, v) for a in arms for k, v in a.env.items())  # every arm's value
     reserve_run_dir(run_dir, sanitizer)
-    git = write_source(run_dir, recipes_of(cfg, arms))
+    git = write_source(run_dir, recipes_of(cfg, arms), code_lines)
     cmd = Command(
         argv=_argv(sys.argv),
         overrides=list(overrides) if overrides is not None

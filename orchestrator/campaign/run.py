@@ -12,13 +12,14 @@ import logging
 import math
 import platform
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core.section import Section
 from orchestrator.core import paired
-from orchestrator.campaign import provenance
+from orchestrator.campaign import provenance, revisions
 from orchestrator.platform import rundir
 from orchestrator.core import stats
 from orchestrator.analysis.analyze import (
@@ -158,13 +159,16 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
         claim = rundir.claim(run_dir, resume=bool(cfg.resume))
     try:
         start = start if start is not None else prepare(cfg, run_dir, arms)
-        if launcher is not None:
-            return _campaign(cfg, run_dir, launcher, overrides, arms, start)
-        launcher = make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
         try:
-            return _campaign(cfg, run_dir, launcher, overrides, arms, start)
+            if launcher is not None:
+                return _campaign(cfg, run_dir, launcher, overrides, arms, start)
+            launcher = make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
+            try:
+                return _campaign(cfg, run_dir, launcher, overrides, arms, start)
+            finally:
+                launcher.close()  # the local launcher's fork server stops with its campaign
         finally:
-            launcher.close()  # the local launcher's fork server stops with its campaign
+            revisions.cleanup(cfg, run_dir)  # the arms' worktrees (source.revision), if any
     except ConfigError:
         if own:  # refused before the first write: a directory made for it goes again
             claim.release(undo=True)
@@ -231,7 +235,10 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     # first: a campaign stopped from here resumes; a resume's extended spending is written now
     _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
                 pairing=start.pairing, spending=start.spending)
-    session = provenance.start(cfg, run_dir, arms, list(start.done.values()), overrides)
+    # the user's code: each arm's revision in its worktree (source.revision), its state
+    arms, running = revisions.materialize(cfg, run_dir, arms, running)
+    session = provenance.start(cfg, run_dir, arms, list(start.done.values()), overrides,
+                               code_lines=revisions.source_lines(running))
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
     write_lineage(cfg, run_dir)
     run_gate(cfg, run_dir, arms, buckets, launcher)  # once per campaign, through its launcher
@@ -1019,9 +1026,11 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
     # applies the environment policy to the verdicts (in place) before they are written
     provenance_section = provenance.environment_section(cfg, run_dir, out.records, out.verdicts,
                                                         session.git, arms=arms)
+    # the user's code per arm; a revision changing a frozen path invalidates its verdict
+    code = revisions.code_section(cfg, run_dir, out.verdicts)
     write_decisions_jsonl(cfg, run_dir, out)
     atomic_write_text(run_dir / "decisions.md", decisions_md(cfg, run_dir, arms, out,
-                                                             provenance_section))
+                                                             provenance_section, code))
     _render_summary(run_dir)
     # logged before the seal: campaign.log gets this line sanitized (the run dir's path names
     # the home directory and the user)
@@ -1086,7 +1095,7 @@ def write_decisions_jsonl(cfg: Config, run_dir: Path, out: Outcome) -> None:
 
 
 def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outcome,
-                 provenance_section: Section) -> str:
+                 provenance_section: Section, code: Sequence[Section] = ()) -> str:
     """decisions.md: the verdicts, then every section of evidence, in reading order."""
     assert cfg.sweep is not None
     records, analysis = out.records, out.analysis
@@ -1104,6 +1113,7 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
                 Section("Sensitivity", sensitivity_lines(analysis, cfg.protocol, cfg.sweep.variable)),
                 *correctness_section(run_dir),
                 provenance_section,
+                *code,
                 *report_sections(cfg.workload.kind, records),
                 *profiles_section(cfg, run_dir, arms, analysis, records),
                 *rerun_section(records, cfg.protocol.interference_cores,

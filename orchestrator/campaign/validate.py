@@ -37,6 +37,7 @@ from orchestrator.core.errors import check_choice as _choice
 from orchestrator.core.errors import check_positive as _positive
 from orchestrator.platform.hardware import validate_hardware
 from orchestrator.launch.checks import validate_launcher, validate_start_method
+from orchestrator.campaign import revisions
 from orchestrator.core.reference import MODES as SPEED_REFERENCE_MODES
 from orchestrator.core.steady import WARMUP_POLICIES
 from orchestrator.spec.sweep import (
@@ -140,6 +141,7 @@ def validate(cfg: Config) -> None:
         check_baseline_arm(cfg, arms)  # baseline=vN: the baseline arm is the version
         check_pairing(cfg, arms)
         check_attention_arms(cfg, arms)
+        revisions.check(cfg, arms)  # source.revision: each arm's commit, read-only
 
 
 def validate_timing(p: ProtocolConfig) -> None:

@@ -134,6 +134,7 @@ def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> di
         status=status,
         error=error,
         stderr_tail=tail,
+        **({"code": spec.code} if spec.code else {}),
     )
 
 

@@ -532,6 +532,37 @@ class ProfileConfig:
     tool_timeout_s: float = 900.0  # the whole wrapped run, tool start-up included
 
 
+# --------------------------------------------------------------------------- source
+
+
+WORKTREE = "WORKTREE"  # source.revision: the checkout's uncommitted changes, snapshotted
+
+
+@dataclass
+class SourceConfig:
+    """The user's code: the git repository a command workload runs from, and the revision its
+    trials run (docs/revisions.md). ``revision`` unset: the checkout as it is, in place (its
+    commit, branch and uncommitted changes are recorded per trial); a commit, branch or tag:
+    every trial runs from a worktree of that commit under the run directory (the user's
+    checkout is never touched); ``WORKTREE``: a worktree of the checkout's uncommitted changes,
+    snapshotted once when the campaign starts. A sweep over ``source.revision`` compares code
+    revisions (``baseline: main``, ``values: [HEAD]``)."""
+
+    # the repository; None = the one holding the command's cwd (else the current directory)
+    repo: Optional[str] = None
+    revision: Optional[str] = None
+    # repository-relative paths git does not track (a prepared dataset, a tokenizer) that each
+    # worktree links from the checkout; what the revision tracks itself is never replaced
+    share: list[str] = field(default_factory=list)
+    # repository-relative paths (glob patterns) that no revision may change against the
+    # baseline's (the model, the data pipeline): an arm whose diff touches one is invalid
+    frozen_paths: list[str] = field(default_factory=list)
+    # refuse to start when the repository has uncommitted changes (python -m orchestrator.check
+    # sets it: a CI check measures commits, never a half-edited checkout)
+    require_clean: bool = False
+    keep_worktrees: bool = False  # leave the worktrees in the run directory after the campaign
+
+
 # --------------------------------------------------------------------------- root
 
 
@@ -555,3 +586,4 @@ class Config:
     baselines_dir: str = "baselines"
     sanitize: SanitizeConfig = field(default_factory=SanitizeConfig)
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
+    source: SourceConfig = field(default_factory=SourceConfig)

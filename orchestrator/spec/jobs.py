@@ -130,6 +130,8 @@ class TrialSpec(WorkerJob):
     order: str = "reversed"
     order_seed: str = ""
     cpu_affinity: Optional[list[int]] = None  # launcher.cpu_affinity: cores the trial is pinned to
+    # the user's code the trial runs (its arm's: orchestrator.campaign.revisions); in its record
+    code: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:  # read back from a payload: the entries as records
         self.paired_arms = [a if isinstance(a, PairedArm) else PairedArm(**a)
@@ -230,7 +232,8 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                 is_baseline=arm.is_baseline,
                 round=p.round,
                 position=p.position,
-                workload=copy.deepcopy(arm.workload),
+                workload=arm.job_workload(),
+                code=dict(arm.code),
                 device=cfg.device,
                 warmup_steps=cfg.protocol.warmup_steps,
                 # the planner's trial length for adaptive rounds, else the protocol's; the

@@ -24,6 +24,9 @@ from orchestrator.core.errors import ConfigError
 from recipes.registry import switchable_keys, workload_from_dict, workload_kinds
 
 ENV_PREFIX = "env."
+# the code revision an arm runs (orchestrator.campaign.revisions): a sweep path beside the
+# workload's keys and env.NAME, applied to a worktree instead of the workload config
+REVISION = "source.revision"
 
 
 @dataclass(frozen=True)
@@ -47,11 +50,24 @@ class ResolvedArm(Arm):
 
     workload: dict[str, Any] = field(default_factory=dict)  # plain data, as a spec carries it
     workload_config: WorkloadConfig | None = None  # the same, as its kind's dataclass
+    # the user's code this arm runs (orchestrator.campaign.revisions): its repository's commit,
+    # branch, dirty flag and diff hash, the revision asked for, the worktree; {} = none known
+    code: dict[str, Any] = field(default_factory=dict)
+    # workload.* paths a job of this arm runs with instead (its cwd and command moved into the
+    # arm's worktree); the workload above stays the configuration the sweep compares
+    job_overrides: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, arm: Arm, workload: dict[str, Any], config: WorkloadConfig) -> ResolvedArm:
+    def of(cls, arm: Arm, workload: dict[str, Any], config: WorkloadConfig,
+           code: dict[str, Any] | None = None,
+           job_overrides: dict[str, Any] | None = None) -> ResolvedArm:
         return cls(arm.arm_id, arm.label, arm.value, arm.is_baseline, dict(arm.overrides),
-                   dict(arm.env), workload, config)
+                   dict(arm.env), workload, config, dict(code or {}), dict(job_overrides or {}))
+
+    def job_workload(self) -> dict[str, Any]:
+        """The workload a trial or probe of this arm runs (a copy): the configuration with the
+        job's own paths (its worktree) applied."""
+        return apply_overrides(self.workload, self.job_overrides)
 
 
 def _paths(sweep: SweepConfig) -> dict[str, str]:
@@ -88,6 +104,11 @@ def _set(tree: dict[str, Any], path: str, value: Any) -> None:
 
 
 def _check_path(key: str, path: str, workload: dict[str, Any]) -> None:
+    if path == REVISION:
+        return
+    if path.startswith("source."):
+        raise ConfigError(key, f"{path!r} cannot be swept; of the source keys a sweep varies "
+                          f"{REVISION} (the code revision each arm runs)")
     if path.startswith(ENV_PREFIX):
         if len(path) == len(ENV_PREFIX):
             raise ConfigError(key, "env. needs a variable name, e.g. env.OMP_NUM_THREADS")
@@ -95,7 +116,8 @@ def _check_path(key: str, path: str, workload: dict[str, Any]) -> None:
     if not path.startswith("workload."):
         raise ConfigError(
             key,
-            f"{path!r} is not a workload key; sweep a workload.* path or an env.NAME switch",
+            f"{path!r} is not a workload key; sweep a workload.* path, an env.NAME switch or "
+            f"{REVISION}",
         )
     try:
         node = _get({"workload": workload}, path)
@@ -167,6 +189,8 @@ def expand_arms(cfg: Config) -> list[Arm]:
         for path, v in {**sweep.fixed, **_arm_overrides(sweep, value, key)}.items():
             if path.startswith(ENV_PREFIX):
                 env[path[len(ENV_PREFIX):]] = str(v)
+            elif path == REVISION:  # a short commit id YAML read as a number stays its text
+                overrides[path] = None if v is None else str(v)
             else:
                 overrides[path] = v
         arms.append(Arm(f"a{i}", label, value, i == 0, overrides, env))
@@ -174,11 +198,19 @@ def expand_arms(cfg: Config) -> list[Arm]:
 
 
 def apply_overrides(workload: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The workload with an arm's ``workload.*`` overrides applied (a copy); its
+    source.revision is the campaign's to apply (orchestrator.campaign.revisions)."""
     out = copy.deepcopy(workload)
     root = {"workload": out}
     for path, value in overrides.items():
-        _set(root, path, value)
+        if path.startswith("workload."):
+            _set(root, path, value)
     return out
+
+
+def revision_of(arm: Arm, default: str | None) -> str | None:
+    """The code revision ``arm`` runs: its sweep value, else source.revision (``default``)."""
+    return arm.overrides[REVISION] if REVISION in arm.overrides else default
 
 
 def arm_key(arm: Arm) -> str:
@@ -204,9 +236,11 @@ def resolve_arms(cfg: Config) -> list[ResolvedArm]:
 
 
 def like(arm: Arm, resolved: ResolvedArm) -> ResolvedArm:
-    """``arm`` (e.g. the A/A control, a copy of the baseline) with ``resolved``'s workload."""
+    """``arm`` (e.g. the A/A control, a copy of the baseline) with ``resolved``'s workload
+    (and the code it runs)."""
     assert resolved.workload_config is not None
-    return ResolvedArm.of(arm, resolved.workload, resolved.workload_config)
+    return ResolvedArm.of(arm, resolved.workload, resolved.workload_config, resolved.code,
+                          resolved.job_overrides)
 
 
 def _check_workload_kind(cfg: Config) -> None:
@@ -314,12 +348,15 @@ def differing_settings(base: Arm, arm: Arm) -> set[str]:
         a, b = ({"workload": {}}, {"workload": {}})
         for tree, x in ((a, base), (b, arm)):
             for path, value in x.overrides.items():
+                if not path.startswith("workload."):
+                    continue
                 node = tree
                 for part in path.split(".")[:-1]:
                     node = node.setdefault(part, {})
                 node[path.rsplit(".", 1)[-1]] = value
         a, b = a["workload"], b["workload"]
-    return set(_diff_paths(a, b, "workload")) | {
+    revision = {REVISION} if base.overrides.get(REVISION) != arm.overrides.get(REVISION) else set()
+    return set(_diff_paths(a, b, "workload")) | revision | {
         f"{ENV_PREFIX}{k}" for k in {*base.env, *arm.env} if base.env.get(k) != arm.env.get(k)}
 
 
@@ -340,6 +377,9 @@ def pairing_obstacle(arms: Sequence[Any]) -> str:
     # a command's trainer switches the params it declares (through orchestrator.client)
     allowed |= {f"workload.params.{k}" for k in base.workload.get("switchable") or ()}
     for arm in arms[1:]:
+        if arm.overrides.get(REVISION) != base.overrides.get(REVISION):
+            return (f"a code revision cannot be switched between steps (arm {arm.label!r} runs "
+                    f"{REVISION}={arm.overrides.get(REVISION)})")
         if arm.env != base.env:
             name = sorted(set(arm.env.items()) ^ set(base.env.items()))[0][0]
             return (f"an environment variable cannot be switched between steps (arm "

@@ -144,6 +144,8 @@ def _base_fields(spec: TrialSpec) -> dict[str, Any]:
     }
     if spec.kind == "profile":
         base["layer"] = spec.profile.get("layer")
+    if spec.code:  # the user's code it ran (orchestrator.campaign.revisions)
+        base["code"] = spec.code
     return base
 
 
