@@ -42,6 +42,8 @@ from orchestrator.platform.environment import compare
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.results import read_json
 from orchestrator.campaign.validate import validate
+from orchestrator.campaign.revisions import FILE
+from orchestrator.spec.sweep import REVISION
 from recipes.registry import workload_from_dict
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,17 @@ def read_campaign(run_dir: Path) -> Evidence:
     return Evidence(run_dir, read_json(run_dir / "config.json"), plan, decisions,
                     _optional(run_dir / "correctness.json"), fp,
                     _optional(run_dir / LINEAGE_FILE), results, missing)
+
+
+def pinned(ev: Evidence, arm: dict[str, Any]) -> dict[str, Any]:
+    """The arm's overrides as a version records them: a code revision (source.revision) as
+    the commit its trials ran (code.json), never a name such as HEAD that moves on."""
+    out = dict(arm["overrides"])
+    if REVISION in out:
+        code = (_optional(ev.run_dir / FILE) or {}).get("arms", {}).get(arm["arm_id"], {})
+        if code.get("commit"):
+            out[REVISION] = code["commit"]
+    return out
 
 
 # --------------------------------------------------------------------------- the checks
@@ -302,14 +315,15 @@ def confirm(run_dir: Path, ledger_root: Path, label: str | None, out_dir: Path,
     if reason:
         return Outcome(None, out_dir, _experimental(ledger, parent, ev, d, gate, again, d2,
                                                     reason), reason)
-    change = {k: v for k, v in arm["overrides"].items() if parent.overrides.get(k) != v}
+    overrides = pinned(ev, arm)
+    change = {k: v for k, v in overrides.items() if parent.overrides.get(k) != v}
     data = {
         "schema_version": LEDGER_SCHEMA, "workload": ev.workload, "version": ledger.next_id(),
         "parent": parent.id, "created_at": utc_now(), "status": "promoted",
         "change": {"label": str(arm["label"]), "sweep": ev.plan.get("sweep"),
                    "variable": (ev.config.get("sweep") or {}).get("variable"),
                    "overrides": change},
-        "overrides": {**parent.overrides, **arm["overrides"]},
+        "overrides": {**parent.overrides, **overrides},
         "justification": [justification(ev, d, "discovery", gate),
                           justification(again, d2, "confirmation", gate2)],
         "step_speedup": _step(d2, again, parent.id),

@@ -27,6 +27,7 @@ that changed while the trials ran in place is flagged.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import logging
 import os
 import re
@@ -280,7 +281,9 @@ def materialize(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
         if rev in by_rev:
             continue
         if rev is None:  # the checkout in place: its state, recorded
-            by_rev[rev] = (_code_of(state, repo, None, state.commit, state.branch, None), {})
+            code = _code_of(state, repo, None, state.commit, state.branch, None)
+            code.update(_module_file(cfg, repo))
+            by_rev[rev] = (code, {})
             continue
         if rev in commits:
             commit = str(commits[rev])
@@ -328,6 +331,20 @@ def materialize(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
     return [with_code(a) for a in arms], [with_code(a) for a in running]
 
 
+def _module_file(cfg: Config, repo: Path) -> dict[str, Any]:
+    """An import-path recipe's module file: its path in the repository and the SHA-256 of its
+    contents as the trials import it (what a diff hash of the whole tree would not pin)."""
+    f = recipe_file(str(cfg.workload.recipe))
+    if f is None:
+        return {}
+    try:
+        rel = os.path.relpath(os.path.realpath(f), repo)
+        digest = hashlib.sha256(f.read_bytes()).hexdigest()
+    except (OSError, ValueError):
+        return {}
+    return {"recipe_file": rel, "recipe_file_sha256": digest}
+
+
 def _try_resolve(repo: Path, rev: str) -> str | None:
     try:
         return git.resolve(repo, rev)
@@ -347,7 +364,9 @@ def source_lines(arms: Sequence[ResolvedArm]) -> list[str]:
             f"commit {c.get('commit') or 'unknown'}; branch {c.get('branch') or 'detached'}; "
             f"dirty {str(c.get('dirty')).lower()}"
             + (f"; diff_sha256 {c['diff_sha256']}" if c.get("diff_sha256") else "")
-            + (f"; worktree {c['worktree']}" if c.get("worktree") else ""))
+            + (f"; worktree {c['worktree']}" if c.get("worktree") else "")
+            + (f"; recipe file {c['recipe_file']} sha256 {c['recipe_file_sha256']}"
+               if c.get("recipe_file") else ""))
     return out
 
 
@@ -406,6 +425,9 @@ def code_section(cfg: Config, run_dir: Path, verdicts: Sequence[Any]) -> list[Se
                 + f", {state}, ran from {where}")
         if c.get("snapshot_of"):
             line += f" (the uncommitted changes on top of `{str(c['snapshot_of'])[:12]}`)"
+        if c.get("recipe_file"):
+            line += (f"; recipe module `{c['recipe_file']}` sha256 "
+                     f"{str(c.get('recipe_file_sha256'))[:16]}")
         body.append(line)
         if base is None or arm_id == base_id or repo is None:
             continue

@@ -24,7 +24,7 @@ from orchestrator.campaign.revisions import repo_of
 from orchestrator.cli.autopilot import run_campaign_logged
 from orchestrator.cli.check import comparison, default_dir, margin_of
 from orchestrator.cli.main import setup_logging
-from orchestrator.cli.tools._cli import emit, make_parser, run
+from orchestrator.cli.tools._cli import emit, intermixed, make_parser, run
 from orchestrator.core.errors import ConfigError
 from orchestrator.spec.config import Config
 from orchestrator.spec.ledger import display_path
@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
                    "outputs/bisect/<time>); an existing one is resumed")
     p.add_argument("--config-dir", action="append", default=[], metavar="DIR",
                    help="a config directory of your own workloads (repeatable)")
-    return p
+    return intermixed(p)
 
 
 def entry(argv: Sequence[str] | None = None) -> int:

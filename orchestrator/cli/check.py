@@ -1,7 +1,7 @@
 """python -m orchestrator.check: did the head revision make training slower than the base?
 
-    python -m orchestrator.check workload=NAME --base REV --head REV [--margin X]
-        [--dir DIR] [--config-dir DIR] [protocol=... launcher=... device=...]
+    python -m orchestrator.check workload=NAME (--base REV | --against vN) --head REV
+        [--margin X] [--dir DIR] [--config-dir DIR] [protocol=... launcher=... device=...]
 
 One campaign compares two revisions of the repository the command workload runs from
 (``source.revision``: each arm from its own worktree, the checkout untouched; docs/revisions.md)
@@ -24,7 +24,7 @@ from orchestrator.campaign.regress import head_decision, judge, revision_sweep
 from orchestrator.campaign.validate import validate
 from orchestrator.cli.autopilot import run_campaign_logged
 from orchestrator.cli.main import compose, setup_logging
-from orchestrator.cli.tools._cli import emit, make_parser, positive_number, run
+from orchestrator.cli.tools._cli import emit, intermixed, make_parser, positive_number, run
 from orchestrator.core.errors import ConfigError
 from orchestrator.spec.config import WORKTREE, Config
 from orchestrator.spec.ledger import display_path
@@ -56,9 +56,28 @@ def margin_of(cfg: Config, given: float | None) -> float:
     return cfg.protocol.min_effect if given is None else positive_number("--margin", given)
 
 
+def against(a: argparse.Namespace) -> tuple[list[str], str]:
+    """(the overrides, the base revision): --base, or the commit a ledger version records
+    (--against vN|latest: the version's configuration and code revision)."""
+    if (a.base is None) == (a.against is None):
+        raise ConfigError("--base", "give the revision to compare against: --base REV, or "
+                          "--against vN|latest (a baseline ledger version), not both")
+    if a.base is not None:
+        return list(a.overrides), a.base
+    overrides = [*a.overrides, f"baseline={a.against}"]
+    pre: Config = compose(overrides, need_sweep=False, config_dirs=list(a.config_dir))
+    if not pre.source.revision:
+        raise ConfigError("--against", f"{pre.baseline} of workload {pre.workload.name} "
+                          "records no code revision (it was not promoted from a "
+                          "source.revision sweep); compare against a commit with --base")
+    return overrides, str(pre.source.revision)
+
+
 def main(a: argparse.Namespace) -> int:
     out = Path(a.dir) if a.dir else default_dir("check")
-    cfg = comparison(a.overrides, a.config_dir, a.base, a.head, out)
+    overrides, base = against(a)
+    a.base = base
+    cfg = comparison(overrides, a.config_dir, base, a.head, out)
     margin = margin_of(cfg, a.margin)
     run_campaign_logged(cfg, out)
     j = judge(head_decision(out), margin)
@@ -73,8 +92,11 @@ def parser() -> argparse.ArgumentParser:
     p = make_parser("python -m orchestrator.check", __doc__.split("\n\n")[0])
     p.add_argument("overrides", nargs="*", help="workload=NAME and protocol/launcher/device/"
                    "source overrides")
-    p.add_argument("--base", required=True, help="the revision to compare against (a commit, "
+    p.add_argument("--base", default=None, help="the revision to compare against (a commit, "
                    "branch or tag, e.g. origin/main)")
+    p.add_argument("--against", default=None, metavar="vN|latest", help="instead of --base: "
+                   "a version of the workload's baseline ledger promoted from a revision "
+                   "sweep (its configuration and its commit)")
     p.add_argument("--head", required=True, help=f"the revision under test (e.g. HEAD; "
                    f"{WORKTREE}: the uncommitted changes)")
     p.add_argument("--margin", type=float, default=None, help="a slowdown up to this fraction "
@@ -83,7 +105,7 @@ def parser() -> argparse.ArgumentParser:
                    "outputs/check/<time>); an existing one is resumed")
     p.add_argument("--config-dir", action="append", default=[], metavar="DIR",
                    help="a config directory of your own workloads (repeatable)")
-    return p
+    return intermixed(p)
 
 
 def entry(argv: Sequence[str] | None = None) -> int:

@@ -30,7 +30,7 @@ from orchestrator.core.convert import to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.results import atomic_write_json, read_json
 from orchestrator.core.sanitize import Sanitizer
-from orchestrator.spec.sweep import Arm, apply_overrides, arm_key
+from orchestrator.spec.sweep import REVISION, Arm, apply_overrides, arm_key
 from recipes.registry import workload_from_dict
 
 LEDGER_SCHEMA = 1
@@ -233,7 +233,11 @@ def apply_baseline(cfg: Config) -> Version | None:
     version = ledger.get(str(cfg.baseline))
     workload = to_dict(cfg.workload)
     root = {"workload": workload}
+    if REVISION in version.overrides:  # a promoted code revision: the commit it runs
+        cfg.source.revision = version.overrides[REVISION]
     for path in version.overrides:
+        if not path.startswith("workload."):
+            continue
         node: Any = root
         parts = path.split(".")
         for part in parts[:-1]:

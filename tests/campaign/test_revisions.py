@@ -14,15 +14,17 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from orchestrator.campaign import regress
+from orchestrator.campaign import regress, revisions
 from orchestrator.campaign.regress import Bisection, judge
 from orchestrator.cli.autopilot import run_campaign_logged
 from orchestrator.cli.bisect import entry as bisect_entry
-from orchestrator.cli.check import comparison
+from orchestrator.cli.check import against, comparison
+from orchestrator.cli.check import parser as check_parser
 from orchestrator.cli.check import entry as check_entry
 from orchestrator.core.errors import ConfigError
 from orchestrator.platform import git
@@ -233,3 +235,57 @@ def test_first_parent_path_and_snapshot_leave_the_checkout_alone(repo3: dict[str
     assert _git(repo, "show", f"{commit}:README") == "changed"
     assert sorted(_git(repo, "status", "--porcelain").splitlines()) == ["?? new.py", "M README"]
     assert _git(repo, "diff", "--cached", "--name-only") == ""
+
+
+def _code_doc(run: Path, repo: Path, arms: dict[str, dict[str, Any]],
+              started: str) -> None:
+    run.mkdir()
+    (run / "code.json").write_text(json.dumps({
+        "repo": str(repo), "commits": {}, "moved": [],
+        "started": {"commit": started, "branch": "main", "dirty": False, "diff_sha256": None},
+        "arms": arms}))
+
+
+def test_a_revision_changing_a_frozen_path_is_invalid(repo3: dict[str, Any], tmp_path: Path,
+                                                      compose: Any) -> None:
+    repo, (c1, _, c3) = repo3["repo"], repo3["c"]
+    cfg = compose(["workload=rev_test", "source.frozen_paths=[README, 'model/*']"], False,
+                  [repo3["conf"]])
+    run = tmp_path / "run"
+    _code_doc(run, repo, {
+        "a0": {"label": "base", "commit": c1, "dirty": False, "worktree": "worktrees/x"},
+        "a1": {"label": "head", "commit": c3, "dirty": False, "worktree": "worktrees/y"}}, c3)
+    head = SimpleNamespace(label="head", verdict="retain", reasons=[])
+    section = revisions.code_section(cfg, run, [head])[0]
+    assert head.verdict == "invalid" and "frozen by source.frozen_paths" in head.reasons[0]
+    assert any("**changes a frozen path** (`README`)" in line for line in section.lines)
+
+
+def test_a_checkout_that_changed_under_in_place_trials_is_flagged(
+        repo3: dict[str, Any], tmp_path: Path, compose: Any) -> None:
+    repo, (_, c2, _) = repo3["repo"], repo3["c"]
+    cfg = compose(["workload=rev_test"], False, [repo3["conf"]])
+    run = tmp_path / "run"
+    _code_doc(run, repo, {"a0": {"label": "base", "commit": c2, "dirty": False},
+                          "a1": {"label": "v", "commit": c2, "dirty": False}}, c2)
+    v = SimpleNamespace(label="v", verdict="retain", reasons=[])
+    section = revisions.code_section(cfg, run, [v])[0]
+    assert "the checkout changed while the trials ran in place" in v.reasons[0]
+    assert any("**WARNING" in line for line in section.lines)
+
+
+def test_check_against_a_ledger_version_takes_its_commit(repo3: dict[str, Any],
+                                                          tmp_path: Path) -> None:
+    c1 = repo3["c"][0]
+    ledger = tmp_path / "baselines" / "rev_test"
+    ledger.mkdir(parents=True)
+    (ledger / "v0.json").write_text(json.dumps({
+        "schema_version": 1, "workload": "rev_test", "version": "v0", "parent": None,
+        "overrides": {"source.revision": c1}}))
+    a = check_parser().parse_args([*_args(repo3), "--against", "v0", "--head", "main",
+                                   f"baselines_dir={tmp_path / 'baselines'}"])
+    overrides, base = against(a)
+    assert base == c1 and "baseline=v0" in overrides
+    a = check_parser().parse_args([*_args(repo3), "--head", "main"])
+    with pytest.raises(ConfigError, match="--base"):
+        against(a)

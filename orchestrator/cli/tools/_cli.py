@@ -56,6 +56,13 @@ def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def intermixed(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Let positional overrides come after the flags too (``--base X workload=NAME``): a
+    tool without subcommands parses its arguments intermixed."""
+    parser.parse_args = parser.parse_intermixed_args  # type: ignore[method-assign, assignment]
+    return parser
+
+
 def _clean(obj: Any) -> Any:
     """JSON-safe: NaN/inf become null (strict JSON has no NaN)."""
     if isinstance(obj, float) and not math.isfinite(obj):
