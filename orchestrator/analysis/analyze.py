@@ -355,11 +355,13 @@ def analyze(
         if note:
             out.carryover[b] = note
     fits: dict[str, paired.BlockFit | None] = {}
+    where = duet_placement(trials)
     for b in buckets:
-        fits[b] = _fit(paired.trial_cells(medians[b]), base.arm_id)
+        fits[b] = _fit(paired.trial_cells(medians[b]), base.arm_id, where.get(b))
     if len(buckets) > 1:
         mix = paired.mixture_cells(medians, bucket_weights)
-        fits[MIXTURE] = _fit(mix, base.arm_id)
+        first = where.get(buckets[0])  # a round's placement is the same in every bucket
+        fits[MIXTURE] = _fit(mix, base.arm_id, first)
     out.fits = fits
     a = out.alpha_look
     for key, fit in fits.items():
@@ -383,10 +385,22 @@ def analyze(
     return out
 
 
-def _fit(cells: dict[tuple[int, str], float], baseline: str) -> paired.BlockFit | None:
+def _fit(cells: dict[tuple[int, str], float], baseline: str,
+         placement: dict[tuple[int, str], int] | None = None) -> paired.BlockFit | None:
     if not any(a == baseline for _, a in cells) or len({a for _, a in cells}) < 2:
         return None
-    return paired.fit_blocks(cells, baseline)
+    return paired.fit_blocks(cells, baseline, placement=placement)
+
+
+def duet_placement(trials: pd.DataFrame) -> dict[str, dict[tuple[int, str], int]]:
+    """bucket -> (round, arm) -> the slice a duet trial ran on (protocol.pairing=duet)."""
+    if trials.empty or "duet_slice" not in trials:
+        return {}
+    out: dict[str, dict[tuple[int, str], int]] = {}
+    for _, row in trials[trials["duet_slice"].notna()].iterrows():
+        out.setdefault(str(row["bucket"]), {})[(int(row["round"]), str(row["arm_id"]))] = int(
+            row["duet_slice"])
+    return out
 
 
 def comparison_rows(analysis: Analysis) -> list[dict[str, Any]]:

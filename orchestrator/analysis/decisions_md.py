@@ -230,7 +230,13 @@ def render_decisions(
            "often, the A/A control placed like any variant)" if balanced else
            " with the order reversed every other round" if protocol.reverse_every_other_round
            else "")
-        + (f", each trial a fresh process ({launcher} launcher)"
+        + (f", duet: each round and bucket every arm at the same time, each its own fresh "
+           f"process on its own slice of the machine ({_slices(protocol)}), the placement "
+           "rotated every round (arm i on slice (i + round) mod slices); each arm's measured "
+           "steps are kept where every arm was measuring (the overlap window), and the "
+           "slice's own speed is fitted out of each variant's contrasts"
+           if getattr(protocol, "pairing", "process") == "duet" else
+           f", each trial a fresh process ({launcher} launcher)"
            if getattr(protocol, "pairing", "process") != "steps" else
            f", pairing by steps: each round and bucket one fresh process ({launcher} launcher) "
            f"running every arm, which take turns in blocks of {protocol.block_steps} measured "
@@ -348,3 +354,15 @@ def terminal_summary(sweep_name: str, verdicts: Sequence[Verdict], run_dir: str)
     for v in verdicts:
         lines.append(f"  {v.verdict:<12} {v.label}: {v.headline or (v.reasons or [''])[0]}")
     return "\n".join(lines)
+
+
+def _slices(protocol: Any) -> str:
+    """The duet's declared slices, as decisions.md names them."""
+    cpus = getattr(protocol, "duet_cpus", None)
+    devices = getattr(protocol, "duet_devices", None)
+    parts = []
+    if cpus:
+        parts.append("cores " + " | ".join(",".join(str(c) for c in sl) for sl in cpus))
+    if devices:
+        parts.append("devices " + " | ".join(devices))
+    return "; ".join(parts) or "this process's cores split evenly, one slice per arm"

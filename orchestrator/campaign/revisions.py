@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.convert import to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.results import atomic_write_json, read_json
 from orchestrator.core.section import Section
@@ -219,8 +220,6 @@ def check(cfg: Config, arms: Sequence[ResolvedArm]) -> None:
 
 
 def _plain(workload: Any) -> dict[str, Any]:
-    from orchestrator.core.convert import to_dict
-
     return to_dict(workload)  # type: ignore[no-any-return]
 
 

@@ -37,6 +37,7 @@ from orchestrator.campaign.gate import load_gates, run_gate
 from orchestrator.campaign.gate import section as correctness_section
 from orchestrator.analysis.decide import Rule, Verdict, aa_calibration, decide
 from orchestrator.core.errors import ConfigError
+from orchestrator.platform.slices import duet_slices
 from orchestrator.platform.interference import core_speed_problem, core_speeds, machine_load
 from orchestrator.spec.jobs import TrialSpec, make_specs, paired_members
 from orchestrator.launch.factory import make_launcher
@@ -203,7 +204,11 @@ def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
     p.pairing = pairing_choice
     pairing_doc = {"mode": pairing_choice, "why": pairing_why,
                    **({"block_steps": p.block_steps, "switch_warmup_steps": p.switch_warmup_steps}
-                      if pairing_choice == "steps" else {})}
+                      if pairing_choice == "steps" else {}),
+                   **({"slices": duet_slices(p, len(with_control(cfg, arms)),
+                                             cfg.launcher.cpu_affinity),
+                       "placement": "arm i of a round on slice (i + round) mod slices"}
+                      if pairing_choice == "duet" else {})}
     running = with_control(cfg, arms)
     buckets = selected_buckets(cfg)
     planned = plan_rounds(
@@ -291,7 +296,7 @@ def _run_rounds(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
         rounds = next_rounds(rounds_done, max_rounds, p.adaptive_step_rounds)
         keep = [a.arm_id for a in running if a.is_baseline or a.arm_id in reasons
                 or (p.aa_arm and a.arm_id == running[1].arm_id)]
-        if p.pairing == "process":
+        if p.pairing in ("process", "duet"):  # one arm per process (side by side: duet)
             steps, planner = (trial_length(cfg, run_dir, analysis) if p.plan_trial_length
                               else ({}, {}))
         else:
@@ -489,7 +494,7 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
 def _todo(cfg: Config, run_dir: Path, planned: list[PlannedTrial]) -> list[PlannedTrial]:
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
-    if cfg.protocol.pairing == "steps":  # a round's arms are measured together or not at all
+    if cfg.protocol.pairing in ("steps", "duet"):  # a round's arms are measured together
         open_sessions = {(t.round, t.bucket) for t in todo}
         todo = [t for t in planned if (t.round, t.bucket) in open_sessions]
         for t in todo:  # a session's records are all re-measured

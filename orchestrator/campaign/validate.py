@@ -38,6 +38,7 @@ from orchestrator.core.errors import check_positive as _positive
 from orchestrator.platform.hardware import validate_hardware
 from orchestrator.launch.checks import validate_launcher, validate_start_method
 from orchestrator.campaign import revisions
+from orchestrator.platform.slices import duet_slices
 from orchestrator.core.reference import MODES as SPEED_REFERENCE_MODES
 from orchestrator.core.steady import WARMUP_POLICIES
 from orchestrator.spec.sweep import (
@@ -154,8 +155,8 @@ def validate_timing(p: ProtocolConfig) -> None:
     _positive("protocol.repeats", p.repeats)
     if not 0.5 <= p.confidence < 1:
         raise ConfigError("protocol.confidence", f"must be in [0.5, 1), got {p.confidence}")
-    if p.pairing not in ("auto", "process", "steps"):
-        raise ConfigError("protocol.pairing", f"must be auto, process or steps, got "
+    if p.pairing not in ("auto", "process", "steps", "duet"):
+        raise ConfigError("protocol.pairing", f"must be auto, process, steps or duet, got "
                           f"{p.pairing!r}")
     _positive("protocol.block_steps", p.block_steps)
     _positive("protocol.switch_warmup_steps", p.switch_warmup_steps, allow_zero=True)
@@ -180,7 +181,21 @@ def validate_sanitize(cfg: Config) -> None:
 
 
 def check_pairing(cfg: Config, arms: Sequence[Any]) -> None:
-    """protocol.pairing=steps for arms that cannot run so is refused in one line."""
+    """protocol.pairing=steps for arms that cannot run so, and protocol.pairing=duet without
+    a slice per arm (or with unequal slices), are refused in one line."""
+    if cfg.protocol.pairing == "duet" or cfg.protocol.duet_cpus or cfg.protocol.duet_devices:
+        if cfg.protocol.pairing == "duet" and not cfg.workload.runs_own_process():
+            raise ConfigError("protocol.pairing", f"duet runs each arm as a program of its own "
+                              f"on its slice; workload {cfg.workload.name} (kind "
+                              f"{cfg.workload.kind!r}) runs inside the trial process: use "
+                              "process or steps (or a command workload)")
+        # declared slices are checked in form whatever the pairing; their number against the
+        # arms where duet is asked for (auto falls back to process when they are too few)
+        n = len(arms) + (1 if cfg.protocol.aa_arm else 0) if cfg.protocol.pairing == "duet" else 1
+        duet_slices(cfg.protocol, n, cfg.launcher.cpu_affinity)
+        if cfg.protocol.pairing == "duet" and cfg.launcher.max_parallel > 1:
+            raise ConfigError("launcher.max_parallel", "must be 1 with protocol.pairing=duet: "
+                              "a duet takes every slice of the machine")
     if cfg.protocol.pairing != "steps":
         return
     why = pairing_obstacle(arms)

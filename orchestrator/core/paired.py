@@ -129,14 +129,48 @@ class BlockFit:
     per_arm: bool = True  # effects from each arm's own contrasts (else the pooled fit's)
 
 
-def contrast_effect(arm: str, d: Mapping[int, float]) -> Effect:
-    """An arm's effect from its per-round contrasts alone: mean, sd / sqrt(R), R - 1 df."""
-    x = np.array([d[r] for r in sorted(d)], dtype=float)
-    n = int(x.size)
+def contrast_effect(arm: str, d: Mapping[int, float],
+                    covariates: Mapping[int, Sequence[float]] | None = None) -> Effect:
+    """An arm's effect from its per-round contrasts alone: mean, sd / sqrt(R), R - 1 df.
+
+    ``covariates`` (round -> values): the contrasts are fitted as d_r = delta + x_r . gamma + e
+    and the effect is delta, its standard error from the residuals, R - 1 - k df. A duet's
+    placement (orchestrator.platform.slices): x_r[j] = [baseline on slice j] - [arm on slice
+    j], so a faster slice is estimated and taken out instead of widening the interval; the
+    rotation keeps x balanced, so delta is the arm's own effect."""
+    rounds = sorted(d)
+    y = np.array([d[r] for r in rounds], dtype=float)
+    n = int(y.size)
     if n == 0:
         return Effect(arm, 0.0, None, 0, 0)
-    se = float(np.std(x, ddof=1)) / math.sqrt(n) if n >= 2 else None
-    return Effect(arm, float(x.mean()), se, n - 1, n)
+    if covariates and all(r in covariates for r in rounds):
+        x = np.array([[1.0, *covariates[r]] for r in rounds], dtype=float)
+        rank = int(np.linalg.matrix_rank(x))
+        if rank == x.shape[1] and n - rank >= 1:
+            xtx_inv = np.linalg.inv(x.T @ x)
+            beta = xtx_inv @ x.T @ y
+            resid = y - x @ beta
+            s2 = float(resid @ resid) / (n - rank)
+            return Effect(arm, float(beta[0]), math.sqrt(max(s2 * xtx_inv[0, 0], 0.0)),
+                          n - rank, n)
+    se = float(np.std(y, ddof=1)) / math.sqrt(n) if n >= 2 else None
+    return Effect(arm, float(y.mean()), se, n - 1, n)
+
+
+def placement_covariates(placement: Mapping[tuple[int, str], int], baseline: str, arm: str,
+                         rounds: Sequence[int]) -> dict[int, list[float]] | None:
+    """round -> x_r for :func:`contrast_effect` from a duet's ``placement`` ((round, arm) ->
+    slice); None when any of ``rounds`` lacks one or every arm kept its slice throughout."""
+    if not all((r, baseline) in placement and (r, arm) in placement for r in rounds):
+        return None
+    slices = sorted({placement[(r, a)] for r in rounds for a in (baseline, arm)})
+    if len(slices) < 2:
+        return None
+    out = {}
+    for r in rounds:
+        b, v = placement[(r, baseline)], placement[(r, arm)]
+        out[r] = [float(b == j) - float(v == j) for j in slices[1:]]
+    return out
 
 
 def _design(keys: Sequence[tuple[int, str]], rounds: Sequence[int],
@@ -171,14 +205,17 @@ def _ols(cells: Mapping[tuple[int, str], float], baseline: str) -> tuple[
 
 def fit_blocks(cells: Mapping[tuple[int, str], float], baseline: str, *,
                outlier_alpha: float = 0.01, drop_outliers: bool = True,
-               per_arm: bool = True) -> BlockFit:
+               per_arm: bool = True,
+               placement: Mapping[tuple[int, str], int] | None = None) -> BlockFit:
     """Fit log trial summaries ``cells[(round, arm)]`` (see the module docstring); each arm's
     effect from its own contrasts (``per_arm``), or from the pooled fit (the earlier rule,
     kept for the simulator's before/after comparison).
 
     With ``drop_outliers`` the cell with the largest externally studentized residual is left
     out when it exceeds the t quantile at ``outlier_alpha`` / (2 x cells) (Bonferroni over the
-    cells), if at least 3 residual degrees of freedom remain; at most one cell per fit."""
+    cells), if at least 3 residual degrees of freedom remain; at most one cell per fit.
+    ``placement``: a duet's (round, arm) -> slice; each arm's contrasts are then fitted with
+    its slice covariates (:func:`contrast_effect`)."""
     if baseline not in {a for _, a in cells}:
         raise ValueError(f"no cell of the baseline {baseline!r}")
     keys, arms, beta, resid, xtx_inv, df, x = _ols(cells, baseline)
@@ -218,7 +255,8 @@ def fit_blocks(cells: Mapping[tuple[int, str], float], baseline: str, *,
         both = sorted({r for r, a in kept if a == arm} & {r for r, a in kept if a == baseline})
         contrasts[arm] = {r: cells[(r, baseline)] - cells[(r, arm)] for r in both}
         if per_arm:
-            effects[arm] = contrast_effect(arm, contrasts[arm])
+            cov = placement_covariates(placement, baseline, arm, both) if placement else None
+            effects[arm] = contrast_effect(arm, contrasts[arm], cov)
             continue
         col = n_rounds - 1 + ai
         se = math.sqrt(max(s2 * xtx_inv[col, col], 0.0)) if s2 is not None else None

@@ -58,7 +58,7 @@ WarmupPolicy = choices("WarmupPolicy", "fixed", "auto")
 Clock = choices("Clock", "wall", "cpu")
 SpeedReference = choices("SpeedReference", "auto", "host", "off")
 CompileCache = choices("CompileCache", "cold", "warm")
-Pairing = choices("Pairing", "auto", "process", "steps")
+Pairing = choices("Pairing", "auto", "process", "steps", "duet")
 Order = choices("Order", "balanced", "reversed")
 
 PRECISIONS = Precision.values()
@@ -251,7 +251,17 @@ class ProtocolConfig:
     # block after switch_warmup_steps excluded ones), blocks paired in the analysis
     # (orchestrator.core.blocks). steps needs a sweep over keys the recipe declares switchable;
     # auto: steps when it can, else process (orchestrator.spec.sweep.choose_pairing, in plan.json)
+    # duet: a round's arms run at the same time, each on its own disjoint slice of the machine
+    # (duet_cpus / duet_devices), the placement rotated every round, each arm's steps kept
+    # where they overlap in time (orchestrator.worker.duet; docs/protocol.md). auto picks duet
+    # where steps cannot pair and slices are declared
     pairing: Pairing = Pairing.auto
+    # pairing=duet: each slice's CPU cores (disjoint, equal in number); None = this process's
+    # cores split into one contiguous slice per arm
+    duet_cpus: Optional[list[list[int]]] = None
+    # pairing=duet: each slice's devices as a visible-devices list ("0", "1" or "0,1", "2,3":
+    # CUDA_VISIBLE_DEVICES / MUSA_VISIBLE_DEVICES of the arm on it); None = no device slicing
+    duet_devices: Optional[list[str]] = None
     # pairing=steps: adaptive rounds run the cycles per round the first rounds' cycle-level and
     # between-process spread make cheapest (orchestrator.campaign.run.cycles_per_round); off by
     # default until its error rates are measured (docs/protocol.md)

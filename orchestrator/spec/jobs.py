@@ -27,6 +27,7 @@ from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
 from orchestrator.spec.plan import PlannedTrial
 from orchestrator.core.steady import WarmupPolicy
+from orchestrator.platform.slices import duet_slices, placement
 from orchestrator.spec.sweep import ResolvedArm, selected_buckets
 
 # set by the launcher just before it starts the process: start-to-first-step is measured from it
@@ -83,6 +84,8 @@ class PairedArm:
     trial_id: str
     trial_dir: str
     workload: dict[str, Any]  # the arm's resolved workload
+    env: dict[str, str] = field(default_factory=dict)  # its env.* switches (a duet's own process)
+    code: dict[str, Any] = field(default_factory=dict)  # the user's code it runs
 
 
 @dataclass
@@ -132,6 +135,9 @@ class TrialSpec(WorkerJob):
     cpu_affinity: Optional[list[int]] = None  # launcher.cpu_affinity: cores the trial is pinned to
     # the user's code the trial runs (its arm's: orchestrator.campaign.revisions); in its record
     code: dict[str, Any] = field(default_factory=dict)
+    # protocol.pairing=duet: {"slices": [{"cpus", "devices"}...], "placement": [slice per paired
+    # arm]}: the paired arms run at the same time, each on its slice (orchestrator.worker.duet)
+    duet: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:  # read back from a payload: the entries as records
         self.paired_arms = [a if isinstance(a, PairedArm) else PairedArm(**a)
@@ -259,7 +265,38 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
     if pair and cfg.protocol.pairing == "steps":
         return pair_specs(specs, cfg.protocol.block_steps, cfg.protocol.switch_warmup_steps,
                           cfg.protocol.paired_min_s)
+    if pair and cfg.protocol.pairing == "duet":
+        # as many slices as the campaign's arms, whichever of them a round still runs
+        return duet_specs(specs, duet_slices(cfg.protocol, len(arms), cfg.launcher.cpu_affinity))
     return specs
+
+
+def _groups(specs: Sequence[TrialSpec]) -> list[list[TrialSpec]]:
+    groups: dict[tuple[int, str], list[TrialSpec]] = {}
+    for s in specs:
+        groups.setdefault((s.round, s.bucket["name"]), []).append(s)
+    return list(groups.values())
+
+
+def _paired(members: Sequence[TrialSpec]) -> list[PairedArm]:
+    return [PairedArm(m.arm_id, m.arm_label, m.is_baseline, m.trial_id, m.trial_dir, m.workload,
+                      dict(m.env), dict(m.code)) for m in members]
+
+
+def duet_specs(specs: Sequence[TrialSpec], slices: list[dict[str, Any]]) -> list[TrialSpec]:
+    """protocol.pairing=duet: one spec per round and bucket whose arms run at the same time,
+    arm i of the round on slice (i + round) mod slices (orchestrator.platform.slices). The
+    arms run side by side, so the limit stays one trial's."""
+    out = []
+    for members in _groups(specs):
+        members = sorted(members, key=lambda m: m.arm_id)  # placement by arm, not by order
+        head = copy.copy(members[0])
+        head.paired_arms = _paired(members)
+        head.duet = {"slices": slices,
+                     "placement": placement(len(members), len(slices), members[0].round)}
+        head.cpu_affinity = None  # each arm is pinned to its slice instead
+        out.append(head)
+    return out
 
 
 def pair_specs(specs: Sequence[TrialSpec], block_steps: int, switch_warmup_steps: int,
@@ -267,14 +304,10 @@ def pair_specs(specs: Sequence[TrialSpec], block_steps: int, switch_warmup_steps
     """protocol.pairing=steps: one spec per round and bucket, the first planned arm's, that
     runs every arm of that round and bucket in the plan's order (orchestrator.core.blocks), each arm
     for at least ``paired_min_s`` of measured step time (protocol.paired_min_s)."""
-    groups: dict[tuple[int, str], list[TrialSpec]] = {}
-    for s in specs:
-        groups.setdefault((s.round, s.bucket["name"]), []).append(s)
     out = []
-    for members in groups.values():
+    for members in _groups(specs):
         head = copy.copy(members[0])
-        head.paired_arms = [PairedArm(m.arm_id, m.arm_label, m.is_baseline, m.trial_id,
-                                      m.trial_dir, m.workload) for m in members]
+        head.paired_arms = _paired(members)
         head.block_steps, head.switch_warmup_steps = block_steps, switch_warmup_steps
         head.measured_min_s = max(head.measured_min_s, paired_min_s)
         if head.timeout_s is not None:  # every arm's trial in one process
@@ -290,4 +323,6 @@ def paired_members(spec: TrialSpec) -> list[TrialSpec]:
     return [dataclasses.replace(spec, trial_id=a.trial_id, trial_dir=a.trial_dir,
                                 arm_id=a.arm_id, arm_label=a.arm_label,
                                 is_baseline=a.is_baseline, workload=a.workload,
-                                paired_arms=[]) for a in spec.paired_arms]
+                                env=dict(a.env) if spec.duet else spec.env,
+                                code=dict(a.code) or spec.code, paired_arms=[], duet={})
+            for a in spec.paired_arms]

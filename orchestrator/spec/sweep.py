@@ -21,6 +21,7 @@ from typing import Any
 from orchestrator.spec.config import EVIDENCE_KINDS, Config, SweepConfig, WorkloadConfig
 from orchestrator.core.convert import to_dict
 from orchestrator.core.errors import ConfigError
+from orchestrator.platform.slices import duet_slices
 from recipes.registry import switchable_keys, workload_from_dict, workload_kinds
 
 ENV_PREFIX = "env."
@@ -393,12 +394,20 @@ def pairing_obstacle(arms: Sequence[Any]) -> str:
 
 
 def choose_pairing(cfg: Config, arms: Sequence[Any]) -> tuple[str, str]:
-    """(process | steps, why): protocol.pairing=auto picks steps when every arm differs from
-    the baseline only in keys its recipe switches between steps, else process."""
+    """(process | steps | duet, why): protocol.pairing=auto picks steps when every arm differs
+    from the baseline only in keys its recipe switches between steps, else duet where the
+    machine's slices are declared (protocol.duet_cpus / duet_devices), else process."""
     p = cfg.protocol
     if p.pairing != "auto":
         return p.pairing, "set by protocol.pairing"
     why = pairing_obstacle(arms)
+    if why and (p.duet_cpus or p.duet_devices) and cfg.workload.runs_own_process():
+        try:
+            slices = duet_slices(p, len(arms), cfg.launcher.cpu_affinity)
+        except ConfigError as exc:
+            return "process", f"auto: {why}; no duet: {exc.message}"
+        return "duet", (f"auto: {why}; the arms run at the same time instead, each on its own "
+                        f"of {len(slices)} declared slices, the placement rotated every round")
     if why:
         return "process", f"auto: {why}"
     return "steps", ("auto: every arm differs from the baseline only in keys the recipe switches "

@@ -133,7 +133,7 @@ def command_fields(spec: Any, base: dict[str, Any], inv: Any) -> dict[str, Any]:
 
 def log_tail(log_path: Path, trial_dir: str) -> str:
     """The last lines of a command's log, for a failed record."""
-    return _redact("\n".join(_read_lines(log_path)[-_TAIL_LINES:]), trial_dir)
+    return _redact("\n".join(read_lines(log_path)[-_TAIL_LINES:]), trial_dir)
 
 
 def child_peak_rss() -> tuple[int, str]:
@@ -143,7 +143,7 @@ def child_peak_rss() -> tuple[int, str]:
             "largest child process peak RSS (host side)")
 
 
-def _read_lines(path: Path) -> list[str]:
+def read_lines(path: Path) -> list[str]:
     try:
         return path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
@@ -164,8 +164,8 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
         common["client_params"] = switched
     rc, start_error = run_command(inv.argv, inv.cwd, env, log_path, inv.time_limit_s)
     wall = time.time() - t0
-    out_lines = _read_lines(log_path)
-    lines = out_lines if inv.log_file is None else _read_lines(Path(inv.cwd or ".", inv.log_file))
+    out_lines = read_lines(log_path)
+    lines = out_lines if inv.log_file is None else read_lines(Path(inv.cwd or ".", inv.log_file))
     tail = _redact("\n".join(out_lines[-_TAIL_LINES:]), str(tdir))
     common.update(command_wall_s=wall, returncode=rc)
 
@@ -192,7 +192,7 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
         return failed(exc.kind, f"log: {exc}")
     except ValueError as exc:  # a step line whose fields cannot be read
         return failed("malformed_log", f"log: unreadable step line ({exc})")
-    return _ok_record(spec, {**common, **steps_followed(spec, trainer, checked)}, trainer,
+    return ok_record(spec, {**common, **steps_followed(spec, trainer, checked)}, trainer,
                       checked)
 
 
@@ -219,7 +219,7 @@ def _safe_parse(trainer: Any, lines: list[str]) -> list[StepRecord]:
         return []
 
 
-def _ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: CheckedSteps) -> dict[str, Any]:
+def ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: CheckedSteps) -> dict[str, Any]:
     rows = []
     for phase, recs in (("warmup", checked.warmup), ("measured", checked.measured)):
         for r in recs:

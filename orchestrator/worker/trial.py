@@ -28,6 +28,7 @@ from orchestrator.platform import distributed as distmod
 from orchestrator.core import reference as refmod
 from orchestrator.platform.environment import record_facts
 from orchestrator.core.errors import BackendUnavailable
+from orchestrator.worker.duet import measure_duet
 from orchestrator.worker.client_paired import measure_client_paired
 from orchestrator.worker.external import measure_external
 from orchestrator.platform.flops import trial_flops
@@ -348,6 +349,8 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
     for a backend missing here) and leaves the rotation, the others go on. The process is
     built with the baseline's workload, so a variant that cannot run here never takes the
     baseline's measurement with it."""
+    if spec.duet:  # protocol.pairing=duet: the arms side by side, each on its slice
+        return measure_duet(spec, base)
     base_arm = next((a for a in spec.paired_arms if a.is_baseline), spec.paired_arms[0])
     worker = start_worker(base_arm.workload, spec.device)
     if worker.external:  # a command whose trainer switches arms through orchestrator.client

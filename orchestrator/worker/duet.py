@@ -1,0 +1,333 @@
+"""Duet runs (protocol.pairing=duet): the arms of a round run at the same time, each on its
+own disjoint slice of the machine, so that both see the same interference (Bulej et al.,
+"Duet Benchmarking", ICPE 2020).
+
+One trial process starts every arm's command together, each pinned to its slice's cores
+(the pinning is inherited from the starting thread, no pre-exec hook) with its thread pools
+sized to match and its slice's devices visible (orchestrator.platform.slices). While they run,
+each log is read as it grows and every line stamped with the time it arrived, so each step is
+an interval [arrival - its logged time, arrival]. The measured steps an arm keeps are those
+whose midpoint lies where every arm was in its measured steps (the overlap window); the rest
+are in steps.csv as ``outside_overlap`` and never timed. One record per arm, as one arm per
+process would write it, with a ``duet`` field (its slice, the window, the steps kept): the
+analysis then pairs each round's arms, which ran side by side in time.
+
+An arm whose command fails gets its status; the others, measured beside a partner that
+stopped, are infrastructure failures of this duet (re-run, never counted against them).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from orchestrator.core.logparse import LogParseError, MalformedStepLine, StepRecord
+from orchestrator.core.results import INFRA_STATUS, trial_record
+from orchestrator.platform.children import COMMAND_SESSION, SessionGuard, kill_group, start_child
+from orchestrator.platform.slices import slice_env
+from orchestrator.worker.bootstrap import start_worker
+from orchestrator.worker.external import (
+    CheckedSteps,
+    LogProblem,
+    ok_record,
+    read_lines,
+    check_steps,
+    command_fields,
+    log_tail,
+    steps_followed,
+)
+
+POLL_S = 0.005  # how often the logs are read while the arms run
+MIN_OVERLAP_STEPS = 3  # measured steps each arm must have inside the window
+
+
+@dataclass
+class _Arm:
+    arm: Any  # PairedArm
+    trainer: Any
+    inv: Any
+    slice: dict[str, Any]
+    slice_index: int
+    tdir: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    out: IO[bytes] | None = None
+    guard: SessionGuard | None = None
+    started: float = 0.0
+    rc: int | None = None
+    timed_out: bool = False
+    start_error: str | None = None
+    stamps: list[tuple[float, str]] = field(default_factory=list)
+    _pos: int = 0
+    _partial: bytes = b""
+
+    @property
+    def log_path(self) -> Path:
+        if self.inv.log_file is not None:
+            return Path(self.inv.cwd or ".", self.inv.log_file)
+        return self.tdir / "command.log"
+
+    def read(self, now: float) -> None:
+        """The complete lines its log gained since the last read, stamped ``now``."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self._pos)
+                data = fh.read()
+        except OSError:
+            return
+        if not data:
+            return
+        self._pos += len(data)
+        data = self._partial + data
+        *lines, self._partial = data.split(b"\n")
+        self.stamps += [(now, ln.decode("utf-8", errors="replace")) for ln in lines]
+
+    def running(self) -> bool:
+        return self.proc is not None and self.rc is None and not self.timed_out
+
+
+def _arms(spec: Any) -> list[_Arm]:
+    out = []
+    slices, where = spec.duet["slices"], spec.duet["placement"]
+    for i, a in enumerate(spec.paired_arms):
+        worker = start_worker(a.workload, spec.device)
+        if not worker.external:
+            raise RuntimeError("protocol.pairing=duet runs command workloads only")
+        trainer = worker.trainer(spec.bucket)
+        tdir = Path(a.trial_dir)
+        tdir.mkdir(parents=True, exist_ok=True)
+        inv = trainer.invocation(str(tdir), spec.warmup_steps, spec.measured_steps, spec.timeout_s)
+        sl = slices[where[i]]
+        env = {**os.environ, **a.env, **inv.env, **slice_env(sl)}
+        out.append(_Arm(a, trainer, inv, sl, where[i], tdir, env))
+    return out
+
+
+def _start(arms: list[_Arm]) -> None:
+    """Every arm's command, started one right after another, each pinned to its slice."""
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    try:
+        for r in arms:
+            r.out = open(r.tdir / "command.log", "wb")
+            if mine is not None:  # the child inherits the starting thread's cores
+                os.sched_setaffinity(0, r.slice["cpus"])
+            try:
+                r.proc = start_child(r.inv.argv, stdout=r.out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=r.env, cwd=r.inv.cwd,
+                                     preexec_fn=None)
+            except OSError as exc:
+                r.start_error = f"{type(exc).__name__}: {exc.strerror or exc}"
+                continue
+            r.started = time.monotonic()
+            r.guard = SessionGuard(r.proc.pid, r.tdir / COMMAND_SESSION)
+    finally:
+        if mine is not None:
+            os.sched_setaffinity(0, mine)
+
+
+def _wait(arms: list[_Arm]) -> None:
+    """Read the logs as they grow until every arm ended (or ran past its time limit)."""
+    while any(r.running() for r in arms):
+        now = time.monotonic()
+        for r in arms:
+            if not r.running():
+                continue
+            assert r.proc is not None
+            r.read(now)
+            code = r.proc.poll()
+            if code is not None:
+                r.rc = code
+                r.read(time.monotonic())
+            elif r.inv.time_limit_s and now - r.started > r.inv.time_limit_s:
+                kill_group(r.proc)
+                r.proc.wait()
+                r.timed_out = True
+        time.sleep(POLL_S)
+
+
+def _stop(arms: list[_Arm]) -> None:
+    for r in arms:
+        if r.proc is not None and r.proc.poll() is None:
+            kill_group(r.proc)
+            r.proc.wait()
+        if r.guard is not None:
+            r.guard.close()
+        if r.out is not None:
+            r.out.close()
+
+
+def _stamped_steps(r: _Arm) -> dict[int, float]:
+    """step number -> when its line arrived (the first line of that step)."""
+    out: dict[int, float] = {}
+    for t, line in r.stamps:
+        try:
+            recs = r.trainer.parse([line])
+        except (LogParseError, ValueError):
+            continue
+        for rec in recs:
+            out.setdefault(rec.step, t)
+    return out
+
+
+def _interval(rec: StepRecord, ends: dict[int, float]) -> tuple[float, float] | None:
+    end = ends.get(rec.step)
+    return None if end is None else (end - rec.step_time_s, end)
+
+
+def measure_duet(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """Run a round's arms side by side (module docstring); one (record, trial_dir) per arm."""
+    arms = _arms(spec)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def _on_term(signum: int, frame: Any) -> None:  # the launcher stops this trial
+            _stop(arms)
+            raise SystemExit(128 + signum)
+
+        previous = signal.signal(signal.SIGTERM, _on_term)
+    try:
+        _start(arms)
+        _wait(arms)
+    finally:
+        _stop(arms)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    checked: dict[str, CheckedSteps] = {}
+    failures: dict[str, tuple[str, str, str]] = {}  # arm id -> (status, kind, error)
+    for r in arms:
+        aid = r.arm.arm_id
+        if r.start_error:
+            failures[aid] = ("failed", "cannot_start", f"cannot start the command: {r.start_error}")
+        elif r.timed_out:
+            failures[aid] = ("timeout", "timeout", f"the command ran past workload.time_limit_s="
+                             f"{r.inv.time_limit_s:g} s and was killed")
+        elif r.rc != 0:
+            failures[aid] = ("failed", "exit_code", f"the command exited with code {r.rc}")
+        else:
+            lines = read_lines(r.log_path)
+            try:
+                checked[aid] = check_steps(r.trainer.parse(lines),
+                                           r.trainer.skip_steps(spec.warmup_steps))
+            except MalformedStepLine as exc:
+                failures[aid] = ("failed", "malformed_log", f"log: {exc}")
+            except LogParseError as exc:
+                failures[aid] = ("failed", "no_step_lines", f"log: {exc}")
+            except LogProblem as exc:
+                failures[aid] = ("failed", exc.kind, f"log: {exc}")
+            except ValueError as exc:
+                failures[aid] = ("failed", "malformed_log", f"log: unreadable step line ({exc})")
+    window = None if failures else _window(arms, checked)
+    if window is None and not failures:
+        for r in arms:
+            failures[r.arm.arm_id] = (INFRA_STATUS, "duet_no_overlap", (
+                "the arms' measured steps did not overlap in time for "
+                f"{MIN_OVERLAP_STEPS} steps each (one ran much longer than the other, or its "
+                "steps could not be timed as they arrived): raise protocol.measured_steps"))
+    return [_record(spec, base, r, checked.get(r.arm.arm_id), failures, window, arms)
+            for r in arms]
+
+
+def _window(arms: list[_Arm], checked: dict[str, CheckedSteps]) -> tuple[float, float] | None:
+    """The time when every arm was in its measured steps, or None when too short."""
+    starts, ends = [], []
+    for r in arms:
+        stamps = _stamped_steps(r)
+        spans = [_interval(x, stamps) for x in checked[r.arm.arm_id].measured]
+        spans = [s for s in spans if s is not None]
+        if len(spans) < MIN_OVERLAP_STEPS:
+            return None
+        starts.append(spans[0][0])
+        ends.append(spans[-1][1])
+    lo, hi = max(starts), min(ends)
+    if hi <= lo:
+        return None
+    for r in arms:  # each arm needs steps inside it
+        if len(_inside(r, checked[r.arm.arm_id], (lo, hi))[0]) < MIN_OVERLAP_STEPS:
+            return None
+    return lo, hi
+
+
+def _inside(r: _Arm, c: CheckedSteps, window: tuple[float, float]
+            ) -> tuple[list[StepRecord], list[StepRecord]]:
+    """(measured steps whose midpoint lies in the window, the others)."""
+    stamps = _stamped_steps(r)
+    keep, out = [], []
+    for x in c.measured:
+        span = _interval(x, stamps)
+        mid = None if span is None else (span[0] + span[1]) / 2
+        (keep if mid is not None and window[0] <= mid <= window[1] else out).append(x)
+    return keep, out
+
+
+def _record(spec: Any, base: dict[str, Any], r: _Arm, c: CheckedSteps | None,
+            failures: dict[str, tuple[str, str, str]], window: tuple[float, float] | None,
+            arms: list[_Arm]) -> tuple[dict[str, Any], str]:
+    a = r.arm
+    own_spec = _ArmView(spec, a)
+    common = command_fields(own_spec, {**base, "trial_id": a.trial_id, "arm_id": a.arm_id,
+                                       "arm_label": a.arm_label, "is_baseline": a.is_baseline,
+                                       **({"code": a.code} if a.code else {})}, r.inv)
+    partners = [x.arm.trial_id for x in arms if x is not r]
+    duet: dict[str, Any] = {"slice": r.slice, "partners": partners, "duet_trial": spec.trial_id,
+                            "arms": len(arms)}
+    common.update(pairing="duet", returncode=r.rc, duet=duet, duet_slice=r.slice_index,
+                  command_wall_s=(time.monotonic() - r.started) if r.started else None)
+    tail = log_tail(r.tdir / "command.log", str(r.tdir))
+    if failures:
+        mine = failures.get(a.arm_id)
+        if mine is None:
+            other = ", ".join(f"{k}: {v[2]}" for k, v in failures.items())
+            mine = (INFRA_STATUS, "duet_partner", f"not measured: its duet partner failed "
+                    f"({other})")
+        status, kind, error = mine
+        rec = trial_record(**common, status=status, failure_kind=kind, error=error,
+                           stderr_tail=tail,
+                           **({"infra_reason": error} if status == INFRA_STATUS else {}))
+        return rec, a.trial_dir
+    assert c is not None and window is not None
+    keep, outside = _inside(r, c, window)
+    duet.update(window_s=window[1] - window[0], steps_in_window=len(keep),
+                steps_outside_window=len(outside))
+    kept = CheckedSteps(c.warmup, keep, c.notes + (
+        [f"{len(outside)} measured step(s) outside the duet's overlap window, not timed"]
+        if outside else []))
+    rec = ok_record(own_spec, {**common, **steps_followed(own_spec, r.trainer, c)},
+                     r.trainer, kept)
+    _write_outside(r.tdir, outside)
+    return rec, a.trial_dir
+
+
+def _write_outside(tdir: Path, outside: list[StepRecord]) -> None:
+    """steps.csv keeps the measured steps outside the window, as ``outside_overlap``."""
+    if not outside:
+        return
+    path = tdir / "steps.csv"
+    with open(path, "a", encoding="utf-8") as fh:
+        header = read_lines(path)[0].split(",") if path.exists() else []
+        for x in outside:
+            row = {"step": x.step, "phase": "outside_overlap", "step_time_s": x.step_time_s,
+                   "data_wait_s": "", "tokens": x.tokens if x.tokens is not None else "",
+                   "samples": x.samples if x.samples is not None else "",
+                   "batch_index": x.step, "loss": x.loss if x.loss is not None else ""}
+            fh.write(",".join(str(row.get(h, "")) for h in header) + "\n")
+
+
+class _ArmView:
+    """The spec as one arm's trial sees it (its trial dir, its env switches)."""
+
+    def __init__(self, spec: Any, arm: Any) -> None:
+        self._spec, self._arm = spec, arm
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "trial_dir":
+            return self._arm.trial_dir
+        if name == "env":
+            return self._arm.env
+        if name == "trial_id":
+            return self._arm.trial_id
+        return getattr(self._spec, name)
