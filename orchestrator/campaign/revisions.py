@@ -181,6 +181,18 @@ def check(cfg: Config, arms: Sequence[ResolvedArm]) -> None:
     state = git.git_state(repo, exclude=not_code(cfg))
     if state.error:
         raise ConfigError("source.repo", f"{repo}: {state.error}")
+    _check_commits(arms, revs, repo, state)
+    if src.require_clean and state.dirty and WORKTREE not in revs.values():
+        n = len([x for x in state.diff.splitlines() if x.startswith("diff --git")])
+        raise ConfigError("source.require_clean", f"{repo} has uncommitted changes ({n} "
+                          f"file(s)); commit or stash them, or measure them as the {WORKTREE} "
+                          "arm")
+    _check_share(src.share, repo)
+
+
+def _check_commits(arms: Sequence[ResolvedArm], revs: dict[str, str | None], repo: Path,
+                   state: git.GitState) -> None:
+    """Each arm's revision names a commit (WORKTREE: uncommitted changes), no two the same."""
     commits: dict[str, str] = {}
     for a in arms:
         rev = revs[a.arm_id]
@@ -204,12 +216,10 @@ def check(cfg: Config, arms: Sequence[ResolvedArm]) -> None:
             raise ConfigError(akey, f"{rev!r} is the same commit ({sha[:12]}) as arm {other!r}; "
                               "a revision sweep compares different commits")
         commits[a.label] = sha
-    if src.require_clean and state.dirty and WORKTREE not in revs.values():
-        n = len([x for x in state.diff.splitlines() if x.startswith("diff --git")])
-        raise ConfigError("source.require_clean", f"{repo} has uncommitted changes ({n} "
-                          f"file(s)); commit or stash them, or measure them as the {WORKTREE} "
-                          "arm")
-    for i, rel in enumerate(src.share):
+
+
+def _check_share(share: Sequence[str], repo: Path) -> None:
+    for i, rel in enumerate(share):
         p = Path(rel)
         if p.is_absolute() or ".." in p.parts:
             raise ConfigError(f"source.share[{i}]", f"{rel!r} must be a path inside the "
@@ -274,7 +284,6 @@ def materialize(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
     outside = not_code(cfg, run_dir)
     state = git.git_state(repo, exclude=outside)
     by_rev: dict[str | None, tuple[dict[str, Any], dict[str, Any]]] = {}
-    workload = _plain(cfg.workload)
     for arm in running:
         rev = revision_of(arm, cfg.source.revision)
         if rev in by_rev:
@@ -284,34 +293,7 @@ def materialize(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
             code.update(_module_file(cfg, repo))
             by_rev[rev] = (code, {})
             continue
-        if rev in commits:
-            commit = str(commits[rev])
-            now = None if rev == WORKTREE else _try_resolve(repo, rev)
-            if now is not None and now != commit:
-                moved.append(f"{rev} now names {now[:12]}; this campaign keeps {commit[:12]}, "
-                             "the commit its trials ran")
-        elif rev == WORKTREE:
-            commit, left_out = git.snapshot(repo, exclude=outside)
-            if left_out:
-                log.warning("the %s snapshot leaves out %d untracked file(s) over %d bytes: %s",
-                            WORKTREE, len(left_out), git.MAX_UNTRACKED_BYTES,
-                            ", ".join(left_out[:5]))
-        else:
-            commit = git.resolve(repo, rev)
-        commits[rev] = commit
-        tree = run_dir / WORKTREES / commit[:12]
-        _ensure_worktree(repo, tree, commit)
-        linked = [x for rel in cfg.source.share for x in _link_missing(repo / rel, tree / rel)]
-        if linked:
-            log.info("worktree %s: linked %d shared path(s) from the checkout", commit[:12],
-                     len(linked))
-        if rev == WORKTREE:
-            code = _code_of(state, repo, rev, commit, state.branch, f"{WORKTREES}/{commit[:12]}")
-            code["snapshot_of"] = state.commit
-        else:
-            code = _code_of(git.GitState(dirty=False), repo, rev, commit,
-                            git.branch_of(repo, rev), f"{WORKTREES}/{commit[:12]}")
-        by_rev[rev] = (code, relocate(workload, repo, tree, Path.cwd()))
+        by_rev[rev] = _worktree_arm(cfg, run_dir, repo, rev, commits, moved, state, outside)
     for line in moved:
         log.warning("source.revision: %s", line)
     atomic_write_json(path, {"repo": _display(repo), "commits": commits, "moved": moved,
@@ -328,6 +310,41 @@ def materialize(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
         return ResolvedArm.of(a, a.workload, a.workload_config, code, moves)
 
     return [with_code(a) for a in arms], [with_code(a) for a in running]
+
+
+def _worktree_arm(cfg: Config, run_dir: Path, repo: Path, rev: str, commits: dict[str, Any],
+                  moved: list[str], state: git.GitState, outside: Sequence[Path],
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the code record, the job overrides) of the arms at revision ``rev``: its commit
+    (``commits``: what an earlier invocation resolved, kept; a branch that moved since is
+    added to ``moved``), its worktree added (or kept) and the shared paths linked into it."""
+    if rev in commits:
+        commit = str(commits[rev])
+        now = None if rev == WORKTREE else _try_resolve(repo, rev)
+        if now is not None and now != commit:
+            moved.append(f"{rev} now names {now[:12]}; this campaign keeps {commit[:12]}, "
+                         "the commit its trials ran")
+    elif rev == WORKTREE:
+        commit, left_out = git.snapshot(repo, exclude=outside)
+        if left_out:
+            log.warning("the %s snapshot leaves out %d untracked file(s) over %d bytes: %s",
+                        WORKTREE, len(left_out), git.MAX_UNTRACKED_BYTES, ", ".join(left_out[:5]))
+    else:
+        commit = git.resolve(repo, rev)
+    commits[rev] = commit
+    tree = run_dir / WORKTREES / commit[:12]
+    _ensure_worktree(repo, tree, commit)
+    linked = [x for rel in cfg.source.share for x in _link_missing(repo / rel, tree / rel)]
+    if linked:
+        log.info("worktree %s: linked %d shared path(s) from the checkout", commit[:12],
+                 len(linked))
+    if rev == WORKTREE:
+        code = _code_of(state, repo, rev, commit, state.branch, f"{WORKTREES}/{commit[:12]}")
+        code["snapshot_of"] = state.commit
+    else:
+        code = _code_of(git.GitState(dirty=False), repo, rev, commit, git.branch_of(repo, rev),
+                        f"{WORKTREES}/{commit[:12]}")
+    return code, relocate(_plain(cfg.workload), repo, tree, Path.cwd())
 
 
 def _module_file(cfg: Config, repo: Path) -> dict[str, Any]:
@@ -394,6 +411,67 @@ def _frozen_hits(files: Sequence[str], patterns: Sequence[str]) -> list[str]:
                                     for p in patterns)]
 
 
+def _arm_line(c: dict[str, Any]) -> str:
+    state = ("dirty, diff sha256 " + str(c.get("diff_sha256"))[:16]) if c.get("dirty") \
+        else "clean" if c.get("dirty") is False else "unknown"
+    where = f"worktree `{c['worktree']}`" if c.get("worktree") else "the checkout in place"
+    rev = c.get("revision")
+    line = (f"- `{c.get('label')}`: " + (f"revision `{rev}` = " if rev else "")
+            + f"commit `{str(c.get('commit') or 'unknown')[:12]}`"
+            + (f" (branch `{c['branch']}`)" if c.get("branch") else "")
+            + f", {state}, ran from {where}")
+    if c.get("snapshot_of"):
+        line += f" (the uncommitted changes on top of `{str(c['snapshot_of'])[:12]}`)"
+    if c.get("recipe_file"):
+        line += (f"; recipe module `{c['recipe_file']}` sha256 "
+                 f"{str(c.get('recipe_file_sha256'))[:16]}")
+    return line
+
+
+def _changes(cfg: Config, repo: Path, base: dict[str, Any], c: dict[str, Any],
+             verdict: Any) -> list[str]:
+    """The files arm ``c``'s commit changes against the baseline's; a frozen one makes its
+    verdict invalid (in place)."""
+    a, b = base.get("commit"), c.get("commit")
+    if not a or not b or a == b:
+        return []
+    try:
+        files = git.changed_files(repo, str(a), str(b))
+    except git.GitError as exc:
+        return [f"  - its changes against the baseline's commit could not be read ({exc})"]
+    add = sum(x[1] for x in files if x[1] > 0)
+    rem = sum(x[2] for x in files if x[2] > 0)
+    names = ", ".join(f"`{f[0]}`" for f in files[:SHOWN_FILES])
+    more = f" and {len(files) - SHOWN_FILES} more" if len(files) > SHOWN_FILES else ""
+    out = [f"  - changes {len(files)} file(s) against the baseline's commit (+{add} -{rem}): "
+           f"{names}{more}"]
+    hits = _frozen_hits([f[0] for f in files], cfg.source.frozen_paths)
+    if hits and verdict is not None:
+        out.append(f"  - **changes a frozen path** ({', '.join(f'`{h}`' for h in hits)}): its "
+                   "verdict is invalid")
+        verdict.verdict = "invalid"
+        verdict.reasons.insert(0, f"revision changes {', '.join(hits[:3])}, frozen by "
+                               "source.frozen_paths: not a throughput change of the same "
+                               "computation")
+    return out
+
+
+def _changed_checkout(cfg: Config, run_dir: Path, repo: Path, started: dict[str, Any],
+                      verdicts: Sequence[Any]) -> list[str]:
+    """A warning (in every verdict too) when the checkout the trials ran in place changed."""
+    now = git.git_state(repo, exclude=not_code(cfg, run_dir))
+    if (now.commit, now.diff_sha256) == (started.get("commit"), started.get("diff_sha256")):
+        return []
+    msg = (f"the checkout changed while the trials ran in place (commit "
+           f"{str(started.get('commit'))[:12]} -> {str(now.commit)[:12]}, "
+           f"{'dirty' if now.dirty else 'clean'}): trials may have run different code")
+    log.warning("%s", msg)
+    for v in verdicts:
+        v.reasons.insert(0, f"WARNING: {msg}")
+    return [f"- **WARNING: {msg}**; run a revision sweep (source.revision) to measure fixed "
+            "commits"]
+
+
 def code_section(cfg: Config, run_dir: Path, verdicts: Sequence[Any]) -> list[Section]:
     """decisions.md's "Code" section from code.json: each arm's revision, commit, branch
     and state, the files each revision changes against the baseline's; an arm whose revision
@@ -410,61 +488,13 @@ def code_section(cfg: Config, run_dir: Path, verdicts: Sequence[Any]) -> list[Se
     repo = repo_of(cfg)  # the recorded path is sanitized once the campaign ends
     body = [f"- repository: `{doc.get('repo')}`"]
     base_id = next(iter(arms), None)
-    base = arms.get(base_id) if base_id else None
     by_label = {v.label: v for v in verdicts}
     for arm_id, c in arms.items():
-        state = ("dirty, diff sha256 " + str(c.get("diff_sha256"))[:16]) if c.get("dirty") \
-            else "clean" if c.get("dirty") is False else "unknown"
-        where = (f"worktree `{c['worktree']}`" if c.get("worktree") else "the checkout in place")
-        rev = c.get("revision")
-        line = (f"- `{c.get('label')}`: "
-                + (f"revision `{rev}` = " if rev else "")
-                + f"commit `{str(c.get('commit') or 'unknown')[:12]}`"
-                + (f" (branch `{c['branch']}`)" if c.get("branch") else "")
-                + f", {state}, ran from {where}")
-        if c.get("snapshot_of"):
-            line += f" (the uncommitted changes on top of `{str(c['snapshot_of'])[:12]}`)"
-        if c.get("recipe_file"):
-            line += (f"; recipe module `{c['recipe_file']}` sha256 "
-                     f"{str(c.get('recipe_file_sha256'))[:16]}")
-        body.append(line)
-        if base is None or arm_id == base_id or repo is None:
-            continue
-        a, b = base.get("commit"), c.get("commit")
-        if not a or not b or a == b:
-            continue
-        try:
-            files = git.changed_files(repo, str(a), str(b))
-        except git.GitError as exc:
-            body.append(f"  - its changes against the baseline's commit could not be read ({exc})")
-            continue
-        add = sum(x[1] for x in files if x[1] > 0)
-        rem = sum(x[2] for x in files if x[2] > 0)
-        names = ", ".join(f"`{f[0]}`" for f in files[:SHOWN_FILES])
-        more = f" and {len(files) - SHOWN_FILES} more" if len(files) > SHOWN_FILES else ""
-        body.append(f"  - changes {len(files)} file(s) against the baseline's commit "
-                    f"(+{add} -{rem}): {names}{more}")
-        hits = _frozen_hits([f[0] for f in files], cfg.source.frozen_paths)
-        v = by_label.get(c.get("label"))
-        if hits and v is not None:
-            why = (f"revision changes {', '.join(hits[:3])}, frozen by source.frozen_paths: "
-                   "not a throughput change of the same computation")
-            body.append(f"  - **changes a frozen path** ({', '.join(f'`{h}`' for h in hits)}): "
-                        "its verdict is invalid")
-            v.verdict = "invalid"
-            v.reasons.insert(0, why)
-    for line in doc.get("moved") or []:
-        body.append(f"- a branch moved after the campaign started: {line}")
-    started = doc.get("started") or {}
+        body.append(_arm_line(c))
+        if repo is not None and base_id is not None and arm_id != base_id:
+            body += _changes(cfg, repo, arms[base_id], c, by_label.get(c.get("label")))
+    body += [f"- a branch moved after the campaign started: {line}"
+             for line in doc.get("moved") or []]
     if repo is not None and any(not c.get("worktree") for c in arms.values()):
-        now = git.git_state(repo, exclude=not_code(cfg, run_dir))
-        if (now.commit, now.diff_sha256) != (started.get("commit"), started.get("diff_sha256")):
-            msg = (f"the checkout changed while the trials ran in place (commit "
-                   f"{str(started.get('commit'))[:12]} -> {str(now.commit)[:12]}, "
-                   f"{'dirty' if now.dirty else 'clean'}): trials may have run different code")
-            log.warning("%s", msg)
-            body.append(f"- **WARNING: {msg}**; run a revision sweep (source.revision) to "
-                        "measure fixed commits")
-            for v in verdicts:
-                v.reasons.insert(0, f"WARNING: {msg}")
+        body += _changed_checkout(cfg, run_dir, repo, doc.get("started") or {}, verdicts)
     return [Section("Code", body)]
