@@ -21,6 +21,10 @@ direction: retain for s < 1 or reject for s > 1; a retain or reject of A/A is a 
         # a plain command (~5 ms steps, no client): A/A and 10 % more work per step
     python bench/planted_effects.py --workload client --launcher local --protocols adaptive \
         --pairing process,steps --effects 0,5,-5 --campaigns 10
+    python bench/planted_effects.py --workload command --launcher local --protocols fixed \
+        --pairing process,duet --effects 0,5,-5 --campaigns 10 protocol.aa_arm=false
+        # a plain command that cannot switch between steps: one arm per process against both
+        # arms side by side on their own cores (protocol.pairing=duet), the same trials
         # the same script using orchestrator.client: one run per round switching arms block
         # by block (steps), beside one arm per run read from its log (process)
 
@@ -98,7 +102,7 @@ def run_one(effect_pct: float, protocol: str, launcher: str, run_dir: Path, seed
                 if r.get("kind", "timed") == "timed" and r.get("step_time_median_s")]
     return {"effect_pct": effect_pct, "workload": workload,
             "measured_s_per_trial": sorted(measured)[len(measured) // 2] if measured else None,
-            "protocol": protocol if pairing == "process" else f"{protocol}, pairing=steps",
+            "protocol": protocol if pairing == "process" else f"{protocol}, pairing={pairing}",
             "verdict": v.verdict, "trials": trials, "processes": processes, "wall_s": time.time() - t0, "noise_floor": nf,
             "speedup": c.estimate.speedup if c.estimate else None,
             "low": c.estimate.low if c.estimate else None,
@@ -161,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                          "one run of it per round; pairing=process: one arm per run, its log)")
     ap.add_argument("--protocols", default="adaptive,fixed")
     ap.add_argument("--pairing", default="process",
-                    help="process, steps, or both (process,steps): protocol.pairing of each cell")
+                    help="process, steps, duet, or several (process,duet): protocol.pairing of each cell")
     ap.add_argument("--out", default=None, help="keep run dirs and results.json here")
     ap.add_argument("--table-from", default=None,
                     help="print the table from a results.json of an earlier run and exit")
@@ -211,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.campaigns):
         for eff in effects:
             for proto, pairing in ((p_, q_) for p_ in protocols for q_ in pairings):
-                name = f"{proto}_{eff:+g}_{i}" + ("" if pairing == "process" else "_steps")
+                name = f"{proto}_{eff:+g}_{i}" + ("" if pairing == "process" else f"_{pairing}")
                 if name in done:
                     continue
                 run_dir = out / name

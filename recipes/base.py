@@ -241,6 +241,15 @@ def host_only_recipe(fn: F) -> F:
     return fn
 
 
+def unprobeable(why: str) -> Callable[[F], F]:
+    """Declare that a builder's trainers have none of :class:`Probeable`'s hooks, and why: the
+    correctness gate says so at once instead of starting a probe process per arm to find out."""
+    def mark(fn: F) -> F:
+        fn.unprobeable = why  # type: ignore[attr-defined]
+        return fn
+    return mark
+
+
 def switchable(*keys: str) -> Callable[[F], F]:
     """Declare the workload keys (``workload.``-prefixed dotted paths) a builder's trainers can
     change between steps through :meth:`TrainerHooks.switch`: a sweep over only these keys may
@@ -263,13 +272,15 @@ class Recipe:
     # name -> fn(workload, bucket, device) returning a call that runs one operation once
     # (forward and backward) at the bucket's shapes; a sweep's microbench names one
     microbenchmarks: dict[str, Callable[..., Callable[[], Any]]] = field(default_factory=dict)
+    unprobeable: str | None = None  # why its trainers cannot be probed (unprobeable()), if so
 
     @classmethod
     def of(cls, name: str, build: Callable[..., Any]) -> Recipe:
         return cls(name, build, bool(getattr(build, "external", False)),
                    bool(getattr(build, "host_only", False)),
                    tuple(getattr(build, "switchable", ())),
-                   dict(getattr(build, "microbenchmarks", None) or {}))
+                   dict(getattr(build, "microbenchmarks", None) or {}),
+                   getattr(build, "unprobeable", None))
 
     def trainer(self, workload: Any, bucket: Any, device: str) -> Any:
         """The recipe's trainer for one bucket on ``device``, with every optional hook."""

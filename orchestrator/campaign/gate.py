@@ -58,13 +58,18 @@ def data_order_declared(cfg: Config) -> bool:
 
 
 def external_reason(cfg: Config, arms: Sequence[ResolvedArm]) -> str | None:
-    """Why no arm can be probed in-process (an external command), else None."""
+    """Why no arm can be probed in-process (an external command, or a baseline whose recipe
+    declares it cannot be probed: recipes.base.unprobeable), else None."""
     for arm in arms:
         recipe = arm.workload.get("recipe", "")
         try:
             external = load_recipe(recipe).external
         except Exception:  # noqa: BLE001 (an unknown recipe fails its own probe, as data)
             continue
+        unprobed = load_recipe(recipe).unprobeable if arm is arms[0] else None
+        if unprobed:  # as a probe would find: the baseline cannot be probed, so no arm is
+            return (f"the baseline cannot be probed: recipe {recipe!r} declares its trainers "
+                    f"have no probe hooks ({unprobed})")
         if not external:
             continue
         why = (f"arm {arm.label!r} runs an external command (recipe {recipe!r}): there is no "

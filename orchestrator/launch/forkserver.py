@@ -40,6 +40,7 @@ import weakref
 from typing import IO, TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from orchestrator.platform.children import GRACE_S, signal_group, start_child
+from recipes.registry import REGISTRY
 
 if TYPE_CHECKING:
     from orchestrator.spec.jobs import WorkerJob
@@ -252,6 +253,25 @@ def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket, log_path: str)
         pass
 
 
+HOST_ONLY_WHY = ("host-only recipe: it never imports torch, a fork of the fork server would "
+                 "bring torch along")
+
+
+def _declared_host_only(recipe: str) -> bool:
+    """Whether a registered recipe declares itself host-only (recipes.base.host_only_recipe),
+    read here without starting the fork server (whose start imports torch); an import-path
+    recipe, or one that cannot be read here, is left to the server's preload."""
+    if recipe not in REGISTRY:
+        return False
+    # start-up cost: the pre-flight imports this module, and needs no recipe
+    from orchestrator.worker.bootstrap import load_recipe
+
+    try:
+        return bool(load_recipe(recipe).host_only)
+    except Exception:  # noqa: BLE001 (the trial reports a recipe that cannot load)
+        return False
+
+
 class Starter:
     """Decides how each worker job of a launcher starts, and owns its fork server (started at
     the first job that may fork, with that job's environment; one per launcher, hence one per
@@ -298,6 +318,8 @@ class Starter:
         if job.nproc() > 1:
             return None, (f"multi-rank ({job.nproc()} ranks): each rank is a fresh interpreter "
                           "started by torch.distributed.run or Slurm")
+        if _declared_host_only(str(job.workload.get("recipe"))):  # no server started for it
+            return None, HOST_ONLY_WHY
         with self._lock:
             if self.broken:
                 return None, self.broken
@@ -318,8 +340,7 @@ class Starter:
             return None, f"the fork server cannot fork soundly: {server.hazard}"
         info = server.recipes.get(recipe, {})
         if info.get("host_only"):
-            return None, ("host-only recipe: it never imports torch, a fork of the fork server "
-                          "would bring torch along")
+            return None, HOST_ONLY_WHY
         for name in sorted(set(env) | set(server.env)):
             if pre_import_var(name) and env.get(name) != server.env.get(name):
                 return None, (f"{name} differs from the fork server's, and torch reads it when "

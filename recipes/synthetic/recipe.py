@@ -21,7 +21,7 @@ import numpy as np
 
 from orchestrator.spec.config import BucketConfig
 from orchestrator.core.errors import BackendUnavailable
-from recipes.base import TrainerHooks, host_only_recipe, switchable
+from recipes.base import TrainerHooks, host_only_recipe, switchable, unprobeable
 from recipes.synthetic.config import SyntheticWorkloadConfig
 
 
@@ -86,6 +86,7 @@ class SyntheticTrainer(TrainerHooks):
 
 
 @host_only_recipe  # runs on the host CPU; needs no torch device
+@unprobeable("a calibrated amount of host work per step: no model, optimizer or loss to compare")
 @switchable("workload.extra_work_fraction")
 def build(workload: SyntheticWorkloadConfig, bucket: BucketConfig, device: str) -> SyntheticTrainer:
     return SyntheticTrainer(workload, bucket, device)
