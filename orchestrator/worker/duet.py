@@ -43,7 +43,7 @@ from orchestrator.worker.external import (
     steps_followed,
 )
 
-POLL_S = 0.005  # how often the logs are read while the arms run
+POLL_S = 0.02  # how often the logs are read while the arms run (the window's edges)
 MIN_OVERLAP_STEPS = 3  # measured steps each arm must have inside the window
 
 
@@ -110,10 +110,12 @@ def _arms(spec: Any) -> list[_Arm]:
 
 
 def _start(arms: list[_Arm]) -> None:
-    """Every arm's command, started one right after another, each pinned to its slice."""
+    """Every arm's command, started one right after another in slice order (so the order
+    rotates with the placement, and the slice covariate takes out a first starter's edge too),
+    each pinned to its slice."""
     mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     try:
-        for r in arms:
+        for r in sorted(arms, key=lambda x: x.slice_index):
             r.out = open(r.tdir / "command.log", "wb")
             if mine is not None:  # the child inherits the starting thread's cores
                 os.sched_setaffinity(0, r.slice["cpus"])

@@ -28,6 +28,8 @@ from orchestrator.cli.check import parser as check_parser
 from orchestrator.cli.check import entry as check_entry
 from orchestrator.core.errors import ConfigError
 from orchestrator.platform import git
+from orchestrator.spec.config import SweepConfig
+from orchestrator.spec.sweep import resolve_arms
 
 TRAIN = """import sys, time
 DELAY = {delay}
@@ -289,3 +291,26 @@ def test_check_against_a_ledger_version_takes_its_commit(repo3: dict[str, Any],
     a = check_parser().parse_args([*_args(repo3), "--head", "main"])
     with pytest.raises(ConfigError, match="--base"):
         against(a)
+
+
+def test_a_checkout_run_in_place_records_its_dirty_state(repo3: dict[str, Any],
+                                                         tmp_path: Path, compose: Any) -> None:
+    """No revision asked: the arms run the checkout as it is, and its uncommitted change is
+    recorded per arm (dirty, the diff's SHA-256) in the code record and source.txt's lines."""
+    repo, c3 = repo3["repo"], repo3["c"][2]
+    (repo / "README").write_text("edited, not committed\n")
+    cfg = compose(["workload=rev_test"], False, [repo3["conf"]])
+    cfg.sweep = SweepConfig(name="env", hypothesis="h", variable="env.FOO", baseline="1",
+                            values=["2"])
+    arms = resolve_arms(cfg)
+    run = tmp_path / "run"
+    run.mkdir()
+    arms, running = revisions.materialize(cfg, run, arms, arms)
+    for a in running:
+        c = a.code
+        assert c["commit"] == c3 and c["branch"] == "main" and c["dirty"] is True
+        assert len(c["diff_sha256"]) == 64 and c["worktree"] is None and a.job_overrides == {}
+    lines = revisions.source_lines(running)
+    assert len(lines) == 2 and all("(the checkout in place)" in x and "dirty true; "
+                                   f"diff_sha256 {running[0].code['diff_sha256']}" in x
+                                   for x in lines)
