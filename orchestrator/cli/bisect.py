@@ -22,7 +22,7 @@ from pathlib import Path
 from orchestrator.campaign.regress import BISECT_EXIT, LOG, Bisection
 from orchestrator.campaign.revisions import repo_of
 from orchestrator.cli.autopilot import run_campaign_logged
-from orchestrator.cli.check import comparison, default_dir, margin_of
+from orchestrator.cli.check import comparison, comparison_arguments, default_dir, margin_of
 from orchestrator.cli.main import setup_logging
 from orchestrator.cli.tools._cli import emit, intermixed, make_parser, run
 from orchestrator.core.errors import ConfigError
@@ -53,18 +53,11 @@ def main(a: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = make_parser("python -m orchestrator.bisect", __doc__.split("\n\n")[0])
-    p.add_argument("overrides", nargs="*", help="workload=NAME and protocol/launcher/device/"
-                   "source overrides")
+    comparison_arguments(p, "bisect", "bisection's directory")
     p.add_argument("--good", required=True, help="a revision that trains at the old speed")
     p.add_argument("--bad", required=True, help="a later revision that trains slower")
-    p.add_argument("--margin", type=float, default=None, help="a slowdown up to this fraction "
-                   "is not one (default: protocol.min_effect)")
     p.add_argument("--retries", type=int, default=1, help="times an inconclusive comparison "
                    "is repeated before the bisection stops there (default 1)")
-    p.add_argument("--dir", default=None, help="the bisection's directory (default "
-                   "outputs/bisect/<time>); an existing one is resumed")
-    p.add_argument("--config-dir", action="append", default=[], metavar="DIR",
-                   help="a config directory of your own workloads (repeatable)")
     return intermixed(p)
 
 

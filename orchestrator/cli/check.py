@@ -88,10 +88,21 @@ def main(a: argparse.Namespace) -> int:
     return j.exit_code
 
 
-def parser() -> argparse.ArgumentParser:
-    p = make_parser("python -m orchestrator.check", __doc__.split("\n\n")[0])
+def comparison_arguments(p: argparse.ArgumentParser, kind: str, what: str) -> None:
+    """The arguments check and bisect share: the overrides, --margin, --dir, --config-dir."""
     p.add_argument("overrides", nargs="*", help="workload=NAME and protocol/launcher/device/"
                    "source overrides")
+    p.add_argument("--margin", type=float, default=None, help="a slowdown up to this fraction "
+                   "is no regression (default: protocol.min_effect)")
+    p.add_argument("--dir", default=None, help=f"the {what} (default outputs/{kind}/<time>); "
+                   "an existing one is resumed")
+    p.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                   help="a config directory of your own workloads (repeatable)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = make_parser("python -m orchestrator.check", __doc__.split("\n\n")[0])
+    comparison_arguments(p, "check", "campaign's run directory")
     p.add_argument("--base", default=None, help="the revision to compare against (a commit, "
                    "branch or tag, e.g. origin/main)")
     p.add_argument("--against", default=None, metavar="vN|latest", help="instead of --base: "
@@ -99,12 +110,6 @@ def parser() -> argparse.ArgumentParser:
                    "sweep (its configuration and its commit)")
     p.add_argument("--head", required=True, help=f"the revision under test (e.g. HEAD; "
                    f"{WORKTREE}: the uncommitted changes)")
-    p.add_argument("--margin", type=float, default=None, help="a slowdown up to this fraction "
-                   "is no regression (default: protocol.min_effect)")
-    p.add_argument("--dir", default=None, help="the campaign's run directory (default "
-                   "outputs/check/<time>); an existing one is resumed")
-    p.add_argument("--config-dir", action="append", default=[], metavar="DIR",
-                   help="a config directory of your own workloads (repeatable)")
     return intermixed(p)
 
 
