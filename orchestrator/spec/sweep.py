@@ -67,8 +67,12 @@ class ResolvedArm(Arm):
 
     def job_workload(self) -> dict[str, Any]:
         """The workload a trial or probe of this arm runs (a copy): the configuration with the
-        job's own paths (its worktree) applied."""
-        return apply_overrides(self.workload, self.job_overrides)
+        job's own paths (its worktree) applied; the sweep's overrides are not applied again."""
+        out = copy.deepcopy(self.workload)
+        root = {"workload": out}
+        for path, value in self.job_overrides.items():
+            _set(root, path, value)
+        return out
 
 
 def _paths(sweep: SweepConfig) -> dict[str, str]:

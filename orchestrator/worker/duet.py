@@ -60,6 +60,7 @@ class _Arm:
     out: IO[bytes] | None = None
     guard: SessionGuard | None = None
     started: float = 0.0
+    ended: float = 0.0
     rc: int | None = None
     timed_out: bool = False
     start_error: str | None = None
@@ -144,12 +145,12 @@ def _wait(arms: list[_Arm]) -> None:
             r.read(now)
             code = r.proc.poll()
             if code is not None:
-                r.rc = code
-                r.read(time.monotonic())
+                r.rc, r.ended = code, time.monotonic()
+                r.read(r.ended)
             elif r.inv.time_limit_s and now - r.started > r.inv.time_limit_s:
                 kill_group(r.proc)
                 r.proc.wait()
-                r.timed_out = True
+                r.timed_out, r.ended = True, time.monotonic()
         time.sleep(POLL_S)
 
 
@@ -278,7 +279,7 @@ def _record(spec: Any, base: dict[str, Any], r: _Arm, c: CheckedSteps | None,
     duet: dict[str, Any] = {"slice": r.slice, "partners": partners, "duet_trial": spec.trial_id,
                             "arms": len(arms)}
     common.update(pairing="duet", returncode=r.rc, duet=duet, duet_slice=r.slice_index,
-                  command_wall_s=(time.monotonic() - r.started) if r.started else None)
+                  command_wall_s=(r.ended - r.started) if r.started and r.ended else None)
     tail = log_tail(r.tdir / "command.log", str(r.tdir))
     if failures:
         mine = failures.get(a.arm_id)
