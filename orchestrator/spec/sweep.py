@@ -381,10 +381,12 @@ def pairing_obstacle(arms: Sequence[Any]) -> str:
         return f"cannot read which keys recipe {recipe!r} switches ({exc})"
     # a command's trainer switches the params it declares (through orchestrator.client)
     allowed |= {f"workload.params.{k}" for k in base.workload.get("switchable") or ()}
+    base_rev = (getattr(base, "overrides", None) or {}).get(REVISION)
     for arm in arms[1:]:
-        if arm.overrides.get(REVISION) != base.overrides.get(REVISION):
+        rev = (getattr(arm, "overrides", None) or {}).get(REVISION)
+        if rev != base_rev:
             return (f"a code revision cannot be switched between steps (arm {arm.label!r} runs "
-                    f"{REVISION}={arm.overrides.get(REVISION)})")
+                    f"{REVISION}={rev})")
         if arm.env != base.env:
             name = sorted(set(arm.env.items()) ^ set(base.env.items()))[0][0]
             return (f"an environment variable cannot be switched between steps (arm "
