@@ -51,9 +51,12 @@ def test_kill_campaign_midway_then_resume(run_dir: Path) -> None:
         # wait for the next trial's process to exist: it is killed mid-run with its campaign
         # (forked from the campaign's fork server, or spawned: pids_under finds either)
         needle = run_dir / "trials"
-        while not [p for p in pids_under(needle) if p != proc.pid] and time.time() < deadline:
-            time.sleep(0.1)
-        assert [p for p in pids_under(needle) if p != proc.pid], "no trial process seen"
+        seen: list[int] = []  # kept as seen: a fast trial may end before a second look
+        while not seen and time.time() < deadline:
+            seen = [p for p in pids_under(needle) if p != proc.pid]
+            if not seen:
+                time.sleep(0.1)
+        assert seen, "no trial process seen"
         helpers = child_pids(proc.pid)  # the fork server, or the spawned trial
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
