@@ -237,11 +237,12 @@ def measure_duet(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, Any], 
 
 def _window(arms: list[_Arm], checked: dict[str, CheckedSteps]) -> tuple[float, float] | None:
     """The time when every arm was in its measured steps, or None when too short."""
-    starts, ends = [], []
+    starts: list[float] = []
+    ends: list[float] = []
     for r in arms:
         stamps = _stamped_steps(r)
-        spans = [_interval(x, stamps) for x in checked[r.arm.arm_id].measured]
-        spans = [s for s in spans if s is not None]
+        spans = [s for x in checked[r.arm.arm_id].measured
+                 if (s := _interval(x, stamps)) is not None]
         if len(spans) < MIN_OVERLAP_STEPS:
             return None
         starts.append(spans[0][0])
@@ -259,7 +260,8 @@ def _inside(r: _Arm, c: CheckedSteps, window: tuple[float, float]
             ) -> tuple[list[StepRecord], list[StepRecord]]:
     """(measured steps whose midpoint lies in the window, the others)."""
     stamps = _stamped_steps(r)
-    keep, out = [], []
+    keep: list[StepRecord] = []
+    out: list[StepRecord] = []
     for x in c.measured:
         span = _interval(x, stamps)
         mid = None if span is None else (span[0] + span[1]) / 2
