@@ -63,10 +63,11 @@ def external_reason(cfg: Config, arms: Sequence[ResolvedArm]) -> str | None:
     for arm in arms:
         recipe = arm.workload.get("recipe", "")
         try:
-            external = load_recipe(recipe).external
+            loaded = load_recipe(recipe)
         except Exception:  # noqa: BLE001 (an unknown recipe fails its own probe, as data)
             continue
-        unprobed = load_recipe(recipe).unprobeable if arm is arms[0] else None
+        external = loaded.external
+        unprobed = loaded.unprobeable if arm is arms[0] else None
         if unprobed:  # as a probe would find: the baseline cannot be probed, so no arm is
             return (f"the baseline cannot be probed: recipe {recipe!r} declares its trainers "
                     f"have no probe hooks ({unprobed})")
