@@ -539,7 +539,9 @@ class _TrialPass:
                     self.launcher.run(wave, self.on_first_done, self.timeout_s,
                                       on_start=self.progress.on_start)
             self.retry_spoiled()
-            if self.p.pairing == "process":  # a paired process's cells are within-process
+            # a paired process's cells are within-process; contamination is suspected
+            # interference, so interference_retries=0 turns its re-runs off too
+            if self.p.pairing == "process" and self.p.interference_retries > 0:
                 self.retry.extend(self.contaminated(planned, running))
                 self.retry_spoiled()
 

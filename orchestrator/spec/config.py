@@ -296,7 +296,8 @@ class ProtocolConfig:
     infra_retries: int = 1
     # interference (orchestrator.platform.interference): a single-process trial during whose measured
     # steps other processes took more than interference_cores cores on average is re-run (up
-    # to interference_retries times; the first attempt kept aside, never pooled)
+    # to interference_retries times; the first attempt kept aside, never pooled); 0 also
+    # turns off the re-run of a contaminated trial (orchestrator.analysis.contamination)
     interference_cores: float = 0.25
     interference_retries: int = 2
     # before the campaign the machine's load is sampled: busy (other processes above
