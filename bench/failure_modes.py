@@ -6,7 +6,9 @@ Each row is a cell of campaigns with the default protocol (3 rounds, then 2 at a
 term, orders reversed every other round and cycle, no carry-over check, `equivalent` by
 construction on no significant difference) and by the current one (each variant's own
 per-round contrasts, seeded Williams orders, the carry-over check, `equivalent` by
-construction only on evidence at the last look). The rows:
+construction only on evidence at the last look, trials and blocks summarised by their lightly
+trimmed mean: orchestrator.core.objective), and by the current one with the median summary,
+which tells what the summary alone changes. The rows:
 
 - a null variant with its own per-process offset (log SD 5 %, absent from the baseline and the
   A/A control): retained or rejected in how many campaigns (the target: at most 5 %);
@@ -14,6 +16,8 @@ construction only on evidence at the last look). The rows:
   (pairing=steps): rejected in how many;
 - a variant that runs "the baseline's step" by its description yet is 5 % slower, on a
   loaded host with one arm per process: called equivalent in how many (a false equivalent);
+- a variant whose every fifth step is 25 % slower, untagged (5 % more time in all): rejected in
+  how many (the objective is time: a median summary is blind to it);
 - the planted A/A, +-2 % and +-5 % table: what power the change costs.
 
     python bench/failure_modes.py                      # steps-paired noise model, 400 each
@@ -36,7 +40,9 @@ from orchestrator.analysis.simulate import NoiseModel, Protocol, error_table  # 
 
 ROOT = Path(__file__).resolve().parents[1]
 EARLIER = {"per_arm": False, "order": "reversed", "carry_check": False,
-           "construction_on_evidence": False}
+           "construction_on_evidence": False, "trial_summary": "median"}
+MEDIAN = {"trial_summary": "median"}  # the current rule but for the trial summary
+RULES = (("earlier rule", EARLIER), ("current rule, median", MEDIAN), ("current rule", {}))
 
 
 def _rate(cells: list, key: str) -> str:
@@ -70,13 +76,17 @@ def main() -> None:
         ("runs 'the baseline's step' by its description, 5 % slower, loaded host, one arm "
          "per process: equivalent", NoiseModel.load(args.noisy_model), 1 / 1.05,
          {"same_step": True, "pairing": "process"}, ("equivalent",)),
+        ("every fifth step of the variant 25 % slower, untagged (5 % more time): reject",
+         dataclasses.replace(base, variant_stall_every=5, variant_stall_log=math.log(1.25)),
+         1.0, {}, ("reject",)),
     ]
     out: dict = {"model": base.name, "pairing": args.pairing, "campaigns": args.campaigns,
                  "rows": {}, "planted": {}}
-    print("\n| failure mode | earlier rule | current rule |\n|---|---:|---:|")
+    print("\n| failure mode | " + " | ".join(n for n, _ in RULES) + " |\n|---|"
+          + "---:|" * len(RULES))
     for name, model, planted, extra, keys in rows:
         got = []
-        for rule in (EARLIER, {}):
+        for _, rule in RULES:
             t0 = time.time()
             cells = error_table(model, Protocol(**{**proto, **rule, **extra}), [planted],
                                 args.campaigns, args.seed)
@@ -85,11 +95,11 @@ def main() -> None:
         print(f"| {name} | " + " | ".join(f"{n}/{m} ({n / m:.1%})" for n, m, _ in got) + " |")
         out["rows"][name] = [{"hits": n, "n": m} for n, m, _ in got]
     print("\nplanted effects (plain noise model): correct verdicts, false decisions, trials")
-    print("| planted | earlier: correct | earlier: false | earlier: trials | current: correct "
-          "| current: false | current: trials |\n|---|---:|---:|---:|---:|---:|---:|")
+    print("| planted | " + " | ".join(f"{n}: correct | {n}: false | {n}: trials"
+                                     for n, _ in RULES) + " |\n|---|" + "---:|" * 3 * len(RULES))
     planted = [1.0, 1.02, 1 / 1.02, 1.05, 1 / 1.05]
     tables = [error_table(base, Protocol(**proto, **rule), planted, args.campaigns, args.seed)
-              for rule in (EARLIER, {})]
+              for _, rule in RULES]
     for i, s in enumerate(planted):
         label = "A/A" if s == 1.0 else f"{s:.3f}x"
         cells = [t[i] for t in tables]

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.core import blocks
+from orchestrator.core import objective
 from orchestrator.core import paired
 from orchestrator.core import stats
 from orchestrator.core.reference import normalise
@@ -59,6 +60,11 @@ class ArmSummary:
     # the settings every described trial says its description covers (the record's
     # ``executes_covers``, recipes.base.Trainer.executes_covers)
     executes_covers: list[str] = field(default_factory=list)
+    # the trials' mean step (their charged steps included) over their median, the median over
+    # trials: where it is far from 1 the median hides time the mean (the objective) counts
+    mean_to_median: float | None = None
+    charged_steps: int = 0  # recurring steady-state tagged steps counted in the time, all trials
+    charged_tags: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -109,6 +115,57 @@ def step_times_by_trial(steps: pd.DataFrame) -> dict[str, list[float]]:
     return {str(k): [float(x) for x in g["step_time_s"]] for k, g in sel.groupby("trial_id")}
 
 
+def charged_by_trial(steps: pd.DataFrame) -> dict[str, list[tuple[int, float]]]:
+    """trial_id -> (cycle, seconds) of each step charged to it: the recurring steady-state
+    tagged steps (orchestrator.core.objective.charged_rows; cycle -1 outside a block)."""
+    if steps.empty or "tags" not in steps or "phase" not in steps:
+        return {}
+    cols = [c for c in ("phase", "tags", "step_time_s", "block") if c in steps]
+    out: dict[str, list[tuple[int, float]]] = {}
+    for tid, g in steps[cols + ["trial_id"]].groupby("trial_id", sort=False):
+        if not (g["phase"] == "excluded").any():
+            continue
+        got = objective.charged_rows(g[cols].to_dict("records"))
+        if got:
+            out[str(tid)] = [(_cycle(r.get("block")), float(r["step_time_s"])) for r in got]
+    return out
+
+
+def _cycle(v: Any) -> int:
+    """A steps.csv row's block (cycle); -1 where it has none (an empty cell, NaN)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return -1
+    return int(f) if math.isfinite(f) else -1
+
+
+def charged_tags_by_trial(steps: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """trial_id -> tag -> its charged steps (decisions.md's note)."""
+    if steps.empty or "tags" not in steps or "phase" not in steps:
+        return {}
+    out = {}
+    for tid, g in steps[["phase", "tags", "trial_id"]].groupby("trial_id", sort=False):
+        if (g["phase"] == "excluded").any():
+            got = objective.charged_rows(g[["phase", "tags"]].to_dict("records"))
+            if got:
+                out[str(tid)] = objective.charged_tag_counts(got)
+    return out
+
+
+def _scaled(charged: dict[str, list[tuple[int, float]]], raw: dict[str, list[float]],
+            normed: dict[str, list[float]]) -> dict[str, list[tuple[int, float]]]:
+    """Charged steps in the units of the host-speed-normalised measured steps: each scaled by
+    its trial's median normalised / raw ratio."""
+    out = {}
+    for t, v in charged.items():
+        r, n = raw.get(t), normed.get(t)
+        f = (stats.median([b / a for a, b in zip(r, n) if a > 0]) if r and n and r is not n
+             else 1.0)
+        out[t] = [(c, x * f) for c, x in v]
+    return out
+
+
 def reference_times_by_trial(steps: pd.DataFrame) -> dict[str, list[float]]:
     """trial_id -> the host-speed reference time before each measured step (trials that
     recorded one)."""
@@ -119,7 +176,9 @@ def reference_times_by_trial(steps: pd.DataFrame) -> dict[str, list[float]]:
 
 
 def summarize_arm(
-    rows: pd.DataFrame, by_trial: dict[str, list[float]], arm: Arm, bucket: str, cv_warn: float
+    rows: pd.DataFrame, by_trial: dict[str, list[float]], arm: Arm, bucket: str, cv_warn: float,
+    charged: dict[str, list[tuple[int, float]]] | None = None,
+    charged_tags: dict[str, dict[str, int]] | None = None,
 ) -> ArmSummary:
     statuses = rows["status"].value_counts().to_dict() if not rows.empty else {}
     ok = rows[rows["status"] == Status.OK] if not rows.empty else rows
@@ -163,6 +222,17 @@ def summarize_arm(
         if "executes_covers" in ok and "executes" in ok else []
     s.executes_covers = sorted(set.intersection(*covers)) if covers else []
     ids = [str(t) for t in ok["trial_id"]]
+    charged, charged_tags = charged or {}, charged_tags or {}
+    ratios = []
+    for t in ids:
+        xs = by_trial.get(t)
+        if xs:
+            extra = [x for _, x in charged.get(t, [])]
+            ratios.append(objective.summarize(xs, "mean", extra) / stats.median(xs))
+        s.charged_steps += len(charged.get(t, []))
+        for tag, n in charged_tags.get(t, {}).items():
+            s.charged_tags[tag] = s.charged_tags.get(tag, 0) + n
+    s.mean_to_median = stats.median(ratios) if ratios else None
     s.warnings += stats.stability_warnings(
         [by_trial.get(t, []) for t in ids], [f"trial {t}" for t in ids], cv_warn=cv_warn
     )
@@ -183,9 +253,14 @@ def paired_rounds(
 
 
 def trial_medians(trials: pd.DataFrame, by_trial: dict[str, list[float]], bucket: str,
-                  arm_ids: Sequence[str]) -> dict[tuple[int, str], float]:
-    """(round, arm) -> median of the trial's measured (normalised, when the reference is on)
-    step times, for the ok timed trials of a bucket."""
+                  arm_ids: Sequence[str], how: str = "median",
+                  charged: dict[str, list[tuple[int, float]]] | None = None
+                  ) -> dict[tuple[int, str], float]:
+    """(round, arm) -> the trial's time per step: its measured (normalised, when the
+    reference is on) step times summarised by ``how`` (protocol.trial_summary), its
+    ``charged`` steps counted (orchestrator.core.objective), for the ok timed trials of a
+    bucket."""
+    charged = charged or {}
     if trials.empty:
         return {}
     ok = trials[(trials["status"] == Status.OK) & (trials["bucket"] == bucket)
@@ -194,7 +269,8 @@ def trial_medians(trials: pd.DataFrame, by_trial: dict[str, list[float]], bucket
     for _, row in ok.iterrows():
         steps = by_trial.get(str(row["trial_id"]))
         if steps:
-            out[(int(row["round"]), str(row["arm_id"]))] = stats.median(steps)
+            extra = [x for _, x in charged.get(str(row["trial_id"]), [])]
+            out[(int(row["round"]), str(row["arm_id"]))] = objective.summarize(steps, how, extra)
     return out
 
 
@@ -234,8 +310,16 @@ CARRYOVER_ALPHA = 0.01  # the carry-over check's error rate, over the arms
 
 
 def block_cells(per: dict[tuple[int, str], list[tuple[int, float]]], baseline: str,
-                carry_alpha: float = CARRYOVER_ALPHA) -> tuple[dict[tuple[int, str], float], str]:
+                carry_alpha: float = CARRYOVER_ALPHA, how: str = "median",
+                charged: dict[tuple[int, str], list[float]] | None = None
+                ) -> tuple[dict[tuple[int, str], float], str]:
     """The round cells of block-paired steps (orchestrator.core.blocks.round_cells) and a note.
+
+    Each block is summarised by ``how`` (protocol.trial_summary). An arm's ``charged`` steps
+    in a round (its recurring steady-state tagged steps, orchestrator.core.objective) scale its
+    cell by its time per step with them over its time without them, over all its blocks of
+    the round: the cycles' median ratio stays robust, and a cost that lands in a few blocks is
+    charged in full rather than outvoted.
 
     Carry-over: per arm, the first measured step after each switch against the median of the
     rest of its block (orchestrator.core.blocks.carryover), compared with the baseline's by
@@ -266,18 +350,37 @@ def block_cells(per: dict[tuple[int, str], list[tuple[int, float]]], baseline: s
             note = (f"carry-over: the first measured step after a switch differs ({', '.join(hits)}) "
                     "and blocks are too short to leave it out; raise "
                     "protocol.switch_warmup_steps or protocol.block_steps")
-    medians = {k: blocks.block_medians([t for _, t in v], [c for c, _ in v]) for k, v in per.items()}
-    return blocks.round_cells(medians, baseline), note
+    def summary(xs: list[float]) -> float:
+        return objective.summarize(xs, how)
+
+    medians = {k: blocks.block_medians([t for _, t in v], [c for c, _ in v], summary)
+               for k, v in per.items()}
+    cells = blocks.round_cells(medians, baseline)
+    for k, extra in (charged or {}).items():
+        if k in cells and k in per and extra:
+            cells[k] *= objective.charge_factor([t for _, t in per[k]], how, extra)
+    return cells, note
 
 
 def block_paired(trials: pd.DataFrame, steps: pd.DataFrame, by_trial: dict[str, list[float]],
-                 bucket: str, arm_ids: Sequence[str], baseline: str
+                 bucket: str, arm_ids: Sequence[str], baseline: str, how: str = "median",
+                 charged: dict[str, list[tuple[int, float]]] | None = None
                  ) -> tuple[dict[tuple[int, str], float], str]:
     """protocol.pairing=steps: (round, arm) -> a time whose ratio to the baseline's is the
     round's block-paired effect, and the carry-over note (:func:`block_cells`); ({}, "") when
     the bucket's trials were not run paired by steps."""
     per = paired_steps(trials, steps, by_trial, bucket, arm_ids)
-    return block_cells(per, baseline) if per else ({}, "")
+    if not per:
+        return {}, ""
+    keyed: dict[tuple[int, str], list[float]] = {}
+    if charged:
+        sel = trials[(trials["bucket"] == bucket) & trials["trial_id"].astype(str).isin(
+            list(charged))]
+        for _, row in sel.iterrows():
+            k = (int(row["round"]), str(row["arm_id"]))
+            if k in per:
+                keyed[k] = [x for _, x in charged[str(row["trial_id"])]]
+    return block_cells(per, baseline, how=how, charged=keyed)
 
 
 def block_paired_medians(trials: pd.DataFrame, steps: pd.DataFrame,
@@ -334,9 +437,13 @@ def analyze(
         if out.alpha_look <= 0:
             out.alpha_look, out.alpha_exhausted = 1e-9, True
     by_trial = step_times_by_trial(steps)
+    how = str(getattr(protocol, "trial_summary", "median"))
+    charged = charged_by_trial(steps) if getattr(protocol, "charge_recurring_tags", False) else {}
+    tags = charged_tags_by_trial(steps) if charged else {}
     refs = reference_times_by_trial(steps) if protocol.speed_reference != "off" else {}
     if refs:
-        by_trial = normalise(by_trial, refs)
+        raw, by_trial = by_trial, normalise(by_trial, refs)
+        charged = _scaled(charged, raw, by_trial)
         out.speed_normalised = True
     base = arms[0]
     everyone = list(arms) + ([control] if control else [])
@@ -347,11 +454,11 @@ def analyze(
                 not trials.empty
             ) else trials
             out.summaries[(bucket, arm.arm_id)] = summarize_arm(
-                rows, by_trial, arm, bucket, protocol.warn_cv)
+                rows, by_trial, arm, bucket, protocol.warn_cv, charged, tags)
     medians = {}
     for b in buckets:
-        cells, note = block_paired(trials, steps, by_trial, b, ids, base.arm_id)
-        medians[b] = cells or trial_medians(trials, by_trial, b, ids)
+        cells, note = block_paired(trials, steps, by_trial, b, ids, base.arm_id, how, charged)
+        medians[b] = cells or trial_medians(trials, by_trial, b, ids, how, charged)
         if note:
             out.carryover[b] = note
     fits: dict[str, paired.BlockFit | None] = {}
@@ -420,6 +527,8 @@ def comparison_rows(analysis: Analysis) -> list[dict[str, Any]]:
                 "ok": s.ok,
                 "step_time_median_s": s.step_time_median_s,
                 "step_time_mad_s": s.step_time_mad_s,
+                "mean_to_median": s.mean_to_median,
+                "charged_steps": s.charged_steps,
                 "tokens_per_s": s.tokens_per_s,
                 "peak_mem_bytes": s.peak_mem_bytes,
                 "peak_mem_source": s.peak_mem_source,

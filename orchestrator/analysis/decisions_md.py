@@ -88,6 +88,13 @@ def bucket_table(
         warnings += [f"- {arm.label}: {w}" for w in s.warnings]
         if s.excluded_steps:
             warnings.append(f"- {arm.label}: {excluded_line(s.excluded_steps, s.excluded_tags)}")
+        if s.charged_steps:
+            warnings.append(f"- {arm.label}: {charged_line(s.charged_steps, s.charged_tags)}")
+        if s.mean_to_median is not None and abs(s.mean_to_median - 1) >= MEAN_MEDIAN_SHOWN:
+            warnings.append(
+                f"- {arm.label}: its mean step is {s.mean_to_median:.3f}x its median (median "
+                "over trials, charged steps included): the median column hides time the "
+                "verdict's summary counts")
     used = [analysis.summaries[(bucket, a.arm_id)].warmup_steps_used for a in arms]
     known = [u for u in used if u is not None]
     if known:
@@ -115,6 +122,15 @@ def excluded_line(n: int, tags: dict[str, int]) -> str:
     return (f"{n} tagged step(s) excluded ({named}"
             + ("; the steps after each arm switch, pairing by steps" if "switch" in tags else "")
             + ")")
+
+
+MEAN_MEDIAN_SHOWN = 0.02  # a mean/median ratio this far from 1 is shown beside the medians
+
+
+def charged_line(n: int, tags: dict[str, int]) -> str:
+    named = ", ".join(f"{t} {k}" for t, k in sorted(tags.items(), key=lambda kv: (-kv[1], kv[0])))
+    return (f"{n} of them recur in the steady state ({named}) and are charged: counted at "
+            "their own times in its time per step (protocol.charge_recurring_tags)")
 
 
 def mixture_table(
@@ -346,7 +362,13 @@ def protocol_line(p: Any) -> str:
              "left out; not a wall-clock speedup)" if getattr(p, "clock", "wall") == "cpu" else "")
     window = (f"{p.measured_steps} measured steps (and at least {p.measured_min_s:g} s of them)"
               if getattr(p, "measured_min_s", 0) > 0 else f"{p.measured_steps} measured steps")
-    return f"{warm} + {window} per trial{clock}, {rounds}{aa}"
+    how = str(getattr(p, "trial_summary", "median"))
+    summary = {"trimmed_mean": "their mean with one step in fifty left out at each end",
+               "mean": "their mean", "median": "their median"}.get(how, how)
+    charged = (", recurring steady-state tagged steps charged"
+               if getattr(p, "charge_recurring_tags", False) else "")
+    return (f"{warm} + {window} per trial{clock}, each trial (and block) summarised by "
+            f"{summary}{charged}, {rounds}{aa}")
 
 
 def terminal_summary(sweep_name: str, verdicts: Sequence[Verdict], run_dir: str) -> str:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.core import paired
+from orchestrator.core import objective, paired
 from orchestrator.analysis.analyze import CARRYOVER_ALPHA, MIXTURE, block_cells
 from orchestrator.core.blocks import ordered
 from orchestrator.analysis.decide import (Rule, aa_off, construction_equivalent, effect_scope,
@@ -70,6 +70,10 @@ class NoiseModel:
     variant_process_sd_log: float = 0.0
     # pairing=steps: log slowdown of the variant's first measured step after each switch
     variant_carry_log: float = 0.0
+    # the variant's every variant_stall_every-th step (untagged: a periodic stall, a GC pause,
+    # a recompile the recipe does not report) slower by this log factor
+    variant_stall_every: int = 0
+    variant_stall_log: float = 0.0
     source: str = ""  # how it was measured
 
     @classmethod
@@ -116,14 +120,18 @@ class Host:
 
 
 def trial_median(model: NoiseModel, host: Host, log_effect: float, rng: np.random.Generator,
-                 steps: int, variant: bool = False) -> float:
-    """One simulated trial: its fixed cost, then ``steps`` measured steps; the median of the
-    step times as the campaign analyses them (normalised when the model says so)."""
+                 steps: int, variant: bool = False, how: str = "median") -> float:
+    """One simulated trial: its fixed cost, then ``steps`` measured steps; their summary
+    (``how``: protocol.trial_summary, orchestrator.core.objective) as the campaign analyses
+    them (normalised when the model says so)."""
     host.idle(model.fixed_s)
     own = rng.normal(0, model.variant_process_sd_log) if variant else 0.0
     base = model.step_s * math.exp(-log_effect + own) * math.exp(
         rng.normal(0, model.process_sd_log))
     nominal = base * np.exp(rng.normal(0, model.step_sd_log, steps))
+    if variant and model.variant_stall_every:
+        k = model.variant_stall_every
+        nominal[(np.arange(steps) + rng.integers(k)) % k == 0] *= math.exp(model.variant_stall_log)
     if model.outlier_trial_p and rng.random() < model.outlier_trial_p:
         share = rng.uniform(0.2, 1.0)
         start = rng.integers(0, max(1, int(steps * (1 - share)) + 1))
@@ -132,7 +140,8 @@ def trial_median(model: NoiseModel, host: Host, log_effect: float, rng: np.rando
     times = nominal * speed
     if model.normalised:  # step / reference: the host's speed divides out, the reference's
         times = nominal * np.exp(rng.normal(0, model.reference_sd_log, steps))  # noise stays
-    return float(np.median(times))
+    return float(np.median(times)) if how == "median" else objective.summarize(
+        times.tolist(), how)
 
 
 def paired_process(model: NoiseModel, host: Host, log_effects: dict[str, float], round_: int,
@@ -154,12 +163,18 @@ def paired_process(model: NoiseModel, host: Host, log_effects: dict[str, float],
     arms = list(log_effects)
     seed = f"sim|{int(rng.integers(1 << 30))}"
     per: dict[tuple[int, str], list[tuple[int, float]]] = {(round_, a): [] for a in arms}
+    stall_k = model.variant_stall_every
+    stall_at = int(rng.integers(stall_k)) if stall_k else 0  # the variant's steps so far
     for c in range(cycles):
         for arm in ordered(arms, c, p.order, seed):
             n = p.switch_warmup_steps + p.block_steps
             nominal = base[arm] * np.exp(rng.normal(0, model.step_sd_log, n))
             if arm == VAR and model.variant_carry_log:  # the first measured step after it
                 nominal[p.switch_warmup_steps] *= math.exp(model.variant_carry_log)
+            if arm == VAR and stall_k:
+                nominal[(np.arange(n) + stall_at) % stall_k == 0] *= math.exp(
+                    model.variant_stall_log)
+                stall_at += n
             speed = host.run(nominal)[p.switch_warmup_steps:]
             nominal = nominal[p.switch_warmup_steps:]
             times = nominal * speed
@@ -182,6 +197,7 @@ class Protocol:
     spend_rho: float = 3.0  # alpha spending over the looks (protocol.alpha_spending)
     aa_alpha: float = 0.01  # the A/A calibration check's error rate (protocol.aa_alpha)
     pairing: str = "process"  # process | steps (protocol.pairing; orchestrator.core.blocks)
+    trial_summary: str = "trimmed_mean"  # protocol.trial_summary (median: the earlier rule)
     block_steps: int = 3
     switch_warmup_steps: int = 1
     paired_min_s: float = 0.0  # protocol.paired_min_s: measured time per arm, paired processes
@@ -234,12 +250,13 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
                     continue
                 for arm in order:
                     medians[b][(r, arm)] = trial_median(model, host, logs[arm], rng, steps,
-                                                        arm == VAR)
+                                                        arm == VAR, p.trial_summary)
                     trials += 1
         if p.pairing == "steps":
             for b in buckets:
                 medians[b] = block_cells(blocks_of[b], BASE,
-                                         CARRYOVER_ALPHA if p.carry_check else 0.0)[0]
+                                         CARRYOVER_ALPHA if p.carry_check else 0.0,
+                                         p.trial_summary)[0]
         rounds_done = planned[-1] + 1
         final = rounds_done >= p.max_rounds
         rule = Rule(p.min_effect, p.ni_margin, p.max_rounds, final,

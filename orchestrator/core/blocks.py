@@ -21,7 +21,7 @@ import functools
 import math
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 SWITCH_TAG = "switch"  # the excluded steps after an arm switch
 
@@ -115,13 +115,14 @@ def carryover(steps: Sequence[tuple[int, float]]) -> list[float]:
             if c in heads and heads[c] > 0 and min(rest) > 0]
 
 
-def block_medians(times: Sequence[float], blocks: Sequence[int]) -> dict[int, float]:
-    """Cycle -> the median of one arm's measured step times in that cycle's block
-    (``blocks[i]`` is the cycle of ``times[i]``)."""
+def block_medians(times: Sequence[float], blocks: Sequence[int],
+                  summary: Callable[[list[float]], float] = statistics.median) -> dict[int, float]:
+    """Cycle -> the median (or ``summary``: orchestrator.core.objective) of one arm's measured
+    step times in that cycle's block (``blocks[i]`` is the cycle of ``times[i]``)."""
     by: dict[int, list[float]] = {}
     for t, b in zip(times, blocks):
         by.setdefault(int(b), []).append(float(t))
-    return {b: statistics.median(v) for b, v in by.items()}
+    return {b: summary(v) for b, v in by.items()}
 
 
 def round_cells(blocks: Mapping[tuple[int, str], Mapping[int, float]], baseline: str

@@ -60,6 +60,7 @@ SpeedReference = choices("SpeedReference", "auto", "host", "off")
 CompileCache = choices("CompileCache", "cold", "warm")
 Pairing = choices("Pairing", "auto", "process", "steps", "duet")
 Order = choices("Order", "balanced", "reversed")
+TrialSummary = choices("TrialSummary", "trimmed_mean", "mean", "median")
 
 PRECISIONS = Precision.values()
 TOLERANCE_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # tf32: fp32 with tf32 matmuls
@@ -208,6 +209,16 @@ class ProtocolConfig:
     # in larger numbers, so a trial's median does not rest on a fraction of a second of a
     # machine whose speed changes (capped at 2000 steps; not for distributed trials)
     measured_min_s: float = 0.0
+    # what a trial's (and, paired by steps, a block's) measured step times are summarised by,
+    # the time the verdicts compare (orchestrator.core.objective): trimmed_mean = the mean
+    # with one step in fifty left out at each end (the objective is training time; one stray
+    # step of a long trial does not decide); mean; median (the rule before issue 28: blind to
+    # a variant slower one step in five)
+    trial_summary: TrialSummary = TrialSummary.trimmed_mean
+    # a tagged step that recurs in a trial's steady state (a recompile, an epoch boundary, a
+    # checkpoint on at least two steps after warm-up) is a cost of the arm: counted in its
+    # time; one-off tagged steps and the harness's own (switch, profiler) are not
+    charge_recurring_tags: bool = True
     # wall = time.perf_counter with a device sync (what training time is); cpu = the process's
     # CPU time (time.process_time), host-CPU work only: leaves out time lost to other processes
     # on a shared machine, so it is for calibrating the statistics, not for claiming speedups
