@@ -21,6 +21,9 @@ direction: retain for s < 1 or reject for s > 1; a retain or reject of A/A is a 
         # a plain command (~5 ms steps, no client): A/A and 10 % more work per step
     python bench/planted_effects.py --workload client --launcher local --protocols adaptive \
         --pairing process,steps --effects 0,5,-5 --campaigns 10
+    python bench/planted_effects.py --workload own_offset --launcher local --pairing steps \
+        --protocols adaptive --effects 0 --campaigns 20
+        # a null variant with its own per-process offset (log SD 5 %): neither retain nor reject
     python bench/planted_effects.py --workload command --launcher local --protocols fixed \
         --pairing process,duet --effects 0,5,-5 --campaigns 10 protocol.aa_arm=false
         # a plain command that cannot switch between steps: one arm per process against both
@@ -73,6 +76,10 @@ def sweep_overrides(effect_pct: float, workload: str) -> list[str]:
     if workload == "synthetic":
         return ["workload=synthetic", "+sweep=calibrate",
                 f"sweep.values=[{planted_fraction(effect_pct)!r}]", label]
+    if workload == "own_offset":  # a null variant with its own per-process offset
+        if effect_pct:
+            raise SystemExit("--workload own_offset plants no effect: use --effects 0")
+        return ["workload=own_offset", "+sweep=own_offset", "sweep.labels=[own-offset-5%]"]
     sweep = "+sweep=planted_client" if workload == "client" else "+sweep=planted_command"
     if effect_pct == 0:  # A/A: the variant differs in a label the trainer ignores
         return [sweep, "sweep.variable=workload.params.label",
@@ -157,12 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--effects", default="0,2,-2,5,-5,10,-10", help="planted speedups in %%")
     ap.add_argument("--launcher", default="inline", choices=["inline", "local"])
     ap.add_argument("--workload", default="synthetic",
-                    choices=["synthetic", "command", "client"],
+                    choices=["synthetic", "command", "client", "own_offset"],
                     help="synthetic: the calibrated in-process load; command: a plain command "
                          "(recipes/examples/busy_steps.py, ~5 ms steps, read from its log), the "
                          "planted effect as more work units per step; client: the same script "
                          "with its units switched through orchestrator.client (pairing=steps: "
-                         "one run of it per round; pairing=process: one arm per run, its log)")
+                         "one run of it per round; pairing=process: one arm per run, its log); "
+                         "own_offset: a kind: custom recipe whose null variant has its own "
+                         "per-process offset (log SD 5 %%; --effects 0; recipes/examples/"
+                         "own_offset.py)")
     ap.add_argument("--protocols", default="adaptive,fixed")
     ap.add_argument("--pairing", default="process",
                     help="process, steps, duet, or several (process,duet): protocol.pairing of each cell")
@@ -196,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
             u = busy_units(eff)
             print(f"  planted {eff:+g}%: variant work {u} units vs {BUSY_UNITS} (true speedup of "
                   f"the work {BUSY_UNITS / u:.4f}x), {how}", flush=True)
+    elif args.workload == "own_offset":
+        print("  a null variant: the baseline's work, scaled in each process by its own "
+              "exp(N(0, 0.05)) (recipes/examples/own_offset.py)", flush=True)
     else:
         from recipes.synthetic.recipe import SyntheticTrainer
         w, b = probe.workload, probe.workload.buckets[0]

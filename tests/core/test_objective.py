@@ -103,3 +103,26 @@ def test_paired_by_steps_a_charged_cost_scales_the_arms_round_cell() -> None:
     # two recurring boundary steps of 3 s each in a1's round: (12 x 1 + 2 x 3) / 14 per step
     cells, _ = block_cells(per, "a0", how="trimmed_mean", charged={(0, "a1"): [3.0, 3.0]})
     assert cells[(0, "a1")] / cells[(0, "a0")] == pytest.approx(18 / 14)
+
+
+def test_own_offset_recipe_draws_one_offset_per_process_for_the_variant_only(
+        compose: Any) -> None:
+    """recipes/examples/own_offset.py (kind: custom): the variant's work is scaled by a factor
+    drawn once per process (kept across switches), the baseline's is not scaled at all."""
+    from orchestrator.spec.sweep import resolve_arms
+    from recipes.examples.own_offset import build
+
+    cfg = compose(["workload=own_offset", "+sweep=own_offset"])
+    base, var = (a.workload_config for a in resolve_arms(cfg))
+    bucket = cfg.workload.buckets[0]
+    t = build(base, bucket, "cpu")
+    assert t.units == t.base_units and t.own_offset == 1.0
+    t.switch(var)
+    first = t.units
+    t.switch(base)
+    assert t.units == t.base_units
+    t.switch(var)
+    assert t.units == first  # one draw per process, kept across switches
+    # fresh processes draw afresh: 8 trainers at log SD 5 % of 1024 units are not all alike
+    draws = {build(var, bucket, "cpu").units for _ in range(8)}
+    assert len(draws) > 1 and all(0.7 < u / t.base_units < 1.4 for u in draws)
