@@ -72,7 +72,9 @@ def busy_units(effect_pct: float) -> int:
 
 
 def sweep_overrides(effect_pct: float, workload: str) -> list[str]:
-    label = f"sweep.labels=[planted{effect_pct:+g}%]"
+    # A/A: the variant may not share the baseline's label (calibrate's is planted+0%)
+    label = (f"sweep.labels=[planted{effect_pct:+g}%]" if effect_pct else
+             "sweep.labels=[planted+0%-aa]")
     if workload == "synthetic":
         return ["workload=synthetic", "+sweep=calibrate",
                 f"sweep.values=[{planted_fraction(effect_pct)!r}]", label]
