@@ -25,10 +25,10 @@ def test_every_conf_file_composes(compose: Any) -> None:
     # sweeps name paths of one workload family: command sweeps vary a command workload's
     # params, calibrate the synthetic workloads, tp_mode the muon_tp workloads; every other
     # sweep targets the GPT workloads
-    families = ("command", "synthetic", "muon_tp")
+    families = ("command", "synthetic", "muon_tp", "own_offset")
     sweep_family = {"example_delay": "command", "planted_command": "command",
                     "planted_client": "command", "nanogpt_delay": "command",
-                    "calibrate": "synthetic", "tp_mode": "muon_tp"}
+                    "calibrate": "synthetic", "tp_mode": "muon_tp", "own_offset": "own_offset"}
     # a command sweep varies its own example's params
     command_example = {"example_delay": "command_example", "planted_command": "command_busy",
                        "planted_client": "command_client", "nanogpt_delay": "nanogpt_client"}
@@ -49,7 +49,7 @@ def test_every_conf_file_composes(compose: Any) -> None:
     assert cfg.workload.name == "nanogpt_client" and list(cfg.workload.switchable) == ["delay_ms"]
 
     first = {"command": "example_delay", "synthetic": "calibrate", "muon_tp": "tp_mode",
-             "gpt": "fa2"}
+             "own_offset": "own_offset", "gpt": "fa2"}
     for group in groups:
         for option in group_options(group):
             if option in needs_cwd:
@@ -71,7 +71,10 @@ def test_every_conf_file_composes(compose: Any) -> None:
         if kind == "command":
             assert not isinstance(cfg.workload, GPTWorkloadConfig)
         else:
-            schema = {"synthetic": SyntheticWorkloadConfig, "muon_tp": MuonTPWorkloadConfig}
+            from recipes.custom.config import CustomWorkloadConfig
+
+            schema = {"synthetic": SyntheticWorkloadConfig, "muon_tp": MuonTPWorkloadConfig,
+                      "own_offset": CustomWorkloadConfig}
             assert isinstance(cfg.workload, schema.get(kind, GPTWorkloadConfig))
 
 
