@@ -115,20 +115,24 @@ def step_times_by_trial(steps: pd.DataFrame) -> dict[str, list[float]]:
     return {str(k): [float(x) for x in g["step_time_s"]] for k, g in sel.groupby("trial_id")}
 
 
-def charged_by_trial(steps: pd.DataFrame) -> dict[str, list[tuple[int, float]]]:
-    """trial_id -> (cycle, seconds) of each step charged to it: the recurring steady-state
-    tagged steps (orchestrator.core.objective.charged_rows; cycle -1 outside a block)."""
+def charged_by_trial(steps: pd.DataFrame
+                     ) -> tuple[dict[str, list[tuple[int, float]]], dict[str, dict[str, int]]]:
+    """(trial_id -> (cycle, seconds) of each step charged to it, trial_id -> tag -> its
+    charged steps): the recurring steady-state tagged steps
+    (orchestrator.core.objective.charged_rows; cycle -1 outside a block)."""
     if steps.empty or "tags" not in steps or "phase" not in steps:
-        return {}
+        return {}, {}
     cols = [c for c in ("phase", "tags", "step_time_s", "block") if c in steps]
     out: dict[str, list[tuple[int, float]]] = {}
+    tags: dict[str, dict[str, int]] = {}
     for tid, g in steps[cols + ["trial_id"]].groupby("trial_id", sort=False):
         if not (g["phase"] == "excluded").any():
             continue
         got = objective.charged_rows(g[cols].to_dict("records"))
         if got:
             out[str(tid)] = [(_cycle(r.get("block")), float(r["step_time_s"])) for r in got]
-    return out
+            tags[str(tid)] = objective.charged_tag_counts(got)
+    return out, tags
 
 
 def _cycle(v: Any) -> int:
@@ -138,19 +142,6 @@ def _cycle(v: Any) -> int:
     except (TypeError, ValueError):
         return -1
     return int(f) if math.isfinite(f) else -1
-
-
-def charged_tags_by_trial(steps: pd.DataFrame) -> dict[str, dict[str, int]]:
-    """trial_id -> tag -> its charged steps (decisions.md's note)."""
-    if steps.empty or "tags" not in steps or "phase" not in steps:
-        return {}
-    out = {}
-    for tid, g in steps[["phase", "tags", "trial_id"]].groupby("trial_id", sort=False):
-        if (g["phase"] == "excluded").any():
-            got = objective.charged_rows(g[["phase", "tags"]].to_dict("records"))
-            if got:
-                out[str(tid)] = objective.charged_tag_counts(got)
-    return out
 
 
 def _scaled(charged: dict[str, list[tuple[int, float]]], raw: dict[str, list[float]],
@@ -438,8 +429,8 @@ def analyze(
             out.alpha_look, out.alpha_exhausted = 1e-9, True
     by_trial = step_times_by_trial(steps)
     how = str(getattr(protocol, "trial_summary", "median"))
-    charged = charged_by_trial(steps) if getattr(protocol, "charge_recurring_tags", False) else {}
-    tags = charged_tags_by_trial(steps) if charged else {}
+    charged, tags = (charged_by_trial(steps) if getattr(protocol, "charge_recurring_tags", False)
+                     else ({}, {}))
     refs = reference_times_by_trial(steps) if protocol.speed_reference != "off" else {}
     if refs:
         raw, by_trial = by_trial, normalise(by_trial, refs)
