@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.core.objective import trimmed_mean  # noqa: E402
 from orchestrator.core.reference import host_reference  # noqa: E402
 
 STEP = re.compile(r"time ([0-9.]+)ms")
@@ -52,9 +53,8 @@ def trial_mean_ms(steps: int) -> float:
     out = subprocess.run([sys.executable, str(ROOT / "recipes/examples/busy_steps.py"),
                           "--steps", str(steps + WARMUP)], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout
-    ts = sorted(float(m) for m in STEP.findall(out))[WARMUP:]
-    k = int(0.02 * len(ts))  # the campaign's lightly trimmed mean
-    return statistics.mean(ts[k:len(ts) - k] if k else ts)
+    ts = [float(m) for m in STEP.findall(out)][WARMUP:]  # the warm-up steps, by position
+    return trimmed_mean(ts)  # the campaign's own trial summary
 
 
 def main() -> int:
