@@ -107,7 +107,8 @@ def run_one(effect_pct: float, protocol: str, launcher: str, run_dir: Path, seed
     v = result.verdicts[0]
     c = result.analysis.comparisons[(result.analysis.buckets[0], v.arm_id)]
     nf = c.noise_floor
-    measured = [r["measured_steps"] * r["step_time_median_s"] for r in records
+    measured = [r.get("measured_s") or r["measured_steps"] * r["step_time_median_s"]
+                for r in records
                 if r.get("kind", "timed") == "timed" and r.get("step_time_median_s")]
     return {"effect_pct": effect_pct, "workload": workload,
             "measured_s_per_trial": sorted(measured)[len(measured) // 2] if measured else None,

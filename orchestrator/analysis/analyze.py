@@ -279,7 +279,9 @@ def paired_steps(trials: pd.DataFrame, steps: pd.DataFrame, by_trial: dict[str, 
         ok = ok[ok["arm_id"].isin(list(arm_ids))]
     if ok.empty:
         return {}
-    sel = steps[steps["phase"] == "measured"]
+    # only the paired trials' steps (a command's pilot, one arm alone, has no cycles)
+    sel = steps[(steps["phase"] == "measured")
+                & steps["trial_id"].astype(str).isin(ok["trial_id"].astype(str))]
     cycles = {str(k): [int(x) for x in g["block"]] for k, g in sel.groupby("trial_id")}
     per: dict[tuple[int, str], list[tuple[int, float]]] = {}
     for _, row in ok.iterrows():

@@ -225,6 +225,7 @@ def render_decisions(
     failures: Sequence[dict[str, Any]],
     extra_sections: Sequence[Section] = (),
     start_line: str = "",
+    paired_by: str = "",
 ) -> str:
     base = analysis.arms[0]
     balanced = str(getattr(protocol, "order", "reversed")) == "balanced"
@@ -254,10 +255,17 @@ def render_decisions(
            if getattr(protocol, "pairing", "process") == "duet" else
            f", each trial a fresh process ({launcher} launcher)"
            if getattr(protocol, "pairing", "process") != "steps" else
-           f", pairing by steps: each round and bucket one fresh process ({launcher} launcher) "
-           f"running every arm, which take turns in blocks of {protocol.block_steps} measured "
-           f"steps, each after {protocol.switch_warmup_steps} excluded switch step(s), block "
-           f"order {'a seeded Williams design per cycle' if balanced else 'reversed every cycle'}; "
+           (f", pairing by steps: each round and bucket every arm's command as a fresh process "
+            f"of its own ({launcher} launcher), resident together, the arms taking turns on the "
+            "same cores (the others stopped by SIGSTOP) in blocks of "
+            f"{protocol.block_steps} measured steps, each after "
+            f"{protocol.switch_warmup_steps} excluded switch step(s) and the step its pause "
+            "split, block "
+            if paired_by == "alternation" else
+            f", pairing by steps: each round and bucket one fresh process ({launcher} launcher) "
+            f"running every arm, which take turns in blocks of {protocol.block_steps} measured "
+            f"steps, each after {protocol.switch_warmup_steps} excluded switch step(s), block ")
+           + f"order {'a seeded Williams design per cycle' if balanced else 'reversed every cycle'}; "
            "a round's effect is the median over cycles of the log "
            "ratio of the arm's block median to the baseline's in the same cycle")
         + (" — note: the inline launcher runs trials in this process" if launcher == "inline"

@@ -38,7 +38,7 @@ from orchestrator.spec.jobs import ProbeSpec, WorkerJob
 from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import Launcher
 from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, read_json, Status
-from orchestrator.spec.sweep import Arm, ResolvedArm
+from orchestrator.spec.sweep import Arm, ResolvedArm, alternates
 from orchestrator.worker.bootstrap import load_recipe
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def external_reason(cfg: Config, arms: Sequence[ResolvedArm]) -> str | None:
             continue
         why = (f"arm {arm.label!r} runs an external command (recipe {recipe!r}): there is no "
                "model in this process to probe")
-        if cfg.protocol.pairing == "steps":
+        if cfg.protocol.pairing == "steps" and not alternates(arms):
             return (f"{why}, and paired by steps the arms take turns on one run of the "
                     "trainer, so their logged losses are not step-for-step comparable either; "
                     "check numerics with a campaign under protocol.pairing=process, which "

@@ -78,7 +78,7 @@ from orchestrator.core.sanitize import Sanitizer
 from orchestrator.analysis.sensitivity import sensitivity_lines
 from orchestrator.spec.sweep import ResolvedArm, choose_pairing, like, resolve_arms, selected_buckets
 from orchestrator.worker.trial import MAX_MEASURED_STEPS
-from orchestrator.campaign.sizing import size_trials, sizing_section
+from orchestrator.campaign.sizing import size_trials, sized_steps, sizing_section
 from orchestrator.analysis import contamination
 from orchestrator.analysis.utilization import add_utilization_columns, campaign_utilization, utilization_section
 from recipes.registry import report_sections
@@ -303,6 +303,8 @@ def _run_rounds(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: li
             steps, planner = (cycles_per_round(cfg, run_dir, analysis) if p.plan_cycles
                               else ({}, {"why": "protocol.plan_cycles is off: every round keeps "
                                             "measured_steps / measured_min_s per arm"}))
+            # alternated commands are asked for their steps: every round keeps the pilot's
+            steps = {**sized_steps(read_sizing(run_dir)), **steps}
         planned += plan_rounds(keep, bucket_names, rounds,
                                reverse_every_other_round=p.reverse_every_other_round,
                                start_position=len(planned), steps=steps, order=p.order,
@@ -1130,4 +1132,6 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
         sweep=cfg.sweep, workload_name=cfg.workload.name, analysis=analysis,
         verdicts=out.verdicts, env_line=env_line(records), protocol=cfg.protocol,
         launcher=cfg.launcher.name, start_line=start_method_line(records), failures=failures,
+        paired_by=next((r["paired_by"] for r in records
+                        if isinstance(r.get("paired_by"), str)), ""),
         extra_sections=sections)

@@ -17,6 +17,11 @@ Adaptive rounds keep the floor from all trials' step times (campaign.run.trial_l
 sizing is recorded in plan.json (``sizing``) and said in decisions.md; a resume reads it back
 from the pilot records on disk. A command that does not take ``{steps}`` cannot be sized: the
 record says so and every trial measures what the command runs.
+
+Paired by steps, a plain command's arms take turns as processes of their own
+(orchestrator.worker.alternate): each arm measures until its time floor (the larger of
+measured_min_s and paired_min_s) within its round, so the pilot sizes that floor, and the
+commands are asked for enough steps for it (and stopped when it is met).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from orchestrator.launch.base import Launcher
 from orchestrator.spec.config import Config
 from orchestrator.spec.jobs import TrialSpec, make_specs
 from orchestrator.spec.plan import PlannedTrial, slug
-from orchestrator.spec.sweep import ResolvedArm
+from orchestrator.spec.sweep import ResolvedArm, alternates
 from orchestrator.worker.trial import MAX_MEASURED_STEPS
 
 log = logging.getLogger(__name__)
@@ -46,11 +51,26 @@ def pilot_trial_id(bucket: str) -> str:
     return f"pilot-{slug(bucket)}"
 
 
-def needs_sizing(cfg: Config) -> bool:
-    """A command's trials are sized by a pilot; paired by steps (its trainer uses
-    orchestrator.client) the paired trial measures each arm until measured_min_s itself."""
+def needs_sizing(cfg: Config, arms: Sequence[ResolvedArm]) -> bool:
+    """A command's trials are sized by a pilot; paired by steps through its trainer's
+    orchestrator.client the paired trial measures each arm until measured_min_s itself, while
+    alternated arms are asked for their steps up front (:func:`target_s`)."""
     return (cfg.workload.sized_before_run() and cfg.protocol.measured_min_s > 0
-            and cfg.protocol.pairing != "steps")
+            and (cfg.protocol.pairing != "steps" or alternates(arms)))
+
+
+def target_s(cfg: Config, arms: Sequence[ResolvedArm]) -> float:
+    """The measured time a sized trial is for: an alternated arm's is its round's floor."""
+    p = cfg.protocol
+    if p.pairing == "steps" and alternates(arms):
+        return max(p.measured_min_s, p.paired_min_s)
+    return p.measured_min_s
+
+
+def sized_steps(sizing: dict[str, Any] | None) -> dict[str, int]:
+    """bucket -> the measured steps its pilot sized (plan.json's ``sizing``)."""
+    return {name: int(e["measured_steps"]) for name, e in ((sizing or {}).get("buckets") or {}
+                                                            ).items() if e.get("measured_steps")}
 
 
 def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
@@ -58,12 +78,14 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
                 launcher: Launcher, done: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """Run the pilots not yet on disk, size ``planned`` in place (trials whose length the
     planner has not set) and return plan.json's ``sizing`` record (None: nothing to size)."""
-    if not needs_sizing(cfg):
+    if not needs_sizing(cfg, running):
         return None
     p = cfg.protocol
+    target = target_s(cfg, running)
+    alternated = p.pairing == "steps"
     base = running[0]
     if cfg.workload.steps_asked(p.warmup_steps, p.measured_steps) is None:
-        return {"target_s": p.measured_min_s, "buckets": {}, "why": (
+        return {"target_s": target, "alternated": alternated, "buckets": {}, "why": (
             "the command does not take {steps} (or {measured_steps}): its trials cannot be "
             "sized by time and measure what it runs; add --steps {steps} (or your trainer's "
             "flag) to the command")}
@@ -81,12 +103,12 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
             records[spec.trial_id] = record
 
         launcher.run(todo, on_done, p.trial_timeout_s)
-    doc: dict[str, Any] = {"target_s": p.measured_min_s, "margin": MARGIN, "buckets": {}}
+    doc: dict[str, Any] = {"target_s": target, "margin": MARGIN, "buckets": {},
+                           "alternated": alternated}
     steps: dict[str, int] = {}
     for b in buckets:
         name = b["name"]
-        entry = sized_bucket(records.get(pilot_trial_id(name), {}), p.measured_steps,
-                             p.measured_min_s)
+        entry = sized_bucket(records.get(pilot_trial_id(name), {}), p.measured_steps, target)
         doc["buckets"][name] = entry
         if entry.get("measured_steps"):
             steps[name] = int(entry["measured_steps"])
@@ -126,23 +148,32 @@ def sizing_lines(sizing: dict[str, Any] | None, records: Sequence[dict[str, Any]
     any trial whose command did not follow its step count."""
     if not sizing:
         return []
-    lines = [f"A command is told its step count before it runs, so its trials are sized from a "
-             f"pilot trial per bucket (never in the statistics) to measure at least "
-             f"protocol.measured_min_s = {sizing['target_s']:g} s of steps:"]
+    if sizing.get("alternated"):
+        lines = [f"A command is told its step count before it runs: a pilot trial per bucket "
+                 f"(never in the statistics) sized each arm's turns in a round to measure at "
+                 f"least {sizing['target_s']:g} s of steps (the larger of "
+                 "protocol.measured_min_s and protocol.paired_min_s); each arm's command was "
+                 "asked for more steps than that takes and stopped once its round was measured:"]
+    else:
+        lines = [f"A command is told its step count before it runs, so its trials are sized "
+                 f"from a pilot trial per bucket (never in the statistics) to measure at least "
+                 f"protocol.measured_min_s = {sizing['target_s']:g} s of steps:"]
     if sizing.get("why"):
         lines.append(f"- {sizing['why']}")
     timed = [r for r in records if r.get("kind", "timed") == "timed"
              and r.get("status") == Status.OK and r.get("step_time_median_s")]
     for name, entry in sizing.get("buckets", {}).items():
         mine = [r for r in timed if r.get("bucket") == name]
-        got = sorted(float(r["measured_steps"]) * float(r["step_time_median_s"]) for r in mine)
+        got = sorted(float(r["measured_s"]) if _number(r.get("measured_s")) else
+                     float(r["measured_steps"]) * float(r["step_time_median_s"]) for r in mine)
         steps = sorted(int(r["measured_steps"]) for r in mine)
-        measured = (f"; measured per trial: {steps[0]}–{steps[-1]} steps, "
+        per = "arm per round" if sizing.get("alternated") else "trial"
+        measured = (f"; measured per {per}: {steps[0]}–{steps[-1]} steps, "
                     f"{got[0]:.2f}–{got[-1]:.2f} s (median {got[len(got) // 2]:.2f} s)"
                     if got else "")
         short = sum(1 for v in got if v < sizing["target_s"])
         lines.append(f"- `{name}`: {entry['why']}{measured}"
-                     + (f"; {short} of {len(got)} trials measured less than "
+                     + (f"; {short} of {len(got)} measured less than "
                         f"{sizing['target_s']:g} s" if short else ""))
     ignored = sorted({str(r["trial_id"]) for r in records if r.get("steps_ignored")
                       and r.get("kind", "timed") == "timed"})  # the pilot is said above
@@ -151,6 +182,10 @@ def sizing_lines(sizing: dict[str, Any] | None, records: Sequence[dict[str, Any]
                      f"({', '.join(ignored[:5])}{', ...' if len(ignored) > 5 else ''}): "
                      f"{next(r['steps_ignored'] for r in timed if r.get('steps_ignored'))}")
     return lines
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def sizing_section(sizing: dict[str, Any] | None, records: Sequence[dict[str, Any]]

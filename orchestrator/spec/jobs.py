@@ -28,7 +28,7 @@ from orchestrator.core.convert import to_dict
 from orchestrator.spec.plan import PlannedTrial
 from orchestrator.core.steady import WarmupPolicy
 from orchestrator.platform.slices import duet_slices, placement
-from orchestrator.spec.sweep import ResolvedArm, selected_buckets
+from orchestrator.spec.sweep import ResolvedArm, alternates, selected_buckets
 
 # set by the launcher just before it starts the process: start-to-first-step is measured from it
 LAUNCH_T0_VAR = "ORCHESTRATOR_LAUNCH_T0"
@@ -138,6 +138,9 @@ class TrialSpec(WorkerJob):
     # protocol.pairing=duet: {"slices": [{"cpus", "devices"}...], "placement": [slice per paired
     # arm]}: the paired arms run at the same time, each on its slice (orchestrator.worker.duet)
     duet: dict[str, Any] = field(default_factory=dict)
+    # protocol.pairing=steps for a plain command: each paired arm its own process, the arms
+    # taking turns block by block (orchestrator.worker.alternate); env switches are the arms'
+    alternate: bool = False
 
     def __post_init__(self) -> None:  # read back from a payload: the entries as records
         self.paired_arms = [a if isinstance(a, PairedArm) else PairedArm(**a)
@@ -264,7 +267,7 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
         )
     if pair and cfg.protocol.pairing == "steps":
         return pair_specs(specs, cfg.protocol.block_steps, cfg.protocol.switch_warmup_steps,
-                          cfg.protocol.paired_min_s)
+                          cfg.protocol.paired_min_s, alternate=alternates(arms))
     if pair and cfg.protocol.pairing == "duet":
         # as many slices as the campaign's arms, whichever of them a round still runs
         return duet_specs(specs, duet_slices(cfg.protocol, len(arms), cfg.launcher.cpu_affinity))
@@ -300,14 +303,19 @@ def duet_specs(specs: Sequence[TrialSpec], slices: list[dict[str, Any]]) -> list
 
 
 def pair_specs(specs: Sequence[TrialSpec], block_steps: int, switch_warmup_steps: int,
-               paired_min_s: float = 0.0) -> list[TrialSpec]:
+               paired_min_s: float = 0.0, alternate: bool = False) -> list[TrialSpec]:
     """protocol.pairing=steps: one spec per round and bucket, the first planned arm's, that
     runs every arm of that round and bucket in the plan's order (orchestrator.core.blocks), each arm
-    for at least ``paired_min_s`` of measured step time (protocol.paired_min_s)."""
+    for at least ``paired_min_s`` of measured step time (protocol.paired_min_s).
+    ``alternate``: a plain command's arms, each its own process taking turns
+    (orchestrator.worker.alternate), each with its own env switches (the trial process none)."""
     out = []
     for members in _groups(specs):
         head = copy.copy(members[0])
         head.paired_arms = _paired(members)
+        head.alternate = alternate
+        if alternate:
+            head.env = {}
         head.block_steps, head.switch_warmup_steps = block_steps, switch_warmup_steps
         head.measured_min_s = max(head.measured_min_s, paired_min_s)
         if head.timeout_s is not None:  # every arm's trial in one process
@@ -323,6 +331,7 @@ def paired_members(spec: TrialSpec) -> list[TrialSpec]:
     return [dataclasses.replace(spec, trial_id=a.trial_id, trial_dir=a.trial_dir,
                                 arm_id=a.arm_id, arm_label=a.arm_label,
                                 is_baseline=a.is_baseline, workload=a.workload,
-                                env=dict(a.env) if spec.duet else spec.env,
-                                code=dict(a.code) or spec.code, paired_arms=[], duet={})
+                                env=dict(a.env) if spec.duet or spec.alternate else spec.env,
+                                code=dict(a.code) or spec.code, paired_arms=[], duet={},
+                                alternate=False)
             for a in spec.paired_arms]

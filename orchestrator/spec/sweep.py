@@ -365,12 +365,11 @@ def differing_settings(base: Arm, arm: Arm) -> set[str]:
         f"{ENV_PREFIX}{k}" for k in {*base.env, *arm.env} if base.env.get(k) != arm.env.get(k)}
 
 
-def pairing_obstacle(arms: Sequence[Any]) -> str:
-    """Why the arms cannot run paired by steps (one process switching between them), "" when
-    they can: only keys the recipe declares switchable (recipes.base.switchable), or a
-    command workload's ``workload.switchable`` params (its trainer reads them through
-    orchestrator.client), may differ between arms, and no env.* switch (the environment is the
-    process's)."""
+def switch_obstacle(arms: Sequence[Any]) -> str:
+    """Why one process cannot switch between the arms, "" when it can: only keys the recipe
+    declares switchable (recipes.base.switchable), or a command workload's
+    ``workload.switchable`` params (its trainer reads them through orchestrator.client), may
+    differ between arms, and no env.* switch (the environment is the process's)."""
     if not arms:
         return ""
     base = arms[0]
@@ -399,14 +398,62 @@ def pairing_obstacle(arms: Sequence[Any]) -> str:
     return ""
 
 
+def _own_process(arm: Any) -> bool:
+    """Whether an arm's workload runs as a program of its own (a command)."""
+    try:
+        return bool(workload_from_dict(arm.workload).runs_own_process())
+    except Exception:  # noqa: BLE001 (a workload that cannot be read is refused elsewhere)
+        return False
+
+
+def alternates(arms: Sequence[Any]) -> bool:
+    """Paired by steps, whether the arms run as processes of their own taking turns block by
+    block (orchestrator.worker.alternate): a command workload whose trainer does not switch
+    them itself through orchestrator.client."""
+    if not arms or not _own_process(arms[0]):
+        return False
+    return bool(switch_obstacle(arms)) or not arms[0].workload.get("switchable")
+
+
+def pairing_obstacle(arms: Sequence[Any]) -> str:
+    """Why the arms cannot run paired by steps, "" when they can: a command's arms always
+    can (its trainer switches them through orchestrator.client, or its arms' processes take
+    turns); an embedded recipe's when one process switches between them
+    (:func:`switch_obstacle`)."""
+    if arms and _own_process(arms[0]):
+        return ""
+    return switch_obstacle(arms)
+
+
+def _accelerator(device: str) -> str:
+    """The accelerator kind a campaign's trials would train on ("" for the CPU)."""
+    kind = str(device).split(":", 1)[0]
+    if kind == "cpu":
+        return ""
+    if kind != "auto":
+        return kind
+    from orchestrator.platform.device import available_kinds  # torch: only where it is asked
+
+    return next((k for k in available_kinds() if k != "cpu"), "")
+
+
 def choose_pairing(cfg: Config, arms: Sequence[Any]) -> tuple[str, str]:
     """(process | steps | duet, why): protocol.pairing=auto picks steps when every arm differs
-    from the baseline only in keys its recipe switches between steps, else duet where the
+    from the baseline only in keys its recipe switches between steps, or for a command on the
+    CPU (its arms' processes take turns: orchestrator.worker.alternate); else duet where the
     machine's slices are declared (protocol.duet_cpus / duet_devices), else process."""
     p = cfg.protocol
     if p.pairing != "auto":
         return p.pairing, "set by protocol.pairing"
     why = pairing_obstacle(arms)
+    if not why and alternates(arms):
+        accelerator = _accelerator(cfg.device)
+        if accelerator:
+            why = (f"a plain command's arms would take turns as processes of their own, each "
+                   f"holding its {accelerator} memory at once (set protocol.pairing=steps "
+                   "where they fit)")
+        elif p.duet_cpus or p.duet_devices:
+            why = "a plain command's arms cannot switch between steps, and slices are declared"
     if why and (p.duet_cpus or p.duet_devices) and cfg.workload.runs_own_process():
         try:
             slices = duet_slices(p, len(arms), cfg.launcher.cpu_affinity)
@@ -416,6 +463,12 @@ def choose_pairing(cfg: Config, arms: Sequence[Any]) -> tuple[str, str]:
                         f"of {len(slices)} declared slices, the placement rotated every round")
     if why:
         return "process", f"auto: {why}"
+    if alternates(arms):
+        return "steps", ("auto: a plain command cannot switch arms between steps, so each "
+                         "round every arm runs as a process of its own, resident together, "
+                         "and they take turns on the same cores block by block (stopped and "
+                         "resumed by signals); adjacent blocks are paired (a host whose speed "
+                         "changes within a second cancels out)")
     return "steps", ("auto: every arm differs from the baseline only in keys the recipe switches "
                      "between steps, so one fresh process per round and bucket runs them all "
                      "and adjacent blocks are paired (a host whose speed changes within a second "

@@ -59,8 +59,11 @@ class Plan:
     finished batch's step rows in and returns the next batch of blocks (or the end)."""
 
     def __init__(self, spec: Any, values: dict[str, dict[str, Any]], baseline: str,
-                 declared: list[str]) -> None:
+                 declared: list[str], lead: int = 0) -> None:
         self.spec = spec
+        # steps every block loses at its head (an alternated command's step split by its
+        # pause, orchestrator.worker.alternate): a block asks for that many more, excluded
+        self.lead = lead
         self.ids = list(values)
         self.values, self.baseline, self.declared = values, baseline, list(declared)
         self.policy = spec.warmup()
@@ -76,7 +79,8 @@ class Plan:
         # each arm's last step times (how many steps its measured_min_s still needs)
         self.recent: dict[str, deque[float]] = {a: deque(maxlen=9) for a in self.ids}
         self.failed: dict[str, dict[str, Any]] = {}
-        # per step: (arm, cycle, previous arm, phase, seconds, tags, loss, every rank's seconds)
+        # per step: (arm, cycle, previous arm, phase, seconds, tags, loss, every rank's seconds,
+        # the command's own step number or None)
         self.raw: list[tuple[Any, ...]] = []
         self.steps = 0
         self.ranks: list[int] = [0]  # the ranks that reported (set by the channel)
@@ -103,7 +107,8 @@ class Plan:
 
     def take(self, per_rank: dict[int, list[list[Any]]], read: set[str]) -> dict[str, Any]:
         """Fold the last batch's blocks in (rank -> [[block, [[seconds, loss, tags] per step]]
-        ...]); the next batch for every rank, or the end. Raises ChannelError."""
+        ...]; a step may carry a fourth item, the command's own step number); the next batch
+        for every rank, or the end. Raises ChannelError."""
         self.read |= read
         ranks = sorted(per_rank)
         self.ranks = ranks
@@ -148,18 +153,19 @@ class Plan:
             arm = self.warming[0]
             left = self.policy.warmup_steps - len(self.warm[arm][0])
             return [{"arm": arm, "kind": "warmup", "cycle": -1, "switch": 0,
-                     "steps": max(1, left)}]
+                     "steps": max(1, left) + self.lead}]
         alive = self.alive()
         if not alive or (self.cycle > 0 and not any(self.short(a) for a in alive)):
             return []
         cycles = self._cycles_needed(alive)
         cycles += (self.cycle + cycles) % 2  # end on an even number of cycles
         out = []
-        per = self.spec.switch_warmup_steps + self.spec.block_steps
+        switch = self.lead + self.spec.switch_warmup_steps  # a pause's split step, then these
+        per = switch + self.spec.block_steps
         for c in range(self.cycle, self.cycle + cycles):
             for arm in blocks.ordered(alive, c, self.spec.order, self.spec.order_seed):
-                out.append({"arm": arm, "kind": "cycle", "cycle": c,
-                            "switch": self.spec.switch_warmup_steps, "steps": per})
+                out.append({"arm": arm, "kind": "cycle", "cycle": c, "switch": switch,
+                            "steps": per})
         self.cycle += cycles
         return out
 
@@ -189,7 +195,7 @@ class Plan:
             raise ChannelError(f"the ranks ran different numbers of steps in arm {arm}'s block "
                                f"({counts}): they left lockstep")
         warm, recent = self.warm[arm][0], self.recent[arm]
-        for j, (t, loss, tags) in enumerate(lead):
+        for j, (t, loss, tags, *own) in enumerate(lead):
             times = [per_rank[r][j][0] for r in ranks] if len(ranks) > 1 else None
             for x in times or (t,):
                 if not isinstance(x, (int, float)) or not x > 0 or x == math.inf:
@@ -201,7 +207,9 @@ class Plan:
                     warm.append(t)
                     recent.append(t)
             elif j < switch:
-                phase, tags = "excluded", f"{tags};{blocks.SWITCH_TAG}" if tags else blocks.SWITCH_TAG
+                phase = "excluded"
+                if blocks.SWITCH_TAG not in tags.split(";"):
+                    tags = f"{tags};{blocks.SWITCH_TAG}" if tags else blocks.SWITCH_TAG
             elif tags:
                 phase = "excluded"
             else:
@@ -213,7 +221,8 @@ class Plan:
                 self.failed[arm] = {"status": Status.FAILED, "failure_kind": "nonfinite_loss",
                                     "error": f"non-finite loss {loss} at step {self.steps} "
                                     f"(arm {arm})"}
-            self.raw.append((arm, blk["cycle"], self.prev, phase, float(t), tags, loss, times))
+            self.raw.append((arm, blk["cycle"], self.prev, phase, float(t), tags, loss, times,
+                             int(own[0]) if own else None))
             self.steps += 1
         if kind == "warmup" and arm in self.warming:
             done, settled = warmup_complete(warm, self.policy)
@@ -227,12 +236,15 @@ class Plan:
         """The steps.csv rows (every arm's, or one arm's), in step order."""
         ranks = sorted(self.ranks)
         out = []
-        for step, (a, cycle, prev, phase, t, tags, loss, times) in enumerate(self.raw):
+        for step, (a, cycle, prev, phase, t, tags, loss, times, own) in enumerate(self.raw):
             if arm is not None and a != arm:
                 continue
-            row: dict[str, Any] = {"step": step, "phase": phase, "step_time_s": t,
+            # the command's own step number where each arm ran its own process (alternated):
+            # its losses then line up with the baseline's step for step
+            at = step if own is None else own
+            row: dict[str, Any] = {"step": at, "phase": phase, "step_time_s": t,
                                    "data_wait_s": None, "tags": tags, "arm_id": a,
-                                   "block": cycle, "prev_arm": prev, "batch_index": step,
+                                   "block": cycle, "prev_arm": prev, "batch_index": at,
                                    "loss": None if loss is None else float(loss)}
             if times is not None:
                 for r, x in zip(ranks, times):
@@ -473,23 +485,30 @@ def _arm_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: s
         why = f"the baseline failed in the paired command ({plan.failed[plan.baseline]['error']})"
         return trial_record(**own, status=INFRA_STATUS, infra_reason=why,
                             error="not measured: the baseline failed first")
-    return _ok_record(spec, trainer, plan, own, arm, rows)
+    return ok_paired_record(spec, trainer, plan, own, arm, rows)
 
 
 def _dir_of(spec: Any, arm: str) -> str:
     return next(a.trial_dir for a in spec.paired_arms if str(a.arm_id) == arm)
 
 
-def _ok_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: str,
-               rows: list[dict[str, Any]]) -> dict[str, Any]:
+def ok_paired_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: str,
+                     rows: list[dict[str, Any]], peak: tuple[int, str] | None = None,
+                     tokens: tuple[int | None, str] | None = None,
+                     **more: Any) -> dict[str, Any]:
+    """An arm's ok record from its paired steps: ``peak`` (bytes, source) where the arm's own
+    peak is known (else the command's, all arms), ``tokens`` (per step, source) where its log
+    says (else the workload's figure); ``more``: fields of its own."""
     measured = [r for r in rows if r["phase"] == "measured"]
     times = [r["step_time_s"] for r in measured]
     median = statistics.median(times)
     meds = blocks.block_medians(times, [r["block"] for r in measured])
     warm, settled = plan.warm[arm]
     losses = [(r["step"], r["loss"]) for r in rows if r["loss"] is not None]
-    peak, peak_source = child_peak_rss()
-    tokens = trainer.tokens_per_step
+    if peak is None:
+        size, source = child_peak_rss()
+        peak = (size, f"{source} (the paired command, all arms)")
+    n_tokens, tokens_source = tokens or (trainer.tokens_per_step, trainer.tokens_source)
     useful = trainer.useful_flops_per_step()
     skews = [r["rank_skew_s"] for r in measured if "rank_skew_s" in r]
     excluded = sum(1 for r in rows if r["phase"] == "excluded")
@@ -500,11 +519,12 @@ def _ok_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: st
         step_time_median_s=median,
         step_time_mad_s=statistics.median(abs(v - median) for v in times),
         measured_steps_run=len(times),
+        measured_s=sum(times),
         warmup_policy=plan.policy.policy, warmup_steps_used=len(warm), warmup_settled=settled,
         excluded_steps=excluded, excluded_tags=excluded_tags(rows),
-        tokens_per_step=tokens, tokens_source=trainer.tokens_source,
-        tokens_per_s=None if tokens is None else tokens / median,
-        peak_mem_bytes=peak, peak_mem_source=f"{peak_source} (the paired command, all arms)",
+        tokens_per_step=n_tokens, tokens_source=tokens_source,
+        tokens_per_s=None if n_tokens is None else n_tokens / median,
+        peak_mem_bytes=peak[0], peak_mem_source=peak[1],
         useful_flops_per_step=useful,
         final_loss=losses[-1][1] if losses else None,
         nonfinite_loss_steps=[s for s, v in losses if not math.isfinite(v)],
@@ -512,4 +532,5 @@ def _ok_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: st
         blocks=[{"cycle": c, "median_s": m} for c, m in sorted(meds.items())],
         **({"rank_skew_median_s": statistics.median(skews)} if skews else {}),
         **(declared_utilization(spec, trainer, useful, median) if useful is not None else {}),
+        **more,
     )

@@ -273,7 +273,7 @@ def _record(spec: Any, base: dict[str, Any], r: _Arm, c: CheckedSteps | None,
             failures: dict[str, tuple[str, str, str]], window: tuple[float, float] | None,
             arms: list[_Arm]) -> tuple[dict[str, Any], str]:
     a = r.arm
-    own_spec = _ArmView(spec, a)
+    own_spec = ArmView(spec, a)
     common = command_fields(own_spec, {**base, "trial_id": a.trial_id, "arm_id": a.arm_id,
                                        "arm_label": a.arm_label, "is_baseline": a.is_baseline,
                                        **({"code": a.code} if a.code else {})}, r.inv)
@@ -322,7 +322,7 @@ def _write_outside(tdir: Path, outside: list[StepRecord]) -> None:
             fh.write(",".join(str(row.get(h, "")) for h in header) + "\n")
 
 
-class _ArmView:
+class ArmView:
     """The spec as one arm's trial sees it (its trial dir, its env switches)."""
 
     def __init__(self, spec: Any, arm: Any) -> None:

@@ -28,6 +28,7 @@ from orchestrator.platform import distributed as distmod
 from orchestrator.core import reference as refmod
 from orchestrator.platform.environment import record_facts
 from orchestrator.core.errors import BackendUnavailable
+from orchestrator.worker.alternate import measure_alternated
 from orchestrator.worker.duet import measure_duet
 from orchestrator.worker.client_paired import measure_client_paired
 from orchestrator.worker.external import measure_external
@@ -351,14 +352,16 @@ def _measure_paired(spec: TrialSpec, base: dict[str, Any],
     baseline's measurement with it."""
     if spec.duet:  # protocol.pairing=duet: the arms side by side, each on its slice
         return measure_duet(spec, base)
+    if spec.alternate:  # a plain command: the arms' own processes take turns
+        return measure_alternated(spec, base)
     base_arm = next((a for a in spec.paired_arms if a.is_baseline), spec.paired_arms[0])
     worker = start_worker(base_arm.workload, spec.device)
     if worker.external:  # a command whose trainer switches arms through orchestrator.client
         trainer = worker.trainer(spec.bucket)
         if not getattr(trainer.workload, "switchable", None):
-            raise BackendUnavailable("protocol.pairing=steps for a command needs its trainer to "
-                                     "switch arms through orchestrator.client (declare the "
-                                     "params in workload.switchable)")
+            raise BackendUnavailable("protocol.pairing=steps for a command whose trainer does "
+                                     "not switch arms through orchestrator.client alternates "
+                                     "its arms' processes (the campaign plans it so)")
         return measure_client_paired(spec, base, trainer)
     run = _PairedRun(spec, worker)
     cs_start = compile_stats.snapshot()

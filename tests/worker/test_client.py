@@ -19,7 +19,7 @@ from orchestrator.campaign.run import run_campaign
 from orchestrator.core.errors import ConfigError
 from orchestrator.spec.config import BucketConfig
 from orchestrator.spec.jobs import PairedArm, TrialSpec
-from orchestrator.spec.sweep import pairing_obstacle
+from orchestrator.spec.sweep import alternates, pairing_obstacle, switch_obstacle
 from orchestrator.worker.trial import run_trial
 from recipes.command.config import CommandWorkloadConfig
 
@@ -173,9 +173,13 @@ def test_switchable_params_are_checked() -> None:
             self.env: dict[str, str] = {}
             self.label = f"u{units}"
 
-    assert pairing_obstacle([Arm(5), Arm(6)]) == ""  # a declared param: one run switches it
-    why = pairing_obstacle([Arm(5), Arm(5, extra=1)])
+    assert switch_obstacle([Arm(5), Arm(6)]) == ""  # a declared param: one run switches it
+    assert not alternates([Arm(5), Arm(6)])
+    why = switch_obstacle([Arm(5), Arm(5, extra=1)])
     assert "cannot switch workload.params.extra between steps" in why
+    # the trainer cannot switch it, so the arms' own processes take turns instead
+    assert pairing_obstacle([Arm(5), Arm(5, extra=1)]) == ""
+    assert alternates([Arm(5), Arm(5, extra=1)])
 
 
 @pytest.mark.slow
