@@ -16,7 +16,15 @@ one measured under interference; the re-run stands and the flagged attempt is ke
 nothing measured is lost and decisions.md says what was left out and why.
 
 It needs three ok trials of an arm and four deviations to pool (before that nothing is
-flagged), so it acts from the first look on. Contamination is rare by definition: where more
+flagged), so it acts from the first look on.
+
+Paired by steps (:func:`screen_paired`) a round's arms share a run of the host, so the host's
+drift between rounds is no contamination: what is screened is each arm's contrast with its
+round's baseline (the median over cycles of the log ratio of its block to the baseline's), and
+what stands out is a process of one arm (a per-process offset: memory layout, a cold page
+cache, an allocator state) or of the baseline (every arm's contrast moves in that round). The
+same limit holds, with the contrast's own standard error from its cycles; a flagged round is
+re-run whole. Contamination is rare by definition: where more
 than one trial of an arm, or more than MAX_SHARE of a bucket's trials, would be flagged, the
 spread is the host's own (a machine whose speed switches between states: the robust scale of
 the many near-median trials understates it), nothing is re-run, and the note says so; re-runs
@@ -47,9 +55,16 @@ class Flag:
     off: float  # the trial's median over its arm's median, minus 1
     limit: float  # the log shift beyond which it was flagged
     own_se: float  # its own log median's standard error (relative)
+    # median: the trial's median against its arm's; contrast: paired by steps, its round's
+    # contrast with the baseline against its arm's other rounds'
+    measure: str = "median"
 
     def why(self) -> str:
         lo, hi = math.expm1(-self.limit), math.expm1(self.limit)
+        if self.measure == "contrast":
+            return (f"contaminated: its contrast with its round's baseline was {self.off:+.0%} "
+                    f"off its other rounds' (flagged outside {lo:+.0%} to {hi:+.0%}; its "
+                    f"cycles explain ±{self.own_se:.1%}); its round re-run")
         return (f"contaminated: its median was {self.off:+.0%} off its arm's median (flagged "
                 f"outside {lo:+.0%} to {hi:+.0%}; its own steps explain ±{self.own_se:.1%})")
 
@@ -108,3 +123,89 @@ def screen(records: Iterable[Mapping[str, Any]], min_effect: float
             continue
         out += got
     return out, notes
+
+
+def contrasts(records: Iterable[Mapping[str, Any]]
+              ) -> dict[tuple[str, int], dict[str, tuple[float, float, str]]]:
+    """Paired by steps: (bucket, round) -> arm -> (its contrast with the round's baseline: the
+    median over common cycles of log(arm block / baseline block), that median's standard error
+    from the cycles' spread, its trial id); ok timed records with cycle blocks only."""
+    rounds: dict[tuple[str, int], dict[str, Mapping[str, Any]]] = {}
+    bases: dict[tuple[str, int], Mapping[str, Any]] = {}
+    for r in records:
+        if (r.get("status") != Status.OK or r.get("kind", "timed") != "timed"
+                or r.get("pairing") != "steps" or not isinstance(r.get("blocks"), list)):
+            continue
+        key = (str(r["bucket"]), int(r["round"]))
+        if r.get("is_baseline"):
+            bases[key] = r
+        else:
+            rounds.setdefault(key, {})[str(r["arm_id"])] = r
+    out: dict[tuple[str, int], dict[str, tuple[float, float, str]]] = {}
+    for key, arms in rounds.items():
+        base = bases.get(key)
+        if base is None:
+            continue
+        b = {int(x["cycle"]): float(x["median_s"]) for x in base["blocks"] if x["median_s"] > 0}
+        for arm, r in arms.items():
+            v = {int(x["cycle"]): float(x["median_s"]) for x in r["blocks"] if x["median_s"] > 0}
+            d = [math.log(v[c] / b[c]) for c in sorted(set(v) & set(b))]
+            if not d:
+                continue
+            mid = statistics.median(d)
+            se = (1.2533 * 1.4826 * statistics.median(abs(x - mid) for x in d) / math.sqrt(len(d))
+                  if len(d) > 1 else 0.0)
+            out.setdefault(key, {})[arm] = (mid, se, str(r["trial_id"]))
+    return out
+
+
+def screen_paired(records: Iterable[Mapping[str, Any]], min_effect: float
+                  ) -> tuple[list[Flag], list[str]]:
+    """Paired by steps: (the arms' trials whose round contrast stands out, a note per bucket
+    where too many do to be contamination). An arm's contrasts need three rounds; the flagged
+    trials' rounds are what a re-run repeats (:func:`flagged_rounds`)."""
+    by_bucket: dict[str, dict[str, list[tuple[int, float, float, str]]]] = {}
+    for (bucket, rnd), arms in contrasts(records).items():
+        for arm, (d, se, tid) in arms.items():
+            by_bucket.setdefault(bucket, {}).setdefault(arm, []).append((rnd, d, se, tid))
+    floor = math.log1p(2 * min_effect)
+    out: list[Flag] = []
+    notes: list[str] = []
+    for bucket, arms in by_bucket.items():
+        devs: list[tuple[str, int, float, float, str]] = []
+        for arm, got in arms.items():
+            if len(got) < MIN_TRIALS:
+                continue
+            centre = statistics.median(d for _, d, _, _ in got)
+            devs += [(arm, rnd, d - centre, se, tid) for rnd, d, se, tid in got]
+        nonzero = [abs(x[2]) for x in devs if x[2] != 0.0]
+        if len(nonzero) < MIN_DEVIATIONS:
+            continue
+        scale = 1.4826 * statistics.median(nonzero)
+        got_flags = []
+        for arm, rnd, dev, se, tid in devs:
+            limit = max(K * math.hypot(scale, se), floor)
+            if abs(dev) > limit:
+                got_flags.append((rnd, Flag(tid, bucket, arm, math.expm1(dev), limit, se,
+                                            "contrast")))
+        rounds = {rnd for _, rnd, _, _, _ in devs}
+        hit = {rnd for rnd, _ in got_flags}
+        per_arm = max((sum(1 for _, f in got_flags if f.arm_id == a) for a in arms), default=0)
+        if per_arm > 1 or len(hit) > max(1, MAX_SHARE * len(rounds)):
+            notes.append(f"{bucket}: {len(hit)} of {len(rounds)} rounds have an arm whose "
+                         "contrast with the baseline lies far outside its other rounds': too "
+                         "many to be contamination (the processes' own spread), so none is "
+                         "re-run")
+            continue
+        out += [f for _, f in got_flags]
+    return out, notes
+
+
+def screen_any(records: Iterable[Mapping[str, Any]], min_effect: float
+               ) -> tuple[list[Flag], list[str]]:
+    """The screen a campaign's records call for: round contrasts where its arms were paired by
+    steps (:func:`screen_paired`), else trial medians (:func:`screen`)."""
+    records = list(records)
+    if any(r.get("pairing") == "steps" for r in records):
+        return screen_paired(records, min_effect)
+    return screen(records, min_effect)

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.analysis import contamination
 from orchestrator.core import objective, paired
 from orchestrator.analysis.analyze import CARRYOVER_ALPHA, MIXTURE, block_cells
 from orchestrator.core.blocks import ordered
@@ -64,8 +65,13 @@ class NoiseModel:
     fixed_s: float = 1.0
     steps: int = 100  # measured steps per trial
     # pairing=steps: the SD of an arm's log offset in one process that the other arms in the
-    # same process do not share (0: a process's offset is common to all its arms)
+    # same process do not share (0: a process's offset is common to all its arms; an
+    # alternated command's arms each run a process of their own: process_sd_log 0, this > 0)
     arm_process_sd_log: float = 0.0
+    # pairing=steps: the heavy tail of that offset: with this probability an arm's process in a
+    # round runs arm_process_outlier_log slower or faster (either sign alike) for its whole life
+    arm_process_outlier_p: float = 0.0
+    arm_process_outlier_log: float = 0.0
     # the variant's own per-process log offset (absent from the baseline and the A/A control)
     variant_process_sd_log: float = 0.0
     # pairing=steps: log slowdown of the variant's first measured step after each switch
@@ -155,7 +161,7 @@ def paired_process(model: NoiseModel, host: Host, log_effects: dict[str, float],
     host.idle(model.fixed_s)
     offset = rng.normal(0, model.process_sd_log)  # the process's, shared by its arms
     base = {a: model.step_s * math.exp(
-        -e + offset + rng.normal(0, model.arm_process_sd_log)
+        -e + offset + rng.normal(0, model.arm_process_sd_log) + _outlier(model, rng)
         + (rng.normal(0, model.variant_process_sd_log) if a == VAR else 0.0))
         for a, e in log_effects.items()}
     cycles = max(2, math.ceil(steps / p.block_steps))
@@ -182,6 +188,32 @@ def paired_process(model: NoiseModel, host: Host, log_effects: dict[str, float],
                 times = nominal * np.exp(rng.normal(0, model.reference_sd_log, nominal.size))
             per[(round_, arm)].extend((c, float(t)) for t in times)
     return per
+
+
+def _outlier(model: NoiseModel, rng: np.random.Generator) -> float:
+    """An arm's process's heavy-tailed log offset: 0, or +-arm_process_outlier_log."""
+    if not model.arm_process_outlier_p or rng.random() >= model.arm_process_outlier_p:
+        return 0.0
+    return model.arm_process_outlier_log * (1.0 if rng.random() < 0.5 else -1.0)
+
+
+def screened_rounds(blocks_of: dict[str, dict[tuple[int, str], list[tuple[int, float]]]],
+                    min_effect: float) -> set[int]:
+    """The rounds whose contrasts the campaign's contamination screen would re-run
+    (orchestrator.analysis.contamination.screen_paired over the simulated blocks)."""
+    records = []
+    for b, per in blocks_of.items():
+        for (r, arm), steps in per.items():
+            cyc: dict[int, list[float]] = {}
+            for c, t in steps:
+                cyc.setdefault(c, []).append(t)
+            records.append({"trial_id": f"{b}|{r}|{arm}", "bucket": b, "arm_id": arm,
+                            "round": r, "is_baseline": arm == BASE, "status": "ok",
+                            "kind": "timed", "pairing": "steps",
+                            "blocks": [{"cycle": c, "median_s": float(np.median(v))}
+                                       for c, v in sorted(cyc.items())]})
+    flags, _ = contamination.screen_paired(records, min_effect)
+    return {int(f.trial_id.split("|")[1]) for f in flags}
 
 
 @dataclass(frozen=True)
@@ -211,6 +243,9 @@ class Protocol:
     construction_on_evidence: bool = True  # False: the earlier shortcut (no significance)
     # futility only at a look with power (decide.futility_power); False: at every look
     futility_power: bool = True
+    # pairing=steps: after each pass, rounds whose contrasts the contamination screen flags
+    # are re-run once (orchestrator.analysis.contamination.screen_paired; campaign.run)
+    contamination: bool = True
 
 
 @dataclass
@@ -239,19 +274,32 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
     rounds_done, trials = 0, 0
     planned = list(range(p.repeats))
     seed = f"sim|{int(rng.integers(1 << 30))}"
+    rerun: set[int] = set()  # rounds the contamination screen re-ran (once each)
+
+    def run_round(r: int) -> None:
+        nonlocal trials
+        for b in buckets:
+            order = arm_order(running, r, True, p.order, f"{seed}|{b}")
+            logs = {a: math.log(effects[b]) if a == VAR else 0.0 for a in order}
+            if p.pairing == "steps":
+                blocks_of[b].update(paired_process(model, host, logs, r, rng, steps, p))
+                trials += len(order)
+                continue
+            for arm in order:
+                medians[b][(r, arm)] = trial_median(model, host, logs[arm], rng, steps,
+                                                    arm == VAR, p.trial_summary)
+                trials += 1
+
     while True:
         for r in planned:
-            for b in buckets:
-                order = arm_order(running, r, True, p.order, f"{seed}|{b}")
-                logs = {a: math.log(effects[b]) if a == VAR else 0.0 for a in order}
-                if p.pairing == "steps":
-                    blocks_of[b].update(paired_process(model, host, logs, r, rng, steps, p))
-                    trials += len(order)
-                    continue
-                for arm in order:
-                    medians[b][(r, arm)] = trial_median(model, host, logs[arm], rng, steps,
-                                                        arm == VAR, p.trial_summary)
-                    trials += 1
+            run_round(r)
+        if p.pairing == "steps" and p.contamination:
+            for r in sorted(screened_rounds(blocks_of, p.min_effect) - rerun):
+                rerun.add(r)
+                for b in buckets:  # the round's earlier attempt is left out
+                    for key in [k for k in blocks_of[b] if k[0] == r]:
+                        del blocks_of[b][key]
+                run_round(r)
         if p.pairing == "steps":
             for b in buckets:
                 medians[b] = block_cells(blocks_of[b], BASE,

@@ -541,9 +541,9 @@ class _TrialPass:
                     self.launcher.run(wave, self.on_first_done, self.timeout_s,
                                       on_start=self.progress.on_start)
             self.retry_spoiled()
-            # a paired process's cells are within-process; contamination is suspected
-            # interference, so interference_retries=0 turns its re-runs off too
-            if self.p.pairing == "process" and self.p.interference_retries > 0:
+            # contamination is suspected interference, so interference_retries=0 turns its
+            # re-runs off too; a paired round (steps, duet) is re-run whole
+            if self.p.interference_retries > 0:
                 self.retry.extend(self.contaminated(planned, running))
                 self.retry_spoiled()
 
@@ -563,7 +563,7 @@ class _TrialPass:
         (orchestrator.analysis.contamination), each re-run once: their specs."""
         ids = {t.trial_id for t in planned}
         records = {tid: r for tid, r in completed_trials(self.run_dir).items() if tid in ids}
-        flags, notes = contamination.screen(records.values(), self.p.min_effect)
+        flags, notes = contamination.screen_any(records.values(), self.p.min_effect)
         for note in notes:
             log.warning("contamination check: %s", note)
         flags = [f for f in flags
@@ -576,6 +576,14 @@ class _TrialPass:
             log.warning("%s (%s, %s): %s: re-running it once", f.trial_id, f.arm_id, f.bucket,
                         f.why())
         again = {f.trial_id for f in flags}
+        if self.p.pairing != "process":  # its round's arms were measured together: all again
+            rounds = {(t.round, t.bucket): self.why[t.trial_id] for t in planned
+                      if t.trial_id in again}
+            for t in planned:
+                if (t.round, t.bucket) in rounds and t.trial_id not in again:
+                    self.why[t.trial_id] = (f"re-run with its round (another arm's trial: "
+                                            f"{rounds[(t.round, t.bucket)]})")
+                    again.add(t.trial_id)
         return make_specs(self.cfg, self.run_dir, running,
                           [t for t in planned if t.trial_id in again])
 
@@ -804,7 +812,7 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
     host whose spread is too wide to call its outliers contamination (none: no section)."""
     rows = [r for r in records if isinstance(r.get("earlier_attempts"), list)
             and r["earlier_attempts"]]
-    spread = contamination.screen(records, min_effect)[1] if min_effect is not None else []
+    spread = contamination.screen_any(records, min_effect)[1] if min_effect is not None else []
     still = [r for r in records if interfered(r, cores)]
     shares = [c for r in records if (c := _interference(r).get("others_cores")) is not None]
     load = [f"other processes' CPU during the measured steps: median {stats.median(shares):.2f}"
@@ -836,9 +844,11 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
     lines = [f"{len(rows)} trial(s) re-run: {infra} after a harness failure (ranks out of step, "
              "a lost peer: not on the variant's account; protocol.infra_retries; still failing "
              "so makes the verdict invalid, never reject), "
-             f"{dirty} whose median sat far outside its arm's others beyond what its own steps' "
-             "spread explains (contamination: re-run once, the re-run stands and the "
-             "contaminated attempt is left out, kept as attempt<N>.json and .steps.csv), "
+             f"{dirty} whose median (paired by steps: whose round's contrast with the "
+             "baseline, the round re-run whole) sat far outside its arm's others beyond what "
+             "its own steps' spread explains (contamination: re-run once, the re-run stands "
+             "and the contaminated attempt is left out, kept as attempt<N>.json and "
+             ".steps.csv), "
              f"{len(rows) - infra - dirty} measured while other processes took more than "
              f"{cores:g} cores (protocol.interference_cores; the earlier attempt is not pooled).",
              ""]

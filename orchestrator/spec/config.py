@@ -261,7 +261,10 @@ class ProtocolConfig:
     # round and bucket runs every arm, switching arm every block_steps measured steps (each
     # block after switch_warmup_steps excluded ones), blocks paired in the analysis
     # (orchestrator.core.blocks). steps needs a sweep over keys the recipe declares switchable;
-    # auto: steps when it can, else process (orchestrator.spec.sweep.choose_pairing, in plan.json)
+    # a command's arms always can: its trainer switches them through orchestrator.client, or
+    # its arms run as processes of their own taking turns on the same cores
+    # (orchestrator.worker.alternate). auto: steps when it can (a plain command only where no
+    # accelerator is visible), else process (orchestrator.spec.sweep.choose_pairing, plan.json)
     # duet: a round's arms run at the same time, each on its own disjoint slice of the machine
     # (duet_cpus / duet_devices), the placement rotated every round, each arm's steps kept
     # where they overlap in time (orchestrator.worker.duet; docs/protocol.md). auto picks duet

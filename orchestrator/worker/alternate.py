@@ -546,7 +546,8 @@ def _record(spec: Any, base: dict[str, Any], alt: _Alternation, r: ArmRun) -> di
         step_source="log (alternated)", returncode=r.rc,
         command_wall_s=(r.died or time.monotonic()) - r.born if r.born else None,
         steps_asked=r.asked, steps_logged=len(r.records),
-        alternation={"core": alt.core, "cores_at_stop": {str(k): v for k, v in
+        alternation={"command_pid": r.proc.pid if r.proc is not None else None,
+                     "core": alt.core, "cores_at_stop": {str(k): v for k, v in
                                                           sorted(r.cores.items())},
                      "turns": r.resumes, "running_s": round(r.active_s, 4),
                      "drained_steps": r.drained, "repeated_step_lines": r.dups})

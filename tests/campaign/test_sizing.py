@@ -126,6 +126,40 @@ def test_contamination_flags_one_far_trial_and_not_a_two_state_host() -> None:
     assert flags == [] and "too many to be contamination" in notes[0]
 
 
+def _paired_trial(rnd: int, arm: str, blocks: list[float]) -> dict[str, Any]:
+    return {"trial_id": f"r{rnd}-{arm}", "bucket": "b", "arm_id": arm, "round": rnd,
+            "is_baseline": arm == "a0", "status": "ok", "kind": "timed", "pairing": "steps",
+            "blocks": [{"cycle": c, "median_s": m / 1e3} for c, m in enumerate(blocks)]}
+
+
+def test_paired_rounds_are_screened_by_their_contrasts() -> None:
+    """Paired by steps, the host's drift between rounds moves every arm of a round alike (no
+    contamination); one arm's process 13 % slower in its round is, and only its round is
+    named; every arm moving in one round (the baseline's process) is one flagged round."""
+    drift = [1.0, 1.3, 0.9, 1.2, 1.1]  # the host's speed, round by round
+    off = {("aa", 3): 1.13}  # a per-process offset of one arm in one round
+
+    def recs(off: dict[tuple[str, int], float]) -> list[dict[str, Any]]:
+        out = []
+        for r, h in enumerate(drift):
+            for j, (arm, base) in enumerate((("a0", 5.0), ("aa", 5.0), ("a1", 5.5))):
+                k = off.get((arm, r), 1.0)
+                noise = [1 + 0.004 * ((c * 7 + r * 3 + j) % 5 - 2) for c in range(8)]
+                out.append(_paired_trial(r, arm, [base * h * k * e for e in noise]))
+        return out
+
+    assert contamination.screen_any(recs({}), 0.02) == ([], [])  # drift alone: nothing
+    flags, notes = contamination.screen_any(recs(off), 0.02)
+    assert [f.trial_id for f in flags] == ["r3-aa"] and not notes
+    assert "contrast with its round's baseline was +13% off" in flags[0].why()
+    # the baseline's own process slow in round 2: both arms' contrasts move, one round
+    flags, notes = contamination.screen_any(recs({("a0", 2): 1.15}), 0.02)
+    assert sorted(f.trial_id for f in flags) == ["r2-a1", "r2-aa"] and not notes
+    # an arm off in two rounds: its own spread, nothing re-run, and said so
+    flags, notes = contamination.screen_any(recs({**off, ("aa", 1): 0.88}), 0.02)
+    assert flags == [] and "too many to be contamination" in notes[0]
+
+
 def test_an_earlier_attempt_and_its_steps_are_kept_with_their_number(tmp_path: Path) -> None:
     tdir = tmp_path / "t"
     tdir.mkdir()

@@ -1,0 +1,176 @@
+"""A plain command's arms paired by steps with no client (orchestrator.worker.alternate, issue
+35): every arm its own real process, the arms taking turns block by block under SIGSTOP and
+SIGCONT; what goes wrong in one arm is its status; the planner picks it for a command on the
+CPU; a real campaign rejects a planted slowdown with the arms' losses compared step for step."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from orchestrator.campaign.run import run_campaign
+from orchestrator.spec.config import BucketConfig
+from orchestrator.spec.jobs import PairedArm, TrialSpec
+from orchestrator.spec.sweep import choose_pairing, resolve_arms
+from orchestrator.worker.alternate import asked_steps
+from orchestrator.worker.trial import run_trial
+from recipes.command.config import CommandWorkloadConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAIN = "{python} tests/helpers/plain_trainer.py --steps {steps} --units 8 --mode {mode}"
+BUCKET = {"name": "b", "seq_len": 1, "micro_batch": 1}
+
+
+def _workload(mode: str = "ok", limit_s: float = 60.0) -> dict[str, Any]:
+    c = OmegaConf.structured(CommandWorkloadConfig)
+    c.name = "plain_test"
+    c.command = PLAIN
+    c.params = {"mode": mode}
+    c.time_limit_s = limit_s
+    c.buckets = [BucketConfig(name="b", seq_len=1, micro_batch=1)]
+    OmegaConf.to_object(c).validate()
+    return OmegaConf.to_container(c)  # type: ignore[return-value]
+
+
+def _spec(root: Path, arms: list[tuple[str, dict[str, str]]], limit_s: float = 60.0,
+          **proto: Any) -> tuple[TrialSpec, list[PairedArm]]:
+    """One alternated trial: an arm per (mode, env switches), the first the baseline."""
+    paired = [PairedArm(f"a{i}", f"arm{i}", i == 0, f"r0-a{i}", str(root / f"r0-a{i}"),
+                        _workload(mode, limit_s), env=env)
+              for i, (mode, env) in enumerate(arms)]
+    kw: dict[str, Any] = dict(device="cpu", warmup_steps=2, measured_steps=6, block_steps=3,
+                              switch_warmup_steps=1, order="balanced", order_seed="t",
+                              alternate=True)
+    kw.update(proto)
+    spec = TrialSpec(trial_id=paired[0].trial_id, trial_dir=paired[0].trial_dir, bucket=BUCKET,
+                     arm_id="a0", arm_label="arm0", is_baseline=True, round=0, position=0,
+                     workload=paired[0].workload, paired_arms=paired, **kw)
+    return spec, paired
+
+
+def _run(spec: TrialSpec, arms: list[PairedArm]) -> dict[str, dict[str, Any]]:
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the commands name the helper by a path relative to the repository
+    try:
+        run_trial(spec)
+    finally:
+        os.chdir(cwd)
+    return {a.arm_id: json.loads((Path(a.trial_dir) / "trial.json").read_text()) for a in arms}
+
+
+def _steps(arm: PairedArm) -> list[dict[str, str]]:
+    head, *rows = (Path(arm.trial_dir) / "steps.csv").read_text().splitlines()
+    keys = head.split(",")
+    return [dict(zip(keys, r.split(","))) for r in rows]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state == "Z"
+
+
+def test_the_arms_of_a_plain_command_take_turns_block_by_block(tmp_path: Path) -> None:
+    """Three arms, the variant's work per step set by an env switch that only its own process
+    sees: each arm's steps in blocks, the step each pause split excluded, the command's own
+    step numbers and losses, and nothing left running."""
+    spec, arms = _spec(tmp_path, [("ok", {}), ("ok", {}), ("ok", {"PLAIN_UNITS": "32"})],
+                       measured_min_s=0.1)
+    recs = _run(spec, arms)
+    for a in arms:
+        r = recs[a.arm_id]
+        assert r["status"] == "ok", r.get("error")
+        assert r["pairing"] == "steps" and r["paired_by"] == "alternation"
+        assert r["paired_process"] == "r0-a0" and r["step_source"] == "log (alternated)"
+        assert r["cycles"] % 2 == 0 and len(r["blocks"]) == r["cycles"]
+        assert r["measured_steps"] >= 6 and r["measured_s"] >= 0.1
+        alt = r["alternation"]
+        assert alt["turns"] >= r["cycles"] and alt["running_s"] > 0
+        if alt["core"] is not None:  # every block started on the round's core, and stayed
+            assert set(alt["cores_at_stop"]) == {str(alt["core"])}, alt
+        assert r["steps_asked"] == asked_steps(spec) > r["steps_logged"]
+        assert not (Path(a.trial_dir) / "command.session.json").exists()
+        log = (Path(a.trial_dir) / "command.log").read_text()
+        assert log.startswith("# plain trainer: ")
+        rows = _steps(a)
+        steps = [int(x["step"]) for x in rows]
+        assert steps == sorted(steps) and steps[0] == 1  # its own run, from its first step
+        cycle_rows: dict[str, list[dict[str, str]]] = {}
+        for x in rows:
+            if x["block"] != "-1":
+                cycle_rows.setdefault(x["block"], []).append(x)
+        for block in cycle_rows.values():  # the split step, then the switch step, excluded
+            assert [x["phase"] for x in block[:2]] == ["excluded", "excluded"]
+            assert block[0]["tags"] == "switch"
+            assert {x["phase"] for x in block[2:]} == {"measured"}
+    assert "PLAIN_UNITS" not in recs["a0"]["env"] and recs["a2"]["env"] == {"PLAIN_UNITS": "32"}
+    assert (Path(arms[2].trial_dir) / "command.log").read_text().startswith(
+        "# plain trainer: 32 units")
+    # four times the work per step, measured in turns with the baseline
+    assert recs["a2"]["step_time_median_s"] > 2.5 * recs["a0"]["step_time_median_s"]
+    # each arm's own run: the same losses at the same step numbers as the baseline's
+    loss = {a.arm_id: {x["step"]: x["loss"] for x in _steps(a)} for a in arms}
+    shared = set(loss["a0"]) & set(loss["a1"])
+    assert len(shared) > 10 and all(loss["a0"][s] == loss["a1"][s] for s in shared)
+
+
+def test_what_goes_wrong_in_one_arm_is_its_status(tmp_path: Path) -> None:
+    spec, arms = _spec(tmp_path / "t1", [("ok", {}), ("exit", {}), ("malformed", {}),
+                                         ("hang", {}), ("short", {})], limit_s=4.0)
+    recs = _run(spec, arms)
+    assert recs["a0"]["status"] == "ok", recs["a0"].get("error")
+    assert (recs["a1"]["status"], recs["a1"]["failure_kind"]) == ("failed", "exit_code")
+    assert "exited with code 3" in recs["a1"]["error"] and "boom" in recs["a1"]["stderr_tail"]
+    assert recs["a2"]["failure_kind"] == "malformed_log" and "no unit" in recs["a2"]["error"]
+    assert (recs["a3"]["status"], recs["a3"]["failure_kind"]) == ("timeout", "timeout")
+    assert "time_limit_s=4" in recs["a3"]["error"]
+    assert recs["a4"]["failure_kind"] == "stopped_early" and "{steps}" in recs["a4"]["error"]
+    for a in arms:
+        assert _gone(recs[a.arm_id]["alternation"]["command_pid"])
+        assert not (Path(a.trial_dir) / "command.session.json").exists()
+    # a baseline whose log arrives in bursts: its failure, the others not measured
+    spec, arms = _spec(tmp_path / "t2", [("buffered", {}), ("ok", {})])
+    recs = _run(spec, arms)
+    assert recs["a0"]["failure_kind"] == "buffered_log", recs["a0"]
+    assert "arrive in bursts" in recs["a0"]["error"]
+    assert recs["a1"]["status"] == "infra_failed"
+    assert "the baseline failed" in recs["a1"]["infra_reason"]
+
+
+def test_auto_alternates_a_plain_command_on_the_cpu_only(compose: Any) -> None:
+    def choice(*overrides: str) -> tuple[str, str]:
+        cfg = compose(["+sweep=planted_command", "protocol.pairing=auto", *overrides])
+        return choose_pairing(cfg, resolve_arms(cfg))
+
+    mode, why = choice("device=cpu")
+    assert mode == "steps" and "plain command cannot switch arms" in why
+    mode, why = choice("device=cuda")
+    assert mode == "process" and "holding its cuda memory at once" in why
+    assert choice("device=cpu", "protocol.pairing=process") == (
+        "process", "set by protocol.pairing")
+
+
+def test_a_campaign_alternates_a_plain_command_and_rejects_a_planted_slowdown(
+        compose: Any, run_dir: Path) -> None:
+    cfg = compose(["+sweep=planted_command", "launcher=local", "device=cpu",
+                   "sweep.baseline=20", "sweep.values=[40]", "protocol.paired_min_s=0.25",
+                   "protocol.repeats=3", "protocol.max_rounds=3", "protocol.direction_check=false"])
+    result = run_campaign(cfg, run_dir)
+    (v,) = result.verdicts
+    assert v.verdict == "reject", v.reasons
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["pairing"]["mode"] == "steps" and "plain command" in plan["pairing"]["why"]
+    assert plan["sizing"]["alternated"] and plan["sizing"]["target_s"] == 0.5
+    records = [json.loads(p.read_text()) for p in run_dir.glob("trials/r*/trial.json")]
+    assert len(records) == 9 and {r["paired_by"] for r in records} == {"alternation"}
+    md = (run_dir / "decisions.md").read_text()
+    assert "taking turns on the same cores (the others stopped by SIGSTOP)" in md
+    assert "measured per arm per round:" in md
+    assert "loss trajectory gate passed" in md  # the arms' own runs, compared step for step
