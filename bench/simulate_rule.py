@@ -5,6 +5,8 @@ beside a fixed protocol of 7 rounds, one table each.
     python bench/simulate_rule.py tests/data/noise_synthetic_documented_quiet.json --campaigns 300
     python bench/simulate_rule.py bench/noise_models/synthetic_local_2026-12-01.json \
         --pairing process,steps --steps 100     # one arm per process beside pairing by steps
+    python bench/simulate_rule.py bench/noise_models/command_busy_alternated_2026-12-04.json \
+        --pairing steps --contamination on,off   # a plain command alternated, screen on/off
 """
 
 from __future__ import annotations
@@ -40,19 +42,33 @@ def main() -> None:
     ap.add_argument("--paired-min-s", type=float, default=None,
                     help="pairing=steps: measured seconds per arm and process, at least "
                          "(protocol.paired_min_s; default: conf/protocol/default.yaml's)")
+    ap.add_argument("--contamination", default="on",
+                    help="pairing=steps: on, off or on,off: the round contrasts' contamination "
+                         "screen re-running a flagged round once (orchestrator.analysis."
+                         "contamination.screen_paired)")
+    ap.add_argument("--planted", default=None,
+                    help="planted speedups, comma-separated (default: 1, ±2 %%, ±5 %%, ±10 %%)")
+    ap.add_argument("--adaptive-only", action="store_true",
+                    help="the default protocol's cells only (no fixed 7-round protocol)")
     args = ap.parse_args()
+    planted = ([float(x) for x in args.planted.split(",")] if args.planted else PLANTED)
     if args.paired_min_s is None:
         args.paired_min_s = _default_paired_min_s()
     model = NoiseModel.load(args.model)
     print(f"noise model {model.name}: {model.source}")
-    cells_to_run = [(f"{name}, pairing={pairing}", Protocol(**kw, pairing=pairing, steps=args.steps,
-                                                                  paired_min_s=args.paired_min_s))
+    cells_to_run = [(f"{name}, pairing={pairing}"
+                     + (f", contamination screen {screen}" if pairing == "steps" else ""),
+                     Protocol(**kw, pairing=pairing, steps=args.steps,
+                              paired_min_s=args.paired_min_s, contamination=screen == "on"))
                     for pairing in args.pairing.split(",")
+                    for screen in (args.contamination.split(",") if pairing == "steps"
+                                   else ["on"])
                     for name, kw in (("adaptive (default: 3 rounds, +2 up to 7)", {}),
-                                     ("fixed (7 rounds)", {"repeats": 7, "max_rounds": 7}))]
+                                     ("fixed (7 rounds)", {"repeats": 7, "max_rounds": 7}))
+                    if not (args.adaptive_only and name.startswith("fixed"))]
     for name, proto in cells_to_run:
         t0 = time.time()
-        cells = error_table(model, proto, PLANTED, args.campaigns, args.seed)
+        cells = error_table(model, proto, planted, args.campaigns, args.seed)
         print(f"\n{name}, {args.campaigns} campaigns per cell ({time.time() - t0:.1f} s):")
         print("\n".join(format_table(cells)))
 

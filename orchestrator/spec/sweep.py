@@ -432,7 +432,7 @@ def _accelerator(device: str) -> str:
         return ""
     if kind != "auto":
         return kind
-    from orchestrator.platform.device import available_kinds  # torch: only where it is asked
+    from orchestrator.platform.device import available_kinds  # start-up cost: torch, only here
 
     return next((k for k in available_kinds() if k != "cpu"), "")
 

@@ -54,15 +54,16 @@ from orchestrator.platform.children import COMMAND_SESSION, SessionGuard, start_
 from orchestrator.worker.bootstrap import start_worker
 from orchestrator.worker.client_paired import ChannelError, Plan, ok_paired_record
 from orchestrator.worker.duet import ArmView
-from orchestrator.worker.external import command_fields, log_tail
+from orchestrator.worker.external import MIN_MEASURED, command_fields, log_tail
 
 STOP_WAIT_S = 1.0  # the longest a SIGSTOP may take to land on every process of an arm
 END_GRACE_S = 3.0  # SIGTERM to SIGKILL when the plan is done (every arm at once)
 POLL_S = 0.001  # how often a log file (workload.log.file) is read while its arm runs
 READ_WAIT_S = 0.5  # the longest one wait for output lasts (the time limit is checked between)
-# step lines beyond a block's in one go: the command's output is buffered (it reached the
-# pipe in bursts), so a block cannot be cut at a step
+# step lines in one read, worth this much of their logged time: the command's output is
+# buffered (it reaches the pipe in bursts), so its turns cannot end at a step
 BURST_LINES = 48
+BURST_S = 0.2
 LEAD = 1  # the step a pause splits: excluded at the head of the next block
 SWITCH = blocks.SWITCH_TAG
 
@@ -73,6 +74,10 @@ class ArmFailed(Exception):
     def __init__(self, status: str, kind: str, message: str) -> None:
         super().__init__(message)
         self.status, self.kind = status, kind
+
+
+class OutOfSteps(Exception):
+    """An arm's command ran every step it was asked for before the plan was done."""
 
 
 class ArmRun:
@@ -166,7 +171,7 @@ class ArmRun:
         if self.resumed_at is not None:
             self.active_s += time.monotonic() - self.resumed_at
             self.resumed_at = None
-        core = _core(self.pid)
+        core = _core(self.pid) if self.resumes else None  # a turn's (not its start-up's)
         if core is not None:
             self.cores[core] += 1
         self.read(0.0)
@@ -218,9 +223,18 @@ class ArmRun:
         if self.inv.log_file is not None:  # its steps are in a file of its own
             got = self._file()
         if got:
+            before = len(self.records)
             *lines, self.partial = (self.partial + got).split(b"\n")
             for raw in lines:
                 self._line(raw.decode("utf-8", errors="replace"))
+            new = self.records[before:]
+            if len(new) >= BURST_LINES and sum(x.step_time_s for x in new) >= BURST_S:
+                raise ArmFailed(Status.FAILED, "buffered_log", (
+                    f"its step lines arrive in bursts ({len(new)} at once, "
+                    f"{sum(x.step_time_s for x in new):.2f} s of steps): its output is "
+                    "buffered, so its turns cannot end at a step; flush each line "
+                    "(print(..., flush=True); PYTHONUNBUFFERED=1 is set for Python; stdbuf "
+                    "-oL for a C program), or use protocol.pairing=process"))
 
     def _pipe(self, wait_s: float) -> bytes:
         if self.fd < 0 or self.eof:
@@ -440,6 +454,7 @@ class _Alternation:
         self.plan = Plan(spec, {r.aid: {} for r in runs}, baseline, [], lead=LEAD)
         self.core = round_core(spec)
         self.error: str | None = None
+        self.out_of_steps: str | None = None  # the plan ended early: why
         self.head: dict[str, list[tuple[StepRecord, str]]] = {}  # steps before its first block
 
     def fail(self, r: ArmRun, exc: ArmFailed) -> None:
@@ -464,16 +479,22 @@ class _Alternation:
 
     def run(self) -> None:
         reports: list[list[Any]] = []
-        while True:
-            try:
+        try:
+            while True:
                 reply = self.plan.take({0: reports}, set())
-            except ChannelError as exc:
-                self.error = str(exc)
-                return
-            if reply.get("done"):
-                return
-            reports = [[b["block"], self.block(b["arm"], int(b["steps"]))]
-                       for b in reply["blocks"]]
+                if reply.get("done"):
+                    return
+                reports = []
+                for b in reply["blocks"]:
+                    try:
+                        reports.append([b["block"], self.block(b["arm"], int(b["steps"]))])
+                    except OutOfSteps as exc:
+                        reports.append([b["block"], exc.args[1]])
+                        self.out_of_steps = str(exc.args[0])
+                        self.plan.finish({0: reports})
+                        return
+        except ChannelError as exc:
+            self.error = str(exc)
 
     def block(self, arm: str, n: int) -> list[list[Any]]:
         """One block of ``arm``: resumed, ``n`` step lines, stopped; its steps as the plan
@@ -489,15 +510,16 @@ class _Alternation:
             late = r.take()
             r.drained += len(late)
             got += late
-            if len(late) > BURST_LINES:
-                raise ArmFailed(Status.FAILED, "buffered_log", (
-                    f"its step lines arrive in bursts ({len(late)} at once after a block of "
-                    f"{n}): its output is buffered, so its turns cannot end at a step; flush "
-                    "each line (print(..., flush=True); PYTHONUNBUFFERED=1 is set for Python; "
-                    "stdbuf -oL for a C program), or use protocol.pairing=process"))
         except ArmFailed as exc:
             got += r.take()
+            rows = [[rec.step_time_s, rec.loss, tag, rec.step] for rec, tag in got]
+            if exc.kind == "stopped_early" and len(r.records) >= r.asked:
+                raise OutOfSteps(
+                    f"arm {arm}'s command ran all {r.asked} steps it was asked for ({{steps}}) "
+                    "before the plan was done, which then ended at that block: its steps are "
+                    "slower than the pilot's or than its step count allowed for", rows) from None
             self.fail(r, exc)
+            return rows
         return [[rec.step_time_s, rec.loss, tag, rec.step] for rec, tag in got]
 
 
@@ -567,10 +589,16 @@ def _record(spec: Any, base: dict[str, Any], alt: _Alternation, r: ArmRun) -> di
         return trial_record(**own, status=INFRA_STATUS, infra_reason=why,
                             error="not measured: the baseline failed first")
     measured_steps = {int(x["step"]) for x in rows if x["phase"] == "measured"}
+    if len(measured_steps) < MIN_MEASURED:
+        return trial_record(**own, status=Status.FAILED, failure_kind="too_few_steps", error=(
+            f"{len(measured_steps)} measured step(s) before the plan ended"
+            + (f" ({alt.out_of_steps})" if alt.out_of_steps else "")), stderr_tail=tail)
     measured = [rec for rec in r.records if rec.step in measured_steps]
     logged = sorted(rec.tokens for rec in measured if rec.tokens)
     tokens = (logged[len(logged) // 2], "log") if logged else None
     notes = [f"{r.dups} repeated step line(s) ignored (several ranks printing?)"] if r.dups else []
+    if alt.out_of_steps:
+        notes.append(alt.out_of_steps)
     return ok_paired_record(
         view, r.trainer, plan, own, r.aid, rows, tokens=tokens,
         peak=(r.peak, "peak RSS of the arm's own command (VmHWM, its largest process)")

@@ -139,6 +139,19 @@ class Plan:
         return {"blocks": [{"block": first + i, "arm": b["arm"], "params": self.values[b["arm"]],
                             "steps": b["steps"]} for i, b in enumerate(batch)]}
 
+    def finish(self, per_rank: dict[int, list[list[Any]]]) -> None:
+        """End the plan early: fold the blocks of the last batch that ran (in order; the rest
+        were never run) and hand out nothing more. Raises ChannelError as take does."""
+        lead = per_rank.get(0, [])
+        for block, _ in lead:
+            if block != self.folded:
+                raise ChannelError(f"block {block} reported, but block {self.folded} was next")
+            self._fold(self.blocks[block], {r: [b for i, b in per_rank[r] if i == block][0]
+                                            for r in per_rank})
+            self.folded += 1
+        del self.blocks[self.folded:]
+        self.done = True
+
     def _batch(self) -> list[dict[str, Any]]:
         """The next blocks: a warm-up block (the steps the policy needs at least before it can
         say done), or whole cycles, as many as the arms' step times so far say they still need

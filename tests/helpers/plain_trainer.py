@@ -6,7 +6,7 @@ amount of pure-Python work per step, one step line each, and the ways a trainer 
 ``--units`` (or the PLAIN_UNITS environment variable, which wins: an env.* switch) sets the
 work per step. Modes: ``ok``; ``exit`` (exit code 3 at step K); ``hang`` (sleep at step K);
 ``malformed`` (a step line without a time unit at step K); ``short`` (exit 0 after K steps,
-whatever --steps says); ``buffered`` (step lines held back and written 200 at a time, as a
+whatever --steps says); ``buffered`` (step lines held back and written 100 at a time, as a
 program with a block-buffered stdout does).
 """
 
@@ -52,7 +52,7 @@ def main() -> int:
             line = f"step {step} | loss {loss:.4f} | time {dt * 1e3:.3f}"
         if a.mode == "buffered":
             held.append(line)
-            if len(held) == 200:
+            if len(held) == 100:
                 sys.stdout.write("\n".join(held) + "\n")
                 sys.stdout.flush()
                 held = []

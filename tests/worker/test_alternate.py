@@ -82,7 +82,7 @@ def test_the_arms_of_a_plain_command_take_turns_block_by_block(tmp_path: Path) -
     sees: each arm's steps in blocks, the step each pause split excluded, the command's own
     step numbers and losses, and nothing left running."""
     spec, arms = _spec(tmp_path, [("ok", {}), ("ok", {}), ("ok", {"PLAIN_UNITS": "32"})],
-                       measured_min_s=0.1)
+                       measured_steps=30, measured_min_s=0.02)
     recs = _run(spec, arms)
     for a in arms:
         r = recs[a.arm_id]
@@ -90,7 +90,7 @@ def test_the_arms_of_a_plain_command_take_turns_block_by_block(tmp_path: Path) -
         assert r["pairing"] == "steps" and r["paired_by"] == "alternation"
         assert r["paired_process"] == "r0-a0" and r["step_source"] == "log (alternated)"
         assert r["cycles"] % 2 == 0 and len(r["blocks"]) == r["cycles"]
-        assert r["measured_steps"] >= 6 and r["measured_s"] >= 0.1
+        assert r["measured_steps"] >= 30 and r["measured_s"] >= 0.02
         alt = r["alternation"]
         assert alt["turns"] >= r["cycles"] and alt["running_s"] > 0
         if alt["core"] is not None:  # every block started on the round's core, and stayed
@@ -121,6 +121,18 @@ def test_the_arms_of_a_plain_command_take_turns_block_by_block(tmp_path: Path) -
     assert len(shared) > 10 and all(loss["a0"][s] == loss["a1"][s] for s in shared)
 
 
+def test_a_plan_that_outgrows_the_steps_asked_ends_at_that_block(tmp_path: Path) -> None:
+    """Asked for steps by measured_steps (6) but timed until 0.5 s of ~0.25 ms steps: the
+    commands run out first; the plan ends there, its measurements kept and the reason said."""
+    spec, arms = _spec(tmp_path, [("ok", {}), ("ok", {})], measured_min_s=0.5)
+    recs = _run(spec, arms)
+    for a in arms:
+        r = recs[a.arm_id]
+        assert r["status"] == "ok", r.get("error")
+        assert r["measured_s"] < 0.5 and r["steps_logged"] <= r["steps_asked"]
+        assert any("ran all" in n and "{steps}" in n for n in r["log_notes"]), r["log_notes"]
+
+
 def test_what_goes_wrong_in_one_arm_is_its_status(tmp_path: Path) -> None:
     spec, arms = _spec(tmp_path / "t1", [("ok", {}), ("exit", {}), ("malformed", {}),
                                          ("hang", {}), ("short", {})], limit_s=4.0)
@@ -136,7 +148,7 @@ def test_what_goes_wrong_in_one_arm_is_its_status(tmp_path: Path) -> None:
         assert _gone(recs[a.arm_id]["alternation"]["command_pid"])
         assert not (Path(a.trial_dir) / "command.session.json").exists()
     # a baseline whose log arrives in bursts: its failure, the others not measured
-    spec, arms = _spec(tmp_path / "t2", [("buffered", {}), ("ok", {})])
+    spec, arms = _spec(tmp_path / "t2", [("buffered", {"PLAIN_UNITS": "128"}), ("ok", {})])
     recs = _run(spec, arms)
     assert recs["a0"]["failure_kind"] == "buffered_log", recs["a0"]
     assert "arrive in bursts" in recs["a0"]["error"]

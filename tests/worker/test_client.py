@@ -202,9 +202,11 @@ def test_two_torchrun_ranks_switch_in_lockstep(tmp_path: Path) -> None:
 
 
 def test_a_planted_slowdown_in_a_client_script_is_rejected(compose: Any, run_dir: Path) -> None:
-    """A real campaign (the quick protocol with pairing left to the planner): twice the work
-    per step, switched inside one run of the script, is rejected."""
+    """A real campaign (the quick protocol with pairing left to the planner, three rounds: two
+    give one degree of freedom, and a t interval on one is at the mercy of one host hiccup):
+    twice the work per step, switched inside one run of the script, is rejected."""
     cfg = compose(["+sweep=planted_client", "protocol=quick", "protocol.pairing=auto",
+                   "protocol.repeats=3", "protocol.max_rounds=3",
                    "launcher=inline", "sweep.values=[360]", "sweep.labels=[twice]"])
     result = run_campaign(cfg, run_dir)
     plan = json.loads((run_dir / "plan.json").read_text())
