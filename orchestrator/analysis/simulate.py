@@ -294,12 +294,19 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
         for r in planned:
             run_round(r)
         if p.pairing == "steps" and p.contamination:
+            firsts: dict[int, dict[str, dict[tuple[int, str], list[tuple[int, float]]]]] = {}
             for r in sorted(screened_rounds(blocks_of, p.min_effect) - rerun):
                 rerun.add(r)
-                for b in buckets:  # the round's earlier attempt is left out
-                    for key in [k for k in blocks_of[b] if k[0] == r]:
+                firsts[r] = {b: {k: v for k, v in blocks_of[b].items() if k[0] == r}
+                             for b in buckets}
+                for b in buckets:  # the round's first attempt is left out ...
+                    for key in firsts[r][b]:
                         del blocks_of[b][key]
                 run_round(r)
+            # ... where its re-run is clean; a re-run flagged too leaves the first standing
+            for r in screened_rounds(blocks_of, p.min_effect) & set(firsts):
+                for b in buckets:
+                    blocks_of[b].update(firsts[r][b])
         if p.pairing == "steps":
             for b in buckets:
                 medians[b] = block_cells(blocks_of[b], BASE,

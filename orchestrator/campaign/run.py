@@ -544,8 +544,10 @@ class _TrialPass:
             # contamination is suspected interference, so interference_retries=0 turns its
             # re-runs off too; a paired round (steps, duet) is re-run whole
             if self.p.interference_retries > 0:
-                self.retry.extend(self.contaminated(planned, running))
+                again = self.contaminated(planned, running)
+                self.retry.extend(again)
                 self.retry_spoiled()
+                self.first_stands(planned, again)
 
     def retry_spoiled(self) -> None:
         while self.retry:
@@ -586,6 +588,26 @@ class _TrialPass:
                     again.add(t.trial_id)
         return make_specs(self.cfg, self.run_dir, running,
                           [t for t in planned if t.trial_id in again])
+
+    def first_stands(self, planned: list[PlannedTrial], again: list[TrialSpec]) -> None:
+        """A contaminated trial (a paired round) is left out only where its re-run is clean:
+        where the screen flags the re-run too, the flagged trial was no accident of the
+        host, so the first attempt stands again and the re-run is kept aside in its place."""
+        if not again:
+            return
+        ids = {t.trial_id for t in planned}
+        records = {tid: r for tid, r in completed_trials(self.run_dir).items() if tid in ids}
+        flags, _ = contamination.screen_any(records.values(), self.p.min_effect)
+        off = {f.trial_id: f.why() for f in flags}
+        for spec in again:
+            group = [m.trial_id for m in paired_members(spec)]
+            why = next((off[t] for t in group if t in off), None)
+            if why is None:
+                continue
+            log.warning("%s: its re-run was off too (%s): the first attempt stands",
+                        ", ".join(group), why)
+            for tid in group:
+                _first_attempt_stands(self.run_dir / "trials" / tid, why)
 
     def on_first_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
         self.finished[spec.trial_id] = record
@@ -896,6 +918,36 @@ def _keep_attempt(tdir: Path, contaminated: str | None = None) -> list[dict[str,
                      "infra_reason": rec.get("infra_reason"), "error": rec.get("error"),
                      "others_cores": cores, "reason": reason, "why": why,
                      "step_time_median_s": rec.get("step_time_median_s")}]
+
+
+def _first_attempt_stands(tdir: Path, why: str) -> None:
+    """Swap a contamination re-run with the attempt it replaced: that attempt is the trial
+    again, the re-run sits in its numbered place (attempt<N>.json, .steps.csv) and its summary
+    says why."""
+    rerun = read_json(tdir / "trial.json")
+    earlier = list(rerun.get("earlier_attempts") or [])
+    k = max((i for i, a in enumerate(earlier) if a.get("reason") == "contamination"),
+            default=None)
+    if k is None or not (tdir / f"attempt{k + 1}.json").exists():
+        return
+    first = read_json(tdir / f"attempt{k + 1}.json")
+    for a, b in ((f"attempt{k + 1}.json", "trial.json"),
+                 (f"attempt{k + 1}.steps.csv", "steps.csv")):
+        if (tdir / a).exists() or (tdir / b).exists():
+            tmp = tdir / f"{b}.swap"
+            if (tdir / b).exists():
+                (tdir / b).replace(tmp)
+            if (tdir / a).exists():
+                (tdir / a).replace(tdir / b)
+            if tmp.exists():
+                tmp.replace(tdir / a)
+    summary = {**earlier[k], "status": rerun.get("status"), "raw_status": rerun.get("raw_status"),
+               "error": rerun.get("error"), "step_time_median_s": rerun.get("step_time_median_s"),
+               "why": f"re-run as {earlier[k].get('why')}; the re-run was off too ({why}), so "
+                      "the first attempt stands"}
+    first = {**first, "earlier_attempts": earlier[:k] + [summary] + earlier[k + 1:]}
+    atomic_write_json(tdir / "trial.json", first)
+    atomic_write_json(tdir / f"attempt{k + 1}.json", {**rerun, "earlier_attempts": earlier[:k]})
 
 
 def _with_attempts(tdir: Path, record: dict[str, Any],

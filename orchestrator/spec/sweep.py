@@ -415,13 +415,25 @@ def alternates(arms: Sequence[Any]) -> bool:
     return bool(switch_obstacle(arms)) or not arms[0].workload.get("switchable")
 
 
+def alternation_obstacle(arms: Sequence[Any]) -> str:
+    """Why a plain command's arms cannot take turns as processes of their own, "" when they
+    can: they run at once, so each must write its own log (``workload.log.file`` templated
+    with ``{trial_dir}``, or none: its output)."""
+    for arm in arms:
+        log_file = ((arm.workload.get("log") or {}).get("file") or "")
+        if log_file and "{trial_dir}" not in log_file:
+            return (f"workload.log.file {log_file!r} is one file for every arm, and alternated "
+                    "arms run at once; put {trial_dir} in it (e.g. '{trial_dir}/train.log')")
+    return ""
+
+
 def pairing_obstacle(arms: Sequence[Any]) -> str:
     """Why the arms cannot run paired by steps, "" when they can: a command's arms always
     can (its trainer switches them through orchestrator.client, or its arms' processes take
     turns); an embedded recipe's when one process switches between them
     (:func:`switch_obstacle`)."""
     if arms and _own_process(arms[0]):
-        return ""
+        return alternation_obstacle(arms) if alternates(arms) else ""
     return switch_obstacle(arms)
 
 

@@ -65,6 +65,7 @@ READ_WAIT_S = 0.5  # the longest one wait for output lasts (the time limit is ch
 BURST_LINES = 48
 BURST_S = 0.2
 LEAD = 1  # the step a pause splits: excluded at the head of the next block
+PEAK_EVERY = 16  # turns between readings of an arm's peak memory (and at its end)
 SWITCH = blocks.SWITCH_TAG
 
 
@@ -174,6 +175,8 @@ class ArmRun:
         core = _core(self.pid) if self.resumes else None  # a turn's (not its start-up's)
         if core is not None:
             self.cores[core] += 1
+        if self.resumes % PEAK_EVERY == 1:  # its peak so far, should it die before the end
+            self.peak = max(self.peak, _peak_rss(self.pid))
         self.read(0.0)
 
     def end(self) -> None:

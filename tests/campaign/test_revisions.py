@@ -116,6 +116,28 @@ def test_check_reports_the_regression_with_its_exit_code_and_records_each_arms_c
     assert not (out / "worktrees").exists()
 
 
+def test_revisions_alternate_each_from_its_worktree(repo3: dict[str, Any], tmp_path: Path,
+                                                   capsys: Any) -> None:
+    """Paired by steps, each arm's commit runs as a process of its own from its worktree, the
+    arms taking turns (orchestrator.worker.alternate): the regression is found all the same."""
+    c1, _, c3 = repo3["c"]
+    out = tmp_path / "check"
+    rc = check_entry([*_args(repo3), "protocol.pairing=steps", "--base", c1[:10], "--head",
+                      "main", "--dir", str(out)])
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert rc == 1, line
+    records = [json.loads(p.read_text()) for p in out.glob("trials/r*/trial.json")]
+    assert records and {r["paired_by"] for r in records} == {"alternation"}
+    by_arm = {r["arm_label"]: r for r in records}
+    assert by_arm["head main"]["code"]["commit"] == c3
+    assert by_arm[f"base {c1[:10]}"]["code"]["commit"] == c1
+    # its own steps, from the worktree's train.py: 11 ms against 10 ms
+    assert (by_arm["head main"]["step_time_median_s"]
+            > 1.05 * by_arm[f"base {c1[:10]}"]["step_time_median_s"])
+    _untouched(repo3["repo"], c3)
+    assert not (out / "worktrees").exists()
+
+
 def test_the_uncommitted_changes_are_an_arm_only_when_asked(repo3: dict[str, Any],
                                                             tmp_path: Path, compose: Any) -> None:
     repo, (c1, c2, c3) = repo3["repo"], repo3["c"]

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.analysis import contamination
 from orchestrator.analysis.decide import Rule, decide
-from orchestrator.campaign.run import _keep_attempt, run_campaign
+from orchestrator.campaign.run import _first_attempt_stands, _keep_attempt, run_campaign
 from orchestrator.campaign.sizing import sized_bucket
 from orchestrator.core import paired
 from orchestrator.core.errors import ConfigError
@@ -175,6 +175,30 @@ def test_an_earlier_attempt_and_its_steps_are_kept_with_their_number(tmp_path: P
     second = _keep_attempt(tdir)
     assert (tdir / "attempt2.json").exists() and len(second) == 2
     assert json.loads((tdir / "attempt1.json").read_text())["step_time_median_s"] == 0.01
+
+
+def test_a_rerun_that_is_off_too_leaves_the_first_attempt_standing(tmp_path: Path) -> None:
+    tdir = tmp_path / "t"
+    tdir.mkdir()
+    (tdir / "trial.json").write_text(json.dumps({"trial_id": "t", "status": "ok",
+                                                 "step_time_median_s": 0.011}))
+    (tdir / "steps.csv").write_text("step\nfirst\n")
+    earlier = _keep_attempt(tdir, "contaminated: +8% off")
+    (tdir / "trial.json").write_text(json.dumps({"trial_id": "t", "status": "ok",
+                                                 "step_time_median_s": 0.02,
+                                                 "earlier_attempts": earlier}))
+    (tdir / "steps.csv").write_text("step\nrerun\n")
+    _first_attempt_stands(tdir, "contaminated: +88% off")
+    now = json.loads((tdir / "trial.json").read_text())
+    assert now["step_time_median_s"] == 0.011 and "first" in (tdir / "steps.csv").read_text()
+    (kept,) = now["earlier_attempts"]
+    assert kept["reason"] == "contamination" and kept["step_time_median_s"] == 0.02
+    assert "+8% off" in kept["why"] and "+88% off" in kept["why"]
+    assert "first attempt stands" in kept["why"]
+    aside = json.loads((tdir / "attempt1.json").read_text())
+    assert aside["step_time_median_s"] == 0.02 and "rerun" in (
+        tdir / "attempt1.steps.csv").read_text()
+    assert not list(tdir.glob("*.swap"))
 
 
 def test_futility_is_judged_only_at_a_look_with_power() -> None:

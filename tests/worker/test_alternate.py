@@ -167,6 +167,10 @@ def test_auto_alternates_a_plain_command_on_the_cpu_only(compose: Any) -> None:
     assert mode == "process" and "holding its cuda memory at once" in why
     assert choice("device=cpu", "protocol.pairing=process") == (
         "process", "set by protocol.pairing")
+    # alternated arms run at once: one log file for all of them is no log at all
+    mode, why = choice("device=cpu", "workload.log.file=train.log")
+    assert mode == "process" and "one file for every arm" in why
+    assert choice("device=cpu", "workload.log.file='{trial_dir}/train.log'")[0] == "steps"
 
 
 def test_a_campaign_alternates_a_plain_command_and_rejects_a_planted_slowdown(
