@@ -12,8 +12,10 @@ where S is the between-trial spread of the bucket, robustly pooled over its arms
 median absolute deviation of every trial from its own arm's median; a screening scale only:
 no interval uses it), se the trial's own standard error, and ``floor`` the smallest shift worth
 a re-run (twice protocol.min_effect). The campaign re-runs a flagged trial once, as it re-runs
-one measured under interference; the re-run stands and the flagged attempt is kept aside, so
-nothing measured is lost and decisions.md says what was left out and why.
+one measured under interference, and leaves it out only if the re-run is clean: the re-run
+stands and the flagged attempt is kept aside; a re-run flagged too leaves the first attempt
+standing (campaign.run). Nothing measured is lost, and decisions.md says what was left out
+and why.
 
 It needs three ok trials of an arm and four deviations to pool (before that nothing is
 flagged), so it acts from the first look on.
@@ -78,6 +80,17 @@ def own_se(record: Mapping[str, Any]) -> float:
     return 1.2533 * 1.4826 * float(mad) / float(med) / math.sqrt(float(n))
 
 
+def _outliers(devs: list[tuple[float, float]], floor: float) -> list[tuple[int, float]] | None:
+    """(index, limit) of each log deviation beyond max(K x sqrt(S^2 + se^2), floor), S pooled
+    robustly over ``devs`` [(deviation, its own standard error)]; None with too few to pool."""
+    nonzero = [abs(d) for d, _ in devs if d != 0.0]
+    if len(nonzero) < MIN_DEVIATIONS:
+        return None
+    scale = 1.4826 * statistics.median(nonzero)
+    limits = [max(K * math.hypot(scale, se), floor) for _, se in devs]
+    return [(i, lim) for i, ((d, _), lim) in enumerate(zip(devs, limits)) if abs(d) > lim]
+
+
 def flag(records: Iterable[Mapping[str, Any]], min_effect: float) -> list[Flag]:
     """The contaminated trials among ``records`` (ok timed trials; others are ignored)."""
     return screen(records, min_effect)[0]
@@ -103,17 +116,11 @@ def screen(records: Iterable[Mapping[str, Any]], min_effect: float
                 continue
             centre = statistics.median(math.log(t["step_time_median_s"]) for t in trials)
             devs += [(t, math.log(t["step_time_median_s"]) - centre) for t in trials]
-        nonzero = [abs(d) for _, d in devs if d != 0.0]
-        if len(nonzero) < MIN_DEVIATIONS:
+        hits = _outliers([(d, own_se(t)) for t, d in devs], floor)
+        if hits is None:
             continue
-        scale = 1.4826 * statistics.median(nonzero)
-        got = []
-        for t, d in devs:
-            se = own_se(t)
-            limit = max(K * math.hypot(scale, se), floor)
-            if abs(d) > limit:
-                got.append(Flag(str(t["trial_id"]), bucket, str(t["arm_id"]), math.expm1(d),
-                                limit, se))
+        got = [Flag(str(devs[i][0]["trial_id"]), bucket, str(devs[i][0]["arm_id"]),
+                    math.expm1(devs[i][1]), limit, own_se(devs[i][0])) for i, limit in hits]
         per_arm = max((sum(1 for f in got if f.arm_id == a) for a in arms), default=0)
         if per_arm > 1 or len(got) > max(1, MAX_SHARE * len(devs)):
             notes.append(f"{bucket}: {len(got)} of {len(devs)} trials lie far outside their "
@@ -165,8 +172,8 @@ def screen_paired(records: Iterable[Mapping[str, Any]], min_effect: float
     where too many do to be contamination). An arm's contrasts need three rounds; the flagged
     trials' rounds are what a re-run repeats (:func:`flagged_rounds`)."""
     by_bucket: dict[str, dict[str, list[tuple[int, float, float, str]]]] = {}
-    for (bucket, rnd), arms in contrasts(records).items():
-        for arm, (d, se, tid) in arms.items():
+    for (bucket, rnd), round_arms in contrasts(records).items():
+        for arm, (d, se, tid) in round_arms.items():
             by_bucket.setdefault(bucket, {}).setdefault(arm, []).append((rnd, d, se, tid))
     floor = math.log1p(2 * min_effect)
     out: list[Flag] = []
@@ -178,16 +185,11 @@ def screen_paired(records: Iterable[Mapping[str, Any]], min_effect: float
                 continue
             centre = statistics.median(d for _, d, _, _ in got)
             devs += [(arm, rnd, d - centre, se, tid) for rnd, d, se, tid in got]
-        nonzero = [abs(x[2]) for x in devs if x[2] != 0.0]
-        if len(nonzero) < MIN_DEVIATIONS:
+        hits = _outliers([(dev, se) for _, _, dev, se, _ in devs], floor)
+        if hits is None:
             continue
-        scale = 1.4826 * statistics.median(nonzero)
-        got_flags = []
-        for arm, rnd, dev, se, tid in devs:
-            limit = max(K * math.hypot(scale, se), floor)
-            if abs(dev) > limit:
-                got_flags.append((rnd, Flag(tid, bucket, arm, math.expm1(dev), limit, se,
-                                            "contrast")))
+        got_flags = [(devs[i][1], Flag(devs[i][4], bucket, devs[i][0], math.expm1(devs[i][2]),
+                                       limit, devs[i][3], "contrast")) for i, limit in hits]
         rounds = {rnd for _, rnd, _, _, _ in devs}
         hit = {rnd for rnd, _ in got_flags}
         per_arm = max((sum(1 for _, f in got_flags if f.arm_id == a) for a in arms), default=0)

@@ -868,9 +868,9 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
              "so makes the verdict invalid, never reject), "
              f"{dirty} whose median (paired by steps: whose round's contrast with the "
              "baseline, the round re-run whole) sat far outside its arm's others beyond what "
-             "its own steps' spread explains (contamination: re-run once, the re-run stands "
-             "and the contaminated attempt is left out, kept as attempt<N>.json and "
-             ".steps.csv), "
+             "its own steps' spread explains (contamination: re-run once; a clean re-run "
+             "stands and the contaminated attempt is left out, a re-run off too leaves the "
+             "first standing; the other is kept as attempt<N>.json and .steps.csv), "
              f"{len(rows) - infra - dirty} measured while other processes took more than "
              f"{cores:g} cores (protocol.interference_cores; the earlier attempt is not pooled).",
              ""]

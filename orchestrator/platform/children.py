@@ -13,6 +13,7 @@ record of the session on disk, so that a resumed campaign kills what a dead one 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -20,7 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -85,6 +86,24 @@ def start_child(
                             env=dict(env) if env is not None else None, cwd=cwd,
                             shell=isinstance(argv, str), start_new_session=True,
                             preexec_fn=preexec_fn, pass_fds=pass_fds)
+
+
+@contextlib.contextmanager
+def sigterm_runs(cleanup: Callable[[], None]) -> Iterator[None]:
+    """While inside, a SIGTERM to this process (its launcher stopping it) runs ``cleanup`` and
+    exits with 128 + the signal (main thread only: elsewhere nothing is installed)."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def _on_term(signum: int, frame: Any) -> None:
+            cleanup()
+            raise SystemExit(128 + signum)
+
+        previous = signal.signal(signal.SIGTERM, _on_term)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def signal_group(pgid: int, sig: int) -> bool:

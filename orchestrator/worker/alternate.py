@@ -40,7 +40,6 @@ import os
 import select
 import signal
 import subprocess
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -50,7 +49,7 @@ from orchestrator.client import PARAMS_ENV
 from orchestrator.core import blocks
 from orchestrator.core.logparse import LogParseError, MalformedStepLine, StepRecord, reported_mfu
 from orchestrator.core.results import INFRA_STATUS, Status, trial_record, write_csv
-from orchestrator.platform.children import COMMAND_SESSION, SessionGuard, start_child
+from orchestrator.platform.children import COMMAND_SESSION, SessionGuard, sigterm_runs, start_child
 from orchestrator.worker.bootstrap import start_worker
 from orchestrator.worker.client_paired import ChannelError, Plan, ok_paired_record
 from orchestrator.worker.duet import ArmView
@@ -532,20 +531,12 @@ def measure_alternated(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, 
     asked = asked_steps(spec)
     runs = _arms(spec, asked)
     alt = _Alternation(spec, runs)
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        def _on_term(signum: int, frame: Any) -> None:  # the launcher stops this trial
-            _end(runs)
-            raise SystemExit(128 + signum)
-
-        previous = signal.signal(signal.SIGTERM, _on_term)
     try:
-        alt.start_all()
-        alt.run()
+        with sigterm_runs(lambda: _end(runs)):  # the launcher stops this trial
+            alt.start_all()
+            alt.run()
     finally:
         _end(runs)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
     return [(_record(spec, base, alt, r), r.arm.trial_dir) for r in runs]
 
 

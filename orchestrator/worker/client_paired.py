@@ -146,7 +146,7 @@ class Plan:
         for block, _ in lead:
             if block != self.folded:
                 raise ChannelError(f"block {block} reported, but block {self.folded} was next")
-            self._fold(self.blocks[block], {r: [b for i, b in per_rank[r] if i == block][0]
+            self._fold(self.blocks[block], {r: next(b for i, b in per_rank[r] if i == block)
                                             for r in per_rank})
             self.folded += 1
         del self.blocks[self.folded:]

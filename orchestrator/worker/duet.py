@@ -19,9 +19,7 @@ stopped, are infrastructure failures of this duet (re-run, never counted against
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +27,8 @@ from typing import IO, Any
 
 from orchestrator.core.logparse import LogParseError, MalformedStepLine, StepRecord
 from orchestrator.core.results import INFRA_STATUS, trial_record
-from orchestrator.platform.children import COMMAND_SESSION, SessionGuard, kill_group, start_child
+from orchestrator.platform.children import (COMMAND_SESSION, SessionGuard, kill_group, sigterm_runs,
+                                            start_child)
 from orchestrator.platform.slices import slice_env
 from orchestrator.worker.bootstrap import start_worker
 from orchestrator.worker.external import (
@@ -186,20 +185,12 @@ def _interval(rec: StepRecord, ends: dict[int, float]) -> tuple[float, float] | 
 def measure_duet(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
     """Run a round's arms side by side (module docstring); one (record, trial_dir) per arm."""
     arms = _arms(spec)
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        def _on_term(signum: int, frame: Any) -> None:  # the launcher stops this trial
-            _stop(arms)
-            raise SystemExit(128 + signum)
-
-        previous = signal.signal(signal.SIGTERM, _on_term)
     try:
-        _start(arms)
-        _wait(arms)
+        with sigterm_runs(lambda: _stop(arms)):  # the launcher stops this trial
+            _start(arms)
+            _wait(arms)
     finally:
         _stop(arms)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
     checked: dict[str, CheckedSteps] = {}
     failures: dict[str, tuple[str, str, str]] = {}  # arm id -> (status, kind, error)
     for r in arms:
