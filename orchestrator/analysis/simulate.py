@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -210,8 +211,8 @@ def screened_rounds(blocks_of: dict[str, dict[tuple[int, str], list[tuple[int, f
             records.append({"trial_id": f"{b}|{r}|{arm}", "bucket": b, "arm_id": arm,
                             "round": r, "is_baseline": arm == BASE, "status": "ok",
                             "kind": "timed", "pairing": "steps",
-                            "blocks": [{"cycle": c, "median_s": float(np.median(v))}
-                                       for c, v in sorted(cyc.items())]})
+                            "blocks": [{"cycle": c, "median_s": statistics.median(v)}
+                                       for c, v in cyc.items()]})
     flags, _ = contamination.screen_paired(records, min_effect)
     return {int(f.trial_id.split("|")[1]) for f in flags}
 
