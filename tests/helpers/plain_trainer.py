@@ -7,7 +7,8 @@ amount of pure-Python work per step, one step line each, and the ways a trainer 
 work per step. Modes: ``ok``; ``exit`` (exit code 3 at step K); ``hang`` (sleep at step K);
 ``malformed`` (a step line without a time unit at step K); ``short`` (exit 0 after K steps,
 whatever --steps says); ``buffered`` (step lines held back and written 100 at a time, as a
-program with a block-buffered stdout does).
+program with a block-buffered stdout does). ``--slow-match`` makes one process of one
+round twice as slow for its whole life, once (the contamination tests).
 """
 
 from __future__ import annotations
@@ -31,8 +32,17 @@ def main() -> int:
     ap.add_argument("--units", type=int, default=10)
     ap.add_argument("--mode", default="ok")
     ap.add_argument("--at", type=int, default=12)
+    ap.add_argument("--trial-dir", default="", help="with --slow-match: this run's trial dir")
+    ap.add_argument("--slow-match", default="",
+                    help="the first run whose trial dir's name contains this runs twice as slow "
+                         "for its whole life (a contaminated process); its re-run does not")
     a = ap.parse_args()
     units = int(os.environ.get("PLAIN_UNITS", a.units))
+    if a.slow_match and a.slow_match in os.path.basename(a.trial_dir.rstrip("/")):
+        marker = os.path.join(a.trial_dir, "slowed-once")
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            units *= 2
     print(f"# plain trainer: {units} units per step", flush=True)
     held: list[str] = []
     x = 0.5

@@ -190,3 +190,37 @@ def test_a_campaign_alternates_a_plain_command_and_rejects_a_planted_slowdown(
     assert "taking turns on the same cores (the others stopped by SIGSTOP)" in md
     assert "measured per arm per round:" in md
     assert "loss trajectory gate passed" in md  # the arms' own runs, compared step for step
+
+
+def test_a_round_with_a_contaminated_process_is_re_run_whole(compose: Any, run_dir: Path) -> None:
+    """One arm's process in round 2 runs twice as slow for its whole life (its re-run does
+    not): the round's contrast stands out, the whole round is re-run once, the clean re-run
+    stands, and decisions.md says which trials and why. min_effect=0.25 puts the flag's floor
+    at +50 %, beyond what this host's own processes do (up to +36 % in 196 rounds measured), so
+    only the planted process is contamination here."""
+    cmd = ("'{python} tests/helpers/plain_trainer.py --steps {steps} --units {units} "
+           "--trial-dir {trial_dir} --slow-match r002-busy-a1'")
+    cfg = compose(["+sweep=planted_command", "launcher=local", "device=cpu",
+                   f"workload.command={cmd}", "workload.params.units=60",
+                   "sweep.variable=workload.params.label", "sweep.baseline=base",
+                   "sweep.values=[other]", "protocol.paired_min_s=0.2",
+                   "protocol.measured_min_s=0.2", "protocol.repeats=5", "protocol.max_rounds=5",
+                   "protocol.min_effect=0.25", "protocol.direction_check=false"])
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        run_campaign(cfg, run_dir)
+    finally:
+        os.chdir(cwd)
+    r2 = {a: json.loads((run_dir / "trials" / f"r002-busy-{a}" / "trial.json").read_text())
+          for a in ("a0", "a1", "aa")}
+    for a, rec in r2.items():
+        (earlier,) = rec["earlier_attempts"]
+        assert earlier["reason"] == "contamination", earlier
+        assert (run_dir / "trials" / f"r002-busy-{a}" / "attempt1.json").exists()
+    assert "contrast with its round's baseline was +" in r2["a1"]["earlier_attempts"][0]["why"]
+    assert "re-run with its round" in r2["a0"]["earlier_attempts"][0]["why"]
+    # the clean re-run stands: its process ran at the arm's own speed
+    assert r2["a1"]["step_time_median_s"] < 1.15 * r2["a0"]["step_time_median_s"]
+    md = (run_dir / "decisions.md").read_text()
+    assert "`r002-busy-a1`" in md and "3 whose median (paired by steps" in md
