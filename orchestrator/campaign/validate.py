@@ -49,6 +49,7 @@ from orchestrator.spec.sweep import (
     pairing_obstacle,
     resolve_arms,
     selected_buckets,
+    shared_log_obstacle,
 )
 from recipes.registry import REGISTRY, check_import_path
 
@@ -196,6 +197,10 @@ def check_pairing(cfg: Config, arms: Sequence[Any]) -> None:
         if cfg.protocol.pairing == "duet" and cfg.launcher.max_parallel > 1:
             raise ConfigError("launcher.max_parallel", "must be 1 with protocol.pairing=duet: "
                               "a duet takes every slice of the machine")
+        clash = (shared_log_obstacle(arms, "a duet's arms run at the same time")
+                 if cfg.protocol.pairing == "duet" else "")
+        if clash:
+            raise ConfigError("protocol.pairing", f"duet: {clash}")
     if cfg.protocol.pairing != "steps":
         return
     why = pairing_obstacle(arms)

@@ -415,16 +415,23 @@ def alternates(arms: Sequence[Any]) -> bool:
     return bool(switch_obstacle(arms)) or not arms[0].workload.get("switchable")
 
 
-def alternation_obstacle(arms: Sequence[Any]) -> str:
-    """Why a plain command's arms cannot take turns as processes of their own, "" when they
-    can: they run at once, so each must write its own log (``workload.log.file`` templated
-    with ``{trial_dir}``, or none: its output)."""
+def shared_log_obstacle(arms: Sequence[Any], how: str = "alternated arms run at once") -> str:
+    """Why a command's arms cannot run at the same time, "" when they can: each must write its
+    own log (``workload.log.file`` templated with ``{trial_dir}``, or none: its output).
+    ``how`` says why they run at once (alternated arms stay resident together; a duet's arms
+    train side by side)."""
     for arm in arms:
         log_file = ((arm.workload.get("log") or {}).get("file") or "")
         if log_file and "{trial_dir}" not in log_file:
-            return (f"workload.log.file {log_file!r} is one file for every arm, and alternated "
-                    "arms run at once; put {trial_dir} in it (e.g. '{trial_dir}/train.log')")
+            return (f"workload.log.file {log_file!r} is one file for every arm, and {how}; put "
+                    "{trial_dir} in it (e.g. '{trial_dir}/train.log')")
     return ""
+
+
+def alternation_obstacle(arms: Sequence[Any]) -> str:
+    """Why a plain command's arms cannot take turns as processes of their own, "" when they
+    can (:func:`shared_log_obstacle`)."""
+    return shared_log_obstacle(arms)
 
 
 def pairing_obstacle(arms: Sequence[Any]) -> str:
@@ -467,6 +474,9 @@ def choose_pairing(cfg: Config, arms: Sequence[Any]) -> tuple[str, str]:
         elif p.duet_cpus or p.duet_devices:
             why = "a plain command's arms cannot switch between steps, and slices are declared"
     if why and (p.duet_cpus or p.duet_devices) and cfg.workload.runs_own_process():
+        clash = shared_log_obstacle(arms, "a duet's arms run at the same time")
+        if clash:
+            return "process", f"auto: {why}; no duet: {clash}"
         try:
             slices = duet_slices(p, len(arms), cfg.launcher.cpu_affinity)
         except ConfigError as exc:

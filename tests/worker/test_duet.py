@@ -18,6 +18,7 @@ from orchestrator.campaign.run import run_campaign
 from orchestrator.core import paired
 from orchestrator.core.errors import ConfigError
 from orchestrator.platform.slices import duet_slices, placement, slice_env
+from orchestrator.spec.sweep import choose_pairing, resolve_arms
 
 HELPER = Path(__file__).resolve().parents[1] / "helpers" / "duet_steps.py"
 TWO_CORES = len(os.sched_getaffinity(0)) >= 2
@@ -151,3 +152,15 @@ def test_duet_is_refused_where_it_cannot_run(compose: Any) -> None:
         compose(["workload=command_busy", "+sweep=planted_command", "protocol.pairing=duet",
                  "protocol.aa_arm=false", "protocol.duet_cpus=[[0],[1]]",
                  "launcher.max_parallel=2"])
+    # a duet's arms train at the same time: one log file for all of them is no log at all
+    duet = ["workload=command_busy", "+sweep=planted_command", "protocol.aa_arm=false",
+            "protocol.duet_cpus=[[0],[1]]", "device=cpu"]
+    with pytest.raises(ConfigError, match="protocol.pairing: duet: workload.log.file 'train.log' "
+                                          "is one file for every arm"):
+        compose([*duet, "protocol.pairing=duet", "workload.log.file=train.log"])
+    assert compose([*duet, "protocol.pairing=duet",
+                    "workload.log.file='{trial_dir}/train.log'"]).protocol.pairing == "duet"
+    # auto: the duet it would pick falls back to one arm per process, and says why
+    cfg = compose([*duet, "protocol.pairing=auto", "workload.log.file=train.log"])
+    mode, why = choose_pairing(cfg, resolve_arms(cfg))
+    assert mode == "process" and "no duet: workload.log.file" in why, why
