@@ -102,8 +102,11 @@ def run_one(effect_pct: float, protocol: str, launcher: str, run_dir: Path, seed
     t0 = time.time()
     result = run_campaign(cfg, run_dir)
     records = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
-    trials = len(records)
-    processes = len({r.get("pid") for r in records if r.get("pid")})
+    # a re-run (infrastructure, interference, contamination) is a trial spent too: its
+    # earlier attempts are kept in the record that replaced them
+    earlier = [a for r in records for a in r.get("earlier_attempts") or []]
+    trials = len(records) + len(earlier)
+    processes = len({r.get("pid") for r in records if r.get("pid")})  # the standing attempts
     v = result.verdicts[0]
     c = result.analysis.comparisons[(result.analysis.buckets[0], v.arm_id)]
     nf = c.noise_floor
