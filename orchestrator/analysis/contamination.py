@@ -121,8 +121,7 @@ def screen(records: Iterable[Mapping[str, Any]], min_effect: float
             continue
         got = [Flag(str(devs[i][0]["trial_id"]), bucket, str(devs[i][0]["arm_id"]),
                     math.expm1(devs[i][1]), limit, own_se(devs[i][0])) for i, limit in hits]
-        per_arm = max((sum(1 for f in got if f.arm_id == a) for a in arms), default=0)
-        if per_arm > 1 or len(got) > max(1, MAX_SHARE * len(devs)):
+        if _too_many([f.arm_id for f in got], arms, len(got), len(devs)):
             notes.append(f"{bucket}: {len(got)} of {len(devs)} trials lie far outside their "
                          "arm's median: too many to be contamination (the host's speed "
                          "switches between states?), so none is re-run; longer trials "
@@ -130,6 +129,13 @@ def screen(records: Iterable[Mapping[str, Any]], min_effect: float
             continue
         out += got
     return out, notes
+
+
+def _too_many(flagged_arms: list[str], arms: Iterable[str], hit: int, total: int) -> bool:
+    """Whether the flags are too many to be contamination: more than one of an arm's, or more
+    than MAX_SHARE of the trials (rounds), at least one allowed."""
+    per_arm = max((flagged_arms.count(a) for a in arms), default=0)
+    return per_arm > 1 or hit > max(1, MAX_SHARE * total)
 
 
 def contrasts(records: Iterable[Mapping[str, Any]]
@@ -192,8 +198,7 @@ def screen_paired(records: Iterable[Mapping[str, Any]], min_effect: float
                                        limit, devs[i][3], "contrast")) for i, limit in hits]
         rounds = {rnd for _, rnd, _, _, _ in devs}
         hit = {rnd for rnd, _ in got_flags}
-        per_arm = max((sum(1 for _, f in got_flags if f.arm_id == a) for a in arms), default=0)
-        if per_arm > 1 or len(hit) > max(1, MAX_SHARE * len(rounds)):
+        if _too_many([f.arm_id for _, f in got_flags], arms, len(hit), len(rounds)):
             notes.append(f"{bucket}: {len(hit)} of {len(rounds)} rounds have an arm whose "
                          "contrast with the baseline lies far outside its other rounds': too "
                          "many to be contamination (the processes' own spread), so none is "
