@@ -160,12 +160,18 @@ def test_paired_rounds_are_screened_by_their_contrasts() -> None:
     assert flags == [] and "too many to be contamination" in notes[0]
 
 
-def test_an_earlier_attempt_and_its_steps_are_kept_with_their_number(tmp_path: Path) -> None:
+def _trial_dir(tmp_path: Path, median_s: float, step: str) -> Path:
+    """A finished trial's directory: its record (one median) and its steps."""
     tdir = tmp_path / "t"
     tdir.mkdir()
     (tdir / "trial.json").write_text(json.dumps({"trial_id": "t", "status": "ok",
-                                                 "step_time_median_s": 0.01}))
-    (tdir / "steps.csv").write_text("step\n1\n")
+                                                 "step_time_median_s": median_s}))
+    (tdir / "steps.csv").write_text(f"step\n{step}\n")
+    return tdir
+
+
+def test_an_earlier_attempt_and_its_steps_are_kept_with_their_number(tmp_path: Path) -> None:
+    tdir = _trial_dir(tmp_path, 0.01, "1")
     first = _keep_attempt(tdir, "contaminated: far out")
     assert (tdir / "attempt1.json").exists() and (tdir / "attempt1.steps.csv").exists()
     assert first[-1]["reason"] == "contamination" and first[-1]["why"] == "contaminated: far out"
@@ -178,11 +184,7 @@ def test_an_earlier_attempt_and_its_steps_are_kept_with_their_number(tmp_path: P
 
 
 def test_a_rerun_that_is_off_too_leaves_the_first_attempt_standing(tmp_path: Path) -> None:
-    tdir = tmp_path / "t"
-    tdir.mkdir()
-    (tdir / "trial.json").write_text(json.dumps({"trial_id": "t", "status": "ok",
-                                                 "step_time_median_s": 0.011}))
-    (tdir / "steps.csv").write_text("step\nfirst\n")
+    tdir = _trial_dir(tmp_path, 0.011, "first")
     earlier = _keep_attempt(tdir, "contaminated: +8% off")
     (tdir / "trial.json").write_text(json.dumps({"trial_id": "t", "status": "ok",
                                                  "step_time_median_s": 0.02,

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from orchestrator.spec.jobs import ProbeSpec, TrialSpec
+
+
+
+@contextlib.contextmanager
+def in_dir(path: Path) -> Iterator[None]:
+    """Run the block in ``path`` (contextlib.chdir, which Python 3.10 lacks)."""
+    cwd = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+
 
 DEFAULT_SLURM_CONF = "/tmp/orchestrator-slurm/slurm.conf"
 

@@ -19,6 +19,7 @@ from orchestrator.spec.sweep import choose_pairing, resolve_arms
 from orchestrator.worker.alternate import asked_steps
 from orchestrator.worker.trial import run_trial
 from recipes.command.config import CommandWorkloadConfig
+from tests.helpers.launching import in_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAIN = "{python} tests/helpers/plain_trainer.py --steps {steps} --units 8 --mode {mode}"
@@ -53,12 +54,8 @@ def _spec(root: Path, arms: list[tuple[str, dict[str, str]]], limit_s: float = 6
 
 
 def _run(spec: TrialSpec, arms: list[PairedArm]) -> dict[str, dict[str, Any]]:
-    cwd = os.getcwd()
-    os.chdir(ROOT)  # the commands name the helper by a path relative to the repository
-    try:
+    with in_dir(ROOT):  # the commands name the helper by a path relative to the repository
         run_trial(spec)
-    finally:
-        os.chdir(cwd)
     return {a.arm_id: json.loads((Path(a.trial_dir) / "trial.json").read_text()) for a in arms}
 
 
@@ -206,12 +203,8 @@ def test_a_round_with_a_contaminated_process_is_re_run_whole(compose: Any, run_d
                    "sweep.values=[other]", "protocol.paired_min_s=0.2",
                    "protocol.measured_min_s=0.2", "protocol.repeats=5", "protocol.max_rounds=5",
                    "protocol.min_effect=0.25", "protocol.direction_check=false"])
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
+    with in_dir(ROOT):
         run_campaign(cfg, run_dir)
-    finally:
-        os.chdir(cwd)
     r2 = {a: json.loads((run_dir / "trials" / f"r002-busy-{a}" / "trial.json").read_text())
           for a in ("a0", "a1", "aa")}
     for a, rec in r2.items():

@@ -22,6 +22,7 @@ from orchestrator.spec.jobs import PairedArm, TrialSpec
 from orchestrator.spec.sweep import alternates, pairing_obstacle, switch_obstacle
 from orchestrator.worker.trial import run_trial
 from recipes.command.config import CommandWorkloadConfig
+from tests.helpers.launching import in_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = "{python} tests/helpers/client_trainer.py --steps {steps} --nan-units 8 --mode "
@@ -62,12 +63,8 @@ def _records(arms: list[PairedArm]) -> dict[str, dict[str, Any]]:
 
 
 def _run(spec: TrialSpec) -> None:
-    cwd = os.getcwd()
-    os.chdir(ROOT)  # the commands name the helper by a path relative to the repository
-    try:
+    with in_dir(ROOT):  # the commands name the helper by a path relative to the repository
         run_trial(spec)
-    finally:
-        os.chdir(cwd)
 
 
 def test_outside_a_campaign_every_call_is_a_no_op() -> None:
