@@ -17,8 +17,12 @@ Outside a campaign (no ``ORCH_CLIENT`` in the environment) every call is a cheap
 same script trains as it always did.
 
 Inside a campaign the trial process that started the command listens on a local socket it
-names in ``ORCH_CLIENT`` (never a network port). Every rank (``RANK`` / ``WORLD_SIZE``, as
-torchrun sets them) connects, and the orchestrator hands all ranks the same next block: which
+names in ``ORCH_CLIENT`` (never a network port), and hands the command a token of that trial in
+``ORCH_CLIENT_TOKEN``. Every rank (``RANK`` / ``WORLD_SIZE``, as torchrun sets them) connects
+with the token; a connection without it (a stray process, another campaign's client) is refused
+and recorded, and never changes an arm's status. Once a rank has connected, both variables are
+taken out of its environment, so a helper process the trainer starts afterwards (a logger, a
+data server) does not inherit them. The orchestrator hands all ranks the same next block: which
 arm, its params, how many steps. So every rank switches at the same step, decided once. The
 steps' times and losses go back at the end of a batch, and
 the reply is the next batch of blocks (or the end): the blocks whose order and length the
@@ -39,10 +43,11 @@ from collections.abc import Iterator
 from typing import Any
 
 ENV = "ORCH_CLIENT"  # the socket's path, set by the trial process for the command
+TOKEN_ENV = "ORCH_CLIENT_TOKEN"  # the trial's token, which every hello must carry
 # one arm per process (protocol.pairing=process): that arm's switchable params as JSON, which
 # params() returns with no channel (step times then come from the command's log)
 PARAMS_ENV = "ORCH_CLIENT_PARAMS"
-PROTOCOL = 1
+PROTOCOL = 2  # 2: the hello carries the trial's token
 
 __all__ = ["ClientError", "active", "arm", "begin", "end", "params", "report", "steps", "timed"]
 
@@ -90,7 +95,7 @@ class _Timed:
 class _Session:
     """One rank's conversation with the campaign's trial process."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, token: str) -> None:
         self.rank = int(os.environ.get("RANK", "0") or 0)
         self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -101,7 +106,7 @@ class _Session:
                               f"({exc.strerror or exc})") from None
         self.reader = self.sock.makefile("rb")
         welcome = self._call({"op": "hello", "protocol": PROTOCOL, "rank": self.rank,
-                              "world": self.world, "pid": os.getpid()})
+                              "world": self.world, "pid": os.getpid(), "token": token})
         self.declared = frozenset(welcome.get("switchable", ()))
         self.block = -1  # the block being run (-1: none yet)
         self.left = 0  # its steps still to run
@@ -221,7 +226,11 @@ def _current() -> _Session | None:
         _looked = True
         address = os.environ.get(ENV)
         if address:
-            _session = _Session(address)
+            token = os.environ.get(TOKEN_ENV, "")
+            _session = _Session(address, token)
+            # this rank holds the channel now: what it starts later must not say hello too
+            os.environ.pop(ENV, None)
+            os.environ.pop(TOKEN_ENV, None)
     return _session
 
 
@@ -254,7 +263,16 @@ def _fixed_params() -> dict[str, Any]:
     global _fixed
     if _fixed is None:
         text = os.environ.get(PARAMS_ENV)
-        _fixed = json.loads(text) if text else {}
+        try:
+            fixed = json.loads(text) if text else {}
+        except ValueError as exc:
+            raise ClientError(f"{PARAMS_ENV} is not JSON ({exc}); it holds the arm's switchable "
+                              "params as a JSON object, set by the campaign: unset it to run "
+                              "outside one") from None
+        if not isinstance(fixed, dict):
+            raise ClientError(f"{PARAMS_ENV} holds {type(fixed).__name__}, not a JSON object of "
+                              "the arm's switchable params: unset it to run outside a campaign")
+        _fixed = fixed
     return _fixed
 
 

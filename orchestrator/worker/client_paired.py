@@ -21,11 +21,14 @@ non-finite loss (that arm ``failed``, the others go on).
 
 from __future__ import annotations
 
+import hmac
 import json
 import math
+import secrets
 import shutil
 import socket
 import statistics
+import struct
 import tempfile
 import threading
 import time
@@ -47,6 +50,11 @@ from orchestrator.worker.external import (
 
 MAX_MEASURED_STEPS = 2000  # as in-process: the most measured steps measured_min_s may ask for
 MAX_BATCH_CYCLES = 16  # the most cycles one reply hands out (the rest after the report)
+# the longest line a rank may send: a batch's report is MAX_BATCH_CYCLES cycles of a block per
+# arm, tens of bytes a step, well under a MiB at the protocol's largest blocks
+MAX_MESSAGE_BYTES = 32 << 20
+MAX_HELLO_BYTES = 64 << 10  # before a connection's hello: a stray cannot fill memory
+MAX_STRAYS_KEPT = 20  # refused connections recorded one by one (the rest counted)
 
 
 class ChannelError(Exception):
@@ -270,10 +278,18 @@ class Plan:
 
 class Channel:
     """The local socket the command's ranks talk to (one thread per connection); every rank's
-    report of a block is awaited before the next block goes to all of them."""
+    report of a block is awaited before the next block goes to all of them.
+
+    Only the command's ranks count. A hello must carry the trial's token (handed to the
+    command alone, in its environment, and never written to a record); a connection without
+    it, or that says hello as a rank another connection already runs, or that speaks before
+    its hello, is a stray: refused, recorded in :attr:`strays`, and never the trial's failure.
+    A rank belongs to the first connection that runs a step as it (its first ``next`` or
+    ``at``), so a helper that inherited the token and said hello first is refused then."""
 
     def __init__(self, plan: Plan, world: int) -> None:
         self.plan, self.world = plan, world
+        self.token = secrets.token_hex(16)
         self.dir = tempfile.mkdtemp(prefix="orch-client-")  # short: a socket path is <108 bytes
         self.path = str(Path(self.dir) / "s")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -283,7 +299,8 @@ class Channel:
         self.pending: dict[int, dict[int, list[list[Any]]]] = {}
         self.reads: dict[int, set[str]] = {}
         self.replies: dict[int, dict[str, Any]] = {}
-        self.ranks: set[int] = set()
+        self.owner: dict[int, int] = {}  # rank -> the connection that runs it
+        self.strays: list[dict[str, Any]] = []  # refused connections: pid, rank, why
         self.left: set[int] = set()
         self.error: str | None = None
         self.error_kind = ""
@@ -291,11 +308,24 @@ class Channel:
         self.closed = False
         threading.Thread(target=self._accept, name="client-accept", daemon=True).start()
 
+    def env(self) -> dict[str, str]:
+        """What the command's environment gets: the channel's path and the trial's token."""
+        return {wire.ENV: self.path, wire.TOKEN_ENV: self.token}
+
     def fail(self, kind: str, message: str) -> None:
         with self.cond:
             if self.error is None:
                 self.error, self.error_kind = message, kind
             self.cond.notify_all()
+
+    def stray(self, pid: int | None, rank: Any, why: str) -> dict[str, str]:
+        """Record a refused connection (its process's pid); the reply that tells it why."""
+        with self.cond:
+            if len(self.strays) < MAX_STRAYS_KEPT:
+                self.strays.append({"pid": pid, "rank": rank, "why": why})
+            else:
+                self.strays[-1]["more"] = self.strays[-1].get("more", 0) + 1
+        return {"error": f"refused: {why}"}
 
     def _accept(self) -> None:
         while not self.closed:
@@ -303,29 +333,54 @@ class Channel:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            self.connected = True
             threading.Thread(target=self._serve, args=(conn,), name="client-conn",
                              daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        rank: int | None = None
+        rank: int | None = None  # the rank this connection said hello as (token checked)
         bye = False
         batches = 0
+        me, pid = id(conn), _peer_pid(conn)
         with conn, conn.makefile("rb") as reader:
-            for line in reader:
+            while True:
+                # a connection not yet known gets a short line: a stray cannot fill memory
+                limit = MAX_MESSAGE_BYTES if rank is not None else MAX_HELLO_BYTES
+                line = reader.readline(limit + 1)
+                if not line:
+                    break
+                if not line.endswith(b"\n") and len(line) > limit:
+                    why = (f"a message of more than {limit} bytes without a newline "
+                           "(the client sends one JSON object per line)")
+                    if rank is None:
+                        self._reply(conn, self.stray(pid, None, why))
+                    else:
+                        self.fail("client", f"rank {rank} sent {why}")
+                    break
                 try:
                     msg = json.loads(line)
                 except ValueError:
-                    self.fail("client", "the client channel got a line that is not JSON")
+                    msg = None
+                if not isinstance(msg, dict):
+                    if rank is None:
+                        self._reply(conn, self.stray(pid, None, "a line that is not a JSON "
+                                                     "object before its hello"))
+                    else:
+                        self.fail("client", f"rank {rank} sent a line that is not a JSON object")
                     break
                 op = msg.get("op")
-                if op == "hello":
-                    rank, reply = self._hello(msg)
-                elif op == "at" and rank is not None:
+                if op == "hello" and rank is None:
+                    rank, reply = self._hello(pid, msg)
+                elif rank is None:
+                    reply = self.stray(pid, msg.get("rank"), f"{op!r} before a hello")
+                elif op in ("at", "next") and not self._claim(rank, me):
+                    reply = self.stray(pid, rank, f"said hello as rank {rank}, which another "
+                                       "process of the command runs")
+                    rank = None
+                elif op == "at":
                     if rank == 0:  # the block rank 0 starts (no reply: the step goes on)
                         self.plan.at = int(msg.get("block", 0))
                     continue
-                elif op == "next" and rank is not None:
+                elif op == "next":
                     reply = self._next(rank, batches, msg)
                     batches += 1
                 elif op == "error":
@@ -336,20 +391,43 @@ class Channel:
                     break
                 else:
                     reply = {"error": f"unexpected client message {op!r}"}
-                try:
-                    conn.sendall(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
-                except OSError:
+                if not self._reply(conn, reply) or reply.get("error"):
                     break
-                if reply.get("error"):
-                    break
-        if rank is not None:
-            with self.cond:
+        if rank is not None and self.owner.get(rank) != me:
+            self.stray(pid, rank, f"said hello as rank {rank} and left before it ran a step "
+                       "as that rank")
+        with self.cond:
+            if rank is not None and self.owner.get(rank) == me:
                 self.left.add(rank)
                 if not bye and not self.plan.done:  # the others must not wait for it
                     self.cond.notify_all()
 
-    def _hello(self, msg: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:
-        rank, world = int(msg.get("rank", 0)), int(msg.get("world", 1))
+    @staticmethod
+    def _reply(conn: socket.socket, reply: dict[str, Any]) -> bool:
+        try:
+            conn.sendall(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
+            return True
+        except OSError:
+            return False
+
+    def _claim(self, rank: int, conn: int) -> bool:
+        """The rank is run by the first connection that runs a step as it."""
+        with self.cond:
+            return self.owner.setdefault(rank, conn) == conn
+
+    def _hello(self, pid: int | None, msg: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:
+        token = msg.get("token")
+        if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
+            why = ("no token" if not token else "a wrong token") + (
+                f" (a client of protocol {msg.get('protocol')}; this orchestrator speaks "
+                f"{wire.PROTOCOL})" if msg.get("protocol") != wire.PROTOCOL else
+                f": not a process the trial started ({wire.TOKEN_ENV} is handed to its "
+                "command alone)")
+            return None, self.stray(pid, msg.get("rank"), why)
+        try:
+            rank, world = int(msg.get("rank", 0)), int(msg.get("world", 1))
+        except (TypeError, ValueError):
+            rank, world = -1, -1
         if msg.get("protocol") != wire.PROTOCOL:
             why = (f"the trainer's orchestrator.client speaks protocol {msg.get('protocol')}, "
                    f"this orchestrator {wire.PROTOCOL}: import the client of the orchestrator "
@@ -357,11 +435,14 @@ class Channel:
         elif world != self.world:
             why = (f"the command runs {world} rank(s) (WORLD_SIZE), but workload.world_size "
                    f"is {self.world}; set it to the ranks the command starts")
-        elif rank in self.ranks or not 0 <= rank < world:
-            why = f"rank {rank} connected twice or is out of range (world size {world})"
+        elif not 0 <= rank < world:
+            why = f"rank {rank} is out of range (world size {world})"
         else:
             with self.cond:
-                self.ranks.add(rank)
+                if rank in self.owner:  # its rank runs already: a helper that inherited the token
+                    return None, self.stray(pid, rank, f"said hello as rank {rank}, which "
+                                            "another process of the command runs")
+            self.connected = True
             return rank, {"switchable": self.plan.declared, "world": self.world}
         self.fail("client", why)
         return None, {"error": why}
@@ -400,6 +481,15 @@ class Channel:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _peer_pid(conn: socket.socket) -> int | None:
+    """The connecting process's pid (Linux SO_PEERCRED), None where the OS does not say."""
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return int(struct.unpack("3i", creds)[0])
+    except (AttributeError, OSError):
+        return None
+
+
 def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
                           ) -> list[tuple[dict[str, Any], str]]:
     """Every arm of ``spec.paired_arms`` through one run of the command (built with the
@@ -416,13 +506,14 @@ def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
     channel = Channel(plan, max(1, int(trainer.workload.world_size)))
     try:
         t0 = time.time()
-        rc, start_error = run_command(inv.argv, inv.cwd, {**inv.env, wire.ENV: channel.path},
+        rc, start_error = run_command(inv.argv, inv.cwd, {**inv.env, **channel.env()},
                                       tdir / "command.log", inv.time_limit_s)
         wall = time.time() - t0
     finally:
         channel.close()
     common = {**command_fields(spec, base, inv), "command_wall_s": wall, "returncode": rc,
-              "step_source": "orchestrator.client"}
+              "step_source": "orchestrator.client",
+              **({"client_strays": channel.strays} if channel.strays else {})}
     session = {"pairing": "steps", "paired_process": spec.trial_id,
                "paired_arms": plan.ids, "block_steps": spec.block_steps,
                "switch_warmup_steps": spec.switch_warmup_steps, "cycles": plan.cycle}
@@ -459,6 +550,11 @@ def _outcome(plan: Plan, channel: Channel, rc: int | None, start_error: str | No
         return {"status": Status.FAILED, "failure_kind": "exit_code", "culprit": None,
                 "error": f"the command exited with code {rc} before it connected to the client "
                 "channel (its log says why)"}
+    if not channel.connected and channel.strays:
+        return {"status": Status.FAILED, "failure_kind": "no_client", "culprit": None,
+                "error": f"the command ran to its end (exit code 0), and every connection to the "
+                f"client channel was refused ({len(channel.strays)}; the first: "
+                f"{channel.strays[0]['why']})"}
     if not channel.connected:
         return {"status": Status.FAILED, "failure_kind": "no_client", "culprit": None,
                 "error": "the command ran to its end (exit code 0) and never connected to the "

@@ -9,12 +9,19 @@ tests). ``--mode``:
 - ``nan``: reports a NaN loss once its units are --nan-units;
 - ``stop_early``: leaves the client.steps() loop after --at steps and exits 0;
 - ``dist``: torch.distributed (gloo) ranks, each step ``units`` all_reduces: ranks that left
-  lockstep would run different numbers of collectives and fail.
+  lockstep would run different numbers of collectives and fail;
+- ``stray``: as ``ok``, but first a helper process that inherited the environment connects to
+  the client channel twice as rank 0 (once raw, with no token; once through the client, with
+  the token it inherited) and leaves; after the loop, a child prints whether it sees
+  ``ORCH_CLIENT`` (``child sees ORCH_CLIENT: False``);
+- ``long_line``: as ``ok``, but at step --at it sends the channel --long-mib MiB with no newline.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import time
 
@@ -27,6 +34,36 @@ def work(units: int) -> None:
         x = x * 0.999999 + 1e-6
 
 
+STRAY = """
+import json, os, socket
+from orchestrator import client
+raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+raw.connect(os.environ[client.ENV])
+raw.sendall(json.dumps({"op": "hello", "protocol": client.PROTOCOL, "rank": 0,
+                        "world": 1}).encode() + b"\\n")
+print("stray raw reply:", raw.makefile("rb").readline().decode().strip(), flush=True)
+print("stray through the client:", client.active(), flush=True)
+"""
+
+
+def stray_helper() -> None:
+    """A process the trainer starts before it uses the client: it inherits the environment."""
+    subprocess.run([sys.executable, "-c", STRAY], check=True, timeout=60)
+
+
+def long_line(mib: int) -> None:
+    """Send ``mib`` MiB with no newline down this rank's own connection to the channel."""
+    from orchestrator import client
+    s = client._current()
+    assert s is not None
+    chunk = b"x" * (1 << 20)
+    try:
+        for _ in range(mib):
+            s.sock.sendall(chunk)
+    except OSError:
+        pass
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", default="ok")
@@ -34,7 +71,11 @@ def main() -> int:
     ap.add_argument("--units", type=int, default=5)
     ap.add_argument("--at", type=int, default=7)
     ap.add_argument("--nan-units", type=int, default=-1)
+    ap.add_argument("--long-mib", type=int, default=0)
+    ap.add_argument("--label", action="store_true", help="read param 'label' too")
     args = ap.parse_args()
+    if args.mode == "stray":
+        stray_helper()
     if args.mode == "no_client":
         for step in range(args.steps):
             t0 = time.perf_counter()
@@ -52,9 +93,13 @@ def main() -> int:
             sys.exit(3)
         if args.mode == "stop_early" and step == args.at:
             break
-        p = {"units": args.units}
+        if args.mode == "long_line" and step == args.at:
+            long_line(args.long_mib)
+        p: dict[str, object] = {"units": args.units}
         if args.mode == "undeclared":
             p["other"] = 1
+        if args.label:
+            p["label"] = "base"
         units = args.units if args.mode == "unread" else client.params(p)["units"]
         t0 = time.perf_counter()
         with client.timed():
@@ -70,6 +115,11 @@ def main() -> int:
     if dist is not None:
         dist.barrier()
         dist.destroy_process_group()
+    if args.mode == "stray":
+        seen = subprocess.run([sys.executable, "-c", "import os; print('ORCH_CLIENT' in os.environ)"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        print(f"child sees ORCH_CLIENT: {seen}; this process: {'ORCH_CLIENT' in os.environ}",
+              flush=True)
     return 0
 
 

@@ -215,3 +215,79 @@ def test_a_planted_slowdown_in_a_client_script_is_rejected(compose: Any, run_dir
     assert {r["step_source"] for r in recs} == {"orchestrator.client"}
     text = (run_dir / "decisions.md").read_text()
     assert "paired by steps the arms take turns on one run of the trainer" in text
+
+
+def test_a_stray_connection_is_refused_and_recorded_and_changes_no_status(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """Issue 51: a helper process that inherited the trainer's environment says hello as rank
+    0, once with no token and once through the client with the token it inherited, and leaves:
+    both are refused and recorded, the arms are measured as usual, and a child started after
+    the rank connected does not see the channel."""
+    import orchestrator.worker.client_paired as cp
+    monkeypatch.setattr(cp.secrets, "token_hex", lambda n: "planted-token-51")
+    spec, arms = _paired(tmp_path, HELPER + "stray", units=(5, 6))
+    _run(spec)
+    recs = _records(arms)
+    for a in arms:
+        r = recs[a.arm_id]
+        assert r["status"] == "ok", r.get("error")
+        whys = [s["why"] for s in r["client_strays"]]
+        assert len(whys) == 2, whys
+        assert any(w.startswith("no token") for w in whys)
+        assert any("left before it ran a step" in w for w in whys)
+        assert all(isinstance(s["pid"], int) for s in r["client_strays"])
+    log = (Path(spec.trial_dir) / "command.log").read_text()
+    assert "stray raw reply: {\"error\":\"refused: no token" in log
+    assert "child sees ORCH_CLIENT: False; this process: False" in log
+    # the token is the trial's secret: in no record and no log
+    text = "".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
+    assert "planted-token-51" not in text
+
+
+def test_a_message_without_a_newline_is_a_client_failure(tmp_path: Path, monkeypatch: Any) -> None:
+    """Issue 51: a rank that sends more than the channel's line limit with no newline is told
+    apart from a command that exited early."""
+    import orchestrator.worker.client_paired as cp
+    monkeypatch.setattr(cp, "MAX_MESSAGE_BYTES", 1 << 20)
+    spec, arms = _paired(tmp_path, HELPER + "long_line --at 3 --long-mib 4", units=(5, 6))
+    _run(spec)
+    rec = _records(arms)["a0"]
+    assert rec["status"] == "failed" and rec["failure_kind"] == "client", rec
+    assert "rank 0 sent a message of more than 1048576 bytes without a newline" in rec["error"]
+
+
+@pytest.mark.parametrize("value", ["{not json", "[1, 2]"])
+def test_a_malformed_params_variable_names_itself(value: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_CLIENT")}
+    env["ORCH_CLIENT_PARAMS"] = value
+    code = ("from orchestrator import client\n"
+            "try:\n"
+            "    client.params({'units': 3})\n"
+            "except client.ClientError as exc:\n"
+            "    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    assert out.startswith("ORCH_CLIENT_PARAMS ") and len(out.strip().splitlines()) == 1, out
+
+
+def test_a_stray_hello_in_a_real_campaign_decides_nothing(compose: Any, run_dir: Path) -> None:
+    """Issue 51: before the channel checked a token, a helper process saying hello as rank 0
+    failed every arm of its round, and a variant that changes nothing was rejected ('1 failed
+    of 2 trials'). Now each stray is refused and recorded, and the no-change variant is never
+    rejected."""
+    cfg = compose(["+sweep=planted_client", "protocol=quick", "protocol.pairing=auto",
+                   "protocol.repeats=3", "protocol.max_rounds=3", "launcher=inline",
+                   "sweep.variable=workload.params.label", "sweep.baseline=base",
+                   "sweep.values=[same]", "sweep.labels=[same]",
+                   "workload.command='{python} tests/helpers/client_trainer.py --steps {steps} "
+                   "--units 180 --mode stray --label'"])
+    with in_dir(ROOT):
+        result = run_campaign(cfg, run_dir)
+    (v,) = result.verdicts
+    # no trial failed, so no verdict on failures; timing alone may still err at the rule's own
+    # A/A rate (a few per cent, by simulation), which this test does not assert against
+    assert not any("failed" in r for r in v.reasons), v.reasons
+    assert v.verdict != "invalid", v.reasons
+    recs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
+    assert recs and {r["status"] for r in recs} == {"ok"}
+    assert all(len(r["client_strays"]) == 2 for r in recs)
