@@ -29,7 +29,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.client import ENV  # noqa: E402
 from orchestrator.spec.jobs import PairedArm, TrialSpec  # noqa: E402
 from orchestrator.worker.client_paired import Channel, Plan  # noqa: E402
 
@@ -76,7 +75,7 @@ def main() -> int:
                     ["units"])
         channel = Channel(plan, 1)
         try:
-            inside = child(a.steps, {**env, ENV: channel.path})
+            inside = child(a.steps, {**env, **channel.env()})
         finally:
             channel.close()
         outside = child(inside["steps"], env)
