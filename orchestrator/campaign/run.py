@@ -233,7 +233,7 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     if cfg.launcher.name != "slurm":  # Slurm's trials ran on other machines (recover() above)
         kill_orphans(run_dir)
     if start.machine is not None:
-        atomic_write_json(run_dir / "machine_load.json", start.machine)
+        record_machine_load(run_dir, start.machine)
     running, buckets, planned = start.running, start.buckets, start.planned
     bucket_names = [b["name"] for b in buckets]
     adaptive_log: list[dict[str, Any]] = []
@@ -712,6 +712,36 @@ def _last_infra(spec: TrialSpec) -> bool:
     return rec.get("status") == INFRA_STATUS
 
 
+MAX_LATER_SAMPLES = 100  # resumes whose load machine_load.json keeps one by one
+
+
+def record_machine_load(run_dir: Path, sample: dict[str, Any]) -> None:
+    """machine_load.json: the load before the campaign's first invocation, at its top level;
+    a resume's (or a rerun into a finished directory: nothing may be left to run) goes under
+    ``later``, beside it and never over it, so the load the first trials met is kept."""
+    sample = {**sample, "at": time.time()}
+    path = run_dir / "machine_load.json"
+    doc = _read_optional(path)
+    if doc is None:
+        atomic_write_json(path, sample)
+        return
+    later = [x for x in doc.get("later") or [] if isinstance(x, dict)]
+    doc["later"] = (later + [sample])[-MAX_LATER_SAMPLES:]
+    atomic_write_json(path, doc)
+
+
+def _latest_load(doc: dict[str, Any]) -> dict[str, Any]:
+    """The sample taken before this invocation (a resume's, else the first)."""
+    later = [x for x in doc.get("later") or [] if isinstance(x, dict)]
+    return later[-1] if later else doc
+
+
+def _load_line(m: dict[str, Any]) -> str:
+    return "; ".join(m.get("problems") or []) or (
+        f"quiet (other processes {m.get('others_cores') or 0:.2f} cores, load average "
+        f"{m.get('load_average', 0):.2f} on {m.get('cores')} cores)")
+
+
 def persistent_load(cfg: Config, run_dir: Path, retry: list[TrialSpec],
                     during: list[float | None]) -> bool:
     """Whether the load that interfered with trials is persistent: other processes were busy
@@ -726,7 +756,7 @@ def persistent_load(cfg: Config, run_dir: Path, retry: list[TrialSpec],
         return True
     cores = cfg.protocol.interference_cores
     busy = [c for c in during if c is not None]
-    if not doc.get("problems") or not busy or sum(c > cores for c in busy) * 2 < len(busy):
+    if not _latest_load(doc).get("problems") or not busy or sum(c > cores for c in busy) * 2 < len(busy):
         return False
     now = machine_load(0.5)
     if now.others_cores is None or now.others_cores <= cores:
@@ -842,10 +872,13 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
     if (machine or {}).get("core_speed"):
         load.insert(0, f"before the campaign: {machine['core_speed']}")  # type: ignore[index]
     if machine is not None:
-        load.insert(0, "before the campaign: " + (
-            "; ".join(machine.get("problems") or []) or
-            f"quiet (other processes {machine.get('others_cores') or 0:.2f} cores, load "
-            f"average {machine.get('load_average', 0):.2f} on {machine.get('cores')} cores)"))
+        later = [x for x in machine.get("later") or [] if isinstance(x, dict)]
+        for i, m in reversed(list(enumerate(later, 2))):  # each resume's own, after the first
+            after = (f", {(m['at'] - machine['at']) / 60:.0f} min after the first"
+                     if isinstance(m.get("at"), (int, float))
+                     and isinstance(machine.get("at"), (int, float)) else "")
+            load.insert(0, f"before invocation {i} (a resume{after}): {_load_line(m)}")
+        load.insert(0, "before the campaign: " + _load_line(machine))
     load += spread
     if not rows and not still:
         return [Section("Interference", [f"- {x}" for x in load])] if load else []

@@ -333,3 +333,24 @@ def test_a_window_shorter_than_procs_ticks_is_not_measured() -> None:
     w.start()
     got = w.stop()
     assert got["others_cores"] is None and "too short" in got["note"]
+
+
+def test_a_rerun_into_a_finished_directory_keeps_the_first_load(
+        compose: Any, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 51: a same-config rerun into a finished run directory is a resume, and its own
+    load sample goes beside the first invocation's, never over it (the first trials never saw
+    the rerun's machine)."""
+    from orchestrator.campaign import run as campaign
+    from orchestrator.platform.interference import MachineLoad
+
+    monkeypatch.setattr(campaign, "machine_load", lambda s=1.0: MachineLoad(2, 0.1, 0.0, [], s))
+    run_campaign(compose(LOADED), run_dir)
+    monkeypatch.setattr(campaign, "machine_load", lambda s=1.0: MachineLoad(2, 2.0, 1.9, [], s))
+    run_campaign(compose(LOADED), run_dir)
+    doc = json.loads((run_dir / "machine_load.json").read_text())
+    assert doc["others_cores"] == 0.0 and not doc["problems"]
+    (later,) = doc["later"]
+    assert later["others_cores"] == 1.9 and later["problems"] and later["at"] >= doc["at"]
+    md = (run_dir / "decisions.md").read_text()
+    assert "before the campaign: quiet (other processes 0.00 cores" in md
+    assert "before invocation 2 (a resume, 0 min after the first): other processes took 1.90" in md
