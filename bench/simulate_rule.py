@@ -7,6 +7,8 @@ beside a fixed protocol of 7 rounds, one table each.
         --pairing process,steps --steps 100     # one arm per process beside pairing by steps
     python bench/simulate_rule.py bench/noise_models/command_busy_alternated_2026-12-04.json \
         --pairing steps --contamination on,off   # a plain command alternated, screen on/off
+    python bench/simulate_rule.py tests/data/noise_synthetic_loaded.json --detected-load off,on \
+        --quick --adaptive-only    # the rule under detected load: default and quick protocols
 """
 
 from __future__ import annotations
@@ -50,21 +52,34 @@ def main() -> None:
                     help="planted speedups, comma-separated (default: 1, ±2 %%, ±5 %%, ±10 %%)")
     ap.add_argument("--adaptive-only", action="store_true",
                     help="the default protocol's cells only (no fixed 7-round protocol)")
+    ap.add_argument("--detected-load", default="off",
+                    help="off, on or off,on: the campaign detected load, so the rule holds back "
+                         "a timing verdict on thin evidence (decide.thin_under_load)")
+    ap.add_argument("--quick", action="store_true",
+                    help="also the quick protocol's cell: 2 rounds of 3 steps, no A/A arm")
     args = ap.parse_args()
     planted = ([float(x) for x in args.planted.split(",")] if args.planted else PLANTED)
     if args.paired_min_s is None:
         args.paired_min_s = _default_paired_min_s()
     model = NoiseModel.load(args.model)
     print(f"noise model {model.name}: {model.source}")
+    protocols: list[tuple[str, dict[str, object]]] = [
+        ("adaptive (default: 3 rounds, +2 up to 7)", {"steps": args.steps}),
+        ("fixed (7 rounds)", {"repeats": 7, "max_rounds": 7, "steps": args.steps})]
+    if args.quick:  # conf/protocol/quick.yaml: no time floor either
+        protocols.append(("quick (2 rounds of 3 steps, no A/A arm)",
+                          {"repeats": 2, "max_rounds": 2, "steps": 3, "aa_arm": False}))
     cells_to_run = [(f"{name}, pairing={pairing}"
-                     + (f", contamination screen {screen}" if pairing == "steps" else ""),
-                     Protocol(**kw, pairing=pairing, steps=args.steps,
-                              paired_min_s=args.paired_min_s, contamination=screen == "on"))
+                     + (f", contamination screen {screen}" if pairing == "steps" else "")
+                     + (", load detected" if load == "on" else ""),
+                     Protocol(**kw, pairing=pairing,  # type: ignore[arg-type]
+                              paired_min_s=0.0 if "quick" in name else args.paired_min_s,
+                              contamination=screen == "on", detected_load=load == "on"))
                     for pairing in args.pairing.split(",")
                     for screen in (args.contamination.split(",") if pairing == "steps"
                                    else ["on"])
-                    for name, kw in (("adaptive (default: 3 rounds, +2 up to 7)", {}),
-                                     ("fixed (7 rounds)", {"repeats": 7, "max_rounds": 7}))
+                    for name, kw in protocols
+                    for load in args.detected_load.split(",")
                     if not (args.adaptive_only and name.startswith("fixed"))]
     for name, proto in cells_to_run:
         t0 = time.time()

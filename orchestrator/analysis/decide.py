@@ -103,6 +103,11 @@ class Rule:
     # use it (an early look's strict share would make every decision look out of reach)
     alpha_last: float | None = None
     aa_alpha: float = 0.01  # the A/A calibration check's own error rate, over its scopes
+    # load detected during the campaign (before an invocation, or still over a trial's
+    # measured steps after its re-runs), in one line; "" when none was
+    load: str = ""
+    # the trials are a few steps with no time floor (the quick protocol's 3), in one line
+    short_trials: str = ""
 
     @property
     def band(self) -> tuple[float, float]:
@@ -236,6 +241,21 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
             kind, timing, resolve, why = "unsure", [f"{objective}: no interval ({note})"], None, ""
         else:
             kind, timing, resolve, why = judge(scopes, objective, alpha, rule)
+        thin = thin_under_load(obj, rule) if kind in ("good", "bad") else ""
+        if thin and obj is not None:
+            # load that comes and goes moves whole trials: with this little evidence a timing
+            # verdict cannot tell it from the arm, so it is not taken on its own
+            saw = _scope_text(obj, objective)
+            rounds = max(MIN_ROUNDS_UNDER_LOAD, obj.eff.rounds + 1)
+            timing.insert(0, f"{saw} looked {'faster' if kind == 'good' else 'slower'}, but "
+                             f"load was detected ({rule.load}), with {thin}: a retain or reject "
+                             f"needs a quiet machine, or at least {MIN_ROUNDS_UNDER_LOAD} rounds "
+                             "of trials with a time floor")
+            headline = headline or (
+                f"inconclusive: {saw} under load, with {thin}: not decided on its own; rerun "
+                f"on a quiet machine, or with protocol.max_rounds={rounds} or more and "
+                "protocol.measured_min_s > 0 (the default protocol)")
+            kind, resolve = "unsure", rounds
         same = same_step(analysis, base, arm)
         blocked = construction_equivalent(scopes, rule) if same and obj is not None else ""
         if same and kind == "unsure" and obj is not None and not blocked:  # by what ran
@@ -280,6 +300,24 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
         v.futility_judged = power is None or power[0]
         out.append(v)
     return out
+
+
+MIN_ROUNDS_UNDER_LOAD = 3  # rounds a timing verdict needs when load was detected
+MIN_STEPS_UNDER_LOAD = 5  # measured steps a trial needs then, with no time floor
+
+
+def thin_under_load(obj: Scope | None, rule: Rule) -> str:
+    """Why a timing verdict is not taken on its own ("" when it may be): load was detected
+    (``rule.load``) and the evidence is thin: fewer than MIN_ROUNDS_UNDER_LOAD rounds, or
+    short trials (``rule.short_trials``). Says what is thin: "2 round(s) and 3 steps ..."."""
+    if not rule.load or obj is None:
+        return ""
+    thin = []
+    if obj.eff.rounds < MIN_ROUNDS_UNDER_LOAD:
+        thin.append(f"{obj.eff.rounds} round(s)")
+    if rule.short_trials:
+        thin.append(rule.short_trials)
+    return " and ".join(thin)
 
 
 def same_step(analysis: Analysis, base: Arm, arm: Arm) -> str:

@@ -43,8 +43,9 @@ from orchestrator.analysis import contamination
 from orchestrator.core import objective, paired
 from orchestrator.analysis.analyze import CARRYOVER_ALPHA, MIXTURE, block_cells
 from orchestrator.core.blocks import ordered
-from orchestrator.analysis.decide import (Rule, aa_off, construction_equivalent, effect_scope,
-                                          futility_power, judge)
+from orchestrator.analysis.decide import (MIN_ROUNDS_UNDER_LOAD, MIN_STEPS_UNDER_LOAD, Rule,
+                                          aa_off, construction_equivalent, effect_scope,
+                                          futility_power, judge, thin_under_load)
 from orchestrator.spec.plan import ArmProgress, arm_order, more_rounds_reason
 
 BASE, AA, VAR = "a0", "aa", "a1"
@@ -247,6 +248,9 @@ class Protocol:
     # pairing=steps: after each pass, rounds whose contrasts the contamination screen flags
     # are re-run once (orchestrator.analysis.contamination.screen_paired; campaign.run)
     contamination: bool = True
+    # the campaign detected load (busy before it, or over trials' measured steps): the rule
+    # then holds back a timing verdict on thin evidence (decide.thin_under_load)
+    detected_load: bool = False
 
 
 @dataclass
@@ -316,7 +320,10 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
         rounds_done = planned[-1] + 1
         final = rounds_done >= p.max_rounds
         rule = Rule(p.min_effect, p.ni_margin, p.max_rounds, final,
-                    paired.alpha_spent(1 - p.confidence, plan, p.max_rounds, p.spend_rho))
+                    paired.alpha_spent(1 - p.confidence, plan, p.max_rounds, p.spend_rho),
+                    load="simulated load" if p.detected_load else "",
+                    short_trials=(f"{steps} measured step(s)" if steps < MIN_STEPS_UNDER_LOAD
+                                  else ""))
         alpha = paired.alpha_spent(1 - p.confidence, plan, rounds_done, p.spend_rho)
         kind, resolve, calibration, judged = _judge(medians, weights, alpha, rule,
                                                     p.aa_alpha, p)
@@ -350,6 +357,8 @@ def _judge(medians: dict[str, dict[tuple[int, str], float]], weights: dict[str, 
     if obj is None:
         return "unsure", None, calibration, True
     kind, _, resolve, _ = judge(scopes, objective, alpha, rule)
+    if kind in ("good", "bad") and thin_under_load(obj, rule):  # as decide.decide
+        kind, resolve = "unsure", max(MIN_ROUNDS_UNDER_LOAD, obj.eff.rounds + 1)
     if p.same_step and kind == "unsure":  # equivalent by what ran (decide.decide)
         if not p.construction_on_evidence or not construction_equivalent(scopes, rule):
             return "equivalent", None, calibration, True

@@ -35,7 +35,8 @@ from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
 from orchestrator.campaign.gate import load_gates, run_gate
 from orchestrator.campaign.gate import section as correctness_section
-from orchestrator.analysis.decide import Rule, Verdict, aa_calibration, decide
+from orchestrator.analysis.decide import (MIN_STEPS_UNDER_LOAD, Rule, Verdict, aa_calibration,
+                                          decide)
 from orchestrator.core.errors import ConfigError
 from orchestrator.platform.slices import duet_slices
 from orchestrator.platform.interference import core_speed_problem, core_speeds, machine_load
@@ -991,14 +992,44 @@ def _with_attempts(tdir: Path, record: dict[str, Any],
 
 
 def rule_for(cfg: Config, final: bool = True,
-             spending: list[list[float]] | None = None) -> Rule:
+             spending: list[list[float]] | None = None, load: str = "") -> Rule:
+    """The verdict rule of this protocol; ``load``: what :func:`detected_load` found."""
     p = cfg.protocol
     cap = max(p.max_rounds, p.repeats)
     plan = paired.looks(p.repeats, cap, p.adaptive_step_rounds)
     last = (paired.spend_at(spending, cap) if spending else
             paired.alpha_spent(1 - p.confidence, plan, cap, p.alpha_spending))
     return Rule(min_effect=p.min_effect, ni_margin=p.ni_margin, max_rounds=cap, final=final,
-                alpha_last=last or None, aa_alpha=p.aa_alpha)
+                alpha_last=last or None, aa_alpha=p.aa_alpha, load=load,
+                short_trials=short_trials(cfg))
+
+
+def short_trials(cfg: Config) -> str:
+    """The trials are a few steps with no time floor (the quick protocol's), in one line;
+    "" otherwise. Under load such a trial is at the mercy of one burst."""
+    p = cfg.protocol
+    floor = p.measured_min_s > 0 or (p.pairing != "process" and p.paired_min_s > 0)
+    if p.measured_steps >= MIN_STEPS_UNDER_LOAD or floor:
+        return ""
+    return (f"{p.measured_steps} measured step(s) a trial and no time floor "
+            "(protocol.measured_steps, protocol.measured_min_s: the quick protocol's)")
+
+
+def detected_load(cfg: Config, run_dir: Path, trials: Any) -> str:
+    """The load this campaign's timings met, in one line ("" when none was detected): busy
+    before an invocation (machine_load.json) or over an ok trial's measured steps after its
+    re-runs (its ``interference``)."""
+    said = []
+    doc = _read_optional(run_dir / "machine_load.json") or {}
+    for m in [doc, *[x for x in doc.get("later") or [] if isinstance(x, dict)]]:
+        said += [x for x in m.get("problems") or [] if x not in said]
+    records = trials.to_dict("records") if hasattr(trials, "to_dict") else list(trials)
+    cores = cfg.protocol.interference_cores
+    under = [_interference(r)["others_cores"] for r in records if interfered(r, cores)]
+    if under:
+        said.append(f"{len(under)} trial(s) measured while other processes took more than "
+                    f"{cores:g} cores (up to {max(under):.2f})")
+    return "; ".join(said)
 
 
 def planned_spending(cfg: Config, run_dir: Path, done: dict[str, dict[str, Any]]
@@ -1053,7 +1084,8 @@ def _analyze_decide(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
     analysis = analyze(trials_df, steps_df, arms, [b["name"] for b in buckets], weights,
                        cfg.protocol, control=control, spending=spending)
     gates = loss_trajectory_gates(cfg, trials_df, steps_df, arms)
-    return analysis, decide(analysis, rule_for(cfg, final, spending), gates)
+    rule = rule_for(cfg, final, spending, detected_load(cfg, run_dir, trials_df))
+    return analysis, decide(analysis, rule, gates)
 
 
 def speedup_table(analysis: Analysis, arm_id: str) -> dict[str, Any]:
@@ -1156,7 +1188,8 @@ def decide_from_disk(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Out
     gates = load_gates(run_dir, arms, cfg.protocol.correctness.mode)
     for arm_id, extra in loss_trajectory_gates(cfg, trials_df, steps_df, arms).items():
         gates[arm_id] = gates.get(arm_id, []) + extra
-    verdicts = decide(analysis, rule_for(cfg, spending=spending), gates)
+    verdicts = decide(analysis, rule_for(cfg, spending=spending,
+                                         load=detected_load(cfg, run_dir, trials_df)), gates)
     records = trials_df.to_dict("records") if not trials_df.empty else []
     directions = direction_checks(cfg, arms, verdicts, records)
     peaks, util = campaign_utilization(records, analysis)

@@ -326,3 +326,37 @@ def test_per_arm_intervals_ignore_a_quiet_control() -> None:
     assert math.isclose(e.log_speedup, float(np.mean(d)))
     assert math.isclose(e.se, float(np.std(d, ddof=1)) / math.sqrt(5))
     assert e.se > pooled.effects["a1"].se  # the pooled term was too narrow for this arm
+
+
+def test_under_load_thin_evidence_does_not_retain_or_reject() -> None:
+    """Issue 51: under detected load, fewer than three rounds or trials of a few steps with no
+    time floor cannot retain or reject on their own (a no-op variant was once retained at
+    1.61x on the quick protocol); three rounds of trials with a floor still decide."""
+    from dataclasses import replace
+
+    def two_rounds(log_s: float) -> Analysis:
+        a = _analysis({"s": (log_s, 0.02)})
+        c = a.comparisons[("s", "a1")]
+        a.comparisons[("s", "a1")] = replace(c, effect=replace(c.effect, rounds=2))
+        return a
+
+    load = "other processes took 1.90 of 2 cores over 0.5 s"
+    for log_s, quiet in ((0.10, "retain"), (-0.10, "reject")):
+        (v,) = decide(two_rounds(log_s), RULE7)
+        assert v.verdict == quiet
+        (v,) = decide(two_rounds(log_s), replace(RULE7, load=load))
+        assert v.verdict == "inconclusive" and v.rounds_to_resolve == 3
+        assert v.reasons[0].startswith("s 1.105x [1.040, 1.174] looked faster" if log_s > 0
+                                       else "s 0.905x [0.852, 0.961] looked slower")
+        assert f"load was detected ({load}), with 2 round(s)" in v.reasons[0]
+        assert "under load, with 2 round(s): not decided on its own" in v.headline
+    # three rounds: the load alone does not hold a decision back ...
+    (v,) = decide(_analysis({"s": (0.10, 0.02)}), replace(RULE7, load=load))
+    assert v.verdict == "retain"
+    # ... but trials of a few steps with no time floor do
+    short = "3 measured step(s) a trial and no time floor"
+    (v,) = decide(_analysis({"s": (0.10, 0.02)}), replace(RULE7, load=load, short_trials=short))
+    assert v.verdict == "inconclusive" and f"with {short}" in v.reasons[0]
+    # and short trials on a quiet machine decide as before
+    (v,) = decide(_analysis({"s": (0.10, 0.02)}), replace(RULE7, short_trials=short))
+    assert v.verdict == "retain"
