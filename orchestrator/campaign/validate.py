@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.platform import device as devmod
+from orchestrator.spec.bounds import check_numbers, check_spending
 from orchestrator.spec.ledger import check_baseline_arm
 from orchestrator.platform.compile_stats import CACHE_MODES
 from orchestrator.spec.config import (
@@ -77,6 +78,9 @@ def validate_workload(w: WorkloadConfig) -> None:
         _positive(f"workload.buckets[{i}].seq_len", b.seq_len)
         _positive(f"workload.buckets[{i}].micro_batch", b.micro_batch)
         _positive(f"workload.buckets[{i}].weight", b.weight)
+    # every numeric key in its range (orchestrator.spec.bounds) before the kind's own checks,
+    # which compute with them (d_model % n_head)
+    check_numbers(w, "workload")
     w.validate()  # the kind's own checks (its schema, recipes/<recipe>/config.py)
 
 
@@ -119,6 +123,9 @@ def reject_nan(obj: Any, key: str) -> None:
 def validate(cfg: Config) -> None:
     """Semantic checks a type cannot express. Raises ConfigError on the first problem."""
     reject_nan(cfg, "")
+    # every numeric key a finite number of its kind (inf, 2.5 steps), before any check computes
+    # with one; their ranges after the checks below, whose messages are more specific
+    check_numbers(cfg, ranges=False)
     w = cfg.workload
     if not isinstance(w, WorkloadConfig):
         raise ConfigError("workload", "no workload selected; choose one with workload=NAME")
@@ -135,6 +142,10 @@ def validate(cfg: Config) -> None:
     validate_launcher(cfg)
     validate_correctness(cfg)
     validate_profile(cfg.profile)
+    # every numeric key in its range (orchestrator.spec.bounds), after the checks above, whose
+    # messages are more specific, and before the sweep's arms are resolved and planned
+    check_numbers(cfg)
+    check_spending(cfg.protocol)
     if cfg.sweep is not None:
         check_sweep(cfg)
         arms = resolve_arms(cfg)
