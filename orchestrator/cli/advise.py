@@ -26,7 +26,7 @@ from orchestrator.spec.ledger import Ledger, display_path
 from orchestrator.cli.main import compose, setup_logging
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.results import atomic_write_json
-from orchestrator.cli.tools._cli import emit, make_parser, run
+from orchestrator.cli.tools._cli import emit, make_parser, run, writable_dir
 
 
 def header(p: Profile) -> list[str]:
@@ -67,7 +67,8 @@ def main(a: argparse.Namespace) -> int:
     if a.workload:
         if extra and "=" not in extra[0]:
             raise ConfigError("RUN_DIR", "give a run directory or --workload, not both")
-        run_dir = profile_current(a.workload, extra, Path(a.run_dir) if a.run_dir else None)
+        given = writable_dir("--run-dir", Path(a.run_dir)) if a.run_dir else None
+        run_dir = profile_current(a.workload, extra, given)
     else:
         if len(extra) != 1 or "=" in extra[0]:
             raise ConfigError("RUN_DIR", "give one run directory (a campaign with "

@@ -28,7 +28,12 @@ from orchestrator.spec.ledger import Ledger, display_path
 from orchestrator.cli.main import compose, end_logging, setup_logging
 from orchestrator.spec.config import Config
 from orchestrator.core.errors import ConfigError
-from orchestrator.cli.tools._cli import make_parser, positive_number, run
+from orchestrator.cli.tools._cli import make_parser, number, positive_number, run, writable_dir
+from orchestrator.spec.bounds import Bound
+
+
+# a sweep campaign is minutes to hours: a thousand is past any budget, and a typo otherwise
+MAX_CAMPAIGNS = Bound(1, 1000, integer=True, why="a thousand campaigns")
 
 
 def run_campaign_logged(cfg: Config, run_dir: Path) -> Any:
@@ -59,10 +64,13 @@ def main(a: argparse.Namespace) -> int:
         raise ConfigError("workload.*", "the autopilot measures the ledger's versions; set "
                           "workload keys in v0 (python -m orchestrator.baseline init "
                           "workload=NAME workload.KEY=VALUE) and drop them here")
-    if a.max_campaigns < 1:
-        raise ConfigError("--max-campaigns", f"must be at least 1, got {a.max_campaigns}")
-    budget_s = positive_number("--budget-min", a.budget_min) * 60.0
-    min_effect = None if a.min_effect is None else positive_number("--min-effect", a.min_effect)
+    number("--max-campaigns", a.max_campaigns, MAX_CAMPAIGNS)
+    budget_s = positive_number("--budget-min", a.budget_min, hi=7 * 24 * 60.0,
+                               why="a week") * 60.0
+    min_effect = None if a.min_effect is None else positive_number(
+        "--min-effect", a.min_effect, hi=10.0, why="protocol.min_effect's most")
+    if a.dir:
+        writable_dir("--dir", Path(a.dir))
     only = [x for x in (a.only or "").split(",") if x]
     if only:
         names = [s.name for s in load_sweeps([Path(d) for d in a.sweeps])]

@@ -22,18 +22,31 @@ from pathlib import Path
 from orchestrator.campaign.regress import BISECT_EXIT, LOG, Bisection
 from orchestrator.campaign.revisions import repo_of
 from orchestrator.cli.autopilot import run_campaign_logged
-from orchestrator.cli.check import comparison, comparison_arguments, default_dir, margin_of
+from orchestrator.cli.check import (
+    check_margin,
+    comparison,
+    comparison_arguments,
+    default_dir,
+    margin_of,
+)
 from orchestrator.cli.main import setup_logging
-from orchestrator.cli.tools._cli import emit, intermixed, make_parser, run
-from orchestrator.core.errors import ConfigError
+from orchestrator.cli.tools._cli import emit, intermixed, make_parser, number, run, writable_dir
+from orchestrator.spec.bounds import Bound
 from orchestrator.spec.config import Config
 from orchestrator.spec.ledger import display_path
 
+# Each retry is a whole campaign, and the bisection's error rate is split over every
+# comparison it may run, (1 + halvings) x (1 + retries): at 10 retries each comparison already
+# runs at a confidence 11 times stricter, and far beyond it the intervals cannot be computed
+RETRIES = Bound(0, 10, integer=True, why="each retry is a campaign, and splits the error rate "
+                "further")
+
 
 def main(a: argparse.Namespace) -> int:
-    if a.retries < 0:
-        raise ConfigError("--retries", f"must be at least 0, got {a.retries}")
-    out = Path(a.dir) if a.dir else default_dir("bisect")
+    number("--retries", a.retries, RETRIES)
+    if a.margin is not None:
+        check_margin(a.margin)
+    out = writable_dir("--dir", Path(a.dir) if a.dir else default_dir("bisect"))
     # the ends checked as one comparison would be (repository, revisions, a clean checkout)
     first = comparison(a.overrides, a.config_dir, a.good, a.bad, out / "check")
     repo = repo_of(first)

@@ -26,6 +26,7 @@ from orchestrator.cli.autopilot import run_campaign_logged
 from orchestrator.cli.main import compose, setup_logging
 from orchestrator.cli.tools._cli import emit, intermixed, make_parser, positive_number, run
 from orchestrator.core.errors import ConfigError
+from orchestrator.platform import rundir
 from orchestrator.spec.config import WORKTREE, Config
 from orchestrator.spec.ledger import display_path
 
@@ -52,8 +53,13 @@ def default_dir(kind: str) -> Path:
     return Path("outputs") / kind / _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
 
 
+def check_margin(given: float) -> float:
+    """--margin: a fraction of the base's time, so above 1 a head twice as slow would pass."""
+    return positive_number("--margin", given, hi=1.0, why="a slowdown of 100 %, twice the time")
+
+
 def margin_of(cfg: Config, given: float | None) -> float:
-    return cfg.protocol.min_effect if given is None else positive_number("--margin", given)
+    return cfg.protocol.min_effect if given is None else check_margin(given)
 
 
 def against(a: argparse.Namespace) -> tuple[list[str], str]:
@@ -74,7 +80,12 @@ def against(a: argparse.Namespace) -> tuple[list[str], str]:
 
 
 def main(a: argparse.Namespace) -> int:
+    if a.margin is not None:
+        check_margin(a.margin)  # before any work: composing reads git and the ledger
     out = Path(a.dir) if a.dir else default_dir("check")
+    # the campaign's run directory: a file, a path under one, a directory no campaign wrote
+    # or one that cannot be written is refused before any work (writes nothing)
+    rundir.check_target(out, key="--dir")
     overrides, base = against(a)
     a.base = base
     cfg = comparison(overrides, a.config_dir, base, a.head, out)

@@ -4,6 +4,10 @@
   usage errors are turned into the one-line form below.
 - ``run(main, argv)``: calls ``main(args)``; a :class:`ToolError` (or ConfigError) becomes
   ``error: <key>: <message>`` on stderr and exit code 2, nothing else is printed.
+- ``positive_number(flag, value, hi=...)`` and ``number(flag, value, bound)``: a numeric flag
+  (or file field) finite and in its range (an :class:`~orchestrator.spec.bounds.Bound`), else
+  the one-line error naming it and the range.
+- ``writable_dir(flag, path)``: a directory flag that is not a file or under one.
 - ``emit(data, text_lines, as_json)``: JSON (sorted, indented) or the text lines, on stdout.
 - ``quiet_broken_pipe(fn)``: when the reader of stdout goes away (``tool | head -1``), stop
   quietly as Unix tools do: no traceback, exit code 141 (128 + SIGPIPE, what a shell reports
@@ -18,9 +22,11 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from orchestrator.core.errors import ConfigError
+from orchestrator.spec.bounds import Bound
 
 EXIT_BAD_INPUT = 2
 EXIT_BROKEN_PIPE = 128 + 13  # a process killed by SIGPIPE, as a shell reports it
@@ -30,8 +36,15 @@ class ToolError(ConfigError):
     """Bad input to a tool: names the argument (or file) and how to fix it; exit code 2."""
 
 
-def positive_number(flag: str, value: Any) -> float:
-    """A flag's (or file field's) value as a positive finite float; ToolError naming it else."""
+# the most a device does and the most one step costs: far above any (peaks of the fastest
+# accelerators are thousands of TFLOP/s), finite so that 1e308 is refused as a typo
+MAX_PEAK_TFLOPS = 1e6
+MAX_STEP_TFLOP = 1e9  # a zettaFLOP per device-step (workload.flops_per_step's bound)
+
+
+def positive_number(flag: str, value: Any, hi: float = math.inf, why: str = "") -> float:
+    """A flag's (or file field's) value as a positive finite float, at most ``hi`` (``why``:
+    why the maximum); ToolError naming it else."""
     if value is None:
         raise ToolError(flag, "is required")
     try:
@@ -40,7 +53,42 @@ def positive_number(flag: str, value: Any) -> float:
         raise ToolError(flag, f"must be a number, got {value!r}") from None
     if not math.isfinite(x) or x <= 0:
         raise ToolError(flag, f"must be a positive number, got {value!r}")
+    if x > hi:
+        because = f" ({why})" if why else ""
+        raise ToolError(flag, f"must be at most {hi:g}{because}, got {value!r}; give a "
+                        f"number in (0, {hi:g}]")
     return x
+
+
+def number(flag: str, value: Any, bound: Bound) -> Any:
+    """A flag's (or file field's) value, text or number, checked against ``bound`` (finite, in
+    range, whole where it must be); ToolError naming the flag and the range else."""
+    if value is None:
+        raise ToolError(flag, "is required")
+    if isinstance(value, str):
+        try:
+            value = int(value) if bound.integer else float(value)
+        except ValueError:
+            raise ToolError(flag, f"must be a number, got {value!r}") from None
+    problem = bound.problem(value)
+    if problem:
+        raise ToolError(flag, f"{problem}; give {bound.range_text()}")
+    return value
+
+
+def writable_dir(flag: str, path: Path) -> Path:
+    """``path`` unless it is a file, or lies under one (a directory flag: every later write
+    there would fail with a traceback); ToolError naming the flag and the fix."""
+    if path.exists() and not path.is_dir():
+        raise ToolError(flag, f"{path} is a file, not a directory; give a directory (a new one "
+                        "is made), or remove the file")
+    parent = path.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ToolError(flag, f"{path} is under {parent}, which is a file, not a directory; "
+                        "give another directory")
+    return path
 
 
 class _Parser(argparse.ArgumentParser):

@@ -43,12 +43,30 @@ from orchestrator.platform.flops import (
     utilization,
     utilization_name,
 )
-from orchestrator.cli.tools._cli import ToolError, emit, make_parser, positive_number, run
+from orchestrator.cli.tools._cli import (MAX_PEAK_TFLOPS, MAX_STEP_TFLOP, ToolError, emit,
+                                         make_parser, number, positive_number, run)
+from orchestrator.spec.bounds import WEEK_S, Bound
 
 # figures a bucket file may state at its top level instead of (or as well as) a flag
 FILE_FIELDS = {"flops_kind": "--flops-kind", "peak_tflops_per_device": "--peak-tflops-per-device",
                "peak_kind": "--peak-kind"}
 PEAK_KINDS = ("datasheet", "measured")
+# counts a bucket file states: finite, not negative, and far above any real one (a typo else)
+STEP_WEIGHT = Bound(0.0, 1e12, why="relative weights")
+SAMPLES = Bound(0.0, 1e18, why="a quintillion samples")
+GLOBAL_BATCH = Bound(0.0, 1e12, lo_open=True, why="a trillion samples a step")
+
+
+def _peak(flag: str, value: Any) -> float:
+    return positive_number(flag, value, hi=MAX_PEAK_TFLOPS, why="far above any device")
+
+
+def _step_tflop(flag: str, value: Any) -> float:
+    return positive_number(flag, value, hi=MAX_STEP_TFLOP, why="a zettaFLOP a device-step")
+
+
+def _step_s(flag: str, value: Any) -> float:
+    return positive_number(flag, value, hi=WEEK_S, why="a week")
 
 
 def read_bucket_file(path: str) -> Any:
@@ -76,8 +94,8 @@ def file_figures(data: Any) -> dict[str, Any]:
                             f"choose one of: {', '.join(FLOP_KINDS)}")
         out["flops_kind"] = data["flops_kind"]
     if data.get("peak_tflops_per_device") is not None:
-        out["peak_tflops_per_device"] = positive_number("--buckets.peak_tflops_per_device",
-                                                  data["peak_tflops_per_device"])
+        out["peak_tflops_per_device"] = _peak("--buckets.peak_tflops_per_device",
+                                              data["peak_tflops_per_device"])
     if data.get("peak_kind") is not None:
         if data["peak_kind"] not in PEAK_KINDS:
             raise ToolError("--buckets.peak_kind", f"{data['peak_kind']!r} is not a valid choice; "
@@ -121,10 +139,16 @@ def load_buckets(path: str, global_batch: float | None, data: Any = None) -> lis
         if not isinstance(b, dict):
             raise ToolError(key, "each bucket must be an object")
         name = str(b.get("name", f"bucket{i}"))
-        flops = positive_number(f"{key}.flops_per_device_step_tflop", b.get("flops_per_device_step_tflop"))
-        step_s = positive_number(f"{key}.step_seconds", b.get("step_seconds"))
+        flops = _step_tflop(f"{key}.flops_per_device_step_tflop",
+                            b.get("flops_per_device_step_tflop"))
+        step_s = _step_s(f"{key}.step_seconds", b.get("step_seconds"))
         weight, samples = b.get("step_weight"), b.get("samples")
         gb = b.get("global_batch", global_batch)
+        for field, value, bound in (("step_weight", weight, STEP_WEIGHT),
+                                    ("samples", samples, SAMPLES),
+                                    ("global_batch", b.get("global_batch"), GLOBAL_BATCH)):
+            if value is not None:
+                number(f"{key}.{field}", value, bound)
         if (weight is None) == (samples is None):
             raise ToolError(key, "give exactly one of step_weight, or samples (with global_batch)")
         mode = "step_weight" if weight is not None else "samples"
@@ -174,8 +198,10 @@ def main_args(args: argparse.Namespace) -> int:
     flags: dict[str, Any] = {"flops_kind": args.flops_kind, "peak_kind": args.peak_kind,
                              "peak_tflops_per_device": None}
     if args.peak_tflops_per_device is not None:
-        flags["peak_tflops_per_device"] = positive_number("--peak-tflops-per-device",
-                                                    args.peak_tflops_per_device)
+        flags["peak_tflops_per_device"] = _peak("--peak-tflops-per-device",
+                                                args.peak_tflops_per_device)
+    if args.global_batch is not None:
+        number("--global-batch", args.global_batch, GLOBAL_BATCH)
     data = None
     if args.buckets:
         if args.flops_per_device_step_tflop or args.step_seconds:
@@ -211,8 +237,8 @@ def main_args(args: argparse.Namespace) -> int:
                    total_tflop_per_mean_step=total_flops / w / 1e12,
                    mean_step_seconds=total_time / w, utilization=util)
     else:
-        flops = positive_number("--flops-per-device-step-tflop", args.flops_per_device_step_tflop)
-        step_s = positive_number("--step-seconds", args.step_seconds)
+        flops = _step_tflop("--flops-per-device-step-tflop", args.flops_per_device_step_tflop)
+        step_s = _step_s("--step-seconds", args.step_seconds)
         out.update(flops_per_device_step_tflop=flops, step_seconds=step_s,
                    utilization=utilization(flops * 1e12, step_s, peak))
     over = [(b["name"], b["utilization"]) for b in out.get("buckets", []) if b["utilization"] > 1]

@@ -26,7 +26,14 @@ from typing import Any
 
 from orchestrator.platform.flops import utilization
 from orchestrator.core.logparse import LogParseError, StepRecord, parse_steps, reported_mfu
-from orchestrator.cli.tools._cli import ToolError, emit, make_parser, positive_number, run
+from orchestrator.cli.tools._cli import (MAX_PEAK_TFLOPS, MAX_STEP_TFLOP, ToolError, emit,
+                                         make_parser, number, positive_number, run)
+from orchestrator.spec.bounds import Bound
+
+# a log of more steps than a billion is no training log; a step of more than 1e15 tokens or
+# samples is a typo (the largest batches are millions of tokens)
+SKIP_FIRST = Bound(0, 10**9, integer=True, why="a billion steps")
+PER_STEP = Bound(1, 10**15, integer=True, why="a step of 1e15 tokens")
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
@@ -138,10 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main_args(args: argparse.Namespace) -> int:
     if args.skip_first < 0:
         raise ToolError("--skip-first", f"must be >= 0, got {args.skip_first}")
+    number("--skip-first", args.skip_first, SKIP_FIRST)
     for name in ("tokens_per_step", "samples_per_step"):
         v = getattr(args, name)
         if v is not None and v <= 0:
             raise ToolError(f"--{name.replace('_', '-')}", f"must be > 0, got {v}")
+        if v is not None:
+            number(f"--{name.replace('_', '-')}", v, PER_STEP)
     flops_flag, peak_flag = "--flops-per-device-step-tflop", "--peak-tflops-per-device"
     flops = peak = None
     if args.flops_per_device_step_tflop is not None or args.peak_tflops_per_device is not None:
@@ -149,8 +159,10 @@ def main_args(args: argparse.Namespace) -> int:
                                    (peak_flag, args.peak_tflops_per_device, flops_flag)):
             if value is None:
                 raise ToolError(flag, f"is required with {other} (MFU needs both)")
-        flops = positive_number(flops_flag, args.flops_per_device_step_tflop)
-        peak = positive_number(peak_flag, args.peak_tflops_per_device)
+        flops = positive_number(flops_flag, args.flops_per_device_step_tflop,
+                                hi=MAX_STEP_TFLOP, why="a zettaFLOP a device-step")
+        peak = positive_number(peak_flag, args.peak_tflops_per_device, hi=MAX_PEAK_TFLOPS,
+                               why="far above any device")
     try:
         if args.log == "-":
             lines = sys.stdin.read().splitlines()
