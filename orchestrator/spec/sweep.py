@@ -270,6 +270,29 @@ def _check_workload_kind(cfg: Config) -> None:
                           f"or choose one of kind {need!r}")
 
 
+def _check_labels_named(sweep: SweepConfig) -> None:
+    """Every arm's label says something: a verdict, a table row and a trial directory are
+    named by it, and an empty or blank one prints as ``reject       : reject: ...``. Given
+    labels (sweep.baseline_label, sweep.labels) and the ones a value gives (its text) alike."""
+    given = [("sweep.baseline_label", sweep.baseline_label)] if sweep.baseline_label is not None \
+        else [("sweep.baseline", _label(sweep.baseline))]
+    if sweep.labels is not None:
+        given += [(f"sweep.labels[{i}]", x) for i, x in enumerate(sweep.labels)]
+    else:
+        given += [(f"sweep.values[{i}]", _label(v)) for i, v in enumerate(sweep.values)]
+    for key, label in given:
+        if str(label).strip():
+            continue
+        if key.startswith(("sweep.baseline_label", "sweep.labels")):
+            fix = f"give {key} a name that is not blank"
+        elif key == "sweep.baseline":
+            fix = "name the baseline with sweep.baseline_label=NAME"
+        else:
+            fix = "name every value with sweep.labels=[NAME, ...]"
+        raise ConfigError(key, f"gives the arm an empty label ({str(label)!r}), and a verdict is "
+                          f"named by its label; {fix}")
+
+
 def check_sweep(cfg: Config) -> None:
     """Reject a sweep that is malformed, touches an invariant, or changes more than one knob.
     (That every arm is still a valid workload is checked by :mod:`orchestrator.campaign.validate`.)"""
@@ -298,6 +321,7 @@ def check_sweep(cfg: Config) -> None:
         raise ConfigError(
             "sweep.labels", f"has {len(sweep.labels)} entries for {len(sweep.values)} values"
         )
+    _check_labels_named(sweep)
     labels = [str(x) for x in (sweep.labels or [])]
     for i, label in enumerate(labels):
         if label in labels[:i] or (sweep.baseline_label and label == sweep.baseline_label):

@@ -154,11 +154,11 @@ def test_fuzz_every_numeric_key_refuses_nan_inf_negative_and_huge(
 @pytest.mark.parametrize("override,match", [
     # the overrides: every trial failed, the arms ran until the timeout, a traceback
     ("protocol.paired_min_s=inf",
-     r"^protocol\.paired_min_s: must be finite, got inf; set protocol\.paired_min_s to a "
-     r"number in \[0, 604800\]$"),
+     (r"^protocol\.paired_min_s: must be finite, got inf; set protocol\.paired_min_s to a "
+     r"number in \[0, 604800\]$")),
     ("protocol.block_steps=1000000000",
-     r"^protocol\.block_steps: must be <= 1000000 \(.*\), got 1000000000; set "
-     r"protocol\.block_steps to an integer in \[1, 1000000\]$"),
+     (r"^protocol\.block_steps: must be <= 1000000 \(.*\), got 1000000000; set "
+     r"protocol\.block_steps to an integer in \[1, 1000000\]$")),
     ("protocol.measured_min_s=1e308",
      r"^protocol\.measured_min_s: must be <= 604800 \(a week\), got 1e\+308"),
     ("protocol.seed=100000000000000000000000000", r"^protocol\.seed: must be <= 4294967295"),
