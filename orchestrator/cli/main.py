@@ -15,6 +15,7 @@ import itertools
 import logging
 import os
 import re
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -71,7 +72,9 @@ def explain(exc: BaseException) -> ConfigError:
             )
         return ConfigError(missing, "config not found")
     if isinstance(exc, OverrideParseException):
-        return ConfigError("override", f"cannot parse: {str(exc).splitlines()[0]}")
+        hint = quote_hint(getattr(exc, "override", "") or "")
+        return ConfigError("override", f"cannot parse: {str(exc).splitlines()[0]}"
+                           + (f"; {hint}" if hint else ""))
     cause: BaseException | None = exc
     while cause is not None and not isinstance(cause, OmegaConfBaseException):
         cause = cause.__cause__ or cause.__context__
@@ -101,6 +104,38 @@ def explain(exc: BaseException) -> ConfigError:
                                f"{choice.group(2)}")
         return ConfigError(key, f"{msg}; fix the value's type")
     return ConfigError(key, str(cause).strip().splitlines()[0])
+
+
+# characters Hydra's override grammar refuses in an unquoted value (its lexer stops at them:
+# "LexerNoViableAltException"), though a git revision (HEAD~1, main^2), a path (~/data) or a
+# shell-like string may well hold them; quoted, a value may hold anything
+_UNQUOTABLE = "~^#!&;<>`'\"(){}="
+
+
+def quote_hint(override: str) -> str:
+    """How to write ``override`` so that Hydra parses it, when an unquoted value holds a
+    character the grammar refuses (``sweep.baseline=HEAD~1`` -> ``'sweep.baseline="HEAD~1"'``,
+    the outer quotes for the shell); "" when that is not why it failed."""
+    key, eq, value = override.partition("=")
+    if not eq or not value or value[0] in "'\"":
+        return ""
+    plain = re.sub(r"\$\{[^}]*\}", "", value)  # ${...}: an interpolation, braces allowed
+    bad = sorted({c for c in plain if c in _UNQUOTABLE})
+    if not bad:
+        return ""
+
+    def quoted(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    if value.startswith("[") and value.endswith("]"):  # a list: quote the elements that need it
+        items = [x.strip() for x in value[1:-1].split(",")]
+        fixed = "[" + ",".join(quoted(x) if any(c in x for c in bad) else x for x in items) + "]"
+    else:
+        fixed = quoted(value)
+    chars = " ".join(repr(c) for c in bad)
+    return (f"Hydra's grammar takes {chars} only in a quoted value: write "
+            f"{shlex.quote(key + '=' + fixed)} (the outer quotes keep the shell from removing "
+            "the inner ones)")
 
 
 # --------------------------------------------------------------------------- composition
@@ -165,7 +200,10 @@ def _expand(overrides: list[str]) -> list[list[str]]:
     """Every combination a multirun would run (Hydra's basic sweeper, Cartesian product)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as exc:  # noqa: BLE001 - Hydra's parse errors, one line with the fix
+        raise explain(exc) from None
     axes = []
     for o in parsed:
         if o.is_sweep_override():
@@ -528,8 +566,6 @@ def signals_interrupt() -> Any:
 def resume_command(run_dir: Path) -> str:
     """The command that resumes ``run_dir``: this invocation's arguments, with resume= for
     run_dir= (Hydra's own run directory is pinned by resume= too)."""
-    import shlex
-
     args = [a for a in _ARGV if not a.split("=", 1)[0].lstrip("+~") in ("run_dir", "resume")
             and not a.startswith("hydra.run.dir=")]
     return shlex.join(["python", "-m", "orchestrator", *args, f"resume={run_dir}"])
