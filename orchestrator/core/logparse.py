@@ -25,6 +25,12 @@ gate can see it). Lines that look like step lines but cannot be read raise
 crashing: a field whose value is not a number (``"step_time_ms": "n/a"``, ``null``), or a step
 time without a unit (``step=2 time=30``: print ``time=30ms`` / ``step_time_ms=30``, or pass a
 pattern with a ``(?P<unit>ms|s)`` group).
+
+A line longer than :data:`MAX_LINE_CHARS` is not a step line: :func:`parse_steps` skips it
+and says how many it skipped once, in its error when nothing else matched; a worker adds
+:func:`long_lines_note` to the trial record's ``log_notes``. The built-in formats are read in
+time linear in a line's length (a trainer may print a base64 blob, a long hash or URL, or a
+line of progress dots): the cap bounds the work, it does not hide a quadratic parser.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import json
 import math
 import re
 import statistics
+import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,25 +48,41 @@ _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 # a number or a non-finite float as Python prints it (nan, inf, -inf; any case)
 _VAL = rf"(?:{_NUM}|[-+]?(?i:nan|inf(?:inity)?))"
 
-# step number, then (anywhere later on the line) a time with its unit
-_FREE = re.compile(
-    rf"\b(?:step|iter(?:ation)?)\b\s*[:=#]?\s*(?P<step>\d+)\b"
-    rf"(?=.*?\b(?:step[_ ]?time|time|dt)\b\s*[:=]?\s*(?P<time>{_NUM})\s*(?P<unit>ms|s)\b)",
-    re.IGNORECASE,
-)
-_LOSS = re.compile(rf"\bloss\b\s*[:=]?\s*(?P<loss>{_VAL})(?!\w)", re.IGNORECASE)
-# a step line whose time has no unit ("step 2 time 30"): refused, not dropped
-_FREE_NO_UNIT = re.compile(
-    rf"\b(?:step|iter(?:ation)?)\b\s*[:=#]?\s*\d+\b"
-    rf".*?\b(?P<key>step[_ ]?time|time|dt)\b\s*[:=]?\s*{_NUM}(?=\s*(?:[,|;]|$))",
-    re.IGNORECASE,
-)
-_TOKENS = re.compile(r"\btokens?\b\s*[:=]?\s*(?P<tokens>\d+)\b", re.IGNORECASE)
-_SAMPLES = re.compile(r"\bsamples?\b\s*[:=]?\s*(?P<samples>\d+)\b", re.IGNORECASE)
-_KV = re.compile(rf"(?P<key>[A-Za-z_][A-Za-z0-9_/.]*)\s*=\s*(?P<val>{_VAL})"
-                 r"(?:(?P<unit>ms|s)\b|(?P<pct>%)|\b)")
+# Lines longer than this are not step lines, and are not searched. A step line is short:
+# torchtitan's and Megatron's are well under 1 KiB and a JSON-lines metrics record rarely
+# passes a few KiB, so 64 Ki characters is over ten times the longest we know of, while a
+# base64 blob or a line of progress dots can be any length. The parser is linear, so the cap
+# only bounds the work per line (a 64 Ki line takes milliseconds). Counted in characters:
+# the log is read as text.
+MAX_LINE_CHARS = 64 * 1024
+
+# Every pattern below is written so that a search is linear in the line's length (Python's
+# re backtracks): blanks around an optional separator are "\s*(?:[:=]\s*)?", never
+# "\s*[:=]?\s*" (which splits a run of blanks every way before failing), and nothing rescans
+# the rest of the line from each candidate start (see _kv_matches and _step_then).
+_SEP = r"\s*(?:[:=]\s*)?"  # blanks, then optionally ":" or "=" and more blanks
+# a step number: "step 10", "iter: 10", "iteration #10"
+_STEP = re.compile(r"\b(?:step|iter(?:ation)?)\b\s*(?:[:=#]\s*)?(?P<step>\d+)\b", re.IGNORECASE)
+# after the step number, anywhere later on the line: a time with its unit
+_TIME = re.compile(rf"\b(?:step[_ ]?time|time|dt)\b{_SEP}(?P<time>{_NUM})\s*(?P<unit>ms|s)\b",
+                   re.IGNORECASE)
+# or one without ("step 2 time 30"): refused, not dropped
+_TIME_NO_UNIT = re.compile(
+    rf"\b(?P<key>step[_ ]?time|time|dt)\b{_SEP}{_NUM}(?=\s*(?:[,|;]|$))", re.IGNORECASE)
+_LOSS = re.compile(rf"\bloss\b{_SEP}(?P<loss>{_VAL})(?!\w)", re.IGNORECASE)
+_TOKENS = re.compile(rf"\btokens?\b{_SEP}(?P<tokens>\d+)\b", re.IGNORECASE)
+_SAMPLES = re.compile(rf"\bsamples?\b{_SEP}(?P<samples>\d+)\b", re.IGNORECASE)
+# key=value. A key is a run of key characters from its first letter or "_" (a digit, "/" or
+# "." before it is skipped): the match is tried once per run, at the run's start, where a
+# key tried from each character of a long run would be quadratic
+_KEY_CHARS = "A-Za-z0-9_/."
+_KV_RUN = (rf"[0-9/.]*(?P<key>[A-Za-z_][{_KEY_CHARS}]*)\s*=\s*(?P<val>{_VAL})"
+           r"(?:(?P<unit>ms|s)\b|(?P<pct>%)|\b)")
+_KV = re.compile(rf"(?<![{_KEY_CHARS}]){_KV_RUN}")
+_KV_HERE = re.compile(_KV_RUN)  # from inside a run, where the previous pair ended
+_KEY_SET = frozenset(string.ascii_letters + string.digits + "_/.")
 # a trainer's own MFU in free text: "mfu 30.00%" (nanoGPT), "mfu: 0.33"
-_MFU = re.compile(rf"\bmfu\b\s*[:=]?\s*(?P<mfu>{_NUM})\s*(?P<pct>%)?", re.IGNORECASE)
+_MFU = re.compile(rf"\bmfu\b{_SEP}(?P<mfu>{_NUM})\s*(?P<pct>%)?", re.IGNORECASE)
 # keys (the last segment of train/mfu, perf.mfu) whose value is the trainer's MFU, and the
 # divisor to a fraction; any value written with a % sign is a percentage
 _MFU_KEYS = {"mfu": 1.0, "model_flops_utilization": 1.0, "mfu_pct": 100.0, "mfu_percent": 100.0}
@@ -198,9 +221,61 @@ def _time_s(value: str, unit: str | None, key: str) -> float | None:
     return None
 
 
+def is_long_line(line: str, max_line_chars: int | None = MAX_LINE_CHARS) -> bool:
+    """Whether ``line`` is over the cap, so not a step line (None: no cap)."""
+    return max_line_chars is not None and len(line) > max_line_chars
+
+
+def long_lines_note(count: int, max_line_chars: int = MAX_LINE_CHARS) -> list[str]:
+    """The one note for a log with ``count`` lines over the cap (none when there are none)."""
+    if not count:
+        return []
+    return [f"{count} line(s) longer than {max_line_chars} characters were not read as step lines"]
+
+
+def _kv_matches(line: str) -> Iterable[re.Match[str]]:
+    """The key=value pairs of ``line``, as ``finditer`` of a pattern whose key may start at any
+    letter would find them, in linear time. A key runs to the end of its run of key characters
+    (``=`` is not one), so every start in a run matches or fails alike: the first start of each
+    run is tried, and a run where the previous pair ended is tried from there."""
+    pos = 0
+    while pos < len(line):
+        m = None
+        if pos and line[pos - 1] in _KEY_SET and line[pos] in _KEY_SET:
+            m = _KV_HERE.match(line, pos)
+        if m is None:  # the rest of that run, if any, fails _KV's lookbehind at each character
+            m = _KV.search(line, pos)
+        if m is None:
+            return
+        yield m
+        pos = m.end()
+
+
+def _step_then(line: str, then: re.Pattern[str]) -> tuple[re.Match[str], re.Match[str]] | None:
+    """The first step number with a match of ``then`` after it on its line, and that match, as
+    ``step(?=.*?then)`` would find them, in linear time: the regex retries the rest of the line
+    from every later step, but once ``then`` is not found after one step, it is not after a
+    later one either (bar a newline in between, which ``.`` does not cross)."""
+    pos, after, nl = 0, None, -1
+    while (step := _STEP.search(line, pos)) is not None:
+        end = step.end()
+        if after is None or after.start() < end:  # else still the first one at or after end
+            after = then.search(line, end)
+            if after is None:
+                return None
+        if nl < end:
+            nl = line.find("\n", end)
+            nl = len(line) if nl < 0 else nl
+        if after.start() <= nl:
+            return step, after
+        pos = end
+    return None
+
+
 def parse_line(line: str, pattern: re.Pattern[str] | None = None) -> StepRecord | None:
     """One line's step record, or None when the line is not a step line. Raises _BadField for
-    a step line that cannot be read (parse_steps adds the line number)."""
+    a step line that cannot be read (parse_steps adds the line number). No length cap: that
+    is parse_steps'."""
     line = line.strip()
     if not line:
         return None
@@ -210,12 +285,12 @@ def parse_line(line: str, pattern: re.Pattern[str] | None = None) -> StepRecord 
     if line.startswith("{"):
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, too deep, or an int of > 4300 digits
             obj = None
         if isinstance(obj, dict):
             return _from_mapping(obj)
     kv = {m["key"]: (m["val"] + (m["pct"] if m["pct"] and _is_mfu_key(m["key"]) else ""), m["unit"])
-          for m in _KV.finditer(line)}
+          for m in _kv_matches(line)}
     if "step" in kv or "iter" in kv:
         d: dict[str, Any] = {}
         unitless: dict[str, str] = {}
@@ -234,22 +309,23 @@ def parse_line(line: str, pattern: re.Pattern[str] | None = None) -> StepRecord 
         rec = _from_mapping(d)
         if rec is not None:
             return rec
-    m = _FREE.search(line)
-    if m is None:
-        bare = _FREE_NO_UNIT.search(line)
+    free = _step_then(line, _TIME)
+    if free is None:
+        bare = _step_then(line, _TIME_NO_UNIT)
         if bare is not None:
-            raise _BadField(bare["key"], "the step time has no unit")
+            raise _BadField(bare[1]["key"], "the step time has no unit")
         return None
+    step, m = free
     t = float(m["time"]) / (1e3 if m["unit"].lower() == "ms" else 1.0)
     loss = _LOSS.search(line)
     tokens = _TOKENS.search(line)
     samples = _SAMPLES.search(line)
     mfu = _MFU.search(line)
-    return StepRecord(
-        int(m["step"]), t,
+    return StepRecord(  # _int: a number of over 4300 digits is a bad field, not a crash
+        _int("step", step["step"]), t,
         float(loss["loss"]) if loss else None,
-        int(tokens["tokens"]) if tokens else None,
-        int(samples["samples"]) if samples else None,
+        _int("tokens", tokens["tokens"]) if tokens else None,
+        _int("samples", samples["samples"]) if samples else None,
         float(mfu["mfu"]) / (100.0 if mfu["pct"] else 1.0) if mfu else None,
     )
 
@@ -301,12 +377,18 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
     return rx
 
 
-def parse_steps(lines: Iterable[str], pattern: str | None = None) -> list[StepRecord]:
-    """Every step record in the log, in order. Raises MalformedStepLine at the first step line
-    that cannot be read, and LogParseError when no step line is found."""
+def parse_steps(lines: Iterable[str], pattern: str | None = None, *,
+                max_line_chars: int | None = MAX_LINE_CHARS) -> list[StepRecord]:
+    """Every step record in the log, in order; a line longer than ``max_line_chars`` (None: no
+    cap) is not a step line. Raises MalformedStepLine at the first step line that cannot be
+    read, and LogParseError when no step line is found (saying how many lines were too long)."""
     rx = compile_pattern(pattern) if pattern else None
     out: list[StepRecord] = []
+    long_lines = 0
     for no, line in enumerate(lines, 1):
+        if is_long_line(line, max_line_chars):
+            long_lines += 1
+            continue
         try:
             rec = parse_line(line, rx)
         except _BadField as exc:
@@ -324,8 +406,10 @@ def parse_steps(lines: Iterable[str], pattern: str | None = None) -> list[StepRe
             out.append(rec)
     if not out:
         how = "the given --pattern" if pattern else "any built-in step format"
+        skipped = "".join(f" ({note})" for note in long_lines_note(
+            long_lines, max_line_chars)) if max_line_chars is not None else ""
         raise LogParseError(
-            f"no step lines matched {how}; expected e.g. 'step 10 ... time 123.4ms', "
+            f"no step lines matched {how}{skipped}; expected e.g. 'step 10 ... time 123.4ms', "
             "'iter 10: loss 4.2, time 123.45ms', key=value or JSON lines, or pass a regex "
             "with named groups (step, step_time_ms|step_time_s|time+unit)"
         )

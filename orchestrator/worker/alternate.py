@@ -47,7 +47,14 @@ from typing import IO, Any
 
 from orchestrator.client import PARAMS_ENV
 from orchestrator.core import blocks
-from orchestrator.core.logparse import LogParseError, MalformedStepLine, StepRecord, reported_mfu
+from orchestrator.core.logparse import (
+    LogParseError,
+    MalformedStepLine,
+    StepRecord,
+    is_long_line,
+    long_lines_note,
+    reported_mfu,
+)
 from orchestrator.core.results import INFRA_STATUS, Status, trial_record, write_csv
 from orchestrator.platform.children import COMMAND_SESSION, SessionGuard, sigterm_runs, start_child
 from orchestrator.worker.bootstrap import start_worker
@@ -100,6 +107,7 @@ class ArmRun:
         self.lines = 0
         self.seen: set[int] = set()
         self.dups = 0
+        self.long_lines = 0  # lines over logparse.MAX_LINE_CHARS: not step lines
         self.straddle = 0  # step lines still to tag after the last resume
         self.active_s = 0.0
         self.resumed_at: float | None = None
@@ -278,6 +286,9 @@ class ArmRun:
 
     def _line(self, line: str) -> None:
         self.lines += 1
+        if is_long_line(line):
+            self.long_lines += 1
+            return
         try:
             recs = self.trainer.parse([line])
         except MalformedStepLine as exc:
@@ -591,6 +602,7 @@ def _record(spec: Any, base: dict[str, Any], alt: _Alternation, r: ArmRun) -> di
     logged = sorted(rec.tokens for rec in measured if rec.tokens)
     tokens = (logged[len(logged) // 2], "log") if logged else None
     notes = [f"{r.dups} repeated step line(s) ignored (several ranks printing?)"] if r.dups else []
+    notes += long_lines_note(r.long_lines)
     if alt.out_of_steps:
         notes.append(alt.out_of_steps)
     return ok_paired_record(

@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.core.logparse import LogParseError, MalformedStepLine, StepRecord
+from orchestrator.core.logparse import (
+    LogParseError,
+    MalformedStepLine,
+    StepRecord,
+    is_long_line,
+    long_lines_note,
+)
 from orchestrator.core.results import INFRA_STATUS, trial_record
 from orchestrator.platform.children import (COMMAND_SESSION, SessionGuard, kill_group, sigterm_runs,
                                             start_child)
@@ -207,6 +213,7 @@ def measure_duet(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, Any], 
             try:
                 checked[aid] = check_steps(r.trainer.parse(lines),
                                            r.trainer.skip_steps(spec.warmup_steps))
+                checked[aid].notes.extend(long_lines_note(sum(map(is_long_line, lines))))
             except MalformedStepLine as exc:
                 failures[aid] = ("failed", "malformed_log", f"log: {exc}")
             except LogParseError as exc:

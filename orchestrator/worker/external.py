@@ -40,7 +40,14 @@ from orchestrator.client import PARAMS_ENV
 from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.platform.flops import DEFINITIONS, EXECUTED, peaks_and_utilization
-from orchestrator.core.logparse import LogParseError, MalformedStepLine, StepRecord, reported_mfu
+from orchestrator.core.logparse import (
+    LogParseError,
+    MalformedStepLine,
+    StepRecord,
+    is_long_line,
+    long_lines_note,
+    reported_mfu,
+)
 from orchestrator.platform.children import COMMAND_SESSION, run_child
 from orchestrator.core.results import trial_record, write_csv, Status
 
@@ -184,6 +191,7 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
     try:
         records = trainer.parse(lines)
         checked = check_steps(records, trainer.skip_steps(spec.warmup_steps))
+        checked.notes.extend(long_lines_note(sum(map(is_long_line, lines))))
     except MalformedStepLine as exc:
         return failed("malformed_log", f"log: {exc}")
     except LogParseError as exc:

@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from orchestrator.core.logparse import (
+    MAX_LINE_CHARS,
     TRAINER_MFU_LABEL,
     LogParseError,
     MalformedStepLine,
+    StepRecord,
+    long_lines_note,
     parse_steps,
     reported_mfu,
 )
@@ -136,3 +142,103 @@ def test_custom_pattern_mfu_groups() -> None:
     recs = parse_steps(["[it 1] 250 ms u=0.4"],
                        pattern=r"\[it (?P<step>\d+)\] (?P<step_time_ms>[\d.]+) ms u=(?P<mfu>[\d.]+)")
     assert recs[0].reported_mfu == pytest.approx(0.4)
+
+
+def test_pairs_and_steps_read_as_before_the_linear_rewrite() -> None:
+    """Where a key=value pair ends inside a run of key characters the next key starts there;
+    digits, "/" or "." cannot start a key; the first step with a time after it wins, and a
+    newline (inside one line given to the parser) ends what counts as after."""
+    assert parse_steps(["t=3ms/step=4 time_ms=5"]) == [StepRecord(4, 0.005)]
+    assert parse_steps(["a=1.step=4 x9=2 7time_ms=5"]) == [StepRecord(4, 0.005)]
+    assert parse_steps(["step 1 step 2 time 3ms"]) == [StepRecord(1, 0.003)]
+    assert parse_steps(["step 1\nstep 2 time 3ms"]) == [StepRecord(2, 0.003)]
+    with pytest.raises(MalformedStepLine, match="field 'time': the step time has no unit"):
+        parse_steps(["step 1 | step 2 | time 30"])
+
+
+def test_a_line_over_the_cap_is_not_a_step_line_and_is_said_once() -> None:
+    """The cap is 64 KiB (a step line is well under 1 KiB); lines over it are skipped and
+    counted, said once: in parse_steps' error when nothing else matched, and as the note a
+    worker adds to the trial record's log_notes."""
+    assert MAX_LINE_CHARS == 64 * 1024
+    blob = "QUJD" * (MAX_LINE_CHARS // 4 + 1)  # a base64 blob just over the cap
+    step_over = "step 3 time 5ms " + "." * MAX_LINE_CHARS
+    recs = parse_steps(["step 1 time 5ms", blob, "step 2 time 5ms", step_over, blob[:MAX_LINE_CHARS]])
+    assert [r.step for r in recs] == [1, 2]
+    with pytest.raises(LogParseError) as exc:
+        parse_steps([blob, "starting", step_over])
+    assert str(exc.value).count("longer than") == 1
+    assert "no step lines matched any built-in step format (2 line(s) longer than 65536 " \
+           "characters were not read as step lines)" in str(exc.value)
+    assert long_lines_note(0) == []
+    assert long_lines_note(2) == ["2 line(s) longer than 65536 characters were not read as step lines"]
+    assert parse_steps([step_over], max_line_chars=None) == [StepRecord(3, 0.005)]
+
+
+# a command that prints a 70 KiB blob after its step lines 1 and 3 (each step a real 2 ms)
+BLOB_TRAINER = """import sys, time
+for i in range(int(sys.argv[1])):
+    t0 = time.perf_counter()
+    time.sleep(0.002)
+    print(f"step {i} time {(time.perf_counter() - t0) * 1e3:.3f}ms", flush=True)
+    if i in (1, 3):
+        print("data:" + "QUJD" * 17500, flush=True)
+"""
+NOTE = "2 line(s) longer than 65536 characters were not read as step lines"
+
+
+def test_a_long_line_in_a_command_log_is_skipped_and_noted_once(compose: Any, run_dir: Path,
+                                                               tmp_path: Path) -> None:
+    """One arm per process (orchestrator.worker.external): the trial is ok, its steps are the
+    step lines, and its record says once that two lines were not read."""
+    from orchestrator.spec.jobs import make_specs
+    from orchestrator.spec.plan import plan
+    from orchestrator.spec.sweep import resolve_arms
+    from orchestrator.worker.trial import run_trial
+
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(BLOB_TRAINER)
+    cfg = compose(["workload=command_example", "protocol=quick", "launcher=inline",
+                   "+sweep=example_delay", "protocol.repeats=1",
+                   f"+workload.params.trainer='{trainer}'",
+                   "workload.command='{python} {trainer} {steps}'"])
+    spec = make_specs(cfg, run_dir, resolve_arms(cfg),
+                      plan(["a0"], ["s32"], 1, reverse_every_other_round=False))[0]
+    rec = run_trial(spec)
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["steps_logged"] == rec["steps_asked"]
+    assert [n for n in rec["log_notes"] if "longer than" in n] == [NOTE]
+
+
+def test_a_long_line_in_an_alternated_arms_log_is_skipped_and_noted_once(tmp_path: Path) -> None:
+    """Arms taking turns (orchestrator.worker.alternate), which read their logs line by line:
+    each arm's record says it once too."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from orchestrator.spec.config import BucketConfig
+    from orchestrator.spec.jobs import PairedArm, TrialSpec
+    from orchestrator.worker.trial import run_trial
+    from recipes.command.config import CommandWorkloadConfig
+
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(BLOB_TRAINER)
+    c = OmegaConf.structured(CommandWorkloadConfig)
+    c.name, c.command, c.time_limit_s = "blob", "{python} {trainer} {steps}", 60.0
+    c.params = {"trainer": str(trainer)}
+    c.buckets = [BucketConfig(name="b", seq_len=1, micro_batch=1)]
+    workload: dict[str, Any] = OmegaConf.to_container(c)  # type: ignore[assignment]
+    arms = [PairedArm(f"a{i}", f"arm{i}", i == 0, f"r0-a{i}", str(tmp_path / f"r0-a{i}"),
+                      workload, env={}) for i in range(2)]
+    spec = TrialSpec(trial_id="r0-a0", trial_dir=arms[0].trial_dir,
+                     bucket={"name": "b", "seq_len": 1, "micro_batch": 1}, arm_id="a0",
+                     arm_label="arm0", is_baseline=True, round=0, position=0, workload=workload,
+                     paired_arms=arms, device="cpu", warmup_steps=2, measured_steps=6,
+                     block_steps=3, switch_warmup_steps=1, order="balanced", order_seed="t",
+                     alternate=True)
+    run_trial(spec)
+    for a in arms:
+        rec = json.loads((Path(a.trial_dir) / "trial.json").read_text())
+        assert rec["status"] == "ok", rec.get("error")
+        assert [n for n in rec["log_notes"] if "longer than" in n] == [NOTE]
