@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.platform import device as devmod
 from orchestrator.spec.bounds import check_numbers, check_spending
+from orchestrator.spec.duet import duet_devices_obstacle, duet_length_obstacle
 from orchestrator.spec.ledger import check_baseline_arm
 from orchestrator.platform.compile_stats import CACHE_MODES
 from orchestrator.spec.config import (
@@ -209,9 +210,14 @@ def check_pairing(cfg: Config, arms: Sequence[Any]) -> None:
             raise ConfigError("launcher.max_parallel", "must be 1 with protocol.pairing=duet: "
                               "a duet takes every slice of the machine")
         clash = (shared_log_obstacle(arms, "a duet's arms run at the same time")
+                 or duet_length_obstacle(cfg.protocol)
                  if cfg.protocol.pairing == "duet" else "")
         if clash:
             raise ConfigError("protocol.pairing", f"duet: {clash}")
+        # declared device slices this host lacks (where the trials run on this host)
+        missing = duet_devices_obstacle(cfg.protocol, cfg.launcher.name, cfg.device)
+        if missing:
+            raise ConfigError(*missing)
     if cfg.protocol.pairing != "steps":
         return
     why = pairing_obstacle(arms)

@@ -22,6 +22,7 @@ from orchestrator.spec.config import EVIDENCE_KINDS, Config, SweepConfig, Worklo
 from orchestrator.core.convert import to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.platform.slices import duet_slices
+from orchestrator.spec.duet import duet_length_obstacle
 from recipes.registry import switchable_keys, workload_from_dict, workload_kinds
 
 ENV_PREFIX = "env."
@@ -498,7 +499,8 @@ def choose_pairing(cfg: Config, arms: Sequence[Any]) -> tuple[str, str]:
         elif p.duet_cpus or p.duet_devices:
             why = "a plain command's arms cannot switch between steps, and slices are declared"
     if why and (p.duet_cpus or p.duet_devices) and cfg.workload.runs_own_process():
-        clash = shared_log_obstacle(arms, "a duet's arms run at the same time")
+        clash = (shared_log_obstacle(arms, "a duet's arms run at the same time")
+                 or duet_length_obstacle(p))
         if clash:
             return "process", f"auto: {why}; no duet: {clash}"
         try:
