@@ -134,16 +134,17 @@ class ArmRun:
         """Start the command (running) with its output on a pipe. Raises ArmFailed."""
         self.out = open(self.tdir / "command.log", "wb")  # noqa: SIM115 (closed in end())
         try:
+            self.guard = SessionGuard(self.tdir / COMMAND_SESSION)
             self.proc = start_child(self.inv.argv, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=self.env, cwd=self.inv.cwd, preexec_fn=None)
+                                    env=self.env, cwd=self.inv.cwd, preexec_fn=None,
+                                    guard=self.guard)
         except OSError as exc:
             raise ArmFailed(Status.FAILED, "cannot_start", "cannot start the command: "
                             f"{type(exc).__name__}: {exc.strerror or exc}") from None
         assert self.proc.stdout is not None
         self.fd = self.proc.stdout.fileno()
         os.set_blocking(self.fd, False)
-        self.guard = SessionGuard(self.proc.pid, self.tdir / COMMAND_SESSION)
         self.born = self.resumed_at = time.monotonic()
 
     def resume(self, core: int | None) -> None:

@@ -125,15 +125,15 @@ def _start(arms: list[_Arm]) -> None:
             r.out = open(r.tdir / "command.log", "wb")
             if mine is not None:  # the child inherits the starting thread's cores
                 os.sched_setaffinity(0, r.slice["cpus"])
+            r.guard = SessionGuard(r.tdir / COMMAND_SESSION)
             try:
                 r.proc = start_child(r.inv.argv, stdout=r.out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=r.env, cwd=r.inv.cwd,
-                                     preexec_fn=None)
+                                     preexec_fn=None, guard=r.guard)
             except OSError as exc:
                 r.start_error = f"{type(exc).__name__}: {exc.strerror or exc}"
                 continue
             r.started = time.monotonic()
-            r.guard = SessionGuard(r.proc.pid, r.tdir / COMMAND_SESSION)
     finally:
         if mine is not None:
             os.sched_setaffinity(0, mine)
