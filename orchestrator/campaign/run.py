@@ -743,6 +743,26 @@ def _load_line(m: dict[str, Any]) -> str:
         f"{m.get('load_average', 0):.2f} on {m.get('cores')} cores)")
 
 
+def _load_lines(records: list[dict[str, Any]], machine: dict[str, Any] | None) -> list[str]:
+    """The Interference section's load: before the campaign and before each resume
+    (machine_load.json), the cores' speeds, and other processes' CPU during the trials."""
+    shares = [c for r in records if (c := _interference(r).get("others_cores")) is not None]
+    load = [f"other processes' CPU during the measured steps: median {stats.median(shares):.2f}"
+            f", max {max(shares):.2f} cores over {len(shares)} trials"] if shares else []
+    if machine is None:
+        return load
+    before = ["before the campaign: " + _load_line(machine)]
+    at0 = machine.get("at")
+    for i, m in enumerate([x for x in machine.get("later") or [] if isinstance(x, dict)], 2):
+        after = (f", {(m['at'] - at0) / 60:.0f} min after the first"
+                 if isinstance(m.get("at"), (int, float)) and isinstance(at0, (int, float))
+                 else "")
+        before.append(f"before invocation {i} (a resume{after}): {_load_line(m)}")
+    if machine.get("core_speed"):
+        before.append(f"before the campaign: {machine['core_speed']}")
+    return before + load
+
+
 def persistent_load(cfg: Config, run_dir: Path, retry: list[TrialSpec],
                     during: list[float | None]) -> bool:
     """Whether the load that interfered with trials is persistent: other processes were busy
@@ -867,20 +887,7 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
             and r["earlier_attempts"]]
     spread = contamination.screen_any(records, min_effect)[1] if min_effect is not None else []
     still = [r for r in records if interfered(r, cores)]
-    shares = [c for r in records if (c := _interference(r).get("others_cores")) is not None]
-    load = [f"other processes' CPU during the measured steps: median {stats.median(shares):.2f}"
-            f", max {max(shares):.2f} cores over {len(shares)} trials"] if shares else []
-    if (machine or {}).get("core_speed"):
-        load.insert(0, f"before the campaign: {machine['core_speed']}")  # type: ignore[index]
-    if machine is not None:
-        later = [x for x in machine.get("later") or [] if isinstance(x, dict)]
-        for i, m in reversed(list(enumerate(later, 2))):  # each resume's own, after the first
-            after = (f", {(m['at'] - machine['at']) / 60:.0f} min after the first"
-                     if isinstance(m.get("at"), (int, float))
-                     and isinstance(machine.get("at"), (int, float)) else "")
-            load.insert(0, f"before invocation {i} (a resume{after}): {_load_line(m)}")
-        load.insert(0, "before the campaign: " + _load_line(machine))
-    load += spread
+    load = _load_lines(records, machine) + spread
     if not rows and not still:
         return [Section("Interference", [f"- {x}" for x in load])] if load else []
     persistent = (machine or {}).get("persistent")
@@ -1016,19 +1023,25 @@ def short_trials(cfg: Config) -> str:
 
 
 def detected_load(cfg: Config, run_dir: Path, trials: Any) -> str:
-    """The load this campaign's timings met, in one line ("" when none was detected): busy
-    before an invocation (machine_load.json) or over an ok trial's measured steps after its
-    re-runs (its ``interference``)."""
-    said = []
-    doc = _read_optional(run_dir / "machine_load.json") or {}
-    for m in [doc, *[x for x in doc.get("later") or [] if isinstance(x, dict)]]:
-        said += [x for x in m.get("problems") or [] if x not in said]
+    """The load this campaign's timings met, in one line ("" when none was detected): an ok
+    trial still measured under more than protocol.interference_cores after its re-runs, or a
+    load found persistent; where no trial measures its own interference (a command's trials),
+    a busy sample before an invocation (machine_load.json). A busy sample alone does not count
+    where the trials measured their own load and found it gone."""
     records = trials.to_dict("records") if hasattr(trials, "to_dict") else list(trials)
     cores = cfg.protocol.interference_cores
+    said = []
     under = [_interference(r)["others_cores"] for r in records if interfered(r, cores)]
     if under:
         said.append(f"{len(under)} trial(s) measured while other processes took more than "
                     f"{cores:g} cores (up to {max(under):.2f})")
+    doc = _read_optional(run_dir / "machine_load.json") or {}
+    measured = any(r.get("status") == Status.OK and
+                   _interference(r).get("others_cores") is not None for r in records)
+    if doc.get("persistent") or not measured:
+        for m in [doc, *[x for x in doc.get("later") or [] if isinstance(x, dict)]]:
+            said += [f"before the campaign: {x}" for x in m.get("problems") or []
+                     if f"before the campaign: {x}" not in said]
     return "; ".join(said)
 
 

@@ -343,29 +343,8 @@ class Channel:
         me, pid = id(conn), _peer_pid(conn)
         with conn, conn.makefile("rb") as reader:
             while True:
-                # a connection not yet known gets a short line: a stray cannot fill memory
-                limit = MAX_MESSAGE_BYTES if rank is not None else MAX_HELLO_BYTES
-                line = reader.readline(limit + 1)
-                if not line:
-                    break
-                if not line.endswith(b"\n") and len(line) > limit:
-                    why = (f"a message of more than {limit} bytes without a newline "
-                           "(the client sends one JSON object per line)")
-                    if rank is None:
-                        self._reply(conn, self.stray(pid, None, why))
-                    else:
-                        self.fail("client", f"rank {rank} sent {why}")
-                    break
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    msg = None
-                if not isinstance(msg, dict):
-                    if rank is None:
-                        self._reply(conn, self.stray(pid, None, "a line that is not a JSON "
-                                                     "object before its hello"))
-                    else:
-                        self.fail("client", f"rank {rank} sent a line that is not a JSON object")
+                msg = self._read(reader, conn, rank, pid)
+                if msg is None:
                     break
                 op = msg.get("op")
                 if op == "hello" and rank is None:
@@ -401,6 +380,30 @@ class Channel:
                 self.left.add(rank)
                 if not bye and not self.plan.done:  # the others must not wait for it
                     self.cond.notify_all()
+
+    def _read(self, reader: Any, conn: socket.socket, rank: int | None, pid: int | None
+              ) -> dict[str, Any] | None:
+        """The connection's next message; None at its end, or when it sent what no client
+        sends (a rank's fault; before its hello, a stray's, recorded and told)."""
+        # a connection not yet known gets a short line: a stray cannot fill memory
+        limit = MAX_MESSAGE_BYTES if rank is not None else MAX_HELLO_BYTES
+        line = reader.readline(limit + 1)
+        if not line:
+            return None
+        try:
+            msg = json.loads(line) if line.endswith(b"\n") or len(line) <= limit else None
+        except ValueError:
+            msg = None
+        if isinstance(msg, dict):
+            return msg
+        why = ("a line that is not a JSON object" if line.endswith(b"\n") or len(line) <= limit
+               else f"a message of more than {limit} bytes without a newline (the client "
+               "sends one JSON object per line)")
+        if rank is None:
+            self._reply(conn, self.stray(pid, None, f"{why} before its hello"))
+        else:
+            self.fail("client", f"rank {rank} sent {why}")
+        return None
 
     @staticmethod
     def _reply(conn: socket.socket, reply: dict[str, Any]) -> bool:

@@ -368,7 +368,9 @@ def test_under_load_a_quick_campaign_does_not_decide_on_its_own(
     (v,) = run_campaign(cfg, run_dir).verdicts
     assert v.verdict == "inconclusive", v.reasons
     if "looked slower" in v.reasons[0]:  # the two rounds agreed: the guard held it back
-        assert "load was detected (other processes took 1.90 of 2 cores" in v.reasons[0]
+        assert ("load was detected (2 trial(s) measured while other processes took more "
+                "than 0.25 cores (up to 1.50); before the campaign: other processes took 1.90 "
+                "of 2 cores") in v.reasons[0]
         assert "with 2 round(s) and 3 measured step(s) a trial and no time floor" in v.reasons[0]
         md = (run_dir / "decisions.md").read_text()
         assert "under load, with 2 round(s)" in md and "protocol.max_rounds=3 or more" in md
