@@ -52,6 +52,7 @@ from orchestrator.core.logparse import (
     MalformedStepLine,
     StepRecord,
     is_long_line,
+    MAX_LINE_CHARS,
     long_lines_note,
     reported_mfu,
 )
@@ -87,6 +88,11 @@ class OutOfSteps(Exception):
     """An arm's command ran every step it was asked for before the plan was done."""
 
 
+# the most of an unfinished line kept: a longer one is over the parser's cap in characters
+# (UTF-8: at most 4 bytes each) whatever its text, so nothing past it is needed
+PARTIAL_KEEP = 4 * MAX_LINE_CHARS + 4
+
+
 class ArmRun:
     """One arm's command: started, resumed and stopped block by block, its output read as it
     comes (into its ``command.log``) and its step lines parsed in order."""
@@ -99,7 +105,10 @@ class ArmRun:
         self.out: IO[bytes] | None = None
         self.guard: SessionGuard | None = None
         self.fd = -1
-        self.partial = b""  # the line being written (the log file's, when it has one)
+        # the line being written (the log file's, when it has one), kept to PARTIAL_KEEP
+        # bytes: a longer one is no step line, and a line arriving in pieces costs no more
+        # than its length
+        self.partial = bytearray()
         self.file_pos = 0
         self.pending: list[StepRecord] = []
         self.records: list[StepRecord] = []  # every step line parsed, in order
@@ -235,9 +244,13 @@ class ArmRun:
             got = self._file()
         if got:
             before = len(self.records)
-            *lines, self.partial = (self.partial + got).split(b"\n")
-            for raw in lines:
-                self._line(raw.decode("utf-8", errors="replace"))
+            head, *rest = got.split(b"\n")
+            self.partial += head[:max(0, PARTIAL_KEEP - len(self.partial))]
+            if rest:
+                lines = [bytes(self.partial), *rest[:-1]]
+                self.partial = bytearray(rest[-1][:PARTIAL_KEEP])
+                for raw in lines:
+                    self._line(raw.decode("utf-8", errors="replace"))
             new = self.records[before:]
             if len(new) >= BURST_LINES and sum(x.step_time_s for x in new) >= BURST_S:
                 raise ArmFailed(Status.FAILED, "buffered_log", (

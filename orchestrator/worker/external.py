@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 
 MIN_MEASURED = 3
 _TAIL_LINES = 30
+_TAIL_LINE_CHARS = 2000  # a failed record's log tail: each line at most this long
 
 
 class LogProblem(Exception):
@@ -140,7 +141,16 @@ def command_fields(spec: Any, base: dict[str, Any], inv: Any) -> dict[str, Any]:
 
 def log_tail(log_path: Path, trial_dir: str) -> str:
     """The last lines of a command's log, for a failed record."""
-    return _redact("\n".join(read_lines(log_path)[-_TAIL_LINES:]), trial_dir)
+    return _redact("\n".join(_clipped(x) for x in read_lines(log_path)[-_TAIL_LINES:]),
+                   trial_dir)
+
+
+def _clipped(line: str) -> str:
+    """A tail line of at most _TAIL_LINE_CHARS characters (a base64 blob or a line of progress
+    dots would otherwise fill the record), saying how much was left out."""
+    if len(line) <= _TAIL_LINE_CHARS:
+        return line
+    return f"{line[:_TAIL_LINE_CHARS]}... ({len(line) - _TAIL_LINE_CHARS} more characters)"
 
 
 def child_peak_rss() -> tuple[int, str]:

@@ -175,14 +175,20 @@ def test_a_line_over_the_cap_is_not_a_step_line_and_is_said_once() -> None:
     assert parse_steps([step_over], max_line_chars=None) == [StepRecord(3, 0.005)]
 
 
-# a command that prints a 70 KiB blob after its step lines 1 and 3 (each step a real 2 ms)
+# a command that prints a 70 KiB blob after its step line 1, and after step 3 a 1 MiB line of
+# progress dots in 4 KiB pieces, each flushed (each step a real 2 ms)
 BLOB_TRAINER = """import sys, time
 for i in range(int(sys.argv[1])):
     t0 = time.perf_counter()
     time.sleep(0.002)
     print(f"step {i} time {(time.perf_counter() - t0) * 1e3:.3f}ms", flush=True)
-    if i in (1, 3):
+    if i == 1:
         print("data:" + "QUJD" * 17500, flush=True)
+    if i == 3:
+        for _ in range(256):
+            sys.stdout.write("." * 4096)
+            sys.stdout.flush()
+        print(flush=True)
 """
 NOTE = "2 line(s) longer than 65536 characters were not read as step lines"
 
@@ -242,3 +248,14 @@ def test_a_long_line_in_an_alternated_arms_log_is_skipped_and_noted_once(tmp_pat
         rec = json.loads((Path(a.trial_dir) / "trial.json").read_text())
         assert rec["status"] == "ok", rec.get("error")
         assert [n for n in rec["log_notes"] if "longer than" in n] == [NOTE]
+
+
+def test_a_failed_records_log_tail_clips_a_long_line(tmp_path: Path) -> None:
+    """A 1 MiB line in the last lines of a failed command's log is clipped in its record."""
+    from orchestrator.worker.external import log_tail
+
+    log = tmp_path / "command.log"
+    log.write_text("step 1 time 2ms\n" + "x" * (1 << 20) + "\nTraceback: boom\n")
+    tail = log_tail(log, str(tmp_path)).splitlines()
+    assert tail[0] == "step 1 time 2ms" and tail[-1] == "Traceback: boom"
+    assert tail[1] == "x" * 2000 + f"... ({(1 << 20) - 2000} more characters)"
