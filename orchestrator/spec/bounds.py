@@ -13,7 +13,10 @@ cannot slip through; at run time it still gets :data:`FALLBACK` (finite, not abs
 The maxima are generous, not tight: each is far above any real setting and exists so that a
 typo, ``inf`` or ``1e308`` is refused instead of hanging or crashing a campaign hours later.
 Tighter rules that depend on other keys or on the recipe stay where they were
-(orchestrator.campaign.validate, each recipe's ``validate``), and run first.
+(orchestrator.campaign.validate, each recipe's ``validate``). The pre-flight walks a config
+twice: first only whether each value is a finite number of its kind (``ranges=False``: before
+any check computes with one), then the ranges, after the specific checks whose messages say
+more; a workload's ranges come before its recipe's own checks, which compute with them.
 
 Layers: imports only the standard library and orchestrator.core.
 """
