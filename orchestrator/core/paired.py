@@ -112,7 +112,13 @@ class Effect:
         if self.se is None or self.df < 1:
             return 0.0, math.inf
         q = t_quantile(1 - alpha / 2, self.df) * self.se
-        return math.exp(self.log_speedup - q), math.exp(self.log_speedup + q)
+        return _exp(self.log_speedup - q), _exp(self.log_speedup + q)
+
+
+def _exp(x: float) -> float:
+    """exp without OverflowError: an interval bound past a float's range is 0 or inf (a
+    t quantile at a tiny error rate and one degree of freedom is astronomically large)."""
+    return math.exp(x) if x < 700 else math.inf
 
 
 @dataclass(frozen=True)

@@ -171,3 +171,11 @@ def test_frozen_spending_is_never_spent_twice() -> None:
     # ... and a longer one shares the rest, still alpha in all
     longer = paired.extend_spending(frozen, 0.05, [3, 5, 7, 9], 4, 3.0)
     assert longer[0] == frozen[0] and abs(sum(a for _, a in longer) - 0.05) < 1e-12
+
+
+def test_an_interval_at_a_tiny_error_rate_does_not_overflow() -> None:
+    """Issue 51: bisect --retries 1000000000 spent so little error rate per look that the t
+    quantile at one degree of freedom overflowed exp(); the bounds are 0 and inf instead."""
+    eff = paired.Effect("a1", 0.05, 0.01, 1, 2)
+    lo, hi = eff.interval(1e-12)
+    assert lo == 0.0 and hi == math.inf
