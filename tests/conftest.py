@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import random
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +36,15 @@ def compose() -> Any:
 
 
 TINY = ["workload=gpt_test", "protocol=quick", "launcher=inline"]
+
+
+@pytest.fixture
+def mark() -> Iterator[str]:
+    """A unique ``sleep`` argument for the escape tests (tests/helpers/escapes.py); whatever
+    still carries it at the end is killed."""
+    from tests.helpers.escapes import left
+
+    m = f"612.{random.randrange(10**8):08d}"
+    yield m
+    for pid in left(m):
+        os.kill(pid, signal.SIGKILL)

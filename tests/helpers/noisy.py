@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,13 @@ def stop_busy(pid: int) -> None:
         pass
 
 
+BUSY_S = 0.5  # how long the neighbour is busy: most of a 0.6 s measured window
+
+
 class NoisyNeighbour(SyntheticTrainer):
-    """The variant (more work units than the baseline) is the noisy one: from its 3rd step to
-    its 90th a busy process shares the machine."""
+    """The variant (more work units than the baseline) is the noisy one: from its 3rd step, for
+    BUSY_S seconds, a busy process shares the machine (by time, not steps: a step's length
+    depends on the machine)."""
 
     def train_step(self, batch: int) -> float:
         self._n = getattr(self, "_n", 0) + 1
@@ -41,7 +46,8 @@ class NoisyNeighbour(SyntheticTrainer):
         if self._n == 3 and self.units != self.base_units and not marker.exists():
             marker.write_text("busy once")
             self._busy = start_busy(30)
-        if self._n == 90 and getattr(self, "_busy", None) is not None:
+            self._busy_until = time.monotonic() + BUSY_S
+        if getattr(self, "_busy", None) is not None and time.monotonic() >= self._busy_until:
             stop_busy(self._busy)
             self._busy = None
         return super().train_step(batch)

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,55 +29,7 @@ from orchestrator.platform.children import (
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# a trainer's launcher that leaves children outside its session, then runs the trainer
-ESCAPER = """\
-#!/bin/sh
-mark=$1; shift
-setsid sleep "$mark" &                       # a child in a session of its own
-( setsid sh -c 'sleep "$0" &' "$mark" & )    # a daemon: double fork, setsid, parent gone
-exec "$@"
-"""
-
-
-def escaper(d: Path) -> Path:
-    path = d / "escaper.sh"
-    path.write_text(ESCAPER)
-    return path
-
-
-def left(mark: str) -> list[int]:
-    """The live processes ``sleep MARK``."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().split(b"\0")
-            state = (d / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if cmd[:2] in ([b"sleep", mark.encode()], [b"/bin/sleep", mark.encode()]) \
-                and state != b"Z":
-            out.append(int(d.name))
-    return out
-
-
-def wait_for(pred: Callable[[], object], limit_s: float) -> bool:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return bool(pred())
-
-
-@pytest.fixture
-def mark() -> Iterator[str]:
-    """A unique ``sleep`` argument; whatever still carries it at the end is killed."""
-    m = f"612.{random.randrange(10**8):08d}"
-    yield m
-    for pid in left(m):
-        os.kill(pid, signal.SIGKILL)
+from tests.helpers.escapes import escaper, left, wait_for
 
 
 def cgroup_kind(kind: str = "auto") -> str | None:

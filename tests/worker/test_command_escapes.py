@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +20,7 @@ import pytest
 from orchestrator.campaign.run import run_campaign
 from orchestrator.platform.children import CGROUP_ENV, cgroup_homes
 from orchestrator.worker.external import run_command
-from tests.platform.test_escapes import escaper, left, wait_for
+from tests.helpers.escapes import escaper, left, wait_for
 from tests.worker.test_duet import HELPER as DUET_HELPER
 from tests.worker.test_duet import _duet_workload
 
@@ -34,15 +32,6 @@ for i in range(int(sys.argv[1])):
     t = time.perf_counter(); time.sleep(0.003)
     print(f"step {i} time {(time.perf_counter() - t) * 1000:.3f}ms loss 1.0", flush=True)
 """
-
-
-@pytest.fixture
-def mark() -> Iterator[str]:
-    """A unique ``sleep`` argument; whatever still carries it at the end is killed."""
-    m = f"612.{random.randrange(10**8):08d}"
-    yield m
-    for pid in left(m):
-        os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture

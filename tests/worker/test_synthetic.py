@@ -12,6 +12,7 @@ import pytest
 from orchestrator.core.blocks import balanced_order
 
 from orchestrator.campaign.run import run_campaign
+from orchestrator.worker.trial import MAX_MEASURED_STEPS
 from orchestrator.core.errors import ConfigError
 
 FAST = ["workload=synthetic", "+sweep=calibrate", "protocol=default", "protocol.pairing=process",
@@ -97,7 +98,8 @@ def test_adaptive_rounds_extend_the_plan_and_resume(
     # and the trial ran that many, or more where its steps were slower than the planner's
     # estimate and protocol.measured_min_s asked for more
     assert r2["measured_steps_run"] >= planner["choice"]
-    assert planner["choice"] >= 0.5 / planner["step_s"]  # never shorter than measured_min_s
+    # never shorter than measured_min_s, up to the most measured steps a trial takes
+    assert planner["choice"] >= min(MAX_MEASURED_STEPS, 0.5 / planner["step_s"])
     mtimes = {p: p.stat().st_mtime for p in run_dir.glob("trials/*/trial.json")}
     run_campaign(cfg, run_dir)  # resume: everything is already there, nothing re-runs
     assert {p: p.stat().st_mtime for p in run_dir.glob("trials/*/trial.json")} == mtimes
@@ -196,7 +198,7 @@ def test_a_trial_measured_under_interference_is_re_run_not_pooled(
     cfg = compose(["workload=synthetic", "+sweep=calibrate", "protocol=quick", "launcher=local",
                    "workload.recipe=tests.helpers.noisy:build", "sweep.values=[0.5]",
                    "sweep.labels=[noisy]", "protocol.repeats=1", "protocol.max_rounds=1",
-                   "protocol.measured_steps=100", "protocol.measured_min_s=0",
+                   "protocol.measured_steps=100", "protocol.measured_min_s=0.6",
                    "protocol.warmup_policy=fixed", "protocol.warmup_steps=3"])
     run_campaign(cfg, run_dir)
     recs = {json.loads(p.read_text())["arm_label"]: json.loads(p.read_text())
