@@ -23,9 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.analysis.rank import Advice, rank, render, top_candidate
 from orchestrator.campaign.advise.load import load_sweeps, read_profile, sets_env
 from orchestrator.campaign.advise.profile import profile_baseline
-from orchestrator.analysis.rank import Advice, rank, render, top_candidate
+from orchestrator.campaign.promote import confirm, read_campaign
+from orchestrator.campaign.validate import validate
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.records import VerdictKind
+from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, read_json
+from orchestrator.spec.config import Config
 from orchestrator.spec.ledger import (
     Ledger,
     Version,
@@ -35,12 +41,7 @@ from orchestrator.spec.ledger import (
     objective,
     utc_now,
 )
-from orchestrator.campaign.promote import confirm, read_campaign
-from orchestrator.spec.config import Config
-from orchestrator.core.errors import ConfigError
-from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, read_json
 from orchestrator.spec.sweep import expand_arms
-from orchestrator.campaign.validate import validate
 
 log = logging.getLogger(__name__)
 
@@ -291,11 +292,10 @@ class Autopilot:
             res["rebased"] = moved
         self.runner(cfg, out)
         ev = read_campaign(out)
-        verdicts = [{"label": d.get("label"), "verdict": d.get("verdict"),
-                     "headline": d.get("headline"), "direction": d.get("direction_check")}
-                    for d in ev.decisions]
-        retained = sorted((d for d in ev.decisions if d.get("verdict") == "retain"
-                           and d.get("final") is not False),
+        verdicts = [{"label": d.label, "verdict": d.verdict.value, "headline": d.headline,
+                     "direction": d.get("direction_check")} for d in ev.decisions]
+        retained = sorted((d for d in ev.decisions if d.verdict is VerdictKind.RETAIN
+                           and d.final),
                           key=lambda d: -float((objective(d.get("speedups")) or ("", {}))[1]
                                                .get("speedup", 0.0)))
         res.update(run_dir=display_path(out), verdicts=verdicts,
@@ -303,10 +303,10 @@ class Autopilot:
                        f"{v['label']} {v['verdict']}" for v in verdicts))
         if retained:
             best = retained[0]
-            res["retained"] = best.get("label")
+            res["retained"] = best.label
             chk = best.get("direction_check") or {}
             if chk.get("agrees") is False:
-                res["flagged"] = (f"the retain of {best.get('label')!r} disagrees in direction "
+                res["flagged"] = (f"the retain of {best.label!r} disagrees in direction "
                                   f"with its microbenchmark ({chk.get('summary', '')}); promote "
                                   "it by hand with --force if you trust the end-to-end result")
         return res

@@ -15,15 +15,22 @@ and run campaigns.
 
 from __future__ import annotations
 
-import csv
 import datetime as _dt
-import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.campaign.run import run_campaign
+from orchestrator.campaign.validate import validate
+from orchestrator.core import records
+from orchestrator.core.convert import from_dict
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.records import Decision, PlanDoc, RecordError, RunDirectory, VerdictKind
+from orchestrator.platform.environment import compare
+from orchestrator.report.load import Campaign, load_campaign
+from orchestrator.spec.config import Config, SweepConfig
 from orchestrator.spec.ledger import (
     LEDGER_SCHEMA,
     LINEAGE_FILE,
@@ -35,14 +42,6 @@ from orchestrator.spec.ledger import (
     objective,
     utc_now,
 )
-from orchestrator.campaign.run import FINAL_STATUSES, run_campaign
-from orchestrator.spec.config import Config, SweepConfig
-from orchestrator.core.convert import from_dict
-from orchestrator.platform.environment import compare
-from orchestrator.core.errors import ConfigError
-from orchestrator.core.results import read_json
-from orchestrator.campaign.validate import validate
-from orchestrator.campaign.revisions import FILE
 from orchestrator.spec.sweep import REVISION
 from recipes.registry import workload_from_dict
 
@@ -61,17 +60,33 @@ def _default_runner(cfg: Config, run_dir: Path) -> Any:
 
 @dataclass
 class Evidence:
-    """What a promotion reads from one campaign's run directory."""
+    """What a promotion reads from one campaign's run directory: the campaign as every report
+    reads it (orchestrator.report.load), and what only a promotion needs beside it."""
 
-    run_dir: Path
-    config: dict[str, Any]
-    plan: dict[str, Any]
-    decisions: list[dict[str, Any]]
-    correctness: dict[str, Any] | None
+    campaign: Campaign
     fingerprint: dict[str, Any] | None
     lineage: dict[str, Any] | None
-    results: list[dict[str, str]] = field(default_factory=list)
     missing_trials: list[str] = field(default_factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.campaign.run_dir
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.campaign.config
+
+    @property
+    def plan(self) -> PlanDoc:
+        return self.campaign.plan
+
+    @property
+    def decisions(self) -> list[Decision]:
+        return self.campaign.decisions
+
+    @property
+    def correctness(self) -> dict[str, Any] | None:
+        return self.campaign.correctness
 
     @property
     def workload(self) -> str:
@@ -81,19 +96,21 @@ class Evidence:
     def against(self) -> str | None:
         return self.config.get("baseline")
 
-    def arm(self, arm_id: str) -> dict[str, Any]:
-        return next(a for a in self.plan.get("arms", []) if a["arm_id"] == arm_id)
+    def arm(self, arm_id: str) -> Mapping[str, Any]:
+        return self.plan.arm(arm_id)
 
     def throughput(self, arm_id: str) -> dict[str, Any]:
         """Tokens/s and median step time per bucket, and the mixture's tokens/s (total work /
         total time at the buckets' weights), of one arm (results.csv, plan.json)."""
         buckets: dict[str, Any] = {}
-        for r in self.results:
-            if r.get("arm_id") == arm_id and r.get("tokens_per_s"):
-                buckets[r["bucket"]] = {"tokens_per_s": float(r["tokens_per_s"]),
-                                        "step_time_median_s": float(r["step_time_median_s"])}
+        for r in self.campaign.results.to_dict("records"):
+            if r.get("arm_id") == arm_id and r.get("tokens_per_s") == r.get("tokens_per_s") \
+                    and r.get("tokens_per_s"):  # (NaN: not given)
+                buckets[str(r["bucket"])] = {
+                    "tokens_per_s": float(r["tokens_per_s"]),
+                    "step_time_median_s": float(r["step_time_median_s"])}
         work = time = 0.0
-        for b in self.plan.get("buckets", []):
+        for b in self.plan.buckets:
             got = buckets.get(b["name"])
             if got is None:
                 continue
@@ -104,44 +121,34 @@ class Evidence:
         return {"buckets": buckets, "mixture": mixture, "run_dir": display_path(self.run_dir)}
 
 
-def _optional(path: Path) -> Any:
-    try:
-        return read_json(path)
-    except (OSError, ValueError):
-        return None
-
-
 def read_campaign(run_dir: Path) -> Evidence:
     """A finished campaign's evidence; ConfigError when ``run_dir`` is not one."""
-    if not (run_dir / "plan.json").is_file() or not (run_dir / "config.json").is_file():
-        raise ConfigError("RUN_DIR", f"{run_dir} is not a campaign run directory (no plan.json "
-                          "or config.json); pass the directory a campaign printed at its end")
-    if not (run_dir / "decisions.jsonl").is_file():
-        raise ConfigError("RUN_DIR", f"{run_dir} has no decisions.jsonl (the campaign did not "
-                          "finish); finish it with resume=RUN_DIR, then promote")
-    decisions = [json.loads(x) for x in
-                 (run_dir / "decisions.jsonl").read_text(encoding="utf-8").splitlines() if x]
-    plan = read_json(run_dir / "plan.json")
-    done = {p.parent.name for p in run_dir.glob("trials/*/trial.json")
-            if (_optional(p) or {}).get("status") in FINAL_STATUSES}
-    missing = [t["trial_id"] for t in plan.get("trials", []) if t["trial_id"] not in done]
-    env = _optional(run_dir / "environment.json") or {}
+    rd = RunDirectory(run_dir)
+    if not (run_dir / records.PLAN).is_file() or not (run_dir / records.CONFIG).is_file():
+        raise ConfigError("RUN_DIR", f"{run_dir} is not a campaign run directory (no "
+                          f"{records.PLAN} or {records.CONFIG}); pass the directory a campaign "
+                          "printed at its end")
+    if not (run_dir / records.DECISIONS).is_file():
+        raise ConfigError("RUN_DIR", f"{run_dir} has no {records.DECISIONS} (the campaign did "
+                          "not finish); finish it with resume=RUN_DIR, then promote")
+    try:
+        campaign = load_campaign(run_dir)
+    except RecordError as exc:
+        raise ConfigError("RUN_DIR", f"{exc}") from None
+    done = rd.final_trial_ids()
+    missing = [t for t in campaign.plan.trial_ids() if t not in done]
+    env = rd.optional_json(records.ENVIRONMENT) or {}
     fp = env.get("fingerprint") if isinstance(env.get("fingerprint"), dict) else None
-    results: list[dict[str, str]] = []
-    if (run_dir / "results.csv").is_file():
-        with open(run_dir / "results.csv", encoding="utf-8", newline="") as fh:
-            results = list(csv.DictReader(fh))
-    return Evidence(run_dir, read_json(run_dir / "config.json"), plan, decisions,
-                    _optional(run_dir / "correctness.json"), fp,
-                    _optional(run_dir / LINEAGE_FILE), results, missing)
+    return Evidence(campaign, fp, rd.optional_json(LINEAGE_FILE), missing)
 
 
-def pinned(ev: Evidence, arm: dict[str, Any]) -> dict[str, Any]:
+def pinned(ev: Evidence, arm: Mapping[str, Any]) -> dict[str, Any]:
     """The arm's overrides as a version records them: a code revision (source.revision) as
     the commit its trials ran (code.json), never a name such as HEAD that moves on."""
     out = dict(arm["overrides"])
     if REVISION in out:
-        code = (_optional(ev.run_dir / FILE) or {}).get("arms", {}).get(arm["arm_id"], {})
+        code = (RunDirectory(ev.run_dir).optional_json(records.CODE) or {}).get(
+            "arms", {}).get(arm["arm_id"], {})
         if code.get("commit"):
             out[REVISION] = code["commit"]
     return out
@@ -150,15 +157,15 @@ def pinned(ev: Evidence, arm: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the checks
 
 
-def pick_variant(ev: Evidence, label: str | None) -> dict[str, Any]:
-    labels = [str(d.get("label")) for d in ev.decisions]
+def pick_variant(ev: Evidence, label: str | None) -> Decision:
+    labels = [d.label for d in ev.decisions]
     if label is not None:
         for d in ev.decisions:
-            if str(d.get("label")) == label:
+            if d.label == label:
                 return d
         raise ConfigError("--variant", f"{label!r} is not a variant of {ev.run_dir.name}; "
                           f"choose one of: {', '.join(labels)}")
-    retained = [d for d in ev.decisions if d.get("verdict") == "retain"]
+    retained = [d for d in ev.decisions if d.verdict is VerdictKind.RETAIN]
     if len(ev.decisions) == 1:
         return ev.decisions[0]
     if len(retained) == 1:
@@ -194,13 +201,13 @@ def gate_status(ev: Evidence, arm_id: str) -> str:
 
 
 def check_promotable(ev: Evidence, ledger: Ledger, label: str | None,
-                     force: bool = False) -> tuple[dict[str, Any], str]:
+                     force: bool = False) -> tuple[Decision, str]:
     """(the variant's decision, its gate status), or a ConfigError naming what stops it.
     ``force``: promote a retain whose microbenchmark disagrees in direction."""
     d = pick_variant(ev, label)
-    name = d.get("label")
-    if d.get("verdict") != "retain":
-        raise ConfigError("verdict", f"variant {name!r} was judged {d.get('verdict')}, not "
+    name = d.label
+    if d.verdict is not VerdictKind.RETAIN:
+        raise ConfigError("verdict", f"variant {name!r} was judged {d.verdict}, not "
                           "retain; only a retained change is promoted: try another hypothesis, "
                           "or follow the verdict's advice in decisions.md and re-run")
     chk = d.get("direction_check") or {}
@@ -208,14 +215,14 @@ def check_promotable(ev: Evidence, ledger: Ledger, label: str | None,
         raise ConfigError("direction", f"the retain of {name!r} disagrees in direction with its "
                           f"microbenchmark ({chk.get('summary')}); see decisions.md's Direction "
                           "check, and pass --force to promote it anyway")
-    if d.get("final") is False or ev.missing_trials:
-        why = (f"{len(ev.missing_trials)} of {len(ev.plan.get('trials', []))} planned trials "
+    if not d.final or ev.missing_trials:
+        why = (f"{len(ev.missing_trials)} of {len(ev.plan.trials)} planned trials "
                "have no final record (an interrupted campaign)" if ev.missing_trials else
                "it was decided at an early look, before the campaign's last round")
         raise ConfigError("verdict", f"the retain of {name!r} is provisional: {why}; finish the "
                           f"campaign with resume={ev.run_dir.name} (same overrides), then promote")
-    gate = gate_status(ev, d["arm_id"])
-    arm = ev.arm(d["arm_id"])
+    gate = gate_status(ev, d.arm_id)
+    arm = ev.arm(d.arm_id)
     if arm.get("env"):
         raise ConfigError("--variant", f"{name!r} sets environment switches "
                           f"({', '.join(arm['env'])}), which the ledger does not record yet; "
@@ -268,11 +275,11 @@ def config_of(ev: Evidence) -> Config:
     return cfg
 
 
-def justification(ev: Evidence, d: dict[str, Any], role: str, gate: str) -> dict[str, Any]:
+def justification(ev: Evidence, d: Decision, role: str, gate: str) -> dict[str, Any]:
     return {"role": role, "run_dir": display_path(ev.run_dir), "sweep": ev.plan.get("sweep"),
-            "variant": d.get("label"), "verdict": d.get("verdict"), "headline": d.get("headline"),
+            "variant": d.label, "verdict": d.verdict.value, "headline": d.headline,
             "speedups": d.get("speedups"), "against": ev.against, "correctness_gate": gate,
-            "decided_at": d.get("decided_at")}
+            "decided_at": d.decided_at}
 
 
 @dataclass
@@ -292,7 +299,7 @@ def confirm(run_dir: Path, ledger_root: Path, label: str | None, out_dir: Path,
     d, gate = check_promotable(ev, ledger, label, force)
     parent = ledger.latest()
     assert parent is not None
-    arm = ev.arm(d["arm_id"])
+    arm = ev.arm(d.arm_id)
     cfg = config_of(ev)
     assert cfg.sweep is not None
     cfg.sweep.values = [arm["value"]]
@@ -327,14 +334,14 @@ def confirm(run_dir: Path, ledger_root: Path, label: str | None, out_dir: Path,
         "justification": [justification(ev, d, "discovery", gate),
                           justification(again, d2, "confirmation", gate2)],
         "step_speedup": _step(d2, again, parent.id),
-        "throughput": again.throughput(d2["arm_id"]),
-        "parent_throughput": again.throughput(again.plan["arms"][0]["arm_id"]),
+        "throughput": again.throughput(d2.arm_id),
+        "parent_throughput": again.throughput(again.plan.arms[0]["arm_id"]),
         "fingerprint": again.fingerprint,
     }
     return Outcome(ledger.write_version(data), out_dir)
 
 
-def _step(d: dict[str, Any], ev: Evidence, against: str | None) -> dict[str, Any] | None:
+def _step(d: Decision, ev: Evidence, against: str | None) -> dict[str, Any] | None:
     got = objective(d.get("speedups"))
     if got is None:
         return None
@@ -342,14 +349,14 @@ def _step(d: dict[str, Any], ev: Evidence, against: str | None) -> dict[str, Any
     return {"scope": scope, **e, "against": against, "run_dir": display_path(ev.run_dir)}
 
 
-def _experimental(ledger: Ledger, parent: Version, ev: Evidence, d: dict[str, Any], gate: str,
-                  again: Evidence, d2: dict[str, Any], reason: str) -> Path:
-    label = str(d.get("label"))
+def _experimental(ledger: Ledger, parent: Version, ev: Evidence, d: Decision, gate: str,
+                  again: Evidence, d2: Decision, reason: str) -> Path:
+    label = d.label
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
     return ledger.write_record("experimental", f"{parent.id}+{safe}-{stamp}", {
         "workload": ev.workload, "status": "experimental", "on_top_of": parent.id,
-        "at": utc_now(), "change": {"label": label, "overrides": ev.arm(d["arm_id"])["overrides"]},
+        "at": utc_now(), "change": {"label": label, "overrides": ev.arm(d.arm_id)["overrides"]},
         "why": f"did not repeat: {reason}",
         "justification": [justification(ev, d, "discovery", gate),
                           justification(again, d2, "confirmation", "")]})
@@ -394,12 +401,12 @@ def verify(cfg: Config, ledger_root: Path, out_dir: Path,
     d = ev.decisions[0]
     got = objective(d.get("speedups"))
     record: dict[str, Any] = {"workload": ledger.workload, "version": latest.id, "against": "v0",
-              "at": utc_now(), "run_dir": display_path(out_dir), "verdict": d.get("verdict"),
-              "headline": d.get("headline"),
+              "at": utc_now(), "run_dir": display_path(out_dir), "verdict": d.verdict.value,
+              "headline": d.headline,
               "speedup": None if got is None else {"scope": got[0], **got[1]},
               "speedups": d.get("speedups"),
-              "throughput": ev.throughput(d["arm_id"]),
-              "v0_throughput": ev.throughput(ev.plan["arms"][0]["arm_id"]),
+              "throughput": ev.throughput(d.arm_id),
+              "v0_throughput": ev.throughput(ev.plan.arms[0]["arm_id"]),
               "fingerprint": ev.fingerprint,
               "steps": [{"version": v.id, "step_speedup": v.step}
                         for v in ledger.chain(latest.id)[1:]]}

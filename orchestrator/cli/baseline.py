@@ -128,7 +128,7 @@ def cmd_promote(root: Path, a: argparse.Namespace) -> int:
         d, gate = check_promotable(ev, ledger, a.variant, a.force)
         sp = d.get("speedups") or {}
         head = sp.get("mixture") or next((e for e in sp.values() if e), None)
-        print(f"{d['label']!r}: retain {fmt_speedup(head)} against {ev.against}, correctness "
+        print(f"{d.label!r}: retain {fmt_speedup(head)} against {ev.against}, correctness "
               f"gate {gate}: promotable. It becomes {ledger.next_id()} only if it repeats: "
               f"add --confirm to run the confirmation campaign")
         return 0

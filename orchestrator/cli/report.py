@@ -23,6 +23,7 @@ from orchestrator.report.export import (
     results_frame,
     write_tables,
 )
+from orchestrator.core.records import DECISION_LOG, RecordError
 from orchestrator.report.load import SchemaMismatch, load_campaigns
 from orchestrator.report.log import build_log, render_log
 from orchestrator.core.results import VERDICTS
@@ -114,14 +115,16 @@ def _run(args: argparse.Namespace, root: Path) -> int:
         for c in campaigns:
             try:
                 written += render_summary(c, with_plots=not args.no_plots, force=args.force)
-            except SchemaMismatch as exc:  # a trial.json of another schema: never mixed in
-                log.warning("summary not rendered (incompatible schema): %s", exc)
+            except RecordError as exc:  # a trial.json of another schema or unreadable:
+                # never mixed in
+                why = "incompatible schema" if isinstance(exc, SchemaMismatch) else "unreadable"
+                log.warning("summary not rendered (%s): %s", why, exc)
                 if args.strict:
                     print(f"error: {c.run_dir}: {exc}", file=sys.stderr)
                     return 2
     rows = build_log(campaigns, base=out_dir, workload=args.workload, variable=args.variable,
                      verdict=args.verdict, since=args.since, until=args.until)
-    (out_dir / "decision_log.md").write_text(render_log(rows), encoding="utf-8")
+    (out_dir / DECISION_LOG).write_text(render_log(rows), encoding="utf-8")
     try:
         write_tables({"decision_log": log_frame(rows),
                       "results_all": results_frame(campaigns, out_dir)}, out_dir, args.parquet)
@@ -133,5 +136,5 @@ def _run(args: argparse.Namespace, root: Path) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     log.info("%d campaign(s), %d decision(s), %d summary(ies) rendered; log: %s",
-             len(campaigns), len(rows), written, out_dir / "decision_log.md")
+             len(campaigns), len(rows), written, out_dir / DECISION_LOG)
     return 0

@@ -59,6 +59,7 @@ COMMAND_LOG = "command.log"  # in a trial's folder: a command's output
 STDERR_LOG = "stderr.log"  # in a trial's folder: a worker's standard error
 SPEC = "spec.json"  # in a job's folder: what the worker runs
 PROBE = "probe.json"  # in a probe's folder: its record
+DECISION_LOG = "decision_log.md"  # beside run directories: the cross-campaign decision log
 
 
 class RecordError(ValueError):
@@ -213,13 +214,17 @@ def _object(path: str | os.PathLike[str], data: Any, what: str) -> dict[str, Any
     return data
 
 
+class SchemaVersionError(RecordError):
+    """A record of another schema version: never mixed in, never guessed at."""
+
+
 def _version(path: str | os.PathLike[str], data: Mapping[str, Any],
              default: int | None = None) -> None:
     got = data.get("schema_version", default)
     if got != SCHEMA_VERSION:
-        raise RecordError(path, f"schema_version {got} (this orchestrator reads "
-                                f"{SCHEMA_VERSION}); re-run the campaign, or read it with the "
-                                "orchestrator version that wrote it")
+        raise SchemaVersionError(path, f"schema_version {got} (this orchestrator reads "
+                                       f"{SCHEMA_VERSION}); re-run the campaign, or read it "
+                                       "with the orchestrator version that wrote it")
 
 
 def _str(path: str | os.PathLike[str], data: Mapping[str, Any], key: str,

@@ -7,11 +7,13 @@ ExportError naming the missing package when it is absent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
 
 import pandas as pd
 
+from orchestrator.core import records
+from orchestrator.core.records import Decision
 from orchestrator.report.load import Campaign
 from orchestrator.report.log import LogRow
 
@@ -29,7 +31,7 @@ def campaign_key(c: Campaign) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    for name in ("plan.json", "decisions.jsonl"):
+    for name in (records.PLAN, records.DECISIONS):
         try:
             h.update((c.run_dir / name).read_bytes())
         except OSError:
@@ -77,14 +79,14 @@ def write_tables(frames: dict[str, pd.DataFrame], out_dir: Path, parquet: bool) 
     return written
 
 
-def _metrics(c: Campaign, d: dict[str, Any]) -> dict[str, float]:
+def _metrics(c: Campaign, d: Decision) -> dict[str, float]:
     out: dict[str, float] = {}
     for scope, e in (d.get("speedups") or {}).items():
         if e:
             for k in ("speedup", "low", "high"):
                 out[f"{scope}.{'speedup' if k == 'speedup' else 'speedup_' + k}"] = float(e[k])
     if not c.results.empty:
-        sel = c.results[c.results["arm_id"] == d.get("arm_id")]
+        sel = c.results[c.results["arm_id"] == d.arm_id]
         for r in sel.to_dict("records"):
             for k in ("step_time_median_s", "tokens_per_s", "peak_mem_bytes"):
                 v = r.get(k)
@@ -117,7 +119,7 @@ def export_mlflow(campaigns: Sequence[Campaign], tracking_uri: str,
     client = mlflow.MlflowClient()
     made = 0
     for c in campaigns:
-        arms = c.plan.get("arms", [])
+        arms = c.plan.arms
         baseline = next((a["label"] for a in arms if a.get("is_baseline")), "?")
         shown = c.run_dir.name
         if base is not None:
@@ -127,32 +129,33 @@ def export_mlflow(campaigns: Sequence[Campaign], tracking_uri: str,
                 pass
         ckey = campaign_key(c)
         for d in c.decisions:
-            key = f"{ckey}/{d.get('arm_id')}"
+            key = f"{ckey}/{d.arm_id}"
             found = client.search_runs(
                 [exp_id], filter_string=f"tags.`{KEY_TAG}` = '{key}'", max_results=1
             )
             if found:
                 continue
-            with mlflow.start_run(experiment_id=exp_id, run_name=f"{c.sweep.get('name')}:{d.get('label')}"):
-                mlflow.set_tags({KEY_TAG: key, CAMPAIGN_TAG: f"{shown}/{d.get('arm_id')}",
-                                 "verdict": str(d.get("verdict")),
-                                 "reasons": "; ".join(d.get("reasons", []))[:5000]})
+            with mlflow.start_run(experiment_id=exp_id, run_name=f"{c.sweep.get('name')}:{d.label}"):
+                mlflow.set_tags({KEY_TAG: key, CAMPAIGN_TAG: f"{shown}/{d.arm_id}",
+                                 "verdict": d.verdict.value,
+                                 "reasons": "; ".join(d.reasons)[:5000]})
                 mlflow.log_params({
                     "workload": c.workload, "sweep": c.sweep.get("name"),
                     "variable": d.get("variable"), "baseline": baseline,
-                    "variant": d.get("label"),
-                    "buckets": ",".join(b["name"] for b in c.plan.get("buckets", [])),
+                    "variant": d.label,
+                    "buckets": ",".join(b["name"] for b in c.plan.buckets),
                 })
                 metrics = _metrics(c, d)
                 if metrics:
                     mlflow.log_metrics(metrics)
-                for name in ("decisions.md", "summary.md", "summary.html", "results.csv",
-                             "decisions.jsonl", "plan.json", "config.json"):
+                for name in (records.DECISIONS_MD, records.SUMMARY_MD, records.SUMMARY_HTML,
+                             records.RESULTS, records.DECISIONS, records.PLAN, records.CONFIG):
                     if (c.run_dir / name).exists():
                         mlflow.log_artifact(str(c.run_dir / name))
                 if (c.run_dir / "plots").is_dir():
                     mlflow.log_artifacts(str(c.run_dir / "plots"), artifact_path="plots")
-                if (c.run_dir / "trials").is_dir():
-                    mlflow.log_artifacts(str(c.run_dir / "trials"), artifact_path="trials")
+                if (c.run_dir / records.TRIALS).is_dir():
+                    mlflow.log_artifacts(str(c.run_dir / records.TRIALS),
+                                         artifact_path=records.TRIALS)
             made += 1
     return made

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -11,22 +10,27 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.core.results import SCHEMA_VERSION, Status
+from orchestrator.core import records
+from orchestrator.core.records import Decision, PlanDoc, RunDirectory
 
 log = logging.getLogger(__name__)
 
 # a directory is a campaign run directory when it has these
-MARKERS = ("plan.json", "decisions.jsonl")
+MARKERS = (records.PLAN, records.DECISIONS)
 # folders that hold copies of run directories (MLflow artifact stores): never campaigns
 PRUNE = ("mlartifacts", "mlruns")
+# another schema version (a trial.json, the plan, a decision): skipped with its reason
+SchemaMismatch = records.SchemaVersionError
 
 
 @dataclass
 class Campaign:
+    """A campaign read back from its run directory (through orchestrator.core.records)."""
+
     run_dir: Path
     config: dict[str, Any]
-    plan: dict[str, Any]
-    decisions: list[dict[str, Any]]
+    plan: PlanDoc
+    decisions: list[Decision]
     results: pd.DataFrame
     source: dict[str, str] = field(default_factory=dict)
     correctness: dict[str, Any] | None = None
@@ -41,18 +45,14 @@ class Campaign:
 
     @property
     def decided_at(self) -> float:
-        return max((float(d.get("decided_at", 0)) for d in self.decisions), default=0.0)
+        return max((d.decided_at for d in self.decisions), default=0.0)
 
     def input_mtime(self) -> float:
         """Newest modification time of what a summary is rendered from."""
-        paths = [self.run_dir / n for n in ("decisions.jsonl", "results.csv", "plan.json")]
-        paths += list(self.run_dir.glob("trials/*/trial.json"))
+        paths = [self.run_dir / n for n in (records.DECISIONS, records.RESULTS, records.PLAN)]
+        paths += RunDirectory(self.run_dir).trial_paths()
         paths += list(self.run_dir.glob("profiles/framework/*.json"))
         return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
-
-
-class SchemaMismatch(ValueError):
-    pass
 
 
 def find_run_dirs(root: str | os.PathLike[str]) -> list[Path]:
@@ -70,14 +70,9 @@ def find_run_dirs(root: str | os.PathLike[str]) -> list[Path]:
     return sorted(out)
 
 
-def _read_json(path: Path) -> Any:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
 def _source(run_dir: Path) -> dict[str, str]:
     """source.txt as key: value pairs (written by the provenance step when present)."""
-    path = run_dir / "source.txt"
+    path = run_dir / records.SOURCE
     if not path.exists():
         return {}
     out = {}
@@ -89,28 +84,16 @@ def _source(run_dir: Path) -> dict[str, str]:
 
 
 def load_campaign(run_dir: Path) -> Campaign:
-    plan = _read_json(run_dir / "plan.json")
-    version = plan.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise SchemaMismatch(
-            f"{run_dir}: schema_version {version} (this report reads {SCHEMA_VERSION})"
-        )
-    decisions = [
-        json.loads(line)
-        for line in (run_dir / "decisions.jsonl").read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    ]
-    bad = {d.get("schema_version") for d in decisions} - {SCHEMA_VERSION}
-    if bad:
-        raise SchemaMismatch(f"{run_dir}: decisions.jsonl has schema_version {sorted(map(str, bad))}")
-    config = _read_json(run_dir / "config.json") if (run_dir / "config.json").exists() else {}
-    if "schema_version" in config and config["schema_version"] != SCHEMA_VERSION:
-        raise SchemaMismatch(f"{run_dir}: config.json has schema_version "
-                             f"{config['schema_version']} (this report reads {SCHEMA_VERSION})")
-    rpath = run_dir / "results.csv"
+    """The campaign in ``run_dir``; RecordError (SchemaMismatch for another schema version)
+    naming the file that cannot be read."""
+    rd = RunDirectory(run_dir)
+    plan = rd.plan()
+    decisions = rd.decisions()
+    config = rd.config()
+    rpath = run_dir / records.RESULTS
     results = pd.read_csv(rpath) if rpath.exists() and rpath.stat().st_size else pd.DataFrame()
-    cpath = run_dir / "correctness.json"
-    correctness = _read_json(cpath) if cpath.exists() else None
+    cpath = run_dir / records.CORRECTNESS
+    correctness = records.load_json(cpath) if cpath.exists() else None
     return Campaign(run_dir, config, plan, decisions, results, _source(run_dir), correctness)
 
 
@@ -131,14 +114,9 @@ def load_campaigns(root: str | os.PathLike[str]) -> tuple[list[Campaign], list[s
 def load_steps(run_dir: Path) -> pd.DataFrame:
     """Every ok timed trial's steps, with the trial's arm, bucket, round and position."""
     frames = []
-    for tpath in sorted(run_dir.glob("trials/*/trial.json")):
-        rec = _read_json(tpath)
-        if rec.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
-            raise SchemaMismatch(f"{tpath.parent.name}: trial.json has schema_version "
-                                 f"{rec.get('schema_version')} (this report reads "
-                                 f"{SCHEMA_VERSION})")
-        spath = tpath.parent / "steps.csv"
-        if rec.get("status") != Status.OK or rec.get("kind", "timed") != "timed" or not spath.exists():
+    for rec in RunDirectory(run_dir).trials():
+        spath = rec.path.parent / records.STEPS
+        if not rec.ok_timed or not spath.exists():
             continue
         df = pd.read_csv(spath)
         for key in ("trial_id", "arm_id", "arm_label", "bucket", "round", "position",

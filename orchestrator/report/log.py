@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
+from orchestrator.core.records import Decision
 from orchestrator.report.load import Campaign
 
 
@@ -42,8 +44,8 @@ class LogRow:
         return asdict(self)
 
 
-def _correctness(decision: dict[str, Any], campaign: Campaign) -> str:
-    for reason in decision.get("reasons", []):
+def _correctness(decision: Decision, campaign: Campaign) -> str:
+    for reason in decision.reasons:
         if reason.startswith("correctness gate failed"):
             return "fail"
         if reason.startswith("correctness gate could not"):
@@ -53,7 +55,7 @@ def _correctness(decision: dict[str, Any], campaign: Campaign) -> str:
     return "not run" if campaign.correctness is None else "see correctness.json"
 
 
-def _headline(decision: dict[str, Any], buckets: Sequence[str]) -> tuple[Any, Any, Any, str]:
+def _headline(decision: Decision, buckets: Sequence[str]) -> tuple[Any, Any, Any, str]:
     speedups = decision.get("speedups") or {}
     scope = "mixture" if "mixture" in speedups else (buckets[0] if len(buckets) == 1 else "")
     e = speedups.get(scope) if scope else None
@@ -63,16 +65,16 @@ def _headline(decision: dict[str, Any], buckets: Sequence[str]) -> tuple[Any, An
 
 
 def campaign_rows(campaign: Campaign, base: Path | None = None) -> list[LogRow]:
-    arms = campaign.plan.get("arms", [])
+    arms = campaign.plan.arms
     baseline = next((a["label"] for a in arms if a.get("is_baseline")), "?")
     values = ", ".join(a["label"] for a in arms if not a.get("is_baseline"))
-    buckets = [b["name"] for b in campaign.plan.get("buckets", [])]
+    buckets = [b["name"] for b in campaign.plan.buckets]
     run_dir = campaign.run_dir
     shown = os.path.relpath(run_dir, base) if base else str(run_dir)
     rows = []
     for d in campaign.decisions:
         sp, lo, hi, scope = _headline(d, buckets)
-        when = float(d.get("decided_at", 0))
+        when = d.decided_at
         rows.append(
             LogRow(
                 decided_at=when,
@@ -83,8 +85,8 @@ def campaign_rows(campaign: Campaign, base: Path | None = None) -> list[LogRow]:
                 baseline=baseline,
                 values=values,
                 buckets=", ".join(buckets),
-                variant=str(d.get("label", d.get("arm_id"))),
-                verdict=str(d.get("verdict")),
+                variant=d.label or d.arm_id,
+                verdict=d.verdict.value,
                 speedup=sp,
                 speedup_low=lo,
                 speedup_high=hi,
@@ -92,7 +94,7 @@ def campaign_rows(campaign: Campaign, base: Path | None = None) -> list[LogRow]:
                 correctness=_correctness(d, campaign),
                 source_commit=campaign.source.get("commit", "unknown")[:12],
                 run_dir=shown,
-                reasons="; ".join(d.get("reasons", [])),
+                reasons="; ".join(d.reasons),
             )
         )
     return rows

@@ -3,14 +3,16 @@ one PNG and returns its path, or None when the data for it does not exist."""
 
 from __future__ import annotations
 
-import math
-
 import json
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from orchestrator.core.records import Decision
 
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
 
@@ -98,7 +100,7 @@ def forest_guides(threshold: float | None, ni_margin: float | None
 
 
 def forest(
-    decisions: Sequence[dict[str, Any]], buckets: Sequence[str], out: Path,
+    decisions: Sequence[Decision], buckets: Sequence[str], out: Path,
     *, threshold: float | None = None, noise_floor: float | Mapping[str, Any] | None = None,
     aa: Mapping[str, Any] | None = None, ni_margin: float | None = None,
 ) -> Path | None:
@@ -118,8 +120,8 @@ def forest(
         for scope in [*buckets, "mixture"]:
             e = (d.get("speedups") or {}).get(scope)
             if e:
-                rows.append((f"{d.get('label')} · {scope}", scope, e["speedup"], e["low"],
-                             e["high"], d.get("verdict", "")))
+                rows.append((f"{d.label} · {scope}", scope, e["speedup"], e["low"],
+                             e["high"], d.verdict.value))
     if not rows:
         return None
     plt = _plt()

@@ -10,16 +10,19 @@ import base64
 import html
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
-from orchestrator.spec.ledger import LINEAGE_FILE, fmt_speedup, lineage_path
 from orchestrator.analysis.decisions_md import group_warnings
+from orchestrator.core import records
+from orchestrator.core.records import Decision, PlanDoc, RunDirectory
 from orchestrator.report import plots
 from orchestrator.report.load import Campaign, load_steps
+from orchestrator.spec.ledger import LINEAGE_FILE, fmt_speedup, lineage_path
 
 
 @dataclass
@@ -38,24 +41,23 @@ def _num(x: Any, fmt: str) -> str:
     return format(x, fmt)
 
 
-def verdict_table(decisions: Sequence[dict[str, Any]]) -> Block:
+def verdict_table(decisions: Sequence[Decision]) -> Block:
     rows = []
     for d in decisions:
         sp = d.get("speedups") or {}
         head = sp.get("mixture") or next((v for v in sp.values() if v), None)
         ratio = f"{head['speedup']:.3f}x [{head['low']:.3f}, {head['high']:.3f}]" if head else "—"
-        rows.append([str(d.get("label")), str(d.get("verdict")), ratio,
-                     str(d.get("headline") or "; ".join(d.get("reasons", [])[:1]))])
+        rows.append([d.label, d.verdict.value, ratio, d.headline or "; ".join(d.reasons[:1])])
     return Block("table", headers=["variant", "verdict", "speedup [CI]", "in one line"], rows=rows)
 
 
-def verdict_details(decisions: Sequence[dict[str, Any]]) -> list[Block]:
+def verdict_details(decisions: Sequence[Decision]) -> list[Block]:
     """Per variant: its reasons, then its warnings (grouped), each list collapsible in HTML."""
     out = []
     for d in decisions:
-        label = f"{d.get('label')}: {d.get('verdict')}"
-        out.append(Block("details", f"{label}: reasons", items=list(d.get("reasons") or [])))
-        warns = group_warnings(list(d.get("warnings") or []))
+        label = f"{d.label}: {d.verdict}"
+        out.append(Block("details", f"{label}: reasons", items=list(d.reasons)))
+        warns = group_warnings(list(d.warnings))
         if warns:
             out.append(Block("details", f"{label}: warnings ({len(warns)})", items=warns))
     return out
@@ -79,12 +81,13 @@ def results_table(results: pd.DataFrame) -> Block:
                                    "speedup [CI]", "ok trials", "peak mem (MiB)"], rows=rows)
 
 
-def trials_line(run_dir: Path, plan: dict[str, Any]) -> str:
+def trials_line(run_dir: Path, plan: PlanDoc) -> str:
     """The plan's trials and how many ran: a trial re-run after a harness failure or under
     interference ran more than once (its earlier attempts lie beside it, attempt<N>.json)."""
-    ids = [str(t.get("trial_id")) for t in plan.get("trials", [])]
-    done = sum(1 for t in ids if (run_dir / "trials" / t / "trial.json").is_file())
-    again = sum(len(list((run_dir / "trials" / t).glob("attempt*.json"))) for t in ids)
+    ids = plan.trial_ids()
+    rd = RunDirectory(run_dir)
+    done = sum(1 for t in ids if (rd.trial_dir(t) / records.TRIAL).is_file())
+    again = sum(len(list(rd.trial_dir(t).glob("attempt*.json"))) for t in ids)
     if not again and done == len(ids):
         return f"trials planned: {len(ids)}, all run once"
     return (f"trials planned: {len(ids)}; runs: {done + again}"
@@ -96,8 +99,8 @@ def trials_line(run_dir: Path, plan: dict[str, Any]) -> str:
 def build_document(c: Campaign, *, with_plots: bool = True) -> list[Block]:
     sweep = c.sweep
     protocol = c.config.get("protocol") or {}
-    buckets = [b["name"] for b in c.plan.get("buckets", [])]
-    arms = c.plan.get("arms", [])
+    buckets = [b["name"] for b in c.plan.buckets]
+    arms = list(c.plan.arms)
     doc = [
         Block("h1", f"Summary: {sweep.get('name', '?')} on {c.workload}"),
         Block("p", f"Hypothesis: {str(sweep.get('hypothesis', '')).strip()}"),

@@ -9,13 +9,16 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
-from orchestrator.spec.ledger import Ledger
+from orchestrator.analysis import direction as D
 from orchestrator.campaign.promote import Evidence, check_promotable
 from orchestrator.campaign.run import run_campaign
 from orchestrator.core.errors import ConfigError
-from orchestrator.analysis import direction as D
+from orchestrator.core.records import Decision, PlanDoc
+from orchestrator.report.load import Campaign
+from orchestrator.spec.ledger import Ledger
 
 
 def _rec(bucket: str, rnd: int, arm: str, t: float) -> dict[str, Any]:
@@ -56,11 +59,15 @@ def test_ratios_and_directions_worked_by_hand() -> None:
 
 
 def test_promote_refuses_a_disagreeing_retain_without_force(tmp_path: Path) -> None:
-    d = {"arm_id": "a1", "label": "big", "verdict": "retain", "final": True,
+    d = {"schema_version": 1, "arm_id": "a1", "label": "big", "verdict": "retain",
+         "final": True,
          "direction_check": {"agrees": False, "summary": "attention alone slower (0.75x)"}}
-    ev = Evidence(tmp_path, {"workload": {"name": "w"}, "baseline": "v0"},
-                  {"arms": [{"arm_id": "a0"}, {"arm_id": "a1", "env": {}}], "trials": []}, [d],
-                  None, None, None)
+    plan = {"schema_version": 1, "arms": [{"arm_id": "a0"}, {"arm_id": "a1", "env": {}}],
+            "trials": []}
+    ev = Evidence(Campaign(tmp_path, {"workload": {"name": "w"}, "baseline": "v0"},
+                           PlanDoc.parse(tmp_path / "plan.json", plan),
+                           [Decision.parse(tmp_path / "decisions.jsonl", d)], pd.DataFrame()),
+                  None, None)
     ledger = Ledger(tmp_path, "w")
     with pytest.raises(ConfigError, match=r"^direction: the retain of 'big' disagrees in "
                                           r"direction .* pass --force to promote it anyway$"):

@@ -98,13 +98,13 @@ def test_config_and_trial_schema_versions_are_checked(tmp_path: Path, capsys: An
     cfg = json.loads((root / "tile" / "config.json").read_text())
     (root / "tile" / "config.json").write_text(json.dumps({**cfg, "schema_version": 99}))
     campaigns, skipped = load_campaigns(root)
-    assert len(campaigns) == 2 and "config.json has schema_version 99" in skipped[0]
+    assert len(campaigns) == 2 and "config.json: schema_version 99" in skipped[0]
     (root / "old" / "trials" / "t0").mkdir(parents=True)
     (root / "old" / "trials" / "t0" / "trial.json").write_text(json.dumps(
         {"schema_version": 99, "trial_id": "t0", "status": "ok"}))
     (root / "old" / "trials" / "t0" / "steps.csv").write_text("step,step_time_s,phase\n")
     assert report_main([str(root / "old"), "--strict"]) == 2
-    assert "trial.json has schema_version 99" in capsys.readouterr().err
+    assert "trial.json: schema_version 99" in capsys.readouterr().err
 
 
 def test_a_copied_tree_renders_the_same_decision_log(tmp_path: Path) -> None:
@@ -228,6 +228,7 @@ def test_noise_floor_band_from_a_campaign_with_an_aa_arm(compose: Any, tmp_path:
     import json
 
     from orchestrator.campaign.run import run_campaign
+    from orchestrator.core.records import Decision
     from orchestrator.report import plots
 
     drawn: list[dict[str, Any]] = []
@@ -262,8 +263,9 @@ def test_noise_floor_band_from_a_campaign_with_an_aa_arm(compose: Any, tmp_path:
 
     band, bare = tmp_path / "band.png", tmp_path / "bare.png"
     wide = {k: 0.2 for k in line["noise_floor"]}  # wide enough to show at any noise level
-    real_forest([line], buckets, band, noise_floor=wide)
-    real_forest([line], buckets, bare)
+    decision = Decision.parse(run_dir / "decisions.jsonl", line)
+    real_forest([decision], buckets, band, noise_floor=wide)
+    real_forest([decision], buckets, bare)
     a, b = mpimg.imread(band), mpimg.imread(bare)
     assert a.shape == b.shape and float(abs(a - b).max()) > 0.1
 

@@ -12,6 +12,7 @@ import pytest
 from orchestrator.core.blocks import balanced_order
 
 from orchestrator.campaign.run import run_campaign
+from orchestrator.core.records import RunDirectory
 from orchestrator.worker.trial import MAX_MEASURED_STEPS
 from orchestrator.core.errors import ConfigError
 
@@ -249,7 +250,7 @@ def test_persistent_load_is_said_once_and_not_re_run(
     assert md.count("persistent load: there before the campaign, during its trials") == 1
     assert "2 trial(s) measured under it were not re-run" in md and "still under" not in md
     assert "## Trials re-run" not in md
-    assert trials_line(run_dir, json.loads((run_dir / "plan.json").read_text())) == \
+    assert trials_line(run_dir, RunDirectory(run_dir).plan()) == \
         "trials planned: 2, all run once"
 
 
@@ -263,7 +264,7 @@ def test_load_that_goes_away_is_re_run_and_counted(
     run_campaign(compose([*LOADED, "protocol.interference_retries=1"]), run_dir)
     assert len(list(run_dir.glob("trials/*/attempt1.json"))) == 2
     assert "persistent" not in json.loads((run_dir / "machine_load.json").read_text())
-    assert trials_line(run_dir, json.loads((run_dir / "plan.json").read_text())) == (
+    assert trials_line(run_dir, RunDirectory(run_dir).plan()) == (
         "trials planned: 2; runs: 4 (2 re-run(s) after a harness failure or under "
         "interference; see decisions.md, Trials re-run)")
 
