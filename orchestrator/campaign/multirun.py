@@ -10,12 +10,13 @@ trials/*/trial.json) by a Hydra callback at the end of the multirun: ``index.jso
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core import records
+from orchestrator.core.records import RecordError, RunDirectory
 from orchestrator.launch.base import read_record
 from orchestrator.core.results import atomic_write_json, atomic_write_text, read_json, Status
 
@@ -33,33 +34,31 @@ def campaign_entry(sweep_dir: Path, run_dir: Path) -> dict[str, Any]:
     """What one campaign run dir says about itself (never raises on a broken campaign)."""
     entry: dict[str, Any] = {"run_dir": str(run_dir.relative_to(sweep_dir))}
     try:
-        cfg = read_json(run_dir / "config.json")
+        cfg = read_json(run_dir / records.CONFIG)
         entry.update(workload=cfg.get("workload", {}).get("name"),
                      sweep=(cfg.get("sweep") or {}).get("name"),
                      launcher=cfg.get("launcher", {}).get("name"), device=cfg.get("device"))
     except (OSError, ValueError):
         entry["config_error"] = "config.json missing or unreadable"
     try:
-        planned = len(read_json(run_dir / "plan.json").get("trials", []))
+        planned = len(RunDirectory(run_dir).plan().trials)
     except (OSError, ValueError):
         planned = None
     statuses = Counter(
         (rec or {}).get("status", "unreadable")
-        for rec in (read_record(p) for p in run_dir.glob("trials/*/trial.json"))
+        for rec in (read_record(p) for p in RunDirectory(run_dir).trial_paths())
     )
     entry["trials"] = {"planned": planned, "recorded": sum(statuses.values()),
                        "by_status": dict(sorted(statuses.items()))}
     verdicts = []
-    path = run_dir / "decisions.jsonl"
+    path = run_dir / records.DECISIONS
     if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                v = json.loads(line)
-            except ValueError:
-                continue
-            verdicts.append({"label": v.get("label"), "verdict": v.get("verdict"),
-                             "reasons": v.get("reasons")})
-        entry["state"] = "decided"
+        try:
+            verdicts = [{"label": d.label, "verdict": d.verdict.value, "reasons": list(d.reasons)}
+                        for d in records.read_decisions(path)]
+            entry["state"] = "decided"
+        except (OSError, RecordError) as exc:
+            entry["state"] = f"unreadable ({exc})"
     else:
         entry["state"] = "incomplete (no decisions.jsonl: the campaign failed or was interrupted)"
     entry["verdicts"] = verdicts

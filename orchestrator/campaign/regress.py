@@ -26,7 +26,6 @@ started again on the same directory replays what ended and resumes the campaign 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable
@@ -34,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core import records
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.records import Decision, RecordError, VerdictKind
 from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, read_json
 from orchestrator.platform import git
 from orchestrator.spec.config import Config, SweepConfig
@@ -69,7 +70,7 @@ def revision_sweep(base: str, head: str, name: str = "check") -> SweepConfig:
 class Judgement:
     outcome: str  # ok | regression | inconclusive | invalid
     line: str  # one line: what was found, with the interval
-    verdict: str | None = None
+    verdict: VerdictKind | None = None
     speedup: dict[str, Any] | None = None
 
     @property
@@ -81,37 +82,41 @@ class Judgement:
                 "speedup": self.speedup, "exit_code": self.exit_code}
 
 
-def head_decision(run_dir: Path) -> dict[str, Any]:
+def head_decision(run_dir: Path) -> Decision:
     """The head arm's verdict from a finished comparison (decisions.jsonl)."""
-    path = run_dir / "decisions.jsonl"
+    path = run_dir / records.DECISIONS
     if not path.is_file():
-        raise ConfigError("--dir", f"{display_path(run_dir)} has no decisions.jsonl: the "
+        raise ConfigError("--dir", f"{display_path(run_dir)} has no {records.DECISIONS}: the "
                           "campaign did not finish; run the same command again to resume it")
-    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
-    heads = [r for r in rows if str(r.get("label", "")).startswith("head ")] or rows
+    try:
+        rows = records.read_decisions(path)
+    except RecordError as exc:
+        raise ConfigError("--dir", str(exc)) from None
+    heads = [r for r in rows if r.label.startswith("head ")] or rows
     if not heads:
-        raise ConfigError("--dir", f"{display_path(run_dir)}/decisions.jsonl holds no verdict")
+        raise ConfigError("--dir", f"{display_path(run_dir)}/{records.DECISIONS} holds no "
+                          "verdict")
     return heads[0]
 
 
-def judge(d: dict[str, Any], margin: float) -> Judgement:
+def judge(d: Decision, margin: float) -> Judgement:
     """One of the four outcomes (module docstring) from the head's verdict ``d``."""
-    verdict = str(d.get("verdict"))
+    verdict = d.verdict
     obj = objective(d.get("speedups"))
     sp = obj[1] if obj else None
     floor = 1 / (1 + margin)
     where = f" at {obj[0]}" if obj else ""
     shown = f"{fmt_speedup(sp)}{where}" if sp else "no interval"
     band = f"the {margin:.0%} margin (speedup {floor:.3f})"
-    why = "; ".join(str(r) for r in (d.get("reasons") or [])[:2])
-    if verdict == "invalid":
+    why = "; ".join(d.reasons[:2])
+    if verdict is VerdictKind.INVALID:
         return Judgement("invalid", f"invalid: the comparison could not be made: {why}",
                          verdict, sp)
     if sp is None or not all(math.isfinite(float(sp.get(k, math.nan)))
                              for k in ("speedup", "low", "high")):
-        if verdict == "reject":  # failed without timing: the head's failure
+        if verdict is VerdictKind.REJECT:  # failed without timing: the head's failure
             return Judgement("regression", f"regression: the head fails where the base runs: "
-                             f"{d.get('headline') or why}", verdict, sp)
+                             f"{d.headline or why}", verdict, sp)
         return Judgement("inconclusive", f"inconclusive: no speedup interval ({why})",
                          verdict, sp)
     lo, hi, s = float(sp["low"]), float(sp["high"]), float(sp["speedup"])
@@ -119,10 +124,11 @@ def judge(d: dict[str, Any], margin: float) -> Judgement:
     if hi < floor:
         return Judgement("regression", f"regression: head is {slower:.1%} slower, {shown}, "
                          f"beyond {band}", verdict, sp)
-    if verdict == "reject" and "gate" in why.lower():
+    if verdict is VerdictKind.REJECT and "gate" in why.lower():
         return Judgement("regression", f"regression: the head fails a gate: {why}", verdict, sp)
-    if verdict in ("retain", "equivalent") or lo >= floor:
-        what = {"retain": "faster", "equivalent": "equivalent"}.get(verdict, "non-inferior")
+    if verdict in (VerdictKind.RETAIN, VerdictKind.EQUIVALENT) or lo >= floor:
+        what = {VerdictKind.RETAIN: "faster", VerdictKind.EQUIVALENT: "equivalent"}.get(
+            verdict, "non-inferior")
         return Judgement("ok", f"no regression ({what}): {shown}, within {band}", verdict, sp)
     return Judgement("inconclusive", f"inconclusive: {shown} straddles {band}: more rounds "
                      "(protocol.max_rounds), a quieter machine or a wider --margin would "

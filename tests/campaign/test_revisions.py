@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from orchestrator.campaign import regress, revisions
+from orchestrator.core.records import Decision
 from orchestrator.campaign.regress import Bisection, judge
 from orchestrator.cli.autopilot import run_campaign_logged
 from orchestrator.cli.bisect import entry as bisect_entry
@@ -162,7 +163,7 @@ def test_the_uncommitted_changes_are_an_arm_only_when_asked(repo3: dict[str, Any
     assert head["commit"] not in (c1, c2, c3)  # a commit object no branch reaches
     assert "dirty true; diff_sha256 " + head["diff_sha256"] in (run / "source.txt").read_text()
     d = regress.head_decision(run)
-    assert d["verdict"] == "retain", d["headline"]  # the uncommitted change undid the slowdown
+    assert d.verdict == "retain", d.headline  # the uncommitted change undid the slowdown
     # the user's files, index and branch are as they were
     assert _git(repo, "status", "--porcelain").splitlines() == ["M train.py"]
     assert _git(repo, "diff", "--cached", "--name-only") == ""  # the index: nothing staged
@@ -204,7 +205,8 @@ def test_bad_revisions_are_refused_in_one_line(repo3: dict[str, Any], tmp_path: 
      "regression"),  # the head crashes where the base runs
 ])
 def test_outcomes_and_their_exit_codes(d: dict[str, Any], outcome: str) -> None:
-    j = judge(d, margin=0.02)
+    j = judge(Decision.parse("decisions.jsonl", {"schema_version": 1, "arm_id": "a1", **d}),
+              margin=0.02)
     assert j.outcome == outcome, j.line
     assert j.exit_code == {"ok": 0, "regression": 1, "inconclusive": 3, "invalid": 4}[outcome]
 
