@@ -52,15 +52,18 @@ def test_index_reports_a_broken_campaign_instead_of_failing(tmp_path: Path) -> N
     good, bad = tmp_path / "0_fa2", tmp_path / "1_fa2"
     for d in (good, bad):
         (d / "trials" / "t0").mkdir(parents=True)
-        (d / "plan.json").write_text(json.dumps({"trials": [{"trial_id": "t0"}]}))
+        (d / "plan.json").write_text(json.dumps({"schema_version": 1,
+                                                 "trials": [{"trial_id": "t0"}]}))
     (good / "config.json").write_text(json.dumps({"workload": {"name": "w"},
                                                   "sweep": {"name": "fa2"}}))
     (good / "trials/t0/trial.json").write_text(json.dumps({"trial_id": "t0", "status": "ok"}))
-    (good / "decisions.jsonl").write_text(json.dumps({"label": "x", "verdict": "retain"}) + "\n")
+    (good / "decisions.jsonl").write_text(json.dumps({"schema_version": 1, "arm_id": "a1",
+                                                      "label": "x", "verdict": "retain"}) + "\n")
     (bad / "trials/t0/trial.json").write_text("{trunc")
     index = build_index(tmp_path)
     g, b = index["campaigns"]
-    assert g["verdicts"] == [{"label": "x", "verdict": "retain", "reasons": None}]
+    assert g["verdicts"] == [{"label": "x", "verdict": "retain", "reasons": []}]
+    assert g["trials"]["planned"] == 1
     assert b["state"].startswith("incomplete") and b["config_error"]
     assert b["trials"]["by_status"] == {"unreadable": 1}
     assert "incomplete" in render_index(index)
