@@ -41,6 +41,11 @@ def _words(node: ast.AST) -> set[str]:
     return set()
 
 
+# the other side of the comparison names what is compared (a record's status, a verdict,
+# the pairing, a trial's kind): ``rec.get("status") == "ok"``, ``p.pairing != "steps"``
+SUBJECT = re.compile(r"status|verdict|pairing|kind|mode")
+
+
 def string_compares(tree: ast.AST) -> list[tuple[int, str]]:
     out = []
     for node in ast.walk(tree):
@@ -48,7 +53,8 @@ def string_compares(tree: ast.AST) -> list[tuple[int, str]]:
             for op, right in zip(node.ops, node.comparators):
                 if isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
                     hit = _words(right) | _words(node.left)
-                    if hit:
+                    other = node.left if _words(right) else right
+                    if hit and SUBJECT.search(ast.unparse(other)):
                         out.append((node.lineno, ",".join(sorted(hit))))
     return out
 

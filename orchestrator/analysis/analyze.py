@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from orchestrator.core.records import Pairing, TrialKind
 from orchestrator.core import blocks
 from orchestrator.core import objective
 from orchestrator.core import paired
@@ -104,7 +105,7 @@ class Analysis:
 def _timed(trials: pd.DataFrame) -> pd.DataFrame:
     if trials.empty:
         return trials
-    return trials[trials.get("kind", "timed") == "timed"]
+    return trials[trials.get("kind", TrialKind.TIMED) == TrialKind.TIMED]
 
 
 def step_times_by_trial(steps: pd.DataFrame) -> dict[str, list[float]]:
@@ -274,7 +275,7 @@ def paired_steps(trials: pd.DataFrame, steps: pd.DataFrame, by_trial: dict[str, 
     if trials.empty or "pairing" not in trials or steps.empty or "block" not in steps:
         return {}
     ok = trials[(trials["status"] == Status.OK) & (trials["bucket"] == bucket)
-                & (trials["pairing"] == "steps")]
+                & (trials["pairing"] == Pairing.steps)]
     if arm_ids is not None:
         ok = ok[ok["arm_id"].isin(list(arm_ids))]
     if ok.empty:

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.core.records import Pairing, TrialKind
 from orchestrator.core.results import Status
 
 K = 5.0  # robust z beyond which a trial is contamination rather than spread
@@ -103,7 +104,7 @@ def screen(records: Iterable[Mapping[str, Any]], min_effect: float
     groups: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
     for r in records:
         med = r.get("step_time_median_s")
-        if r.get("status") != Status.OK or r.get("kind", "timed") != "timed" or not med or med <= 0:
+        if r.get("status") != Status.OK or r.get("kind", TrialKind.TIMED) != TrialKind.TIMED or not med or med <= 0:
             continue
         groups.setdefault(str(r["bucket"]), {}).setdefault(str(r["arm_id"]), []).append(r)
     floor = math.log1p(2 * min_effect)
@@ -146,8 +147,8 @@ def contrasts(records: Iterable[Mapping[str, Any]]
     rounds: dict[tuple[str, int], dict[str, Mapping[str, Any]]] = {}
     bases: dict[tuple[str, int], Mapping[str, Any]] = {}
     for r in records:
-        if (r.get("status") != Status.OK or r.get("kind", "timed") != "timed"
-                or r.get("pairing") != "steps" or not isinstance(r.get("blocks"), list)):
+        if (r.get("status") != Status.OK or r.get("kind", TrialKind.TIMED) != TrialKind.TIMED
+                or r.get("pairing") != Pairing.steps or not isinstance(r.get("blocks"), list)):
             continue
         key = (str(r["bucket"]), int(r["round"]))
         if r.get("is_baseline"):
@@ -213,6 +214,6 @@ def screen_any(records: Iterable[Mapping[str, Any]], min_effect: float
     """The screen a campaign's records call for: round contrasts where its arms were paired by
     steps (:func:`screen_paired`), else trial medians (:func:`screen`)."""
     records = list(records)
-    if any(r.get("pairing") == "steps" for r in records):
+    if any(r.get("pairing") == Pairing.steps for r in records):
         return screen_paired(records, min_effect)
     return screen(records, min_effect)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from orchestrator.core.records import Pairing
 from orchestrator.core.section import Section
 from orchestrator.analysis.analyze import Analysis, ArmSummary
 from orchestrator.analysis.decide import RULE, Verdict
@@ -252,9 +253,9 @@ def render_decisions(
            "rotated every round (arm i on slice (i + round) mod slices); each arm's measured "
            "steps are kept where every arm was measuring (the overlap window), and the "
            "slice's own speed is fitted out of each variant's contrasts"
-           if getattr(protocol, "pairing", "process") == "duet" else
+           if getattr(protocol, "pairing", Pairing.process) == Pairing.duet else
            f", each trial a fresh process ({launcher} launcher)"
-           if getattr(protocol, "pairing", "process") != "steps" else
+           if getattr(protocol, "pairing", Pairing.process) != Pairing.steps else
            (f", pairing by steps: each round and bucket every arm's command as a fresh process "
             f"of its own ({launcher} launcher), resident together, the arms taking turns on the "
             "same cores (the others stopped by SIGSTOP) in blocks of "

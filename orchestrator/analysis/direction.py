@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from orchestrator.core.records import TrialKind, VerdictKind
 from orchestrator.core.results import Status
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -47,11 +48,11 @@ def direction(ratio: float, tolerance: float) -> str:
 
 
 def e2e_direction(verdict: str, timing_based: bool = True) -> str | None:
-    if verdict == "retain":
+    if verdict == VerdictKind.RETAIN:
         return FASTER
-    if verdict == "reject" and timing_based:
+    if verdict == VerdictKind.REJECT and timing_based:
         return SLOWER
-    if verdict == "equivalent":
+    if verdict == VerdictKind.EQUIVALENT:
         return SAME
     return None
 
@@ -61,7 +62,7 @@ def bucket_ratios(records: Sequence[Mapping[str, Any]], base_arm: str,
     """bucket -> median over rounds of (baseline call median / variant call median)."""
     times: dict[tuple[str, int, str], float] = {}
     for r in records:
-        if r.get("kind") == "microbench" and r.get("status") == Status.OK:
+        if r.get("kind") == TrialKind.MICROBENCH and r.get("status") == Status.OK:
             times[(str(r["bucket"]), int(r["round"]), str(r["arm_id"]))] = \
                 float(r["call_time_median_s"])
     out: dict[str, list[float]] = {}
@@ -114,7 +115,7 @@ def section(checks: Sequence[DirectionCheck], microbench: str, tolerance: float)
         e2e = f"**{c.e2e}** ({c.verdict})" if c.e2e else f"— ({c.verdict})"
         agree = {True: "yes", False: "**no**", None: "not compared"}[c.agrees]
         out.append(f"| {c.label} | {per} | {micro} | {e2e} | {agree} |")
-    flagged = [c for c in checks if c.verdict == "retain" and c.agrees is False]
+    flagged = [c for c in checks if c.verdict == VerdictKind.RETAIN and c.agrees is False]
     for c in flagged:
         out += ["", (f"**Flagged:** `{c.label}` is retained end to end, but `{microbench}` alone "
                      f"is {c.micro} ({_x(c.ratio or 0.0)}): the step may be faster for another "

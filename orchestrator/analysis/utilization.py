@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.core.records import TrialKind
 from orchestrator.platform.flops import utilization
 from orchestrator.core.logparse import TRAINER_MFU_LABEL
 from orchestrator.core.results import Status
@@ -74,7 +75,7 @@ def _median(values: Iterable[Any]) -> float | None:
 def campaign_utilization(records: Sequence[dict[str, Any]], analysis: Any) -> tuple[list[PeakSummary], list[UtilizationRow]]:
     """MFU/HFU per bucket x arm (median step time of the arm) and per arm for the mixture."""
     peaks = summarize_peaks(records)
-    ok = [r for r in records if r.get("status") == Status.OK and r.get("kind", "timed") == "timed"]
+    ok = [r for r in records if r.get("status") == Status.OK and r.get("kind", TrialKind.TIMED) == TrialKind.TIMED]
     rows: list[UtilizationRow] = []
     for arm in analysis.arms:
         work: list[tuple[float, float | None, float | None, float | None]] = []
@@ -130,7 +131,7 @@ def _gflop(x: float | None) -> str:
 def trainer_reported_lines(records: Sequence[dict[str, Any]]) -> list[str]:
     """The MFU a trainer logged itself, per arm, labelled as its claim (pure): the median over
     an arm's ok trials of each trial's median over its measured steps."""
-    ok = [r for r in records if r.get("status") == Status.OK and r.get("kind", "timed") == "timed"
+    ok = [r for r in records if r.get("status") == Status.OK and r.get("kind", TrialKind.TIMED) == TrialKind.TIMED
           and "trainer_reported_mfu_label" in r]
     if not ok:
         return []

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.records import Pairing
 from orchestrator.core.section import Section
 from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
@@ -75,7 +76,7 @@ def external_reason(cfg: Config, arms: Sequence[ResolvedArm]) -> str | None:
             continue
         why = (f"arm {arm.label!r} runs an external command (recipe {recipe!r}): there is no "
                "model in this process to probe")
-        if cfg.protocol.pairing == "steps" and not alternates(arms):
+        if cfg.protocol.pairing == Pairing.steps and not alternates(arms):
             return (f"{why}, and paired by steps the arms take turns on one run of the "
                     "trainer, so their logged losses are not step-for-step comparable either; "
                     "check numerics with a campaign under protocol.pairing=process, which "

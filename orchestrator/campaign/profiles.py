@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.records import TrialKind
 from orchestrator.core.section import Section
 from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
@@ -82,7 +83,7 @@ def write_diffs(run_dir: Path, records: Sequence[dict[str, Any]], arms: Sequence
     """``profiles/framework/diff-<bucket>-<arm>.csv``: each variant's operators vs baseline."""
     fw = run_dir / "profiles" / "framework"
     ok = {(r["bucket"], r["arm_id"]): r for r in records
-          if r.get("kind") == "profile" and r.get("layer") == "framework" and r["status"] == Status.OK}
+          if r.get("kind") == TrialKind.PROFILE and r.get("layer") == "framework" and r["status"] == Status.OK}
     base = arms[0].arm_id
     for (bucket, arm_id), r in ok.items():
         b = ok.get((bucket, base))
@@ -95,14 +96,14 @@ def write_diffs(run_dir: Path, records: Sequence[dict[str, Any]], arms: Sequence
 def profiles_section(cfg: Config, run_dir: Path, arms: Sequence[Any], analysis: Any,
                      records: Sequence[dict[str, Any]]) -> list[Section]:
     """decisions.md's ``Profiles`` section (an ``extra_sections`` entry), or nothing."""
-    if not any(r.get("kind") == "profile" for r in records) and cfg.profile.mode == "off":
+    if not any(r.get("kind") == TrialKind.PROFILE for r in records) and cfg.profile.mode == "off":
         return []
     try:
         write_diffs(run_dir, records, arms)
     except Exception as exc:  # noqa: BLE001  a broken trace must not cost the campaign its decisions
         log.warning("profile diff failed: %s", exc)
     timed = {k: s.step_time_median_s for k, s in analysis.summaries.items()}
-    peaks = summarize_peaks([r for r in records if r.get("kind", "timed") == "timed"])
+    peaks = summarize_peaks([r for r in records if r.get("kind", TrialKind.TIMED) == TrialKind.TIMED])
     body = profile_section(run_dir, cfg.profile.mode, analysis.buckets, arms, records, timed,
                            peaks, keep_vendor_reports=cfg.sanitize.keep_vendor_reports)
     return [Section("Profiles", body)] if body else []

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.records import Pairing, TrialKind
 from orchestrator.core.results import Status
 from orchestrator.core.section import Section
 from orchestrator.launch.base import Launcher
@@ -56,13 +57,13 @@ def needs_sizing(cfg: Config, arms: Sequence[ResolvedArm]) -> bool:
     orchestrator.client the paired trial measures each arm until measured_min_s itself, while
     alternated arms are asked for their steps up front (:func:`target_s`)."""
     return (cfg.workload.sized_before_run() and cfg.protocol.measured_min_s > 0
-            and (cfg.protocol.pairing != "steps" or alternates(arms)))
+            and (cfg.protocol.pairing != Pairing.steps or alternates(arms)))
 
 
 def target_s(cfg: Config, arms: Sequence[ResolvedArm]) -> float:
     """The measured time a sized trial is for: an alternated arm's is its round's floor."""
     p = cfg.protocol
-    if p.pairing == "steps" and alternates(arms):
+    if p.pairing == Pairing.steps and alternates(arms):
         return max(p.measured_min_s, p.paired_min_s)
     return p.measured_min_s
 
@@ -82,7 +83,7 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
         return None
     p = cfg.protocol
     target = target_s(cfg, running)
-    alternated = p.pairing == "steps"
+    alternated = p.pairing == Pairing.steps
     base = running[0]
     if cfg.workload.steps_asked(p.warmup_steps, p.measured_steps) is None:
         return {"target_s": target, "alternated": alternated, "buckets": {}, "why": (
@@ -160,7 +161,7 @@ def sizing_lines(sizing: dict[str, Any] | None, records: Sequence[dict[str, Any]
                  f"protocol.measured_min_s = {sizing['target_s']:g} s of steps:"]
     if sizing.get("why"):
         lines.append(f"- {sizing['why']}")
-    timed = [r for r in records if r.get("kind", "timed") == "timed"
+    timed = [r for r in records if r.get("kind", TrialKind.TIMED) == TrialKind.TIMED
              and r.get("status") == Status.OK and r.get("step_time_median_s")]
     for name, entry in sizing.get("buckets", {}).items():
         mine = [r for r in timed if r.get("bucket") == name]
@@ -176,7 +177,7 @@ def sizing_lines(sizing: dict[str, Any] | None, records: Sequence[dict[str, Any]
                      + (f"; {short} of {len(got)} measured less than "
                         f"{sizing['target_s']:g} s" if short else ""))
     ignored = sorted({str(r["trial_id"]) for r in records if r.get("steps_ignored")
-                      and r.get("kind", "timed") == "timed"})  # the pilot is said above
+                      and r.get("kind", TrialKind.TIMED) == TrialKind.TIMED})  # the pilot is said above
     if ignored:
         lines.append(f"- the command did not follow its step count in {len(ignored)} trial(s) "
                      f"({', '.join(ignored[:5])}{', ...' if len(ignored) > 5 else ''}): "

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
+from orchestrator.core.records import TrialKind
 from orchestrator.core.records import (  # noqa: F401  (moved there; importers follow)
     ARMS_FAILURES,
     FINAL,
@@ -54,7 +55,7 @@ def ok_timed(trials: pd.DataFrame) -> pd.DataFrame:
     """The ok timed trials of a trials table (not pilots, profiled or microbenchmark ones)."""
     if trials.empty or "status" not in trials:
         return trials.iloc[0:0]
-    return trials[(trials["status"] == Status.OK) & (trials.get("kind", "timed") == "timed")]
+    return trials[(trials["status"] == Status.OK) & (trials.get("kind", TrialKind.TIMED) == TrialKind.TIMED)]
 
 
 def load_trials(run_dir: str | os.PathLike[str]) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -15,11 +15,11 @@ Contract (checked by ``tests/launch/test_launcher_contract.py`` against every im
 from __future__ import annotations
 
 import abc
-import json
 import signal
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from orchestrator.core.records import Status
 from orchestrator.spec.jobs import ProbeSpec, TrialSpec, WorkerJob
 from orchestrator.core.results import (  # noqa: F401 - FINAL_STATUSES: launchers read it here
     FINAL_STATUSES,
@@ -28,7 +28,6 @@ from orchestrator.core.results import (  # noqa: F401 - FINAL_STATUSES: launcher
     read_json,
     trial_record,
 )
-from orchestrator.core.results import Status
 
 OnDone = Callable[[TrialSpec, dict[str, Any]], None]
 OnStart = Callable[[TrialSpec], None]
@@ -116,7 +115,7 @@ def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> di
             if tail:
                 own.setdefault("stderr_tail", tail)
         return own
-    ranked = rank_failure(spec) if status == "crashed" else None
+    ranked = rank_failure(spec) if status == Status.CRASHED else None
     if ranked is not None:  # a non-zero rank said why it failed: keep its status (oom, failed)
         status, error = ranked["status"], f"rank {ranked.get('rank')}: {ranked.get('error')}"
     return trial_record(
@@ -168,7 +167,7 @@ def mark_infrastructure(spec: TrialSpec, record: dict[str, Any]) -> dict[str, An
     """A failed multi-rank trial whose whole log (every rank's stderr.log, torchrun's report)
     shows a harness failure gets status ``infra_failed`` (the status it would have had is kept
     in ``raw_status``); anything else is returned unchanged."""
-    if record.get("status") in (Status.OK, "unavailable", "oom", INFRA_STATUS) or world_size(spec) <= 1:
+    if record.get("status") in (Status.OK, Status.UNAVAILABLE, Status.OOM, INFRA_STATUS) or world_size(spec) <= 1:
         return record
     texts = [str(record.get("error") or ""), str(record.get("rank0_error") or "")]
     for path in sorted(Path(spec.trial_dir).glob("stderr*.log")):

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.records import Decision
+from orchestrator.core.records import Decision, VerdictKind
 from orchestrator.report.load import Campaign
 
 
@@ -115,11 +115,11 @@ def mark_superseded(rows: Sequence[LogRow]) -> None:
     for r in rows:
         key = (r.workload, r.variable, r.variant)
         latest_any[key] = max(latest_any.get(key, 0.0), r.decided_at)
-        if r.verdict != "invalid":
+        if r.verdict != VerdictKind.INVALID:
             latest[key] = max(latest.get(key, 0.0), r.decided_at)
     for r in rows:
         key = (r.workload, r.variable, r.variant)
-        later = latest_any[key] if r.verdict == "invalid" else latest.get(key, 0.0)
+        later = latest_any[key] if r.verdict == VerdictKind.INVALID else latest.get(key, 0.0)
         r.superseded = r.decided_at < later
 
 

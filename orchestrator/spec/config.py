@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple, Optional, TypeVar
 
+from orchestrator.core.records import Pairing  # the run directory's word, a config choice too
+
 # omegaconf's marker for a required value; spelled out so trial processes need not import it
 MISSING: Any = "???"
 
@@ -58,7 +60,6 @@ WarmupPolicy = choices("WarmupPolicy", "fixed", "auto")
 Clock = choices("Clock", "wall", "cpu")
 SpeedReference = choices("SpeedReference", "auto", "host", "off")
 CompileCache = choices("CompileCache", "cold", "warm")
-Pairing = choices("Pairing", "auto", "process", "steps", "duet")
 Order = choices("Order", "balanced", "reversed")
 TrialSummary = choices("TrialSummary", "trimmed_mean", "mean", "median")
 

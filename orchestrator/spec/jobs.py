@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
+from orchestrator.core.records import Pairing
 from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
 from orchestrator.spec.plan import PlannedTrial
@@ -265,10 +266,10 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                               if cfg.launcher.cpu_affinity is not None else None),
             )
         )
-    if pair and cfg.protocol.pairing == "steps":
+    if pair and cfg.protocol.pairing == Pairing.steps:
         return pair_specs(specs, cfg.protocol.block_steps, cfg.protocol.switch_warmup_steps,
                           cfg.protocol.paired_min_s, alternate=alternates(arms))
-    if pair and cfg.protocol.pairing == "duet":
+    if pair and cfg.protocol.pairing == Pairing.duet:
         # as many slices as the campaign's arms, whichever of them a round still runs
         return duet_specs(specs, duet_slices(cfg.protocol, len(arms), cfg.launcher.cpu_affinity))
     return specs

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from orchestrator.core.records import VerdictKind
 from orchestrator.core.blocks import ordered
 from orchestrator.spec.sweep import Arm
 
@@ -132,11 +133,11 @@ def more_rounds_reason(p: ArmProgress, rounds_done: int, max_rounds: int,
     on the objective is within reach (futility is judged on the objective only); an A/A control
     that does not cover 1 (``calibration``, a reason) keeps every timing-based variant running
     to the cap, where the verdicts become invalid if it still does not."""
-    if rounds_done >= max_rounds or not p.timing_based or p.verdict == "invalid":
+    if rounds_done >= max_rounds or not p.timing_based or p.verdict == VerdictKind.INVALID:
         return ""
     if calibration:
         return "the A/A control is not calibrated yet: more rounds"
-    if p.verdict != "inconclusive":
+    if p.verdict != VerdictKind.INCONCLUSIVE:
         return ""
     if p.rounds_to_resolve is None and not p.futility_judged:
         return "undecided at an early look with little power: more rounds before futility"

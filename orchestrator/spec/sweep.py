@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.core.records import Pairing
 from orchestrator.spec.config import EVIDENCE_KINDS, Config, SweepConfig, WorkloadConfig
 from orchestrator.core.convert import to_dict
 from orchestrator.core.errors import ConfigError
@@ -487,7 +488,7 @@ def choose_pairing(cfg: Config, arms: Sequence[Any]) -> tuple[str, str]:
     CPU (its arms' processes take turns: orchestrator.worker.alternate); else duet where the
     machine's slices are declared (protocol.duet_cpus / duet_devices), else process."""
     p = cfg.protocol
-    if p.pairing != "auto":
+    if p.pairing != Pairing.auto:
         return p.pairing, "set by protocol.pairing"
     why = pairing_obstacle(arms)
     if not why and alternates(arms):

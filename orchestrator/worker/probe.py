@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.records import Status
 from orchestrator.platform import device as devmod
 from orchestrator.platform import distributed as distmod
 from orchestrator.spec.config import BucketConfig
@@ -46,7 +47,7 @@ from orchestrator.core.convert import from_dict
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.spec.jobs import ProbeSpec
 from orchestrator.platform.children import die_with_parent
-from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, Status
+from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json
 from orchestrator.worker.bootstrap import Worker, start_worker
 from recipes.base import probe_hooks_missing
 
@@ -432,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"probe {record['name']}: {record['status']}: {record.get('error')}", file=sys.stderr)
         if record.get("traceback"):
             print(record["traceback"], file=sys.stderr)
-    return 0 if record["status"] in (Status.OK, "unavailable", "unsupported") else 1
+    return 0 if record["status"] in (Status.OK, Status.UNAVAILABLE, "unsupported") else 1
 
 
 if __name__ == "__main__":

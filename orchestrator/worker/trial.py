@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.records import Status, TrialKind
 from orchestrator.core import blocks
 from orchestrator.platform import compile_stats
 from orchestrator.platform import device as devmod
@@ -39,7 +40,7 @@ from orchestrator.platform.children import die_with_parent
 from orchestrator.worker.microbench import run_microbench
 from orchestrator.worker.profile.runner import run_profiled
 from orchestrator.core.results import (INFRA_STATUS, atomic_write_json, excluded_tags, trial_record,
-                                       write_csv, Status)
+                                       write_csv)
 from orchestrator.core.steady import warmup_complete
 from orchestrator.worker.bootstrap import start_worker
 from recipes.registry import workload_from_dict
@@ -144,7 +145,7 @@ def _base_fields(spec: TrialSpec) -> dict[str, Any]:
         "position": spec.position, "pid": os.getpid(), "started_at": time.time(),
         "warmup_steps": spec.warmup_steps, "measured_steps": spec.measured_steps,
     }
-    if spec.kind == "profile":
+    if spec.kind == TrialKind.PROFILE:
         base["layer"] = spec.profile.get("layer")
     if spec.code:  # the user's code it ran (orchestrator.campaign.revisions)
         base["code"] = spec.code
@@ -155,18 +156,18 @@ def _run_kind(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None,
               ) -> tuple[dict[str, Any], list[tuple[dict[str, Any], str]]]:
     """(the process's record, each paired arm's (record, trial dir) or []) by trial kind."""
     records: list[tuple[dict[str, Any], str]] = []
-    if spec.kind == "profile":
+    if spec.kind == TrialKind.PROFILE:
         record = run_profiled(spec, base)
-    elif spec.paired_arms and spec.kind == "timed":
+    elif spec.paired_arms and spec.kind == TrialKind.TIMED:
         with compile_stats.cache_scope(spec.compile_cache):
             records = _measure_paired(spec, base, launch_t0)
         record = records[0][0]
-    elif spec.kind == "microbench":
+    elif spec.kind == TrialKind.MICROBENCH:
         record = run_microbench(spec, base)
     else:
         with compile_stats.cache_scope(spec.compile_cache):
             record = _measure(spec, base, launch_t0)
-    if spec.kind == "timed":
+    if spec.kind == TrialKind.TIMED:
         for r in [record, *(r for r, _ in records)]:
             r["compile_cache"] = spec.compile_cache
     return record, records
@@ -723,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trial {spec.trial_id}: {record['status']}: {record.get('error')}", file=sys.stderr)
         if record.get("traceback"):
             print(record["traceback"], file=sys.stderr)
-    return 0 if record["status"] in (Status.OK, "unavailable") else 1
+    return 0 if record["status"] in (Status.OK, Status.UNAVAILABLE) else 1
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.core.records import Status
 from orchestrator.analysis.correctness.compare import (
     TensorDiff,
     Tolerance,
@@ -28,7 +29,6 @@ from orchestrator.analysis.correctness.compare import (
     relative_series,
     signature_diff,
 )
-from orchestrator.core.results import Status
 
 # (probe name, bucket) -> {"outputs", "loss", "grads", "update", "trajectory"}, None if absent
 TensorLoader = Callable[[str, str], dict[str, Any] | None]
@@ -360,7 +360,7 @@ def evaluate(
         if status == "unsupported":
             g.status, g.reasons = "error", [f"the variant cannot be probed: {var.get('error')}"]
             continue
-        if status == "unavailable":
+        if status == Status.UNAVAILABLE:
             g.status, g.reasons = "error", [f"unavailable here: {var.get('error')}"]
             continue
         if status != Status.OK:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from orchestrator.core.records import TrialKind
 from orchestrator.platform.flops import utilization
 from orchestrator.core import phases as ph
 from orchestrator.analysis.profile.diff import diff_traces
@@ -145,7 +146,7 @@ def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequ
         return _link(Path(x).name, x)
 
     prof = {(r.get("bucket"), r.get("arm_id")): r for r in records
-            if r.get("kind") == "profile" and r.get("layer") == mode}
+            if r.get("kind") == TrialKind.PROFILE and r.get("layer") == mode}
     if mode == "off" and not prof:
         return []
     out = [(f"Layer `{mode}`: one profiled trial per arm and bucket, run after the timed trials "
