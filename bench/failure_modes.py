@@ -59,14 +59,19 @@ def main() -> None:
     ap.add_argument("--campaigns", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pairing", default="steps")
-    ap.add_argument("--paired-min-s", type=float, default=2.0)
+    ap.add_argument("--paired-min-s", type=float, default=None,
+                    help="pairing=steps: measured seconds per arm and process, at least "
+                         "(protocol.paired_min_s; default: conf/protocol/default.yaml's)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
     base = NoiseModel.load(args.model)
     print(f"noise model {base.name} ({args.model.name}); pairing={args.pairing}; "
           f"{args.campaigns} campaigns per cell, seed {args.seed}")
-    proto = {"pairing": args.pairing, "paired_min_s": args.paired_min_s}
-    block = Protocol().block_steps
+    # the default protocol (conf/protocol/default.yaml) but for these, and each rule's parts
+    proto: dict[str, object] = {"pairing": args.pairing}
+    if args.paired_min_s is not None:
+        proto["paired_min_s"] = args.paired_min_s
+    block = Protocol().config.block_steps
     rows = [
         ("null variant, own per-process offset (log SD 5 %): retain + reject",
          dataclasses.replace(base, variant_process_sd_log=0.05), 1.0, {}, ("retain", "reject")),
@@ -88,7 +93,7 @@ def main() -> None:
         got = []
         for _, rule in RULES:
             t0 = time.time()
-            cells = error_table(model, Protocol(**{**proto, **rule, **extra}), [planted],
+            cells = error_table(model, Protocol.default(**{**proto, **rule, **extra}), [planted],
                                 args.campaigns, args.seed)
             n = sum(cells[0].outcomes[k] for k in keys)
             got.append((n, cells[0].n, time.time() - t0))
@@ -98,7 +103,8 @@ def main() -> None:
     print("| planted | " + " | ".join(f"{n}: correct | {n}: false | {n}: trials"
                                      for n, _ in RULES) + " |\n|---|" + "---:|" * 3 * len(RULES))
     planted = [1.0, 1.02, 1 / 1.02, 1.05, 1 / 1.05]
-    tables = [error_table(base, Protocol(**proto, **rule), planted, args.campaigns, args.seed)
+    tables = [error_table(base, Protocol.default(**proto, **rule), planted, args.campaigns,
+                          args.seed)
               for _, rule in RULES]
     for i, s in enumerate(planted):
         label = "A/A" if s == 1.0 else f"{s:.3f}x"

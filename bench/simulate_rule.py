@@ -20,16 +20,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.analysis.simulate import NoiseModel, Protocol, error_table, format_table  # noqa: E402
+from orchestrator.analysis.simulate import (  # noqa: E402
+    NoiseModel,
+    Protocol,
+    error_table,
+    format_table,
+    shipped_protocol,
+)
 
 PLANTED = [1.0, 1.02, 1 / 1.02, 1.05, 1 / 1.05, 1.10, 1 / 1.10]
-
-
-def _default_paired_min_s() -> float:
-    import yaml
-
-    conf = Path(__file__).resolve().parents[1] / "conf" / "protocol" / "default.yaml"
-    return float(yaml.safe_load(conf.read_text()).get("paired_min_s", 0.0))
 
 
 def main() -> None:
@@ -59,26 +58,30 @@ def main() -> None:
                     help="also the quick protocol's cell: 2 rounds of 3 steps, no A/A arm")
     args = ap.parse_args()
     planted = ([float(x) for x in args.planted.split(",")] if args.planted else PLANTED)
-    if args.paired_min_s is None:
-        args.paired_min_s = _default_paired_min_s()
     model = NoiseModel.load(args.model)
     print(f"noise model {model.name}: {model.source}")
-    protocols: list[tuple[str, dict[str, object]]] = [
-        ("adaptive (default: 3 rounds, +2 up to 7)", {"steps": args.steps}),
-        ("fixed (7 rounds)", {"repeats": 7, "max_rounds": 7, "steps": args.steps})]
-    if args.quick:  # conf/protocol/quick.yaml: no time floor either
-        protocols.append(("quick (2 rounds of 3 steps, no A/A arm)",
-                          {"repeats": 2, "max_rounds": 2, "steps": 3, "aa_arm": False}))
+    default, quick = shipped_protocol("default"), shipped_protocol("quick")
+    # --paired-min-s replaces the default protocol's time floor (the quick one has none)
+    floor = {} if args.paired_min_s is None else {"paired_min_s": args.paired_min_s}
+    protocols: list[tuple[str, Protocol]] = [
+        ((f"adaptive (default: {default.repeats} rounds, +{default.adaptive_step_rounds} up to "
+          f"{default.max_rounds})"), Protocol.from_config(default, steps=args.steps, **floor)),
+        (f"fixed ({default.max_rounds} rounds)",
+         Protocol.from_config(default, repeats=default.max_rounds, steps=args.steps, **floor))]
+    if args.quick:  # conf/protocol/quick.yaml, its measured steps
+        protocols.append((f"quick ({quick.max_rounds} rounds of {quick.measured_steps} steps"
+                          + ("" if quick.aa_arm else ", no A/A arm") + ")",
+                          Protocol.from_config(quick, steps=quick.measured_steps)))
     cells_to_run = [(f"{name}, pairing={pairing}"
                      + (f", contamination screen {screen}" if pairing == "steps" else "")
                      + (", load detected" if load == "on" else ""),
-                     Protocol(**kw, pairing=pairing,  # type: ignore[arg-type]
-                              paired_min_s=0.0 if "quick" in name else args.paired_min_s,
-                              contamination=screen == "on", detected_load=load == "on"))
+                     Protocol.from_config(proto.config, pairing=pairing, steps=proto.steps,
+                                          contamination=screen == "on",
+                                          detected_load=load == "on"))
                     for pairing in args.pairing.split(",")
                     for screen in (args.contamination.split(",") if pairing == "steps"
                                    else ["on"])
-                    for name, kw in protocols
+                    for name, proto in protocols
                     for load in args.detected_load.split(",")
                     if not (args.adaptive_only and name.startswith("fixed"))]
     for name, proto in cells_to_run:

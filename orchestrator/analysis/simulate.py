@@ -1,5 +1,5 @@
-"""Campaign simulator (pure: numpy and the standard library): the verdict rule's error rates
-over thousands of simulated campaigns, in seconds.
+"""Campaign simulator (pure: numpy and the standard library, and the shipped protocol's YAML
+read once): the verdict rule's error rates over thousands of simulated campaigns, in seconds.
 
 Step times are drawn from a noise model measured on a real machine (``NoiseModel``, kept as
 small JSON files in ``tests/data/``; ``bench/noise_model.py`` fits one from run directories):
@@ -24,13 +24,19 @@ speed goes on changing. The campaign follows the real protocol: the plan's inter
 reversed rounds, the block fit (orchestrator.core.paired), the timing rule
 (orchestrator.analysis.decide.judge) with the A/A calibration check, and the sequential rule
 (orchestrator.spec.plan.more_rounds_reason) at each look.
+
+The simulated protocol is the real one (:class:`Protocol` holds a ``ProtocolConfig``, the
+shipped default protocol unless told otherwise) beside the simulation's own knobs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 import statistics
+import typing
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -38,14 +44,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from orchestrator.analysis import contamination
-from orchestrator.core import objective, paired
 from orchestrator.analysis.analyze import CARRYOVER_ALPHA, MIXTURE, block_cells
+from orchestrator.analysis.decide import (
+    MIN_ROUNDS_UNDER_LOAD,
+    MIN_STEPS_UNDER_LOAD,
+    Rule,
+    aa_off,
+    construction_equivalent,
+    effect_scope,
+    futility_power,
+    judge,
+    thin_under_load,
+)
+from orchestrator.core import objective, paired
 from orchestrator.core.blocks import ordered
-from orchestrator.analysis.decide import (MIN_ROUNDS_UNDER_LOAD, MIN_STEPS_UNDER_LOAD, Rule,
-                                          aa_off, construction_equivalent, effect_scope,
-                                          futility_power, judge, thin_under_load)
+from orchestrator.core.convert import from_dict
+from orchestrator.core.paths import conf_dir
+from orchestrator.core.records import Pairing
+from orchestrator.spec.config import Choice, ProtocolConfig
 from orchestrator.spec.plan import ArmProgress, arm_order, more_rounds_reason
 
 BASE, AA, VAR = "a0", "aa", "a1"
@@ -153,10 +172,10 @@ def trial_median(model: NoiseModel, host: Host, log_effect: float, rng: np.rando
 
 
 def paired_process(model: NoiseModel, host: Host, log_effects: dict[str, float], round_: int,
-                   rng: np.random.Generator, steps: int, p: Any
+                   rng: np.random.Generator, steps: int, cfg: ProtocolConfig
                    ) -> dict[tuple[int, str], list[tuple[int, float]]]:
     """One simulated pairing=steps process: every arm (in ``log_effects``' order) in blocks of
-    ``p.block_steps`` measured steps after ``p.switch_warmup_steps`` unmeasured ones, in the
+    ``cfg.block_steps`` measured steps after ``cfg.switch_warmup_steps`` unmeasured ones, in the
     protocol's block order (a seeded Williams design, or reversed every cycle), an even number
     of cycles giving each arm ``steps`` steps; (round, arm) -> its measured (cycle, time)
     steps, as the analysis reads them (orchestrator.analysis.analyze.block_cells)."""
@@ -166,7 +185,7 @@ def paired_process(model: NoiseModel, host: Host, log_effects: dict[str, float],
         -e + offset + rng.normal(0, model.arm_process_sd_log) + _outlier(model, rng)
         + (rng.normal(0, model.variant_process_sd_log) if a == VAR else 0.0))
         for a, e in log_effects.items()}
-    cycles = max(2, math.ceil(steps / p.block_steps))
+    cycles = max(2, math.ceil(steps / cfg.block_steps))
     cycles += cycles % 2
     arms = list(log_effects)
     seed = f"sim|{int(rng.integers(1 << 30))}"
@@ -174,17 +193,17 @@ def paired_process(model: NoiseModel, host: Host, log_effects: dict[str, float],
     stall_k = model.variant_stall_every
     stall_at = int(rng.integers(stall_k)) if stall_k else 0  # the variant's steps so far
     for c in range(cycles):
-        for arm in ordered(arms, c, p.order, seed):
-            n = p.switch_warmup_steps + p.block_steps
+        for arm in ordered(arms, c, cfg.order, seed):
+            n = cfg.switch_warmup_steps + cfg.block_steps
             nominal = base[arm] * np.exp(rng.normal(0, model.step_sd_log, n))
             if arm == VAR and model.variant_carry_log:  # the first measured step after it
-                nominal[p.switch_warmup_steps] *= math.exp(model.variant_carry_log)
+                nominal[cfg.switch_warmup_steps] *= math.exp(model.variant_carry_log)
             if arm == VAR and stall_k:
                 nominal[(np.arange(n) + stall_at) % stall_k == 0] *= math.exp(
                     model.variant_stall_log)
                 stall_at += n
-            speed = host.run(nominal)[p.switch_warmup_steps:]
-            nominal = nominal[p.switch_warmup_steps:]
+            speed = host.run(nominal)[cfg.switch_warmup_steps:]
+            nominal = nominal[cfg.switch_warmup_steps:]
             times = nominal * speed
             if model.normalised:
                 times = nominal * np.exp(rng.normal(0, model.reference_sd_log, nominal.size))
@@ -218,26 +237,48 @@ def screened_rounds(blocks_of: dict[str, dict[tuple[int, str], list[tuple[int, f
     return {int(f.trial_id.split("|")[1]) for f in flags}
 
 
+@functools.cache
+def _preset(name: str) -> dict[str, Any]:
+    path = conf_dir() / "protocol" / f"{name}.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data.pop("defaults", None)  # the schema, then the file's keys (_self_): ProtocolConfig's
+    return data
+
+
+def shipped_protocol(name: str = "default") -> ProtocolConfig:
+    """The shipped protocol ``conf/protocol/<name>.yaml`` as the CLI composes it (its keys over
+    ProtocolConfig's defaults), read without omegaconf: a fresh copy each call."""
+    return _members(from_dict(ProtocolConfig, _preset(name), "protocol."))
+
+
+def _members(cfg: ProtocolConfig, **knobs: Any) -> ProtocolConfig:
+    """``cfg`` with ``knobs`` replaced, a choice given as its string made the member (as
+    OmegaConf.to_object makes it), so the simulated protocol is the real one's type."""
+    hints = typing.get_type_hints(ProtocolConfig)
+    out = dataclasses.replace(cfg, **knobs)
+    for f in dataclasses.fields(out):
+        tp, value = hints[f.name], getattr(out, f.name)
+        if isinstance(tp, type) and issubclass(tp, Choice) and not isinstance(value, tp):
+            setattr(out, f.name, tp(value))
+    return out
+
+
 @dataclass(frozen=True)
 class Protocol:
-    repeats: int = 3
-    max_rounds: int = 7
-    step_rounds: int = 2
-    confidence: float = 0.95
-    min_effect: float = 0.02
-    ni_margin: float = 0.05
-    aa_arm: bool = True
+    """A simulated campaign's protocol: the real one (``config``; by default the shipped
+    default protocol, conf/protocol/default.yaml) and the simulation's own knobs.
+
+    Of ``config`` the simulator reads repeats, max_rounds, adaptive_step_rounds, confidence,
+    alpha_spending, min_effect, ni_margin, aa_arm, aa_alpha, order, trial_summary, pairing,
+    block_steps, switch_warmup_steps and paired_min_s. ``pairing`` steps runs every arm of a
+    round in one simulated process; any other (``auto``, with no sweep here to choose by)
+    one arm per process. Build it with :meth:`default` or :meth:`from_config`.
+    """
+
+    config: ProtocolConfig = field(default_factory=shipped_protocol)
     steps: int | None = None  # measured steps per trial (None: the noise model's)
-    spend_rho: float = 3.0  # alpha spending over the looks (protocol.alpha_spending)
-    aa_alpha: float = 0.01  # the A/A calibration check's error rate (protocol.aa_alpha)
-    pairing: str = "process"  # process | steps (protocol.pairing; orchestrator.core.blocks)
-    trial_summary: str = "trimmed_mean"  # protocol.trial_summary (median: the earlier rule)
-    block_steps: int = 3
-    switch_warmup_steps: int = 1
-    paired_min_s: float = 0.0  # protocol.paired_min_s: measured time per arm, paired processes
     # the rule's parts, so that the earlier rule can be measured beside the new one:
     per_arm: bool = True  # each arm's own contrasts (False: the pooled block fit's variance)
-    order: str = "balanced"  # balanced (Williams) | reversed (A B C, C B A)
     carry_check: bool = True  # the carry-over check of pairing=steps (analyze.block_cells)
     # the variant ran the baseline's own step by its description (``executes``): equivalent by
     # construction, under the new rule only on evidence (decide.construction_equivalent)
@@ -251,6 +292,27 @@ class Protocol:
     # the campaign detected load (busy before it, or over trials' measured steps): the rule
     # then holds back a timing verdict on thin evidence (decide.thin_under_load)
     detected_load: bool = False
+
+    @classmethod
+    def from_config(cls, cfg: ProtocolConfig, **knobs: Any) -> Protocol:
+        """``cfg`` (not changed: copied) with ``knobs`` replaced: a ProtocolConfig field's name
+        sets it in ``config`` (``pairing="steps"``, ``max_rounds=7``), any other names the
+        simulation's own knob (``steps``, ``per_arm``, ``detected_load``, ...)."""
+        shared = {k: knobs.pop(k) for k in list(knobs) if k in _CONFIG_FIELDS}
+        return cls(_members(cfg, **shared), **knobs)
+
+    @classmethod
+    def default(cls, **knobs: Any) -> Protocol:
+        """The shipped default protocol (conf/protocol/default.yaml) with ``knobs`` replaced,
+        as :meth:`from_config` replaces them."""
+        return cls.from_config(shipped_protocol(), **knobs)
+
+    @property
+    def paired_by_steps(self) -> bool:
+        return self.config.pairing == Pairing.steps
+
+
+_CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(ProtocolConfig))
 
 
 @dataclass
@@ -268,39 +330,40 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
     buckets = list(effects)
     weights = weights or {b: 1.0 for b in buckets}
     host = Host(model, rng)
+    cfg = p.config
     steps = p.steps or model.steps
-    if p.pairing == "steps" and p.paired_min_s > 0:  # the trial's time floor, in steps
-        steps = max(steps, math.ceil(p.paired_min_s / model.step_s))
-    plan = paired.looks(p.repeats, p.max_rounds, p.step_rounds)
-    arms = [BASE, AA, VAR] if p.aa_arm else [BASE, VAR]
+    if p.paired_by_steps and cfg.paired_min_s > 0:  # the trial's time floor, in steps
+        steps = max(steps, math.ceil(cfg.paired_min_s / model.step_s))
+    plan = paired.looks(cfg.repeats, cfg.max_rounds, cfg.adaptive_step_rounds)
+    arms = [BASE, AA, VAR] if cfg.aa_arm else [BASE, VAR]
     medians: dict[str, dict[tuple[int, str], float]] = {b: {} for b in buckets}
     blocks_of: dict[str, dict[tuple[int, str], list[tuple[int, float]]]] = {b: {} for b in buckets}
     running = list(arms)
     rounds_done, trials = 0, 0
-    planned = list(range(p.repeats))
+    planned = list(range(cfg.repeats))
     seed = f"sim|{int(rng.integers(1 << 30))}"
     rerun: set[int] = set()  # rounds the contamination screen re-ran (once each)
 
     def run_round(r: int) -> None:
         nonlocal trials
         for b in buckets:
-            order = arm_order(running, r, True, p.order, f"{seed}|{b}")
+            order = arm_order(running, r, True, cfg.order, f"{seed}|{b}")
             logs = {a: math.log(effects[b]) if a == VAR else 0.0 for a in order}
-            if p.pairing == "steps":
-                blocks_of[b].update(paired_process(model, host, logs, r, rng, steps, p))
+            if p.paired_by_steps:
+                blocks_of[b].update(paired_process(model, host, logs, r, rng, steps, cfg))
                 trials += len(order)
                 continue
             for arm in order:
                 medians[b][(r, arm)] = trial_median(model, host, logs[arm], rng, steps,
-                                                    arm == VAR, p.trial_summary)
+                                                    arm == VAR, cfg.trial_summary)
                 trials += 1
 
     while True:
         for r in planned:
             run_round(r)
-        if p.pairing == "steps" and p.contamination:
+        if p.paired_by_steps and p.contamination:
             firsts: dict[int, dict[str, dict[tuple[int, str], list[tuple[int, float]]]]] = {}
-            for r in sorted(screened_rounds(blocks_of, p.min_effect) - rerun):
+            for r in sorted(screened_rounds(blocks_of, cfg.min_effect) - rerun):
                 rerun.add(r)
                 firsts[r] = {b: {k: v for k, v in blocks_of[b].items() if k[0] == r}
                              for b in buckets}
@@ -309,33 +372,35 @@ def campaign(model: NoiseModel, effects: dict[str, float], p: Protocol,
                         del blocks_of[b][key]
                 run_round(r)
             # ... where its re-run is clean; a re-run flagged too leaves the first standing
-            for r in screened_rounds(blocks_of, p.min_effect) & set(firsts):
+            for r in screened_rounds(blocks_of, cfg.min_effect) & set(firsts):
                 for b in buckets:
                     blocks_of[b].update(firsts[r][b])
-        if p.pairing == "steps":
+        if p.paired_by_steps:
             for b in buckets:
                 medians[b] = block_cells(blocks_of[b], BASE,
                                          CARRYOVER_ALPHA if p.carry_check else 0.0,
-                                         p.trial_summary)[0]
+                                         cfg.trial_summary)[0]
         rounds_done = planned[-1] + 1
-        final = rounds_done >= p.max_rounds
-        rule = Rule(p.min_effect, p.ni_margin, p.max_rounds, final,
-                    paired.alpha_spent(1 - p.confidence, plan, p.max_rounds, p.spend_rho),
+        final = rounds_done >= cfg.max_rounds
+        rule = Rule(cfg.min_effect, cfg.ni_margin, cfg.max_rounds, final,
+                    paired.alpha_spent(1 - cfg.confidence, plan, cfg.max_rounds,
+                                       cfg.alpha_spending),
                     load="simulated load" if p.detected_load else "",
                     short_trials=(f"{steps} measured step(s)" if steps < MIN_STEPS_UNDER_LOAD
                                   else ""))
-        alpha = paired.alpha_spent(1 - p.confidence, plan, rounds_done, p.spend_rho)
+        alpha = paired.alpha_spent(1 - cfg.confidence, plan, rounds_done, cfg.alpha_spending)
         kind, resolve, calibration, judged = _judge(medians, weights, alpha, rule,
-                                                    p.aa_alpha, p)
+                                                    cfg.aa_alpha, p)
         if calibration and final:
             return Outcome("invalid", trials, rounds_done, host.t)
         verdict = {"good": "retain", "bad": "reject", "equivalent": "equivalent"}.get(
             kind, "inconclusive")
         why = more_rounds_reason(ArmProgress(VAR, verdict, True, resolve, judged),
-                                 rounds_done, p.max_rounds, calibration)
+                                 rounds_done, cfg.max_rounds, calibration)
         if not why:
             return Outcome(verdict, trials, rounds_done, host.t)
-        planned = list(range(rounds_done, min(p.max_rounds, rounds_done + p.step_rounds)))
+        planned = list(range(rounds_done, min(cfg.max_rounds,
+                                              rounds_done + cfg.adaptive_step_rounds)))
 
 
 def _judge(medians: dict[str, dict[tuple[int, str], float]], weights: dict[str, float],
@@ -407,7 +472,7 @@ def error_table(model: NoiseModel, p: Protocol, planted: Sequence[float], campai
         for _ in range(campaigns):
             o = campaign(model, {"b": s}, p, rng)
             cell.outcomes[o.verdict] += 1
-            cell.kinds[correct(s, o.verdict, p.min_effect)] += 1
+            cell.kinds[correct(s, o.verdict, p.config.min_effect)] += 1
             cell.trials += o.trials
             cell.wall_s += o.wall_s
             cell.n += 1
@@ -441,4 +506,4 @@ def summary(cells: Sequence[Cell]) -> dict[str, Any]:
 
 
 __all__ = ["Host", "NoiseModel", "Outcome", "Protocol", "campaign", "correct", "error_table",
-           "format_table", "summary", "trial_median"]
+           "format_table", "shipped_protocol", "summary", "trial_median"]

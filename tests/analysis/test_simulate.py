@@ -73,7 +73,7 @@ def test_adaptive_spends_fewer_trials_than_a_fixed_protocol_of_equal_accuracy() 
     model = NoiseModel.load(DATA / "noise_synthetic_documented_quiet.json")
     effects = [1.05, 1 / 1.05, 1.10, 1 / 1.10]
     adaptive = simulate.error_table(model, Protocol(), effects, campaigns=200, seed=3)
-    fixed = simulate.error_table(model, Protocol(repeats=7, max_rounds=7), effects,
+    fixed = simulate.error_table(model, Protocol.default(repeats=7, max_rounds=7), effects,
                                  campaigns=200, seed=3)
     acc = [sum(c.kinds["correct"] for c in t) / sum(c.n for c in t) for t in (adaptive, fixed)]
     trials = [sum(c.trials for c in t) / sum(c.n for c in t) for t in (adaptive, fixed)]
@@ -118,9 +118,11 @@ def test_paired_processes_timed_longer_meet_the_targets_on_measured_paired_noise
     model = NoiseModel.load(DATA / "paired_noise_synthetic_steps.json")
     planted = [1.0, 1.02, 1 / 1.02]
     long_ = {c.planted: c for c in simulate.error_table(
-        model, Protocol(pairing="steps", paired_min_s=2.0), planted, campaigns=120, seed=3)}
+        model, Protocol.default(pairing="steps", paired_min_s=2.0), planted, campaigns=120,
+        seed=3)}
     short = {c.planted: c for c in simulate.error_table(
-        model, Protocol(pairing="steps"), planted, campaigns=120, seed=3)}
+        model, Protocol.default(pairing="steps", paired_min_s=0.0), planted, campaigns=120,
+        seed=3)}
     table = "\n".join(simulate.format_table(list(long_.values()))
                       + simulate.format_table(list(short.values())))
     aa = long_[1.0]
@@ -150,7 +152,8 @@ def test_the_rule_holds_under_a_variants_own_failure_modes() -> None:
     carry = dataclasses.replace(base, variant_carry_log=math.log(1 + 0.02 * 3))
 
     def rate(model: NoiseModel, keys: tuple[str, ...], **rule: Any) -> float:
-        (cell,) = simulate.error_table(model, Protocol(**proto, **rule), [1.0], 150, seed=5)
+        (cell,) = simulate.error_table(model, Protocol.default(**proto, **rule), [1.0], 150,
+                                       seed=5)
         return sum(cell.outcomes[k] for k in keys) / cell.n
 
     # 150 campaigns a cell: 5 % +- 1.8 % binomial; bench/failure_modes.py measures over 1000
