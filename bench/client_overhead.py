@@ -2,7 +2,7 @@
 
 A child process runs the four client calls around an empty step (nothing to train, so all
 that is left is the client) twice: once outside a campaign (no channel: every call a no-op),
-once inside one, talking to a real trial-process channel (orchestrator.worker.client_paired)
+once inside one, talking to a real trial-process channel (orchestrator.worker.pairing.client)
 that pairs two arms by steps. Printed per step:
 
 - outside a campaign: the no-op calls;
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.spec.jobs import PairedArm, TrialSpec  # noqa: E402
-from orchestrator.worker.client_paired import Channel, Plan  # noqa: E402
+from orchestrator.worker.pairing.client import Channel, Plan  # noqa: E402
 
 LOOP = """
 import json, sys, time

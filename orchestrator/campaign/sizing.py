@@ -19,7 +19,7 @@ from the pilot records on disk. A command that does not take ``{steps}`` cannot 
 record says so and every trial measures what the command runs.
 
 Paired by steps, a plain command's arms take turns as processes of their own
-(orchestrator.worker.alternate): each arm measures until its time floor (the larger of
+(orchestrator.worker.pairing.alternation): each arm measures until its time floor (the larger of
 measured_min_s and paired_min_s) within its round, so the pilot sizes that floor, and the
 commands are asked for enough steps for it (and stopped when it is met).
 """

@@ -264,11 +264,11 @@ class ProtocolConfig:
     # (orchestrator.core.blocks). steps needs a sweep over keys the recipe declares switchable;
     # a command's arms always can: its trainer switches them through orchestrator.client, or
     # its arms run as processes of their own taking turns on the same cores
-    # (orchestrator.worker.alternate). auto: steps when it can (a plain command only where no
+    # (orchestrator.worker.pairing.alternation). auto: steps when it can (a plain command only where no
     # accelerator is visible), else process (orchestrator.spec.sweep.choose_pairing, plan.json)
     # duet: a round's arms run at the same time, each on its own disjoint slice of the machine
     # (duet_cpus / duet_devices), the placement rotated every round, each arm's steps kept
-    # where they overlap in time (orchestrator.worker.duet; docs/protocol.md). auto picks duet
+    # where they overlap in time (orchestrator.worker.pairing.duet; docs/protocol.md). auto picks duet
     # where steps cannot pair and slices are declared
     pairing: Pairing = Pairing.auto
     # pairing=duet: each slice's CPU cores (disjoint, equal in number); None = this process's

@@ -1,7 +1,7 @@
 """What a duet (protocol.pairing=duet) needs that the pre-flight can know before any trial.
 
 A duet runs a round's arms at the same time, each on its own slice, and keeps each arm's
-measured steps whose midpoint lies where every arm was measuring (orchestrator.worker.duet).
+measured steps whose midpoint lies where every arm was measuring (orchestrator.worker.pairing.duet).
 Two things make every trial of it ``infra_failed`` that nothing refused before: too few
 measured steps for the window to hold :data:`MIN_OVERLAP_STEPS` of each arm, and slices whose
 devices (protocol.duet_devices) this host does not have. Both are refused in one line (or, with
@@ -15,7 +15,7 @@ from typing import Any
 
 from orchestrator.platform import device as devmod
 
-# measured steps each arm must have inside the overlap window: orchestrator.worker.duet's
+# measured steps each arm must have inside the overlap window: orchestrator.worker.pairing.duet's
 # MIN_OVERLAP_STEPS, which this layer may not import (a test keeps the two equal)
 MIN_OVERLAP_STEPS = 3
 # measured steps a duet's trial asks of each arm at the least. The arms start together but

@@ -137,10 +137,10 @@ class TrialSpec(WorkerJob):
     # the user's code the trial runs (its arm's: orchestrator.campaign.revisions); in its record
     code: dict[str, Any] = field(default_factory=dict)
     # protocol.pairing=duet: {"slices": [{"cpus", "devices"}...], "placement": [slice per paired
-    # arm]}: the paired arms run at the same time, each on its slice (orchestrator.worker.duet)
+    # arm]}: the paired arms run at the same time, each on its slice (orchestrator.worker.pairing.duet)
     duet: dict[str, Any] = field(default_factory=dict)
     # protocol.pairing=steps for a plain command: each paired arm its own process, the arms
-    # taking turns block by block (orchestrator.worker.alternate); env switches are the arms'
+    # taking turns block by block (orchestrator.worker.pairing.alternation); env switches are the arms'
     alternate: bool = False
 
     def __post_init__(self) -> None:  # read back from a payload: the entries as records
@@ -309,7 +309,7 @@ def pair_specs(specs: Sequence[TrialSpec], block_steps: int, switch_warmup_steps
     runs every arm of that round and bucket in the plan's order (orchestrator.core.blocks), each arm
     for at least ``paired_min_s`` of measured step time (protocol.paired_min_s).
     ``alternate``: a plain command's arms, each its own process taking turns
-    (orchestrator.worker.alternate), each with its own env switches (the trial process none)."""
+    (orchestrator.worker.pairing.alternation), each with its own env switches (the trial process none)."""
     out = []
     for members in _groups(specs):
         head = copy.copy(members[0])

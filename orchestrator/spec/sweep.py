@@ -434,7 +434,7 @@ def _own_process(arm: Any) -> bool:
 
 def alternates(arms: Sequence[Any]) -> bool:
     """Paired by steps, whether the arms run as processes of their own taking turns block by
-    block (orchestrator.worker.alternate): a command workload whose trainer does not switch
+    block (orchestrator.worker.pairing.alternation): a command workload whose trainer does not switch
     them itself through orchestrator.client."""
     if not arms or not _own_process(arms[0]):
         return False
@@ -485,7 +485,7 @@ def _accelerator(device: str) -> str:
 def choose_pairing(cfg: Config, arms: Sequence[Any]) -> tuple[str, str]:
     """(process | steps | duet, why): protocol.pairing=auto picks steps when every arm differs
     from the baseline only in keys its recipe switches between steps, or for a command on the
-    CPU (its arms' processes take turns: orchestrator.worker.alternate); else duet where the
+    CPU (its arms' processes take turns: orchestrator.worker.pairing.alternation); else duet where the
     machine's slices are declared (protocol.duet_cpus / duet_devices), else process."""
     p = cfg.protocol
     if p.pairing != Pairing.auto:

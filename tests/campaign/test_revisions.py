@@ -120,7 +120,7 @@ def test_check_reports_the_regression_with_its_exit_code_and_records_each_arms_c
 def test_revisions_alternate_each_from_its_worktree(repo3: dict[str, Any], tmp_path: Path,
                                                    capsys: Any) -> None:
     """Paired by steps, each arm's commit runs as a process of its own from its worktree, the
-    arms taking turns (orchestrator.worker.alternate): the regression is found all the same."""
+    arms taking turns (orchestrator.worker.pairing.alternation): the regression is found all the same."""
     c1, _, c3 = repo3["c"]
     out = tmp_path / "check"
     rc = check_entry([*_args(repo3), "protocol.pairing=steps", "--base", c1[:10], "--head",

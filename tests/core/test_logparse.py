@@ -217,7 +217,7 @@ def test_a_long_line_in_a_command_log_is_skipped_and_noted_once(compose: Any, ru
 
 
 def test_a_long_line_in_an_alternated_arms_log_is_skipped_and_noted_once(tmp_path: Path) -> None:
-    """Arms taking turns (orchestrator.worker.alternate), which read their logs line by line:
+    """Arms taking turns (orchestrator.worker.pairing.alternation), which read their logs line by line:
     each arm's record says it once too."""
     import json
 

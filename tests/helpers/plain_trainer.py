@@ -1,4 +1,4 @@
-"""A plain command for the alternation tests (orchestrator.worker.alternate): no client, a known
+"""A plain command for the alternation tests (orchestrator.worker.pairing.alternation): no client, a known
 amount of pure-Python work per step, one step line each, and the ways a trainer goes wrong.
 
     python tests/helpers/plain_trainer.py --steps 50 --units 10 [--mode M --at K]

@@ -51,7 +51,7 @@ DUET = ["workload=command_busy", "+sweep=planted_command", "protocol.aa_arm=fals
 
 def test_the_overlap_rule_is_the_workers() -> None:
     from orchestrator.spec import duet
-    from orchestrator.worker import duet as worker_duet
+    from orchestrator.worker.pairing import duet as worker_duet
 
     assert duet.MIN_OVERLAP_STEPS == worker_duet.MIN_OVERLAP_STEPS
     assert duet.duet_length_obstacle(SimpleNamespace(measured_steps=10)) == ""

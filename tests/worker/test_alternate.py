@@ -1,4 +1,4 @@
-"""A plain command's arms paired by steps with no client (orchestrator.worker.alternate, issue
+"""A plain command's arms paired by steps with no client (orchestrator.worker.pairing.alternation, issue
 35): every arm its own real process, the arms taking turns block by block under SIGSTOP and
 SIGCONT; what goes wrong in one arm is its status; the planner picks it for a command on the
 CPU; a real campaign rejects a planted slowdown with the arms' losses compared step for step."""
@@ -16,7 +16,7 @@ from orchestrator.campaign.run import run_campaign
 from orchestrator.spec.config import BucketConfig
 from orchestrator.spec.jobs import PairedArm, TrialSpec
 from orchestrator.spec.sweep import choose_pairing, resolve_arms
-from orchestrator.worker.alternate import asked_steps
+from orchestrator.worker.pairing.alternation import asked_steps
 from orchestrator.worker.trial import run_trial
 from recipes.command.config import CommandWorkloadConfig
 from tests.helpers.launching import in_dir

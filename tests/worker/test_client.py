@@ -223,7 +223,7 @@ def test_a_stray_connection_is_refused_and_recorded_and_changes_no_status(
     0, once with no token and once through the client with the token it inherited, and leaves:
     both are refused and recorded, the arms are measured as usual, and a child started after
     the rank connected does not see the channel."""
-    import orchestrator.worker.client_paired as cp
+    import orchestrator.worker.pairing.client as cp
     monkeypatch.setattr(cp.secrets, "token_hex", lambda n: "planted-token-51")
     spec, arms = _paired(tmp_path, HELPER + "stray", units=(5, 6))
     _run(spec)
@@ -247,7 +247,7 @@ def test_a_stray_connection_is_refused_and_recorded_and_changes_no_status(
 def test_a_message_without_a_newline_is_a_client_failure(tmp_path: Path, monkeypatch: Any) -> None:
     """Issue 51: a rank that sends more than the channel's line limit with no newline is told
     apart from a command that exited early."""
-    import orchestrator.worker.client_paired as cp
+    import orchestrator.worker.pairing.client as cp
     monkeypatch.setattr(cp, "MAX_MESSAGE_BYTES", 1 << 20)
     spec, arms = _paired(tmp_path, HELPER + "long_line --at 3 --long-mib 4", units=(5, 6))
     _run(spec)

@@ -1,8 +1,8 @@
 """A command whose launcher leaves children outside its session (``setsid``, a double-forked
 daemon) leaves nothing running after its trial (issue 51): through the external command path,
 and through real campaigns (``python -m orchestrator``), the default pairing (the arms of a
-plain command alternated, orchestrator.worker.alternate), one process per trial
-(orchestrator.worker.external) and a duet (orchestrator.worker.duet). Afterwards the processes
+plain command alternated, orchestrator.worker.pairing.alternation), one process per trial
+(orchestrator.worker.external) and a duet (orchestrator.worker.pairing.duet). Afterwards the processes
 are listed: none is left."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_a_campaign_whose_command_escapes_its_session_leaves_no_process(
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a duet needs two cores here")
 def test_a_duet_whose_commands_escape_their_sessions_leaves_no_process(
         tmp_path: Path, mark: str, compose: Any, run_dir: Path, no_leftover_cgroups: None) -> None:
-    """pairing=duet (orchestrator.worker.duet): both arms' commands at once, each guarded."""
+    """pairing=duet (orchestrator.worker.pairing.duet): both arms' commands at once, each guarded."""
     conf = _duet_workload(tmp_path)
     command = (f"/bin/sh {escaper(tmp_path)} {mark} {{python}} {DUET_HELPER} --steps {{steps}} "
                "--delay-ms {delay_ms}")

@@ -8,7 +8,7 @@ process starts every arm's command as a process of its own (its own session, par
 environment), and the arms, resident together, take turns on the same cores: one runs a block
 of steps while every other is stopped (SIGSTOP to its process group), then it is stopped and
 the next one resumed (SIGCONT). The schedule is the paired process's
-(:class:`orchestrator.worker.client_paired.Plan`): each arm warms up to its own steady state,
+(:class:`orchestrator.worker.pairing.client.Plan`): each arm warms up to its own steady state,
 then cycles of one block per arm in the protocol's Williams order, ``switch_warmup_steps``
 excluded and ``block_steps`` measured steps a block, until every arm has its measured steps
 and seconds (an even number of cycles).
@@ -59,8 +59,8 @@ from orchestrator.core.logparse import (
 from orchestrator.core.results import INFRA_STATUS, Status, trial_record, write_csv
 from orchestrator.platform.children import COMMAND_SESSION, SessionGuard, sigterm_runs, start_child
 from orchestrator.worker.bootstrap import start_worker
-from orchestrator.worker.client_paired import ChannelError, Plan, ok_paired_record
-from orchestrator.worker.duet import ArmView
+from orchestrator.worker.pairing.client import ChannelError, Plan, ok_paired_record
+from orchestrator.worker.pairing.duet import ArmView
 from orchestrator.worker.external import MIN_MEASURED, command_fields, log_tail
 
 STOP_WAIT_S = 1.0  # the longest a SIGSTOP may take to land on every process of an arm

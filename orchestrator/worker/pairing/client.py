@@ -39,7 +39,9 @@ from typing import Any
 from orchestrator import client as wire
 from orchestrator.core import blocks
 from orchestrator.core.results import INFRA_STATUS, Status, excluded_tags, trial_record, write_csv
+from orchestrator.core.errors import BackendUnavailable
 from orchestrator.core.steady import warmup_complete
+from orchestrator.worker.bootstrap import start_worker
 from orchestrator.worker.external import (
     child_peak_rss,
     command_fields,
@@ -70,7 +72,7 @@ class Plan:
                  declared: list[str], lead: int = 0) -> None:
         self.spec = spec
         # steps every block loses at its head (an alternated command's step split by its
-        # pause, orchestrator.worker.alternate): a block asks for that many more, excluded
+        # pause, orchestrator.worker.pairing.alternation): a block asks for that many more, excluded
         self.lead = lead
         self.ids = list(values)
         self.values, self.baseline, self.declared = values, baseline, list(declared)
@@ -491,6 +493,18 @@ def _peer_pid(conn: socket.socket) -> int | None:
         return int(struct.unpack("3i", creds)[0])
     except (AttributeError, OSError):
         return None
+
+
+def measure(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """The round's arms through one run of the command (its trainer built with the
+    baseline's workload); one (record, trial dir) per arm, in the spec's order."""
+    base_arm = next((a for a in spec.paired_arms if a.is_baseline), spec.paired_arms[0])
+    trainer = start_worker(base_arm.workload, spec.device).trainer(spec.bucket)
+    if not getattr(trainer.workload, "switchable", None):
+        raise BackendUnavailable("protocol.pairing=steps for a command whose trainer does "
+                                 "not switch arms through orchestrator.client alternates "
+                                 "its arms' processes (the campaign plans it so)")
+    return measure_client_paired(spec, base, trainer)
 
 
 def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,

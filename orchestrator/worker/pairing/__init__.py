@@ -1,0 +1,77 @@
+"""The ways a trial process measures its arms, one module each, behind one small interface.
+
+A timed trial process measures one arm (``protocol.pairing=process``) or every arm of its
+round paired (the rest). :data:`MODES` lists them in the order the worker tries them; the
+first whose :meth:`Mode.applies` holds for the spec measures it, and returns one (record,
+trial directory) per arm, in the spec's order:
+
+===============  ===========  ==================================================================
+mode             plan.json    module
+===============  ===========  ==================================================================
+``duet``         duet         :mod:`.duet`: a round's commands side by side, each on its slice
+``alternation``  steps        :mod:`.alternation`: a plain command's arms, their own processes
+                              taking turns under SIGSTOP/SIGCONT
+``client``       steps        :mod:`.client`: a command whose trainer calls orchestrator.client
+``in-process``   steps        :mod:`.inprocess`: an embedded recipe's arms in one process
+``process``      process      :mod:`.process`: one arm (a recipe here, or a command)
+===============  ===========  ==================================================================
+
+Every mode writes the same record fields for the analysis: ``pairing`` (the plan's word),
+``paired_by`` where it pairs by steps another way than in one process, and for arms paired by
+steps ``paired_process``, ``paired_arms``, ``cycles`` and per-cycle ``blocks``; a failure of one
+arm is that arm's status, and a failure that leaves an arm unmeasured on no fault of its own is
+``infra_failed``. tests/worker/test_pairing_contract.py holds every mode to that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.core.records import Pairing
+from orchestrator.spec.jobs import TrialSpec
+from orchestrator.worker.pairing import alternation, client, duet, inprocess, process
+from recipes.registry import workload_from_dict
+
+Records = list[tuple[dict[str, Any], str]]  # one (record, trial dir) per arm, in spec order
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way of measuring a trial's arms."""
+
+    name: str
+    pairing: Pairing  # the word plan.json and the records carry
+    applies: Callable[[TrialSpec], bool]
+    measure: Callable[[TrialSpec, dict[str, Any], float | None], Records]
+
+
+def _own_process(spec: TrialSpec) -> bool:
+    """The round's baseline runs as a program of its own (a command workload)."""
+    base = next((a for a in spec.paired_arms if a.is_baseline), spec.paired_arms[0])
+    return workload_from_dict(base.workload).runs_own_process()
+
+
+MODES: tuple[Mode, ...] = (
+    Mode("duet", Pairing.duet, lambda s: bool(s.paired_arms and s.duet),
+         lambda s, base, t0: duet.measure_duet(s, base)),
+    Mode("alternation", Pairing.steps, lambda s: bool(s.paired_arms and s.alternate),
+         lambda s, base, t0: alternation.measure_alternated(s, base)),
+    Mode("client", Pairing.steps, lambda s: bool(s.paired_arms) and _own_process(s),
+         lambda s, base, t0: client.measure(s, base)),
+    Mode("in-process", Pairing.steps, lambda s: bool(s.paired_arms),
+         inprocess.measure_inprocess),
+    Mode("process", Pairing.process, lambda s: not s.paired_arms,
+         lambda s, base, t0: [(process.measure_one(s, base, t0), s.trial_dir)]),
+)
+
+
+def mode_for(spec: TrialSpec) -> Mode:
+    """The mode that measures this timed trial."""
+    return next(m for m in MODES if m.applies(spec))
+
+
+def measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> Records:
+    """Every arm of the timed trial ``spec``: one (record, trial dir) per arm."""
+    return mode_for(spec).measure(spec, base, launch_t0)
