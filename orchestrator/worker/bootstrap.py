@@ -12,10 +12,16 @@ its trainers with :meth:`Worker.trainer` and runs its own loop.
 from __future__ import annotations
 
 import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.core.records import Status
 from orchestrator.platform import device as devmod
+from orchestrator.platform.children import die_with_parent
 from orchestrator.platform import distributed as distmod
 from orchestrator.spec.config import BucketConfig, WorkloadConfig
 from orchestrator.core.convert import from_dict
@@ -84,3 +90,34 @@ def start_worker(workload: dict[str, Any], device: str) -> Worker:
         devmod.set_current(worker.device)
     worker.group = distmod.setup(worker.device.kind)  # before the recipe builds anything
     return worker
+
+
+def worker_main(argv: list[str] | None, module: str, run: Callable[[str], dict[str, Any]],
+                what: str, id_field: str, fine: tuple[str, ...],
+                distributed_fails: bool = False) -> int:
+    """The ``main()`` of every worker process (``python -m MODULE SPEC.json``): die with a
+    torchrun agent, log warnings (and the recipes' one-off facts) to stderr, run the spec, say
+    a failure on stderr (its traceback too) and exit 0 for the statuses in ``fine``, else 1.
+    ``distributed_fails``: a failed rank of several exits 1 at once, so that torchrun takes
+    the others down (they would wait in a collective)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print(f"usage: python -m {module} SPEC.json", file=sys.stderr)
+        return 2
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
+        die_with_parent()
+    # warnings from anything, and the recipes' one-off INFO facts (e.g. muon_tp's "tp_mode
+    # auto:" choice per shape, rank 0) reach the process's stderr.log
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("recipes").setLevel(logging.INFO)
+    record = run(argv[0])
+    if record["status"] == Status.OK:
+        return 0
+    print(f"{what} {record.get(id_field)}: {record['status']}: {record.get('error')}",
+          file=sys.stderr)
+    if distributed_fails and record.get("world_size", 1) > 1:
+        return 1
+    if record.get("traceback"):
+        print(record["traceback"], file=sys.stderr)
+    return 0 if record["status"] in fine else 1

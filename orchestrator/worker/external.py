@@ -48,7 +48,8 @@ from orchestrator.core.logparse import (
     long_lines_note,
     reported_mfu,
 )
-from orchestrator.platform.children import COMMAND_SESSION, run_child
+from orchestrator.platform.children import COMMAND_SESSION, SessionGuard, run_child, start_child
+from orchestrator.worker.bootstrap import start_worker
 from orchestrator.core.results import trial_record, write_csv, Status
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,54 @@ def run_command(argv: list[str] | str, cwd: str | None, env: dict[str, str], log
                              guard=log_path.with_name(COMMAND_SESSION)), None
         except OSError as exc:
             return None, f"{type(exc).__name__}: {exc.strerror or exc}"
+
+
+@dataclass
+class CommandArm:
+    """One arm's command of a paired round, ready to start: its trainer (the workload's
+    command, parsed), the invocation for this trial, its trial directory and environment."""
+
+    arm: Any  # the spec's PairedArm
+    trainer: Any
+    inv: Any
+    tdir: Path
+    env: dict[str, str]
+
+
+def command_arms(spec: Any, measured_steps: int, time_limit_s: float | None, what: str,
+                 first_env: dict[str, str] | None = None) -> list[CommandArm]:
+    """Every paired arm's command, in the spec's order: its worker started from the arm's own
+    workload, its invocation asking for ``measured_steps`` after the warm-up, its environment
+    this process's with ``first_env``, then the arm's env.* switches and the invocation's
+    own. Raises RuntimeError (``what`` runs command workloads only) for an embedded recipe."""
+    out = []
+    for a in spec.paired_arms:
+        worker = start_worker(a.workload, spec.device)
+        if not worker.external:
+            raise RuntimeError(f"{what} runs command workloads only")
+        trainer = worker.trainer(spec.bucket)
+        tdir = Path(a.trial_dir)
+        tdir.mkdir(parents=True, exist_ok=True)
+        inv = trainer.invocation(str(tdir), spec.warmup_steps, measured_steps, time_limit_s)
+        env = {**os.environ, **(first_env or {}), **a.env, **inv.env}
+        out.append(CommandArm(a, trainer, inv, tdir, env))
+    return out
+
+
+def start_command(inv: Any, env: dict[str, str], tdir: Path,
+                  stdout: Any) -> tuple[subprocess.Popen[bytes], SessionGuard]:
+    """Start an arm's command in a session of its own, guarded (its descendants end with it,
+    orchestrator.platform.children), its output to ``stdout`` and its errors with it; the
+    process and its guard. Raises OSError when the program cannot start."""
+    guard = SessionGuard(tdir / COMMAND_SESSION)
+    try:
+        proc = start_child(inv.argv, stdout=stdout, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL, env=env, cwd=inv.cwd, preexec_fn=None,
+                           guard=guard)
+    except OSError:
+        guard.close()
+        raise
+    return proc, guard
 
 
 def command_fields(spec: Any, base: dict[str, Any], inv: Any) -> dict[str, Any]:

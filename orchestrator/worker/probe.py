@@ -46,9 +46,8 @@ from orchestrator.spec.config import BucketConfig
 from orchestrator.core.convert import from_dict
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.spec.jobs import ProbeSpec
-from orchestrator.platform.children import die_with_parent
 from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json
-from orchestrator.worker.bootstrap import Worker, start_worker
+from orchestrator.worker.bootstrap import Worker, start_worker, worker_main
 from recipes.base import probe_hooks_missing
 
 
@@ -417,23 +416,9 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m orchestrator.worker.probe SPEC.json", file=sys.stderr)
-        return 2
-    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
-        die_with_parent()
-    record = run_probe(ProbeSpec.from_file(argv[0]))
-    if record.get("world_size", 1) > 1 and record["status"] != Status.OK:
-        # a rank that stopped early leaves the others in a collective: a non-zero exit makes
-        # torch.distributed.run take them down (rank 0 has written probe.json already)
-        print(f"probe {record['name']}: {record['status']}: {record.get('error')}", file=sys.stderr)
-        return 1
-    if record["status"] != Status.OK:
-        print(f"probe {record['name']}: {record['status']}: {record.get('error')}", file=sys.stderr)
-        if record.get("traceback"):
-            print(record["traceback"], file=sys.stderr)
-    return 0 if record["status"] in (Status.OK, Status.UNAVAILABLE, "unsupported") else 1
+    return worker_main(argv, "orchestrator.worker.probe",
+                       lambda path: run_probe(ProbeSpec.from_file(path)), "probe", "name",
+                       (Status.OK, Status.UNAVAILABLE, "unsupported"), distributed_fails=True)
 
 
 if __name__ == "__main__":

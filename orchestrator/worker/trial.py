@@ -24,10 +24,10 @@ from orchestrator.core.results import atomic_write_json, trial_record
 from orchestrator.platform import compile_stats
 from orchestrator.platform import device as devmod
 from orchestrator.platform import distributed as distmod
-from orchestrator.platform.children import die_with_parent
 from orchestrator.platform.environment import record_facts
 from orchestrator.spec.jobs import LAUNCH_T0_VAR, TrialSpec
 from orchestrator.worker import pairing
+from orchestrator.worker.bootstrap import worker_main
 from orchestrator.worker.microbench import run_microbench
 from orchestrator.worker.profile.runner import run_profiled
 from orchestrator.worker.timing import MAX_MEASURED_STEPS, compile_hint, one_line  # noqa: F401
@@ -145,28 +145,14 @@ def _write_records(spec: TrialSpec, records: list[tuple[dict[str, Any], str]], r
             atomic_write_json(Path(rdir) / f"trial.rank{rank}.json", rec)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m orchestrator.worker.trial SPEC.json", file=sys.stderr)
-        return 2
-    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: die with the agent
-        die_with_parent()
-    import logging
-
-    # warnings from anything, and the recipes' one-off INFO facts (e.g. muon_tp's "tp_mode
-    # auto:" choice per shape, rank 0) reach the trial's stderr.log
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("recipes").setLevel(logging.INFO)
-    spec = TrialSpec.from_file(argv[0])
+def _run_file(path: str) -> dict[str, Any]:
     t0 = os.environ.get(LAUNCH_T0_VAR)
-    record = run_trial(spec, float(t0) if t0 else None)
-    if record["status"] != Status.OK:
-        print(f"trial {spec.trial_id}: {record['status']}: {record.get('error')}", file=sys.stderr)
-        if record.get("traceback"):
-            print(record["traceback"], file=sys.stderr)
-    return 0 if record["status"] in (Status.OK, Status.UNAVAILABLE) else 1
+    return run_trial(TrialSpec.from_file(path), float(t0) if t0 else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return worker_main(argv, "orchestrator.worker.trial", _run_file, "trial", "trial_id",
+                       (Status.OK, Status.UNAVAILABLE))
 
 
 if __name__ == "__main__":

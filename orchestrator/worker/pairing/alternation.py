@@ -57,11 +57,16 @@ from orchestrator.core.logparse import (
     reported_mfu,
 )
 from orchestrator.core.results import INFRA_STATUS, Status, trial_record, write_csv
-from orchestrator.platform.children import COMMAND_SESSION, SessionGuard, sigterm_runs, start_child
-from orchestrator.worker.bootstrap import start_worker
+from orchestrator.platform.children import SessionGuard, sigterm_runs
 from orchestrator.worker.pairing.client import ChannelError, Plan, ok_paired_record
 from orchestrator.worker.pairing.duet import ArmView
-from orchestrator.worker.external import MIN_MEASURED, command_fields, log_tail
+from orchestrator.worker.external import (
+    MIN_MEASURED,
+    command_arms,
+    command_fields,
+    log_tail,
+    start_command,
+)
 
 STOP_WAIT_S = 1.0  # the longest a SIGSTOP may take to land on every process of an arm
 END_GRACE_S = 3.0  # SIGTERM to SIGKILL when the plan is done (every arm at once)
@@ -143,11 +148,8 @@ class ArmRun:
         """Start the command (running) with its output on a pipe. Raises ArmFailed."""
         self.out = open(self.tdir / "command.log", "wb")  # noqa: SIM115 (closed in end())
         try:
-            self.guard = SessionGuard(self.tdir / COMMAND_SESSION)
-            self.proc = start_child(self.inv.argv, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=self.env, cwd=self.inv.cwd, preexec_fn=None,
-                                    guard=self.guard)
+            self.proc, self.guard = start_command(self.inv, self.env, self.tdir,
+                                                  subprocess.PIPE)
         except OSError as exc:
             raise ArmFailed(Status.FAILED, "cannot_start", "cannot start the command: "
                             f"{type(exc).__name__}: {exc.strerror or exc}") from None
@@ -450,24 +452,16 @@ def round_core(spec: Any) -> int | None:
 
 
 def _arms(spec: Any, asked: int) -> list[ArmRun]:
+    arms = max(1, len(spec.paired_arms))
+    one = None if spec.timeout_s is None else spec.timeout_s / arms
     out = []
-    base_env = {k: v for k, v in os.environ.items()}
-    for a in spec.paired_arms:
-        worker = start_worker(a.workload, spec.device)
-        if not worker.external:
-            raise RuntimeError("alternated arms are command workloads only")
-        trainer = worker.trainer(spec.bucket)
-        tdir = Path(a.trial_dir)
-        tdir.mkdir(parents=True, exist_ok=True)
-        arms = max(1, len(spec.paired_arms))
-        one = None if spec.timeout_s is None else spec.timeout_s / arms
-        inv = trainer.invocation(str(tdir), spec.warmup_steps, asked - spec.warmup_steps, one)
-        env = {**base_env, "PYTHONUNBUFFERED": "1", **a.env, **inv.env}
-        switched = {k: trainer.workload.params.get(k)
-                    for k in getattr(trainer.workload, "switchable", None) or ()}
+    for c in command_arms(spec, asked - spec.warmup_steps, one, "alternated arms",
+                          {"PYTHONUNBUFFERED": "1"}):
+        switched = {k: c.trainer.workload.params.get(k)
+                    for k in getattr(c.trainer.workload, "switchable", None) or ()}
         if switched:  # what orchestrator.client.params() returns in this arm's run
-            env[PARAMS_ENV] = json.dumps(switched)
-        out.append(ArmRun(a, trainer, inv, tdir, env, inv.time_limit_s, asked))
+            c.env[PARAMS_ENV] = json.dumps(switched)
+        out.append(ArmRun(c.arm, c.trainer, c.inv, c.tdir, c.env, c.inv.time_limit_s, asked))
     return out
 
 

@@ -33,12 +33,12 @@ from orchestrator.core.logparse import (
     long_lines_note,
 )
 from orchestrator.core.results import INFRA_STATUS, trial_record
-from orchestrator.platform.children import (COMMAND_SESSION, SessionGuard, kill_group, sigterm_runs,
-                                            start_child)
+from orchestrator.platform.children import SessionGuard, kill_group, sigterm_runs
 from orchestrator.platform.slices import slice_env
-from orchestrator.worker.bootstrap import start_worker
 from orchestrator.worker.external import (
     CheckedSteps,
+    command_arms,
+    start_command,
     LogProblem,
     ok_record,
     read_lines,
@@ -99,20 +99,11 @@ class _Arm:
 
 
 def _arms(spec: Any) -> list[_Arm]:
-    out = []
     slices, where = spec.duet["slices"], spec.duet["placement"]
-    for i, a in enumerate(spec.paired_arms):
-        worker = start_worker(a.workload, spec.device)
-        if not worker.external:
-            raise RuntimeError("protocol.pairing=duet runs command workloads only")
-        trainer = worker.trainer(spec.bucket)
-        tdir = Path(a.trial_dir)
-        tdir.mkdir(parents=True, exist_ok=True)
-        inv = trainer.invocation(str(tdir), spec.warmup_steps, spec.measured_steps, spec.timeout_s)
-        sl = slices[where[i]]
-        env = {**os.environ, **a.env, **inv.env, **slice_env(sl)}
-        out.append(_Arm(a, trainer, inv, sl, where[i], tdir, env))
-    return out
+    return [_Arm(c.arm, c.trainer, c.inv, slices[where[i]], where[i], c.tdir,
+                 {**c.env, **slice_env(slices[where[i]])})
+            for i, c in enumerate(command_arms(spec, spec.measured_steps, spec.timeout_s,
+                                               "protocol.pairing=duet"))]
 
 
 def _start(arms: list[_Arm]) -> None:
@@ -125,11 +116,8 @@ def _start(arms: list[_Arm]) -> None:
             r.out = open(r.tdir / "command.log", "wb")
             if mine is not None:  # the child inherits the starting thread's cores
                 os.sched_setaffinity(0, r.slice["cpus"])
-            r.guard = SessionGuard(r.tdir / COMMAND_SESSION)
             try:
-                r.proc = start_child(r.inv.argv, stdout=r.out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=r.env, cwd=r.inv.cwd,
-                                     preexec_fn=None, guard=r.guard)
+                r.proc, r.guard = start_command(r.inv, r.env, r.tdir, r.out)
             except OSError as exc:
                 r.start_error = f"{type(exc).__name__}: {exc.strerror or exc}"
                 continue
