@@ -203,7 +203,7 @@ def test_steps_pairing_runs_every_arm_of_a_round_in_one_process(compose: Any,
     assert "Peak memory: one process ran every arm and its peak cannot be reset" in text
     # the cycles planner (protocol.plan_cycles) reads these rounds: whole, even cycles per
     # arm, never fewer than ran, at most 4x more per extension
-    from orchestrator.campaign.run import cycles_per_round
+    from orchestrator.campaign.lengths import cycles_per_round
 
     steps_next, doc = cycles_per_round(cfg, run_dir, result.analysis)
     ran = recs[0]["cycles"]

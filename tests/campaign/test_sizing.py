@@ -13,7 +13,8 @@ import pytest
 
 from orchestrator.analysis import contamination
 from orchestrator.analysis.decide import Rule, decide
-from orchestrator.campaign.run import _first_attempt_stands, _keep_attempt, run_campaign
+from orchestrator.campaign.attempts import first_attempt_stands, keep_attempt
+from orchestrator.campaign.run import run_campaign
 from orchestrator.campaign.sizing import sized_bucket
 from orchestrator.core import paired
 from orchestrator.core.errors import ConfigError
@@ -172,25 +173,25 @@ def _trial_dir(tmp_path: Path, median_s: float, step: str) -> Path:
 
 def test_an_earlier_attempt_and_its_steps_are_kept_with_their_number(tmp_path: Path) -> None:
     tdir = _trial_dir(tmp_path, 0.01, "1")
-    first = _keep_attempt(tdir, "contaminated: far out")
+    first = keep_attempt(tdir, "contaminated: far out")
     assert (tdir / "attempt1.json").exists() and (tdir / "attempt1.steps.csv").exists()
     assert first[-1]["reason"] == "contamination" and first[-1]["why"] == "contaminated: far out"
     # a later pass (another look) numbers on from the record, never over an earlier attempt
     (tdir / "trial.json").write_text(json.dumps({"trial_id": "t", "status": "ok",
                                                  "earlier_attempts": first}))
-    second = _keep_attempt(tdir)
+    second = keep_attempt(tdir)
     assert (tdir / "attempt2.json").exists() and len(second) == 2
     assert json.loads((tdir / "attempt1.json").read_text())["step_time_median_s"] == 0.01
 
 
 def test_a_rerun_that_is_off_too_leaves_the_first_attempt_standing(tmp_path: Path) -> None:
     tdir = _trial_dir(tmp_path, 0.011, "first")
-    earlier = _keep_attempt(tdir, "contaminated: +8% off")
+    earlier = keep_attempt(tdir, "contaminated: +8% off")
     (tdir / "trial.json").write_text(json.dumps({"trial_id": "t", "status": "ok",
                                                  "step_time_median_s": 0.02,
                                                  "earlier_attempts": earlier}))
     (tdir / "steps.csv").write_text("step\nrerun\n")
-    _first_attempt_stands(tdir, "contaminated: +88% off")
+    first_attempt_stands(tdir, "contaminated: +88% off")
     now = json.loads((tdir / "trial.json").read_text())
     assert now["step_time_median_s"] == 0.011 and "first" in (tdir / "steps.csv").read_text()
     (kept,) = now["earlier_attempts"]

@@ -350,7 +350,7 @@ def test_decisions_header_prints_no_placeholders() -> None:
     """decisions.md's environment line from trial records as a table gives them: the first ok
     record may lack the versions (NaN), and a command workload's has no device count or torch;
     neither prints nan, None or xNone."""
-    from orchestrator.campaign.run import env_line
+    from orchestrator.campaign.render import env_line
 
     nan = float("nan")
     cpu = {"kind": "cpu", "name": "AMD EPYC", "count": 2}

@@ -190,11 +190,11 @@ def test_a_trial_measured_under_interference_is_re_run_not_pooled(
     """A real busy process shares the machine during the variant's first attempt
     (tests/helpers/noisy.py): its trial records the other processes' CPU, is re-run after the
     others of its pass, and the first attempt is kept aside, not pooled."""
-    from orchestrator.campaign import run as campaign
+    from orchestrator.campaign import load
     from orchestrator.platform.interference import MachineLoad
 
     # quiet before the campaign: a shared machine's own load is not taken as persistent
-    monkeypatch.setattr(campaign, "machine_load", lambda s=1.0: MachineLoad(2, 0.0, 0.0, [], s))
+    monkeypatch.setattr(load, "machine_load", lambda s=1.0: MachineLoad(2, 0.0, 0.0, [], s))
     monkeypatch.setenv("NOISY_MARKER_DIR", str(tmp_path))
     cfg = compose(["workload=synthetic", "+sweep=calibrate", "protocol=quick", "launcher=local",
                    "workload.recipe=tests.helpers.noisy:build", "sweep.values=[0.5]",
@@ -220,12 +220,12 @@ def test_a_trial_measured_under_interference_is_re_run_not_pooled(
 def _loaded(monkeypatch: pytest.MonkeyPatch, after_cores: list[float]) -> None:
     """Every trial measured under 1.5 cores of other processes and a busy machine before the
     campaign; ``after_cores``: what each later sample of the machine finds."""
-    from orchestrator.campaign import run as campaign
+    from orchestrator.campaign import load
     from orchestrator.worker import trial
     from orchestrator.platform.interference import MachineLoad
 
     samples = iter([1.9, *after_cores])
-    monkeypatch.setattr(campaign, "machine_load", lambda s=1.0: MachineLoad(
+    monkeypatch.setattr(load, "machine_load", lambda s=1.0: MachineLoad(
         2, 2.0, next(samples, after_cores[-1]), [], s))
     monkeypatch.setattr(trial, "_interference", lambda w, world: {**w.stop(), "others_cores": 1.5})
 
@@ -303,7 +303,7 @@ def test_cpu_window_sees_another_process_and_require_quiet_refuses(
         compose: Any, run_dir: Path) -> None:
     import time
 
-    from orchestrator.campaign.run import check_quiet
+    from orchestrator.campaign.load import check_quiet
     from orchestrator.core.errors import ConfigError
     from orchestrator.platform.interference import CpuWindow
 
@@ -343,12 +343,12 @@ def test_a_rerun_into_a_finished_directory_keeps_the_first_load(
     """Issue 51: a same-config rerun into a finished run directory is a resume, and its own
     load sample goes beside the first invocation's, never over it (the first trials never saw
     the rerun's machine)."""
-    from orchestrator.campaign import run as campaign
+    from orchestrator.campaign import load
     from orchestrator.platform.interference import MachineLoad
 
-    monkeypatch.setattr(campaign, "machine_load", lambda s=1.0: MachineLoad(2, 0.1, 0.0, [], s))
+    monkeypatch.setattr(load, "machine_load", lambda s=1.0: MachineLoad(2, 0.1, 0.0, [], s))
     run_campaign(compose(LOADED), run_dir)
-    monkeypatch.setattr(campaign, "machine_load", lambda s=1.0: MachineLoad(2, 2.0, 1.9, [], s))
+    monkeypatch.setattr(load, "machine_load", lambda s=1.0: MachineLoad(2, 2.0, 1.9, [], s))
     run_campaign(compose(LOADED), run_dir)
     doc = json.loads((run_dir / "machine_load.json").read_text())
     assert doc["others_cores"] == 0.0 and not doc["problems"]
