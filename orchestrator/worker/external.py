@@ -309,6 +309,7 @@ def ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: CheckedS
         **{**common, "measured_steps": len(measured)},
         status=Status.OK,
         torch_version=None,
+        measured_steps_run=len(measured),  # as every mode's record says it
         step_time_median_s=median,
         step_time_mad_s=statistics.median(abs(v - median) for v in measured),
         tokens_per_step=tokens,
