@@ -64,6 +64,8 @@ def _sweep(variable: str, baseline: Any, value: Any) -> list[str]:
             f"sweep.values=[{value}]"]
 
 
+CLIENT = ("workload.command='{python} tests/helpers/client_trainer.py --steps {steps} "
+          "--units 5 --nan-units 9 --label'")
 # per mode: (the overrides that plan a round of it, those of a variant that fails)
 CASES: dict[str, tuple[list[str], list[str]]] = {
     "process": ([*SYNTHETIC, "protocol.pairing=process", "sweep.values=[0.5]"],
@@ -71,14 +73,12 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "in-process": ([*SYNTHETIC, "protocol.pairing=steps", "sweep.values=[0.5]"],
                    [*SYNTHETIC, "protocol.pairing=steps", "sweep.values=[1.0]"]),
     # units 9: the trainer reports a NaN loss in that arm's blocks (the arm fails)
-    "client": (["+sweep=planted_client", "protocol.pairing=steps",
-                "workload.command='{python} tests/helpers/client_trainer.py --steps {steps} "
-                "--units 5 --nan-units 9 --label'", "sweep.variable=workload.params.units",
-                "sweep.baseline=5", "sweep.values=[6]", "sweep.labels=[v]"],
-               ["+sweep=planted_client", "protocol.pairing=steps",
-                "workload.command='{python} tests/helpers/client_trainer.py --steps {steps} "
-                "--units 5 --nan-units 9 --label'", "sweep.variable=workload.params.units",
-                "sweep.baseline=5", "sweep.values=[9]", "sweep.labels=[v]"]),
+    "client": (["+sweep=planted_client", "protocol.pairing=steps", CLIENT,
+                "sweep.variable=workload.params.units", "sweep.baseline=5", "sweep.values=[6]",
+                "sweep.labels=[v]"],
+               ["+sweep=planted_client", "protocol.pairing=steps", CLIENT,
+                "sweep.variable=workload.params.units", "sweep.baseline=5", "sweep.values=[9]",
+                "sweep.labels=[v]"]),
     "alternation": (["workload=plain_contract", "protocol.pairing=steps",
                      *_sweep("workload.params.units", 8, 16)],
                     ["workload=plain_contract", "protocol.pairing=steps",
