@@ -149,7 +149,7 @@ def _every_round(analysis: Analysis, bucket: str, arm_id: str) -> bool:
     the headline, not a rule)."""
     fit = analysis.fits.get(bucket)
     d = fit.contrasts.get(arm_id) if fit is not None else None
-    return bool(d) and all(x > 0 for x in d.values())
+    return d is not None and bool(d) and all(x > 0 for x in d.values())
 
 
 def _resolve(obj: Scope, alpha: float, rule: Rule) -> int | None:
@@ -246,16 +246,16 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
             # load that comes and goes moves whole trials: with this little evidence a timing
             # verdict cannot tell it from the arm, so it is not taken on its own
             saw = _scope_text(obj, objective)
-            rounds = max(MIN_ROUNDS_UNDER_LOAD, obj.eff.rounds + 1)
+            need = max(MIN_ROUNDS_UNDER_LOAD, obj.eff.rounds + 1)
             timing.insert(0, f"{saw} looked {'faster' if kind == 'good' else 'slower'}, but "
                              f"load was detected ({rule.load}), with {thin}: a retain or reject "
                              f"needs a quiet machine, or at least {MIN_ROUNDS_UNDER_LOAD} rounds "
                              "of trials with a time floor")
             headline = headline or (
                 f"inconclusive: {saw} under load, with {thin}: not decided on its own; rerun "
-                f"on a quiet machine, or with protocol.max_rounds={rounds} or more and "
+                f"on a quiet machine, or with protocol.max_rounds={need} or more and "
                 "protocol.measured_min_s > 0 (the default protocol)")
-            kind, resolve = "unsure", rounds
+            kind, resolve = "unsure", need
         same = same_step(analysis, base, arm)
         blocked = construction_equivalent(scopes, rule) if same and obj is not None else ""
         if same and kind == "unsure" and obj is not None and not blocked:  # by what ran
@@ -411,10 +411,10 @@ def judge(scopes: dict[str, Scope | None], objective: str, alpha: float,
             timing.append(f"{objective}: {_fmt(s, lo, hi)} ({lvl}) straddles 1 and is not "
                           f"within ±{rule.min_effect:.0%}")
         resolve = _resolve(obj, alpha, rule)
-    for k, sc in scopes.items():
-        if sc is not None and k != objective:
-            timing.append(f"{k}: {_fmt(sc.eff.speedup, *sc.two)} ({lvl}; one-sided "
-                          f"{1 - alpha:.1%} lower bound {sc.tost[0]:.3f})")
+    for k, other in scopes.items():
+        if other is not None and k != objective:
+            timing.append(f"{k}: {_fmt(other.eff.speedup, *other.two)} ({lvl}; one-sided "
+                          f"{1 - alpha:.1%} lower bound {other.tost[0]:.3f})")
     return kind, timing, resolve, why
 
 

@@ -325,7 +325,7 @@ def check_lever_sweep(cfg: Config, arms: Sequence[ResolvedArm]) -> None:
         sweep = cfg.sweep
         key = "sweep.variable" if not sweep.knob else f"sweep.knob.{next(iter(sweep.knob))}"
         swept = [SweptArm(a.label, a.workload_config, set(differing_settings(arms[0], a)))
-                 for a in arms]
+                 for a in arms if a.workload_config is not None]
         cfg.workload.check_arms(cfg.protocol, swept, key, sweep.variable)
     validate_start_method(cfg, [k for a in arms for k in a.env])
     env_swept = any(a.env != arms[0].env for a in arms)

@@ -210,7 +210,7 @@ def _expand(overrides: list[str]) -> list[list[str]]:
             vals = list(o.sweep_string_iterator())
             axes.append([f"{o.get_key_element()}={v}" for v in vals])
         else:
-            axes.append([o.input_line])
+            axes.append([str(o.input_line)])
     return [list(c) for c in itertools.product(*axes)]
 
 

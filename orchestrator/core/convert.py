@@ -47,12 +47,12 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return _convert(args[0], value, key) if len(args) == 1 else value
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_dict(tp, value, key + ".")
     if origin is list:
         (arg,) = typing.get_args(tp) or (Any,)
         return [_convert(arg, v, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
-        args = typing.get_args(tp)
-        return {k: _convert(args[1] if args else Any, v, f"{key}.{k}") for k, v in value.items()}
+        kv = typing.get_args(tp)
+        return {k: _convert(kv[1] if kv else Any, v, f"{key}.{k}") for k, v in value.items()}
     return value

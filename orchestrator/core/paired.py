@@ -438,6 +438,7 @@ def optimal_steps(c: Components, floor: int, cap: int) -> tuple[int, str]:
     k = math.pi / 2
     if c.sigma_within <= 0:
         return floor, "steps do not vary within a trial: more steps add nothing"
+    n: float
     if c.sigma_between <= 1e-12:
         n = cap
         why = ("the trials' spread is all step noise (no process-to-process variance seen): "

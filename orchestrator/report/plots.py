@@ -26,7 +26,7 @@ def _plt() -> Any:
     return plt
 
 
-def _arm_order(steps: pd.DataFrame, arms: Sequence[dict[str, Any]]) -> list[str]:
+def _arm_order(steps: pd.DataFrame, arms: Sequence[Mapping[str, Any]]) -> list[str]:
     labels = [a["label"] for a in arms]
     present = list(dict.fromkeys(steps["arm_label"])) if not steps.empty else []
     return [a for a in labels if a in present] + [a for a in present if a not in labels]
@@ -42,7 +42,8 @@ def clip_limit(data: Sequence[Any]) -> tuple[float, int]:
     return lim, int((allv > lim).sum())
 
 
-def step_distributions(steps: pd.DataFrame, arms: Sequence[dict[str, Any]], out: Path) -> Path | None:
+def step_distributions(steps: pd.DataFrame, arms: Sequence[Mapping[str, Any]],
+                       out: Path) -> Path | None:
     measured = steps[steps["phase"] == "measured"] if not steps.empty else steps
     if measured.empty:
         return None
@@ -173,7 +174,7 @@ def execution_order(steps: pd.DataFrame) -> pd.DataFrame:
             .drop(columns="_process_at").reset_index(drop=True))
 
 
-def timeline(steps: pd.DataFrame, arms: Sequence[dict[str, Any]], out: Path) -> Path | None:
+def timeline(steps: pd.DataFrame, arms: Sequence[Mapping[str, Any]], out: Path) -> Path | None:
     if steps.empty:
         return None
     plt = _plt()

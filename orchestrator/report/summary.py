@@ -10,7 +10,7 @@ import base64
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,7 +168,7 @@ def lineage_blocks(run_dir: Path, with_plots: bool) -> list[Block]:
     return out
 
 
-def plot_blocks(c: Campaign, buckets: list[str], arms: list[dict[str, Any]],
+def plot_blocks(c: Campaign, buckets: list[str], arms: Sequence[Mapping[str, Any]],
                 protocol: dict[str, Any]) -> list[Block]:
     pdir = c.run_dir / "plots"
     pdir.mkdir(exist_ok=True)

@@ -45,23 +45,86 @@ def choices(name: str, *values: str) -> type[Choice]:
     """A Choice type of these values (any strings: the member names are the values), made a
     member of the calling module so that it pickles (trial specs cross process boundaries)."""
     module = sys._getframe(1).f_globals.get("__name__", __name__)
-    return Choice(name, [(v, v) for v in values], module=module)  # type: ignore[return-value]
+    return Choice(name, [(v, v) for v in values], module=module)  # type: ignore[call-overload,no-any-return]
 
 
-Precision = choices("Precision", "fp32", "bf16", "fp16")  # the autocast policy
-CorrectnessMode = choices("CorrectnessMode", "once", "off")
-Device = choices("Device", "auto", "cpu", "cuda", "musa")
-LauncherName = choices("LauncherName", "inline", "local", "slurm")
-StartMethod = choices("StartMethod", "auto", "spawn", "forkserver")
-DataKind = choices("DataKind", "synthetic", "text")
-OnMismatch = choices("OnMismatch", "refuse", "flag")
-ProfileMode = choices("ProfileMode", "off", "framework", "system", "compute")
-WarmupPolicy = choices("WarmupPolicy", "fixed", "auto")
-Clock = choices("Clock", "wall", "cpu")
-SpeedReference = choices("SpeedReference", "auto", "host", "off")
-CompileCache = choices("CompileCache", "cold", "warm")
-Order = choices("Order", "balanced", "reversed")
-TrialSummary = choices("TrialSummary", "trimmed_mean", "mean", "median")
+class Precision(Choice):  # the autocast policy
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class CorrectnessMode(Choice):
+    once = "once"
+    off = "off"
+
+
+class Device(Choice):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+    musa = "musa"
+
+
+class LauncherName(Choice):
+    inline = "inline"
+    local = "local"
+    slurm = "slurm"
+
+
+class StartMethod(Choice):
+    auto = "auto"
+    spawn = "spawn"
+    forkserver = "forkserver"
+
+
+class DataKind(Choice):
+    synthetic = "synthetic"
+    text = "text"
+
+
+class OnMismatch(Choice):
+    refuse = "refuse"
+    flag = "flag"
+
+
+class ProfileMode(Choice):
+    off = "off"
+    framework = "framework"
+    system = "system"
+    compute = "compute"
+
+
+class WarmupPolicy(Choice):
+    fixed = "fixed"
+    auto = "auto"
+
+
+class Clock(Choice):
+    wall = "wall"
+    cpu = "cpu"
+
+
+class SpeedReference(Choice):
+    auto = "auto"
+    host = "host"
+    off = "off"
+
+
+class CompileCache(Choice):
+    cold = "cold"
+    warm = "warm"
+
+
+class Order(Choice):
+    balanced = "balanced"
+    reversed = "reversed"
+
+
+class TrialSummary(Choice):
+    trimmed_mean = "trimmed_mean"
+    mean = "mean"
+    median = "median"
 
 PRECISIONS = Precision.values()
 TOLERANCE_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # tf32: fp32 with tf32 matmuls

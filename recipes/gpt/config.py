@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from orchestrator.spec.config import (
     DATA_KINDS,
+    Choice,
     choices,
     DataConfig,
     ProtocolConfig,
@@ -29,11 +30,40 @@ TRITON_BACKENDS = ("triton", "fa2")
 TRITON_TILES = (16, 32, 64, 128, 256)  # a tile side is a tl.dot operand side: a power of two
 TRITON_HEAD_DIMS = (16, 32, 64, 128)
 TRITON_WARPS = (1, 2, 4, 8, 16)
-AttentionBackend = choices("AttentionBackend", *ATTENTION_BACKENDS)
-SdpaKernel = choices("SdpaKernel", "auto", "math", "flash", "efficient", "cudnn")
-CompileMode = choices("CompileMode", "off", "default", "reduce-overhead",
-                      "max-autotune-no-cudagraphs", "max-autotune")
-CompileBackend = choices("CompileBackend", "inductor", "aot_eager", "eager")
+
+
+class AttentionBackend(Choice):
+    eager = "eager"
+    sdpa = "sdpa"
+    tiled = "tiled"
+    triton = "triton"
+    fa2 = "fa2"
+    flash_attn = "flash_attn"
+
+
+class SdpaKernel(Choice):
+    auto = "auto"
+    math = "math"
+    flash = "flash"
+    efficient = "efficient"
+    cudnn = "cudnn"
+
+
+if TYPE_CHECKING:  # its members' names have hyphens: looked up by name (CompileMode["off"])
+    class CompileMode(Choice):
+        ...
+else:
+    CompileMode = choices("CompileMode", "off", "default", "reduce-overhead",
+                          "max-autotune-no-cudagraphs", "max-autotune")
+
+
+class CompileBackend(Choice):
+    inductor = "inductor"
+    aot_eager = "aot_eager"
+    eager = "eager"
+
+
+assert AttentionBackend.values() == ATTENTION_BACKENDS
 SDPA_KERNELS = SdpaKernel.values()
 COMPILE_MODES = CompileMode.values()
 COMPILE_BACKENDS = CompileBackend.values()

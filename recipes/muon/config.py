@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from orchestrator.spec.config import DataConfig, WorkloadConfig, choices, workload_schema
+from orchestrator.spec.config import Choice, DataConfig, WorkloadConfig, workload_schema
 from recipes.muon.checks import (
     COEFFICIENT_SETS,
     COST_PROFILES,
@@ -20,12 +20,48 @@ from recipes.muon.checks import (
     validate_muon_tp,
 )
 
-Sharding = choices("Sharding", *SHARDINGS)
-Coefficients = choices("Coefficients", *COEFFICIENT_SETS)
-NsDtype = choices("NsDtype", *NS_DTYPES)
-ScaleMode = choices("ScaleMode", *SCALE_MODES)
-TPMode = choices("TPMode", *TP_MODES)
-CostProfile = choices("CostProfile", *COST_PROFILES)
+
+
+class Sharding(Choice):
+    megatron = "megatron"
+    dim0 = "dim0"
+
+
+class Coefficients(Choice):
+    simple = "simple"
+    quintic = "quintic"
+    cubic = "cubic"
+    polar_express = "polar_express"
+    cans = "cans"
+
+
+class NsDtype(Choice):
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
+class ScaleMode(Choice):
+    shape_scaling = "shape_scaling"
+    spectral = "spectral"
+    unit_rms_norm = "unit_rms_norm"
+
+
+class TPMode(Choice):
+    duplicated = "duplicated"
+    distributed = "distributed"
+    auto = "auto"
+
+
+class CostProfile(Choice):
+    measured = "measured"
+    registry = "registry"
+    none = "none"
+
+
+# the checks' lists (recipes.muon.checks) and these types name the same values
+assert (Sharding.values(), Coefficients.values(), NsDtype.values(), ScaleMode.values(),
+        TPMode.values(), CostProfile.values()) == (SHARDINGS, COEFFICIENT_SETS, NS_DTYPES,
+                                                   SCALE_MODES, TP_MODES, COST_PROFILES)
 
 
 @dataclass

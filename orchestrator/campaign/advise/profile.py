@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from orchestrator.spec.config import Config
+from orchestrator.spec.config import Config, ProfileMode
 from orchestrator.core.convert import to_dict
 from orchestrator.launch.base import Launcher
 from orchestrator.launch.factory import make_launcher
@@ -37,7 +37,7 @@ def baseline_arm(cfg: Config) -> ResolvedArm:
 def profile_baseline(cfg: Config, run_dir: Path, launcher: Launcher | None = None) -> Path:
     """Run the framework profiler on the baseline, one trial per bucket; returns ``run_dir``."""
     cfg = dataclasses.replace(cfg, sweep=None,
-                              profile=dataclasses.replace(cfg.profile, mode="framework"))
+                              profile=dataclasses.replace(cfg.profile, mode=ProfileMode.framework))
     run_dir.mkdir(parents=True, exist_ok=True)
     sanitizer = Sanitizer.from_config(cfg.sanitize)
     reserve_run_dir(run_dir, sanitizer)
