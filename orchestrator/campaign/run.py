@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,25 @@ class Start:
     spending: list[list[float]] | None = None  # the looks' error-rate shares (plan.json)
 
 
+@dataclass(frozen=True)
+class CampaignContext:
+    """What a campaign's steps share once it is planned, passed as one: the config, the run
+    directory, the sweep's arms and those that run (the A/A control too), the buckets, the plan
+    and the pairing the planner chose (None: protocol.pairing's own). Frozen: a step that
+    changes the arms (the user's code in its worktree, revisions.materialize) makes another
+    context; ``planned`` and ``adaptive_log`` are the campaign's lists, which the adaptive
+    rounds extend in place."""
+
+    cfg: Config
+    run_dir: Path
+    arms: list[ResolvedArm]
+    running: list[ResolvedArm]
+    buckets: list[dict[str, Any]]
+    planned: list[PlannedTrial]
+    adaptive_log: list[dict[str, Any]]
+    pairing: dict[str, Any] | None = None
+
+
 def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
     """Every check before the campaign's first write, and nothing written: the pairing
     (``protocol.pairing=auto`` becomes the planner's choice), a run directory planned for
@@ -171,8 +190,8 @@ def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
         [a.arm_id for a in running], [b["name"] for b in buckets], range(p.repeats),
         reverse_every_other_round=p.reverse_every_other_round, order=p.order, seed=str(p.seed),
     )
-    check_same_plan(run_dir, json.loads(json.dumps(
-        _plan_doc(cfg, arms, running, buckets, planned, [], pairing_doc))))
+    check_same_plan(run_dir, json.loads(json.dumps(_plan_doc(
+        CampaignContext(cfg, run_dir, arms, running, buckets, planned, [], pairing_doc)))))
     done = completed_trials(run_dir)
     provenance.check_resume_environment(cfg, run_dir, list(done.values()))
     machine = None if cfg.launcher.name == "slurm" else check_quiet(cfg)  # Slurm: elsewhere
@@ -191,13 +210,12 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     if start.machine is not None:
         record_machine_load(run_dir, start.machine)
     running, buckets, planned = start.running, start.buckets, start.planned
-    bucket_names = [b["name"] for b in buckets]
-    adaptive_log: list[dict[str, Any]] = []
+    ctx = CampaignContext(cfg, run_dir, arms, running, buckets, planned, [], start.pairing)
     # first: a campaign stopped from here resumes; a resume's extended spending is written now
-    _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
-                pairing=start.pairing, spending=start.spending)
+    _write_plan(ctx, spending=start.spending)
     # the user's code: each arm's revision in its worktree (source.revision), its state
     arms, running = revisions.materialize(cfg, run_dir, arms, running)
+    ctx = replace(ctx, arms=arms, running=running)
     session = provenance.start(cfg, run_dir, arms, list(start.done.values()), overrides,
                                code_lines=revisions.source_lines(running))
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
@@ -206,15 +224,13 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     # a command's trials sized by time from a pilot per bucket (before the first round)
     sizing = size_trials(cfg, run_dir, running, buckets, planned, launcher, start.done)
     if sizing is not None:
-        _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
-                    pairing=start.pairing, spending=start.spending, sizing=sizing)
+        _write_plan(ctx, spending=start.spending, sizing=sizing)
     rounds_done = p.repeats
     # one display for the whole invocation: the total is the plan (done trials included),
     # raised as adaptive rounds extend it
     progress = Progress(cfg.sweep.name, len(planned))
     try:
-        _run_rounds(cfg, run_dir, arms, running, buckets, bucket_names, planned, adaptive_log,
-                    launcher, session, progress, rounds_done, max_rounds, start.pairing)
+        _run_rounds(ctx, launcher, session, progress, rounds_done, max_rounds)
     finally:
         progress.close()
     # profiled trials: a separate step after the timed ones, never in timing statistics
@@ -225,18 +241,15 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     return finalize(cfg, run_dir, arms, session)
 
 
-def _run_rounds(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: list[ResolvedArm],
-                buckets: list[dict[str, Any]], bucket_names: list[str],
-                planned: list[PlannedTrial], adaptive_log: list[dict[str, Any]],
-                launcher: Launcher, session: provenance.Session, progress: Any,
-                rounds_done: int, max_rounds: int,
-                pairing: dict[str, Any] | None = None) -> None:
-    """The initial rounds, then adaptive ones while a variant is undecided (``planned`` and
-    ``adaptive_log`` grow in place)."""
+def _run_rounds(ctx: CampaignContext, launcher: Launcher, session: provenance.Session,
+                progress: Any, rounds_done: int, max_rounds: int) -> None:
+    """The initial rounds, then adaptive ones while a variant is undecided (``ctx.planned`` and
+    ``ctx.adaptive_log`` grow in place)."""
+    cfg, run_dir, arms, running, planned = ctx.cfg, ctx.run_dir, ctx.arms, ctx.running, ctx.planned
+    adaptive_log, bucket_names = ctx.adaptive_log, [b["name"] for b in ctx.buckets]
     p = cfg.protocol
     while True:
-        _write_plan(cfg, run_dir, arms, running, buckets, planned, adaptive_log,
-                    check=not adaptive_log, pairing=pairing)
+        _write_plan(ctx, check=not adaptive_log)
         session.sanitize_files(run_dir, ("config.json", "plan.json"))
         _run_missing(cfg, run_dir, running, planned, launcher, session, progress)
         if rounds_done >= max_rounds:
@@ -282,12 +295,9 @@ def kill_orphans(run_dir: Path) -> None:
                         "running in %s", len(found), record.parent.name)
 
 
-def _plan_doc(cfg: Config, arms: list[ResolvedArm], running: list[ResolvedArm],
-              buckets: list[dict[str, Any]], planned: list[PlannedTrial],
-              adaptive_log: list[dict[str, Any]],
-              pairing: dict[str, Any] | None = None,
-              spending: list[list[float]] | None = None,
+def _plan_doc(ctx: CampaignContext, spending: list[list[float]] | None = None,
               sizing: dict[str, Any] | None = None) -> dict[str, Any]:
+    cfg, arms, running, pairing = ctx.cfg, ctx.arms, ctx.running, ctx.pairing
     assert cfg.sweep is not None
     p = cfg.protocol
     control = [a for a in running if a not in arms]
@@ -296,28 +306,25 @@ def _plan_doc(cfg: Config, arms: list[ResolvedArm], running: list[ResolvedArm],
             "sweep": cfg.sweep.name,
             "arms": [a.plan_dict() for a in arms],
             "control_arm": control[0].plan_dict() if control else None,
-            "buckets": buckets,
+            "buckets": ctx.buckets,
             "rounds": {"initial": p.repeats, "max": max(p.max_rounds, p.repeats),
                        "adaptive_step": p.adaptive_step_rounds},
-            "adaptive": adaptive_log,
+            "adaptive": ctx.adaptive_log,
             "pairing": pairing or {"mode": p.pairing, "why": "set by protocol.pairing"},
             # frozen at the first plan; a resume extends it with what is left (planned_spending)
             "spending": {"alpha": 1 - p.confidence, "rho": p.alpha_spending,
                          "looks": spending or fresh_spending(cfg)},
             # a command's trial length from its pilots (orchestrator.campaign.sizing)
             **({"sizing": sizing} if sizing else {}),
-            "trials": [t.to_dict() for t in planned],
+            "trials": [t.to_dict() for t in ctx.planned],
     }
 
 
-def _write_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm], running: list[ResolvedArm],
-                buckets: list[dict[str, Any]], planned: list[PlannedTrial],
-                adaptive_log: list[dict[str, Any]], check: bool = False,
-                pairing: dict[str, Any] | None = None,
+def _write_plan(ctx: CampaignContext, check: bool = False,
                 spending: list[list[float]] | None = None,
                 sizing: dict[str, Any] | None = None) -> None:
-    plan_doc = _plan_doc(cfg, arms, running, buckets, planned, adaptive_log, pairing,
-                         spending or read_spending(run_dir), sizing or read_sizing(run_dir))
+    run_dir = ctx.run_dir
+    plan_doc = _plan_doc(ctx, spending or read_spending(run_dir), sizing or read_sizing(run_dir))
     if check:  # checked by prepare() before the first write; here for callers that skip it
         check_same_plan(run_dir, json.loads(json.dumps(plan_doc)))
     atomic_write_json(run_dir / "plan.json", plan_doc)
