@@ -4,12 +4,13 @@
 # machine allows it (root, Debian's slurm-wlm) and stopped afterwards; without it those tests
 # are skipped with the reason. ORCH_SLURM=0 skips starting it. First, lint-imports checks that
 # imports run one way (the contracts in pyproject.toml; docs/architecture.md): a broken
-# contract fails the run.
+# contract fails the run; then mypy checks orchestrator/ (a type error fails it too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/install_test_deps.sh
 .venv/bin/lint-imports --no-cache
+.venv/bin/mypy orchestrator  # the types the records and the config carry (pyproject's [tool.mypy])
 if [ "${ORCH_SLURM:-1}" = 1 ] && bash scripts/slurm_local.sh start; then
   trap 'bash scripts/slurm_local.sh stop' EXIT
   eval "$(bash scripts/slurm_local.sh env)"

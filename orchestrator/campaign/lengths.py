@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.records import Pairing, TrialKind
 from orchestrator.analysis.analyze import (
     Analysis,
     paired_blocks,
@@ -39,7 +40,7 @@ def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     by_trial = step_times_by_trial(steps_df)
     if analysis.speed_normalised:
         by_trial = normalise(by_trial, reference_times_by_trial(steps_df))
-    ok = trials_df[(trials_df["status"] == Status.OK) & (trials_df.get("kind", "timed") == "timed")]
+    ok = trials_df[(trials_df["status"] == Status.OK) & (trials_df.get("kind", TrialKind.TIMED) == TrialKind.TIMED)]
     sizing = read_sizing(run_dir) or {}
     steps: dict[str, int] = {}
     doc: dict[str, Any] = {}
@@ -87,9 +88,9 @@ def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     by_trial = step_times_by_trial(steps_df)
     if analysis.speed_normalised:
         by_trial = normalise(by_trial, reference_times_by_trial(steps_df))
-    ok = trials_df[(trials_df["status"] == Status.OK) & (trials_df.get("kind", "timed") == "timed")]
+    ok = trials_df[(trials_df["status"] == Status.OK) & (trials_df.get("kind", TrialKind.TIMED) == TrialKind.TIMED)]
     if "pairing" in ok:
-        ok = ok[ok["pairing"] == "steps"]
+        ok = ok[ok["pairing"] == Pairing.steps]
     base = analysis.arms[0].arm_id
     k = cfg.protocol.block_steps
     steps: dict[str, int] = {}
@@ -150,7 +151,7 @@ def short_trials(cfg: Config) -> str:
     """The trials are a few steps with no time floor (the quick protocol's), in one line;
     "" otherwise. Under load such a trial is at the mercy of one burst."""
     p = cfg.protocol
-    floor = p.measured_min_s > 0 or (p.pairing != "process" and p.paired_min_s > 0)
+    floor = p.measured_min_s > 0 or (p.pairing != Pairing.process and p.paired_min_s > 0)
     if p.measured_steps >= MIN_STEPS_UNDER_LOAD or floor:
         return ""
     return (f"{p.measured_steps} measured step(s) a trial and no time floor "

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.records import TrialKind
 from orchestrator.analysis import contamination
 from orchestrator.analysis.analyze import Analysis, comparison_rows
 from orchestrator.analysis.decide import Verdict
@@ -158,7 +159,7 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
     records, analysis = out.records, out.analysis
     failures = [r for r in records if r.get("status") not in (Status.OK, None)
                 # profiled and microbenchmark trials: in their own sections
-                and r.get("kind", "timed") not in ("profile", "microbench")]
+                and r.get("kind", TrialKind.TIMED) not in (TrialKind.PROFILE, TrialKind.MICROBENCH)]
     for f in failures:  # where the whole log is, beside its tail
         found = trial_log(run_dir / "trials" / str(f["trial_id"]), f)
         f["log_file"] = str(found.relative_to(run_dir)) if found is not None else None

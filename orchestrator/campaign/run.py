@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.records import Pairing
 from orchestrator.campaign import provenance, revisions
 from orchestrator.platform import rundir
 from orchestrator.analysis.analyze import Analysis, analyze
@@ -179,11 +180,11 @@ def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
     p.pairing = pairing_choice
     pairing_doc = {"mode": pairing_choice, "why": pairing_why,
                    **({"block_steps": p.block_steps, "switch_warmup_steps": p.switch_warmup_steps}
-                      if pairing_choice == "steps" else {}),
+                      if pairing_choice == Pairing.steps else {}),
                    **({"slices": duet_slices(p, len(with_control(cfg, arms)),
                                              cfg.launcher.cpu_affinity),
                        "placement": "arm i of a round on slice (i + round) mod slices"}
-                      if pairing_choice == "duet" else {})}
+                      if pairing_choice == Pairing.duet else {})}
     running = with_control(cfg, arms)
     buckets = selected_buckets(cfg)
     planned = plan_rounds(
@@ -228,6 +229,7 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     rounds_done = p.repeats
     # one display for the whole invocation: the total is the plan (done trials included),
     # raised as adaptive rounds extend it
+    assert cfg.sweep is not None  # validate() refuses a campaign without one
     progress = Progress(cfg.sweep.name, len(planned))
     try:
         _run_rounds(ctx, launcher, session, progress, rounds_done, max_rounds)
@@ -265,7 +267,7 @@ def _run_rounds(ctx: CampaignContext, launcher: Launcher, session: provenance.Se
         rounds = next_rounds(rounds_done, max_rounds, p.adaptive_step_rounds)
         keep = [a.arm_id for a in running if a.is_baseline or a.arm_id in reasons
                 or (p.aa_arm and a.arm_id == running[1].arm_id)]
-        if p.pairing in ("process", "duet"):  # one arm per process (side by side: duet)
+        if p.pairing in (Pairing.process, Pairing.duet):  # one arm per process (side by side: duet)
             steps, planner = (trial_length(cfg, run_dir, analysis) if p.plan_trial_length
                               else ({}, {}))
         else:
@@ -356,7 +358,7 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
 def _todo(cfg: Config, run_dir: Path, planned: list[PlannedTrial]) -> list[PlannedTrial]:
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
-    if cfg.protocol.pairing in ("steps", "duet"):  # a round's arms are measured together
+    if cfg.protocol.pairing in (Pairing.steps, Pairing.duet):  # a round's arms are measured together
         open_sessions = {(t.round, t.bucket) for t in todo}
         todo = [t for t in planned if (t.round, t.bucket) in open_sessions]
         for t in todo:  # a session's records are all re-measured

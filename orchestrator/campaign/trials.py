@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.records import Pairing, TrialKind
 from orchestrator.analysis import contamination
 from orchestrator.campaign import provenance
 from orchestrator.campaign.attempts import first_attempt_stands, keep_attempt, with_attempts
@@ -59,7 +60,7 @@ class TrialPass:
                              default=self.p.trial_timeout_s)
         with sigterm_as_interrupt():
             for wave in waves(self.cfg, specs):  # a round's baseline first: it may stop the rest
-                if self.p.pairing == "process":  # a paired process stops with its baseline
+                if self.p.pairing == Pairing.process:  # a paired process stops with its baseline
                     wave = skip_without_baseline(planned, running, wave, self.finished,
                                                  self.on_done)
                 if wave:
@@ -103,7 +104,7 @@ class TrialPass:
             log.warning("%s (%s, %s): %s: re-running it once", f.trial_id, f.arm_id, f.bucket,
                         f.why())
         again = {f.trial_id for f in flags}
-        if self.p.pairing != "process":  # its round's arms were measured together: all again
+        if self.p.pairing != Pairing.process:  # its round's arms were measured together: all again
             rounds = {(t.round, t.bucket): self.why[t.trial_id] for t in planned
                       if t.trial_id in again}
             for t in planned:
@@ -187,13 +188,13 @@ def waves(cfg: Config, specs: list[TrialSpec]) -> list[list[TrialSpec]]:
     follow, so a failed baseline stops them (:func:`skip_without_baseline`). Trials one at a
     time by process only: a parallel or Slurm launcher gets every spec at once, and a process
     paired by steps runs its round's arms together."""
-    if cfg.protocol.pairing != "process" or cfg.launcher.name == "slurm" or (
+    if cfg.protocol.pairing != Pairing.process or cfg.launcher.name == "slurm" or (
             cfg.launcher.max_parallel > 1):
         return [list(specs)]
     out: list[list[TrialSpec]] = [[]]
     for i, s in enumerate(specs):
         out[-1].append(s)
-        if s.is_baseline and s.kind == "timed" and any(
+        if s.is_baseline and s.kind == TrialKind.TIMED and any(
                 not t.is_baseline and (t.round, t.bucket["name"]) == (s.round, s.bucket["name"])
                 for t in specs[i + 1:]):
             out.append([])
@@ -213,7 +214,7 @@ def skip_without_baseline(planned: list[PlannedTrial], running: list[ResolvedArm
     for s in wave:
         key = (s.round, s.bucket["name"])
         base = finished.get(base_of.get(key, ""), {})
-        if s.is_baseline or s.kind != "timed" or base.get("status") in (None, Status.OK, INFRA_STATUS):
+        if s.is_baseline or s.kind != TrialKind.TIMED or base.get("status") in (None, Status.OK, INFRA_STATUS):
             keep.append(s)
             continue
         why = (f"not run: the baseline's trial of round {s.round} at {key[1]} "
@@ -268,7 +269,7 @@ def paired_records(spec: TrialSpec, record: dict[str, Any]) -> list[tuple[TrialS
         atomic_write_json(path, rec)
         out.append((m, rec))
     if culprit is not None and culprit != members[0].arm_id and record.get("status") != Status.OK \
-            and record.get("pairing") != "steps":  # the launcher's record: the culprit's status
+            and record.get("pairing") != Pairing.steps:  # the launcher's record: the culprit's status
         rec = {**record, "status": INFRA_STATUS, "raw_status": record.get("status"),
                "infra_reason": f"the paired process ended {record.get('status')} in arm "
                                f"{culprit}'s block"}

@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.core.records import Pairing
 from orchestrator.platform import device as devmod
 from orchestrator.spec.bounds import check_numbers, check_spending
 from orchestrator.spec.duet import duet_devices_obstacle, duet_length_obstacle
@@ -168,7 +169,7 @@ def validate_timing(p: ProtocolConfig) -> None:
     _positive("protocol.repeats", p.repeats)
     if not 0.5 <= p.confidence < 1:
         raise ConfigError("protocol.confidence", f"must be in [0.5, 1), got {p.confidence}")
-    if p.pairing not in ("auto", "process", "steps", "duet"):
+    if p.pairing not in Pairing.values():
         raise ConfigError("protocol.pairing", f"must be auto, process, steps or duet, got "
                           f"{p.pairing!r}")
     _positive("protocol.block_steps", p.block_steps)
@@ -196,29 +197,29 @@ def validate_sanitize(cfg: Config) -> None:
 def check_pairing(cfg: Config, arms: Sequence[Any]) -> None:
     """protocol.pairing=steps for arms that cannot run so, and protocol.pairing=duet without
     a slice per arm (or with unequal slices), are refused in one line."""
-    if cfg.protocol.pairing == "duet" or cfg.protocol.duet_cpus or cfg.protocol.duet_devices:
-        if cfg.protocol.pairing == "duet" and not cfg.workload.runs_own_process():
+    if cfg.protocol.pairing == Pairing.duet or cfg.protocol.duet_cpus or cfg.protocol.duet_devices:
+        if cfg.protocol.pairing == Pairing.duet and not cfg.workload.runs_own_process():
             raise ConfigError("protocol.pairing", f"duet runs each arm as a program of its own "
                               f"on its slice; workload {cfg.workload.name} (kind "
                               f"{cfg.workload.kind!r}) runs inside the trial process: use "
                               "process or steps (or a command workload)")
         # declared slices are checked in form whatever the pairing; their number against the
         # arms where duet is asked for (auto falls back to process when they are too few)
-        n = len(arms) + (1 if cfg.protocol.aa_arm else 0) if cfg.protocol.pairing == "duet" else 1
+        n = len(arms) + (1 if cfg.protocol.aa_arm else 0) if cfg.protocol.pairing == Pairing.duet else 1
         duet_slices(cfg.protocol, n, cfg.launcher.cpu_affinity)
-        if cfg.protocol.pairing == "duet" and cfg.launcher.max_parallel > 1:
+        if cfg.protocol.pairing == Pairing.duet and cfg.launcher.max_parallel > 1:
             raise ConfigError("launcher.max_parallel", "must be 1 with protocol.pairing=duet: "
                               "a duet takes every slice of the machine")
         clash = (shared_log_obstacle(arms, "a duet's arms run at the same time")
                  or duet_length_obstacle(cfg.protocol)
-                 if cfg.protocol.pairing == "duet" else "")
+                 if cfg.protocol.pairing == Pairing.duet else "")
         if clash:
             raise ConfigError("protocol.pairing", f"duet: {clash}")
         # declared device slices this host lacks (where the trials run on this host)
         missing = duet_devices_obstacle(cfg.protocol, cfg.launcher.name, cfg.device)
         if missing:
             raise ConfigError(*missing)
-    if cfg.protocol.pairing != "steps":
+    if cfg.protocol.pairing != Pairing.steps:
         return
     why = pairing_obstacle(arms)
     if why:

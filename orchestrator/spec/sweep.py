@@ -482,14 +482,14 @@ def _accelerator(device: str) -> str:
     return next((k for k in available_kinds() if k != "cpu"), "")
 
 
-def choose_pairing(cfg: Config, arms: Sequence[Any]) -> tuple[str, str]:
+def choose_pairing(cfg: Config, arms: Sequence[Any]) -> tuple[Pairing, str]:
     """(process | steps | duet, why): protocol.pairing=auto picks steps when every arm differs
     from the baseline only in keys its recipe switches between steps, or for a command on the
     CPU (its arms' processes take turns: orchestrator.worker.pairing.alternation); else duet where the
     machine's slices are declared (protocol.duet_cpus / duet_devices), else process."""
     p = cfg.protocol
     if p.pairing != Pairing.auto:
-        return p.pairing, "set by protocol.pairing"
+        return Pairing(p.pairing), "set by protocol.pairing"
     why = pairing_obstacle(arms)
     if not why and alternates(arms):
         accelerator = _accelerator(cfg.device)
@@ -503,22 +503,22 @@ def choose_pairing(cfg: Config, arms: Sequence[Any]) -> tuple[str, str]:
         clash = (shared_log_obstacle(arms, "a duet's arms run at the same time")
                  or duet_length_obstacle(p))
         if clash:
-            return "process", f"auto: {why}; no duet: {clash}"
+            return Pairing.process, f"auto: {why}; no duet: {clash}"
         try:
             slices = duet_slices(p, len(arms), cfg.launcher.cpu_affinity)
         except ConfigError as exc:
-            return "process", f"auto: {why}; no duet: {exc.message}"
-        return "duet", (f"auto: {why}; the arms run at the same time instead, each on its own "
+            return Pairing.process, f"auto: {why}; no duet: {exc.message}"
+        return Pairing.duet, (f"auto: {why}; the arms run at the same time instead, each on its own "
                         f"of {len(slices)} declared slices, the placement rotated every round")
     if why:
-        return "process", f"auto: {why}"
+        return Pairing.process, f"auto: {why}"
     if alternates(arms):
-        return "steps", ("auto: a plain command cannot switch arms between steps, so each "
+        return Pairing.steps, ("auto: a plain command cannot switch arms between steps, so each "
                          "round every arm runs as a process of its own, resident together, "
                          "and they take turns on the same cores block by block (stopped and "
                          "resumed by signals); adjacent blocks are paired (a host whose speed "
                          "changes within a second cancels out)")
-    return "steps", ("auto: every arm differs from the baseline only in keys the recipe switches "
+    return Pairing.steps, ("auto: every arm differs from the baseline only in keys the recipe switches "
                      "between steps, so one fresh process per round and bucket runs them all "
                      "and adjacent blocks are paired (a host whose speed changes within a second "
                      "cancels out; fewer process starts)")
