@@ -109,8 +109,10 @@ def detected_load(cfg: Config, run_dir: Path, trials: Any) -> str:
     """The load this campaign's timings met, in one line ("" when none was detected): an ok
     trial still measured under more than protocol.interference_cores after its re-runs, or a
     load found persistent; where no trial measures its own interference (a command's trials),
-    a busy sample before an invocation (machine_load.json). A busy sample alone does not count
-    where the trials measured their own load and found it gone."""
+    a busy sample before an invocation (machine_load.json) that is still busy now, sampled
+    again. A busy sample alone does not count: where the trials measured their own load and
+    found it gone, or where it was gone again by the decision (a moment's burst at the start
+    says nothing of the trials)."""
     records = trials.to_dict("records") if hasattr(trials, "to_dict") else list(trials)
     cores = cfg.protocol.interference_cores
     said = []
@@ -121,11 +123,18 @@ def detected_load(cfg: Config, run_dir: Path, trials: Any) -> str:
     doc = read_optional(run_dir / "machine_load.json") or {}
     measured = any(r.get("status") == Status.OK and
                    interference_of(r).get("others_cores") is not None for r in records)
+    before: list[str] = []
     if doc.get("persistent") or not measured:
         for m in [doc, *[x for x in doc.get("later") or [] if isinstance(x, dict)]]:
-            said += [f"before the campaign: {x}" for x in m.get("problems") or []
-                     if f"before the campaign: {x}" not in said]
-    return "; ".join(said)
+            before += [f"before the campaign: {x}" for x in m.get("problems") or []
+                       if f"before the campaign: {x}" not in before]
+    if before and not doc.get("persistent"):  # still there at the decision?
+        now = machine_load(0.5)
+        if now.others_cores is not None and now.others_cores <= cores:
+            before = []
+        elif now.others_cores is not None:
+            before.append(f"still {now.others_cores:.2f} cores at the decision")
+    return "; ".join(said + before)
 
 
 def interference_of(record: dict[str, Any]) -> dict[str, Any]:
