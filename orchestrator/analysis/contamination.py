@@ -14,7 +14,7 @@ no interval uses it), se the trial's own standard error, and ``floor`` the small
 a re-run (twice protocol.min_effect). The campaign re-runs a flagged trial once, as it re-runs
 one measured under interference, and leaves it out only if the re-run is clean: the re-run
 stands and the flagged attempt is kept aside; a re-run flagged too leaves the first attempt
-standing (campaign.run). Nothing measured is lost, and decisions.md says what was left out
+standing (campaign.trials). Nothing measured is lost, and decisions.md says what was left out
 and why.
 
 It needs three ok trials of an arm and four deviations to pool (before that nothing is

@@ -287,7 +287,7 @@ class Protocol:
     # futility only at a look with power (decide.futility_power); False: at every look
     futility_power: bool = True
     # pairing=steps: after each pass, rounds whose contrasts the contamination screen flags
-    # are re-run once (orchestrator.analysis.contamination.screen_paired; campaign.run)
+    # are re-run once (orchestrator.analysis.contamination.screen_paired; campaign.trials)
     contamination: bool = True
     # the campaign detected load (busy before it, or over trials' measured steps): the rule
     # then holds back a timing verdict on thin evidence (decide.thin_under_load)

@@ -13,7 +13,7 @@ every trial of the first rounds to
 
 (at least protocol.measured_steps, at most MAX_MEASURED_STEPS; MARGIN leaves room for a
 variant faster than the baseline), the same for every arm, so each trial does the same work.
-Adaptive rounds keep the floor from all trials' step times (campaign.run.trial_length). The
+Adaptive rounds keep the floor from all trials' step times (campaign.lengths.trial_length). The
 sizing is recorded in plan.json (``sizing``) and said in decisions.md; a resume reads it back
 from the pilot records on disk. A command that does not take ``{steps}`` cannot be sized: the
 record says so and every trial measures what the command runs.

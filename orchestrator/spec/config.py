@@ -341,7 +341,7 @@ class ProtocolConfig:
     # CUDA_VISIBLE_DEVICES / MUSA_VISIBLE_DEVICES of the arm on it); None = no device slicing
     duet_devices: Optional[list[str]] = None
     # pairing=steps: adaptive rounds run the cycles per round the first rounds' cycle-level and
-    # between-process spread make cheapest (orchestrator.campaign.run.cycles_per_round); off by
+    # between-process spread make cheapest (orchestrator.campaign.lengths.cycles_per_round); off by
     # default until its error rates are measured (docs/protocol.md)
     plan_cycles: bool = False
     block_steps: int = 3
