@@ -16,9 +16,12 @@ Outside a campaign (no ``ORCH_CLIENT`` in the environment) every call is a cheap
 ``steps(n)`` is ``range(n)``, ``params`` returns the defaults, ``timed`` times nothing, so the
 same script trains as it always did.
 
-Inside a campaign the trial process that started the command listens on a local socket it
-names in ``ORCH_CLIENT`` (never a network port), and hands the command a token of that trial in
-``ORCH_CLIENT_TOKEN``. Every rank (``RANK`` / ``WORLD_SIZE``, as torchrun sets them) connects
+Inside a campaign the trial process that started the command listens on the channel it
+names in ``ORCH_CLIENT``: a path is a Unix socket on this machine (a command on one machine);
+``tcp://HOST:PORT`` a TCP port of the first node, for a command whose ranks span machines (the
+client retries the connection for up to ``CONNECT_WAIT_S`` seconds, as ranks on another node
+may start before it listens, and turns Nagle off: one small message per block). Either way it
+hands the command a token of that trial in ``ORCH_CLIENT_TOKEN``. Every rank (``RANK`` / ``WORLD_SIZE``, as torchrun sets them) connects
 with the token; a connection without it (a stray process, another campaign's client) is refused
 and recorded, and never changes an arm's status. Once a rank has connected, both variables are
 taken out of its environment, so a helper process the trainer starts afterwards (a logger, a
@@ -42,8 +45,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-ENV = "ORCH_CLIENT"  # the socket's path, set by the trial process for the command
+ENV = "ORCH_CLIENT"  # the channel: a Unix socket's path or tcp://HOST:PORT, set for the command
 TOKEN_ENV = "ORCH_CLIENT_TOKEN"  # the trial's token, which every hello must carry
+# in the trial process's own environment (set by a launcher whose command spans machines):
+# HOST or HOST:PORT (port 0 or none: one the OS picks) where the channel listens over TCP
+LISTEN_ENV = "ORCH_CLIENT_LISTEN"
+TCP_SCHEME = "tcp://"
+CONNECT_TIMEOUT_S = 10.0  # one TCP connection attempt
+CONNECT_WAIT_S = 60.0  # all attempts: the first node's trial process may not listen yet
 # one arm per process (protocol.pairing=process): that arm's switchable params as JSON, which
 # params() returns with no channel (step times then come from the command's log)
 PARAMS_ENV = "ORCH_CLIENT_PARAMS"
@@ -98,12 +107,7 @@ class _Session:
     def __init__(self, address: str, token: str) -> None:
         self.rank = int(os.environ.get("RANK", "0") or 0)
         self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.sock.connect(address)
-        except OSError as exc:
-            raise ClientError(f"cannot reach the campaign's trial process at {ENV}={address} "
-                              f"({exc.strerror or exc})") from None
+        self.sock = _connect(address)
         self.reader = self.sock.makefile("rb")
         welcome = self._call({"op": "hello", "protocol": PROTOCOL, "rank": self.rank,
                               "world": self.world, "pid": os.getpid(), "token": token})
@@ -205,6 +209,42 @@ class _Session:
         except OSError:
             pass
         self.sock.close()
+
+
+def _connect(address: str) -> socket.socket:
+    """The channel's socket: a Unix socket's path, or ``tcp://HOST:PORT`` (tried again until
+    CONNECT_WAIT_S has passed: the listener on the first node may not be reachable yet)."""
+    if not address.startswith(TCP_SCHEME):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            raise ClientError(f"cannot reach the campaign's trial process at {ENV}={address} "
+                              f"({exc.strerror or exc})") from None
+        return sock
+    host, sep, port = address[len(TCP_SCHEME):].rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [IPv6]
+    if not sep or not host or not port.isdigit():
+        raise ClientError(f"{ENV}={address} is neither a Unix socket's path nor "
+                          f"{TCP_SCHEME}HOST:PORT: unset it to run outside a campaign")
+    deadline = time.monotonic() + CONNECT_WAIT_S
+    pause = 0.05
+    while True:
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
+            break
+        except OSError as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClientError(f"cannot reach the campaign's trial process at {ENV}={address} "
+                                  f"in {CONNECT_WAIT_S:g} s of tries ({exc.strerror or exc})"
+                                  ) from None
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, 1.0)
+    sock.settimeout(None)  # a reply may wait for the slowest rank's whole batch
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # Nagle: tens of ms a block
+    return sock
 
 
 def _number(value: Any) -> float | None:

@@ -14,7 +14,16 @@ tests). ``--mode``:
   the client channel twice as rank 0 (once raw, with no token; once through the client, with
   the token it inherited) and leaves; after the loop, a child prints whether it sees
   ``ORCH_CLIENT`` (``child sees ORCH_CLIENT: False``);
-- ``long_line``: as ``ok``, but at step --at it sends the channel --long-mib MiB with no newline.
+- ``long_line``: as ``ok``, but at step --at it sends the channel --long-mib MiB with no newline;
+- ``silent``: as ``ok``, but first a process of its own session (so it outlives the command)
+  connects to the channel and never sends a byte; it waits until the channel closes it
+  (``silent helper: connected`` in the log, at most a minute); with --until-dropped the
+  trainer starts its loop only once the channel has dropped that connection.
+
+The channel may be a Unix socket's path or ``tcp://HOST:PORT`` (``ORCH_CLIENT``); the helpers
+connect to either. ``--slow-rank R --slow-ms M``: rank R (``RANK``) sleeps M ms more at the end
+of each step's timed window (in ``ok`` mode the ranks meet only at the client's batch ends, so
+rank R's windows are the slower ones).
 """
 
 from __future__ import annotations
@@ -34,16 +43,57 @@ def work(units: int) -> None:
         x = x * 0.999999 + 1e-6
 
 
-STRAY = """
-import json, os, socket
+CONNECT = """
+import os, socket
 from orchestrator import client
-raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-raw.connect(os.environ[client.ENV])
+def connect():
+    where = os.environ[client.ENV]
+    if where.startswith(client.TCP_SCHEME):
+        host, _, port = where[len(client.TCP_SCHEME):].rpartition(":")
+        return socket.create_connection((host.strip("[]"), int(port)), timeout=60)
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    raw.connect(where)
+    return raw
+"""
+
+STRAY = CONNECT + """
+import json
+raw = connect()
 raw.sendall(json.dumps({"op": "hello", "protocol": client.PROTOCOL, "rank": 0,
                         "world": 1}).encode() + b"\\n")
 print("stray raw reply:", raw.makefile("rb").readline().decode().strip(), flush=True)
 print("stray through the client:", client.active(), flush=True)
 """
+
+
+SILENT = CONNECT + """
+import sys
+raw = connect()
+raw.settimeout(60)
+print("silent helper: connected", flush=True)
+try:
+    got = raw.recv(1)  # nothing is sent; returns when the channel ends the connection
+    said = "the channel closed it" if got == b"" else repr(got)
+except OSError as exc:
+    said = repr(exc)
+try:
+    print(f"silent helper: {said}", flush=True)
+except BrokenPipeError:  # the trainer stopped listening long ago
+    pass
+os._exit(0)
+"""
+
+
+def silent_helper(until_dropped: bool) -> None:
+    """A connection that never says anything, held by a process of its own session (it
+    outlives the command); with ``until_dropped`` the trainer starts once the channel has
+    dropped it."""
+    p = subprocess.Popen([sys.executable, "-c", SILENT], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    assert p.stdout is not None
+    print(p.stdout.readline().strip(), flush=True)
+    if until_dropped:
+        print(p.stdout.readline().strip(), flush=True)
 
 
 def stray_helper() -> None:
@@ -73,9 +123,15 @@ def main() -> int:
     ap.add_argument("--nan-units", type=int, default=-1)
     ap.add_argument("--long-mib", type=int, default=0)
     ap.add_argument("--label", action="store_true", help="read param 'label' too")
+    ap.add_argument("--slow-rank", type=int, default=-1)
+    ap.add_argument("--slow-ms", type=float, default=0.0)
+    ap.add_argument("--until-dropped", action="store_true", help="silent: wait until dropped")
     args = ap.parse_args()
+    slow_s = args.slow_ms / 1e3 if int(os.environ.get("RANK", "0")) == args.slow_rank else 0.0
     if args.mode == "stray":
         stray_helper()
+    if args.mode == "silent":
+        silent_helper(args.until_dropped)
     if args.mode == "no_client":
         for step in range(args.steps):
             t0 = time.perf_counter()
@@ -107,6 +163,8 @@ def main() -> int:
             if dist is not None:
                 for _ in range(units):
                     dist.all_reduce(t)
+            if slow_s:
+                time.sleep(slow_s)
         loss = float("nan") if units == args.nan_units else 1.0 / (1 + step)
         client.report(loss=loss)
         dt = (time.perf_counter() - t0) * 1e3

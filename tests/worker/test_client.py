@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +292,229 @@ def test_a_stray_hello_in_a_real_campaign_decides_nothing(compose: Any, run_dir:
     recs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
     assert recs and {r["status"] for r in recs} == {"ok"}
     assert all(len(r["client_strays"]) == 2 for r in recs)
+
+
+# ---------------------------------------------------------------- the channel across machines
+# (issue 46): a TCP port where ORCH_CLIENT_LISTEN names one; the slowest rank's time decides
+
+TORCHRUN = ("{python} -m torch.distributed.run --standalone --nproc_per_node {world_size} "
+            "tests/helpers/client_trainer.py --steps {steps} --mode ")
+
+
+def _shape(spec: TrialSpec, arms: list[PairedArm]) -> dict[str, Any]:
+    """What a trial's records say, less what timing decides (how many warm-up steps, the
+    times): statuses, counts, record keys, steps.csv's columns and its blocks after warm-up."""
+    recs = _records(arms)
+    out: dict[str, Any] = {}
+    for a in arms:
+        r = recs[a.arm_id]
+        assert r["status"] == "ok", r.get("error")
+        rows = (Path(a.trial_dir) / "steps.csv").read_text().splitlines()
+        head = rows[0].split(",")
+        cells = [dict(zip(head, row.split(","))) for row in rows[1:]]
+        out[a.arm_id] = {
+            "record": {**{k: r[k] for k in ("status", "pairing", "step_source", "cycles",
+                                            "measured_steps_run", "excluded_tags")},
+                       "blocks": len(r["blocks"]), "keys": sorted(r)},
+            "columns": head,
+            "cycles": [(c["phase"], c["block"], c["prev_arm"]) for c in cells
+                       if c["phase"] != "warmup"]}
+    return out
+
+
+@pytest.mark.parametrize("world", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_over_tcp_the_records_are_those_of_the_unix_socket(tmp_path: Path, monkeypatch: Any,
+                                                           world: int) -> None:
+    """The same trial over the Unix socket and over TCP on 127.0.0.1 (one rank; two torchrun
+    gloo ranks, each step ``units`` all_reduces, so ranks out of lockstep would fail)."""
+    command = HELPER + "ok" if world == 1 else TORCHRUN + "dist"
+    shapes, channels = [], []
+    for listen in ("", "127.0.0.1"):
+        monkeypatch.setenv("ORCH_CLIENT_LISTEN", listen)
+        spec, arms = _paired(tmp_path / (listen or "unix"), command, units=(2, 5), world=world)
+        _run(spec)
+        shapes.append(_shape(spec, arms))
+        channels.append({r["client_channel"] for r in _records(arms).values()})
+        if world > 1:
+            log = (Path(spec.trial_dir) / "command.log").read_text()
+            assert log.count("units 5") > 0 and log.count("units 2") > 0
+    assert shapes[0] == shapes[1]
+    assert channels[0] == {"unix"}
+    (tcp,) = channels[1]
+    assert tcp.startswith("tcp://127.0.0.1:") and int(tcp.rpartition(":")[2]) > 0
+    if world > 1:
+        assert {"step_time_rank0_s", "step_time_rank1_s", "rank_skew_s",
+                "slowest_rank"} <= set(shapes[1]["a0"]["columns"])
+
+
+def test_a_stray_tcp_connection_is_refused_and_recorded_and_changes_no_status(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """As over the Unix socket (issue 51), a connection without the token and a helper that
+    inherited it and left are refused and recorded, now by their peer's address."""
+    import orchestrator.worker.pairing.client as cp
+    monkeypatch.setattr(cp.secrets, "token_hex", lambda n: "planted-token-46")
+    monkeypatch.setenv("ORCH_CLIENT_LISTEN", "127.0.0.1:0")
+    spec, arms = _paired(tmp_path, HELPER + "stray", units=(5, 6))
+    _run(spec)
+    for r in _records(arms).values():
+        assert r["status"] == "ok", r.get("error")
+        assert r["client_channel"].startswith("tcp://127.0.0.1:")
+        strays = r["client_strays"]
+        whys = [s["why"] for s in strays]
+        assert len(whys) == 2, whys
+        assert any(w.startswith("no token") for w in whys)
+        assert any("left before it ran a step" in w for w in whys)
+        for s in strays:
+            assert "pid" not in s and s["peer"].startswith("127.0.0.1:"), s
+    log = (Path(spec.trial_dir) / "command.log").read_text()
+    assert "stray raw reply: {\"error\":\"refused: no token" in log
+    text = "".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
+    assert "planted-token-46" not in text
+
+
+@pytest.mark.parametrize("listen", ["", "127.0.0.1"])
+@pytest.mark.parametrize("dropped", [False, True])
+def test_a_connection_that_never_says_hello_holds_nothing_up(
+        tmp_path: Path, monkeypatch: Any, listen: str, dropped: bool) -> None:
+    """A helper of the command opens a connection and never sends a byte: the plan runs to
+    its end past it, and it is recorded as a stray, dropped when its hello is overdue
+    (HELLO_TIMEOUT_S, shortened here; the trainer starts only then), or else when the command
+    ends (the session guard kills its helper then; should it outlive the command, the channel
+    closes it, as the next test shows)."""
+    import orchestrator.worker.pairing.client as cp
+    monkeypatch.setenv("ORCH_CLIENT_LISTEN", listen)
+    if dropped:
+        monkeypatch.setattr(cp, "HELLO_TIMEOUT_S", 0.5)
+    command = HELPER + "silent" + (" --until-dropped" if dropped else "")
+    spec, arms = _paired(tmp_path, command, units=(5, 6))
+    _run(spec)
+    log = (Path(spec.trial_dir) / "command.log").read_text()
+    for r in _records(arms).values():
+        assert r["status"] == "ok", (r.get("error"), log)
+        (stray,) = r["client_strays"]
+        assert stray["rank"] is None
+        whys = (["sent no hello within HELLO_TIMEOUT_S=0.5 s"] if dropped else
+                ["closed the connection without a hello", "sent no hello before the trial ended"])
+        assert stray["why"] in whys, stray
+        assert ("peer" if listen else "pid") in stray
+    assert "silent helper: connected" in log
+    if dropped:
+        assert "silent helper: the channel closed it" in log
+
+
+@pytest.mark.parametrize("listen", [None, "127.0.0.1"])
+def test_a_silent_connection_still_open_at_the_end_is_closed_and_recorded(
+        tmp_path: Path, listen: str | None) -> None:
+    """A connection that outlives the command without a word (held here, outside any command):
+    closing the channel ends it (its holder sees the end), records it, and leaves no thread."""
+    import socket
+
+    from orchestrator.worker.pairing.client import Channel, Plan
+    spec, arms = _paired(tmp_path, HELPER + "ok")
+    channel = Channel(Plan(spec, {"a0": {"units": 5}, "a1": {"units": 20}}, "a0", ["units"]), 1,
+                      listen)
+    address = channel.env()["ORCH_CLIENT"]
+    if listen:
+        host, _, port = address.removeprefix("tcp://").rpartition(":")
+        held = socket.create_connection((host, int(port)), timeout=10)
+    else:
+        held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        held.connect(address)
+        held.settimeout(10)
+    with held:
+        for _ in range(100):  # served: the channel holds it open
+            if channel.open:
+                break
+            time.sleep(0.02)
+        assert channel.open and not channel.strays
+        channel.close()
+        assert held.recv(1) == b""
+    assert [(s["rank"], s["why"]) for s in channel.strays] == [
+        (None, "sent no hello before the trial ended")]
+    assert ("peer" if listen else "pid") in channel.strays[0]
+    assert not channel.open and not channel.acceptor.is_alive()
+    assert listen or not Path(address).parent.exists()  # the Unix socket's directory is gone
+
+
+@pytest.mark.slow
+def test_the_slowest_rank_decides_a_step_time(tmp_path: Path) -> None:
+    """Two torchrun ranks that meet only at the client's batch ends, rank 1 sleeping 5 ms more
+    per step inside its window: the measured steps take rank 1's times, rank 0's beside."""
+    spec, arms = _paired(tmp_path, TORCHRUN + "ok --slow-rank 1 --slow-ms 5", units=(2, 3),
+                         world=2)
+    _run(spec)
+    for a in arms:
+        r = _records(arms)[a.arm_id]
+        assert r["status"] == "ok", r.get("error")
+        rows = (Path(a.trial_dir) / "steps.csv").read_text().splitlines()
+        head = rows[0].split(",")
+        cells = [dict(zip(head, row.split(","))) for row in rows[1:]]
+        measured = [c for c in cells if c["phase"] == "measured"]
+        for c in cells:  # every step: its time is the slower rank's window
+            t0, t1 = float(c["step_time_rank0_s"]), float(c["step_time_rank1_s"])
+            assert float(c["step_time_s"]) == max(t0, t1)
+            assert float(c["rank_skew_s"]) == pytest.approx(abs(t1 - t0))
+        rank0 = sorted(float(c["step_time_rank0_s"]) for c in measured)
+        assert r["step_time_median_s"] >= 0.005
+        assert rank0[len(rank0) // 2] < 0.5 * r["step_time_median_s"]
+        assert sum(c["slowest_rank"] == "1" for c in measured) > len(measured) / 2
+        assert r["rank_skew_median_s"] >= 0.004
+
+
+def test_a_rank_retries_a_tcp_channel_that_is_not_up_yet(monkeypatch: Any) -> None:
+    """A rank on another node may start before the first node listens: its client retries
+    for CONNECT_WAIT_S, then says which address it could not reach."""
+    import socket
+    import threading
+
+    from orchestrator import client
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()
+    got: list[bytes] = []
+
+    def listen_late() -> None:
+        time.sleep(0.5)
+        with socket.create_server(("127.0.0.1", port)) as srv:
+            conn, _ = srv.accept()
+            with conn:
+                got.append(conn.recv(5))
+
+    late = threading.Thread(target=listen_late)
+    late.start()
+    sock = client._connect(f"tcp://127.0.0.1:{port}")
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    assert sock.gettimeout() is None
+    sock.sendall(b"hello")
+    sock.close()
+    late.join(10)
+    assert got == [b"hello"]
+    monkeypatch.setattr(client, "CONNECT_WAIT_S", 0.3)
+    with pytest.raises(client.ClientError, match=rf"^cannot reach the campaign's trial process "
+                       rf"at ORCH_CLIENT=tcp://127.0.0.1:{port} in 0.3 s of tries"):
+        client._connect(f"tcp://127.0.0.1:{port}")
+    with pytest.raises(client.ClientError, match=r"^ORCH_CLIENT=tcp://nowhere is neither"):
+        client._connect("tcp://nowhere")
+
+
+def test_a_listen_address_that_cannot_work_names_the_variable(tmp_path: Path,
+                                                              monkeypatch: Any) -> None:
+    from orchestrator.worker.pairing.client import listen_address, tcp_endpoint
+    assert listen_address("10.0.0.1") == ("10.0.0.1", 0)
+    assert listen_address("node1:29600") == ("node1", 29600)
+    assert listen_address("tcp://[fe80::1]:7") == ("fe80::1", 7)
+    assert listen_address("::") == ("::", 0)
+    assert tcp_endpoint("fe80::1", 7) == "tcp://[fe80::1]:7"
+    for bad in ("node1:", "node1:http", "[::1", "[::1]x", "10.0.0.1:70000", ""):
+        with pytest.raises(ConfigError, match=r"^ORCH_CLIENT_LISTEN: .* is not HOST or "
+                                              r"HOST:PORT"):
+            listen_address(bad)
+    # an address of no interface here (TEST-NET-1): every arm's record says what to set
+    monkeypatch.setenv("ORCH_CLIENT_LISTEN", "192.0.2.1")
+    spec, arms = _paired(tmp_path, HELPER + "ok")
+    _run(spec)
+    for r in _records(arms).values():
+        assert r["status"] == "failed"
+        assert "ORCH_CLIENT_LISTEN: cannot listen on '192.0.2.1' (" in r["error"]
+        assert "give an address of this machine" in r["error"]

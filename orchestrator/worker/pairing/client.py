@@ -2,15 +2,27 @@
 whose trainer calls :mod:`orchestrator.client`).
 
 The trial process starts the command as an external trial does (its own session, the time
-limit, ``command.log``) and listens on a local socket it names in ``ORCH_CLIENT``. Every rank
+limit, ``command.log``) and listens on the channel it names in ``ORCH_CLIENT``. Every rank
 of the command connects; the plan here, the same one the in-process paired trial follows
 (:mod:`orchestrator.worker.trial`), hands all ranks the same next block at once: each arm warms
 up one step at a time to its own steady state, then cycles of one block per arm in the
 protocol's order, each block ``switch_warmup_steps`` excluded steps and ``block_steps``
 measured ones, until every arm has its measured steps and seconds (an even number of cycles).
-So the ranks switch at the same step, and the decision is taken once. Step times come from
-rank 0's ``client.timed()`` windows (the device synchronised at both ends); every rank's times
-give the rank skew.
+So the ranks switch at the same step, and the decision is taken once. A step's time is its
+slowest rank's ``client.timed()`` window (the device synchronised at both ends), as for the
+in-process recipes; every rank's times are kept beside it (``step_time_rank<r>_s``, rank 0's
+among them), with the rank skew and which rank was slowest.
+
+The channel is a Unix socket in a temporary directory (``ORCH_CLIENT`` names its path) for a
+command on one machine. For one whose ranks span machines, the launcher sets
+``ORCH_CLIENT_LISTEN=HOST[:PORT]`` in this process's environment (an address of the first
+node that every node reaches; port 0 or none: one the OS picks), and the channel listens on
+TCP there instead (``ORCH_CLIENT=tcp://HOST:PORT`` for the command; the record's
+``client_channel``). Either way the trial's token (``ORCH_CLIENT_TOKEN``) guards it: a
+connection is read no further than its first line (64 KiB) until that hello carries the
+token (compared in constant time), one that sends none within a minute is dropped, and every
+refused one is recorded in ``client_strays`` (the process's pid on the Unix socket, the
+peer's address over TCP) and changes no arm's status.
 
 What goes wrong is a status of the arms with a one-line reason, never a crash: the command
 never connects (``no_client``), uses the client wrongly or reads a param the workload does not
@@ -24,6 +36,7 @@ from __future__ import annotations
 import hmac
 import json
 import math
+import os
 import secrets
 import shutil
 import socket
@@ -39,7 +52,7 @@ from typing import Any
 from orchestrator import client as wire
 from orchestrator.core import blocks
 from orchestrator.core.results import INFRA_STATUS, Status, excluded_tags, trial_record, write_csv
-from orchestrator.core.errors import BackendUnavailable
+from orchestrator.core.errors import BackendUnavailable, ConfigError
 from orchestrator.core.steady import warmup_complete
 from orchestrator.worker.bootstrap import start_worker
 from orchestrator.worker.external import (
@@ -57,6 +70,8 @@ MAX_BATCH_CYCLES = 16  # the most cycles one reply hands out (the rest after the
 MAX_MESSAGE_BYTES = 32 << 20
 MAX_HELLO_BYTES = 64 << 10  # before a connection's hello: a stray cannot fill memory
 MAX_STRAYS_KEPT = 20  # refused connections recorded one by one (the rest counted)
+HELLO_TIMEOUT_S = 60.0  # a connection's hello is due within this (the client sends it at once)
+CLOSE_WAIT_S = 2.0  # at the end, for the connections still open to end and be recorded
 
 
 class ChannelError(Exception):
@@ -209,7 +224,8 @@ class Plan:
 
     def _fold(self, blk: dict[str, Any], per_rank: dict[int, list[list[Any]]]) -> None:
         """One block's steps in: phases, the arm's counts, warm-up and failure (the rows kept
-        compact here, on the path between two batches; :meth:`rows` builds them)."""
+        compact here, on the path between two batches; :meth:`rows` builds them). A step's
+        time is its slowest rank's window (the lowest rank's loss and tags)."""
         arm, kind, switch = blk["arm"], blk["kind"], blk["switch"]
         ranks = sorted(per_rank)
         lead = per_rank[ranks[0]]
@@ -223,6 +239,8 @@ class Plan:
             for x in times or (t,):
                 if not isinstance(x, (int, float)) or not x > 0 or x == math.inf:
                     raise ChannelError(f"a rank sent step time {x!r} s in arm {arm}'s block")
+            if times is not None:  # the step ends when its slowest rank's window does
+                t = max(times)
             tags = str(tags or "")
             if kind == "warmup":
                 phase = "excluded" if tags else "warmup"
@@ -279,40 +297,55 @@ class Plan:
 
 
 class Channel:
-    """The local socket the command's ranks talk to (one thread per connection); every rank's
-    report of a block is awaited before the next block goes to all of them.
+    """The socket the command's ranks talk to (one thread per connection); every rank's report
+    of a block is awaited before the next block goes to all of them. A Unix socket in a
+    temporary directory of this machine; with ``listen`` (``HOST`` or ``HOST:PORT``, port 0 or
+    none: one the OS picks) a TCP port bound there instead, for ranks on other machines
+    (``tcp://HOST:PORT`` in ``ORCH_CLIENT``).
 
     Only the command's ranks count. A hello must carry the trial's token (handed to the
     command alone, in its environment, and never written to a record); a connection without
     it, or that says hello as a rank another connection already runs, or that speaks before
-    its hello, is a stray: refused, recorded in :attr:`strays`, and never the trial's failure.
-    A rank belongs to the first connection that runs a step as it (its first ``next`` or
-    ``at``), so a helper that inherited the token and said hello first is refused then."""
+    its hello, or sends none (within HELLO_TIMEOUT_S, or before the trial ends), is a stray:
+    refused, recorded in :attr:`strays` (the process's pid on a Unix socket, the peer's address
+    over TCP), and never the trial's failure. Nothing beyond its first line, at most
+    MAX_HELLO_BYTES, is read from a connection before its hello is accepted, and nothing waits
+    on one that has not said it. A rank belongs to the first connection that runs a step as it
+    (its first ``next`` or ``at``), so a helper that inherited the token and said hello first
+    is refused then."""
 
-    def __init__(self, plan: Plan, world: int) -> None:
+    def __init__(self, plan: Plan, world: int, listen: str | None = None,
+                 token: str | None = None) -> None:
         self.plan, self.world = plan, world
-        self.token = secrets.token_hex(16)
-        self.dir = tempfile.mkdtemp(prefix="orch-client-")  # short: a socket path is <108 bytes
-        self.path = str(Path(self.dir) / "s")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(self.path)
+        self.token = token or secrets.token_hex(16)
+        self.dir: str | None = None
+        if listen is None:
+            self.dir = tempfile.mkdtemp(prefix="orch-client-")  # short: a socket path is <108 bytes
+            self.address = str(Path(self.dir) / "s")
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.bind(self.address)
+        else:
+            self.sock, self.address = _tcp_listener(listen)
+        self.tcp = listen is not None
         self.sock.listen(world + 4)
         self.cond = threading.Condition()
         self.pending: dict[int, dict[int, list[list[Any]]]] = {}
         self.reads: dict[int, set[str]] = {}
         self.replies: dict[int, dict[str, Any]] = {}
         self.owner: dict[int, int] = {}  # rank -> the connection that runs it
-        self.strays: list[dict[str, Any]] = []  # refused connections: pid, rank, why
+        self.strays: list[dict[str, Any]] = []  # refused connections: pid or peer, rank, why
+        self.open: dict[socket.socket, threading.Thread] = {}  # connections being served
         self.left: set[int] = set()
         self.error: str | None = None
         self.error_kind = ""
         self.connected = False
         self.closed = False
-        threading.Thread(target=self._accept, name="client-accept", daemon=True).start()
+        self.acceptor = threading.Thread(target=self._accept, name="client-accept", daemon=True)
+        self.acceptor.start()
 
     def env(self) -> dict[str, str]:
-        """What the command's environment gets: the channel's path and the trial's token."""
-        return {wire.ENV: self.path, wire.TOKEN_ENV: self.token}
+        """What the command's environment gets: the channel's address and the trial's token."""
+        return {wire.ENV: self.address, wire.TOKEN_ENV: self.token}
 
     def fail(self, kind: str, message: str) -> None:
         with self.cond:
@@ -320,11 +353,12 @@ class Channel:
                 self.error, self.error_kind = message, kind
             self.cond.notify_all()
 
-    def stray(self, pid: int | None, rank: Any, why: str) -> dict[str, str]:
-        """Record a refused connection (its process's pid); the reply that tells it why."""
+    def stray(self, who: dict[str, Any], rank: Any, why: str) -> dict[str, str]:
+        """Record a refused connection (``who``: its process's pid, or its peer's address);
+        the reply that tells it why."""
         with self.cond:
             if len(self.strays) < MAX_STRAYS_KEPT:
-                self.strays.append({"pid": pid, "rank": rank, "why": why})
+                self.strays.append({**who, "rank": rank, "why": why})
             else:
                 self.strays[-1]["more"] = self.strays[-1].get("more", 0) + 1
         return {"error": f"refused: {why}"}
@@ -332,50 +366,66 @@ class Channel:
     def _accept(self) -> None:
         while not self.closed:
             try:
-                conn, _ = self.sock.accept()
+                conn, peer = self.sock.accept()
             except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), name="client-conn",
-                             daemon=True).start()
+                return  # closed (close() shuts the listener down, which wakes this)
+            who = _tcp_peer(conn, peer) if self.tcp else {"pid": _peer_pid(conn)}
+            # the hello is due at once: a connection that never sends it ends here, unserved
+            conn.settimeout(HELLO_TIMEOUT_S)
+            thread = threading.Thread(target=self._serve, args=(conn, who), name="client-conn",
+                                      daemon=True)
+            with self.cond:
+                if self.closed:
+                    conn.close()
+                    return
+                self.open[conn] = thread
+            thread.start()
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket, who: dict[str, Any]) -> None:
         rank: int | None = None  # the rank this connection said hello as (token checked)
         bye = False
         batches = 0
-        me, pid = id(conn), _peer_pid(conn)
-        with conn, conn.makefile("rb") as reader:
-            while True:
-                msg = self._read(reader, conn, rank, pid)
-                if msg is None:
-                    break
-                op = msg.get("op")
-                if op == "hello" and rank is None:
-                    rank, reply = self._hello(pid, msg)
-                elif rank is None:
-                    reply = self.stray(pid, msg.get("rank"), f"{op!r} before a hello")
-                elif op in ("at", "next") and not self._claim(rank, me):
-                    reply = self.stray(pid, rank, f"said hello as rank {rank}, which another "
-                                       "process of the command runs")
-                    rank = None
-                elif op == "at":
-                    if rank == 0:  # the block rank 0 starts (no reply: the step goes on)
-                        self.plan.at = int(msg.get("block", 0))
-                    continue
-                elif op == "next":
-                    reply = self._next(rank, batches, msg)
-                    batches += 1
-                elif op == "error":
-                    self.fail("client", str(msg.get("message", "the client raised")))
-                    continue
-                elif op == "bye":
-                    bye = True
-                    break
-                else:
-                    reply = {"error": f"unexpected client message {op!r}"}
-                if not self._reply(conn, reply) or reply.get("error"):
-                    break
+        me = id(conn)
+        try:
+            with conn.makefile("rb") as reader:
+                while True:
+                    msg = self._read(reader, conn, rank, who)
+                    if msg is None:
+                        break
+                    op = msg.get("op")
+                    if op == "hello" and rank is None:
+                        rank, reply = self._hello(who, msg)
+                        if rank is not None:
+                            conn.settimeout(None)  # a rank may compute for hours between blocks
+                    elif rank is None:
+                        reply = self.stray(who, msg.get("rank"), f"{op!r} before a hello")
+                    elif op in ("at", "next") and not self._claim(rank, me):
+                        reply = self.stray(who, rank, f"said hello as rank {rank}, which "
+                                           "another process of the command runs")
+                        rank = None
+                    elif op == "at":
+                        if rank == 0:  # the block rank 0 starts (no reply: the step goes on)
+                            self.plan.at = int(msg.get("block", 0))
+                        continue
+                    elif op == "next":
+                        reply = self._next(rank, batches, msg)
+                        batches += 1
+                    elif op == "error":
+                        self.fail("client", str(msg.get("message", "the client raised")))
+                        continue
+                    elif op == "bye":
+                        bye = True
+                        break
+                    else:
+                        reply = {"error": f"unexpected client message {op!r}"}
+                    if not self._reply(conn, reply) or reply.get("error"):
+                        break
+        finally:
+            with self.cond:  # closed under the lock: close() shuts open ones down under it
+                self.open.pop(conn, None)
+                conn.close()
         if rank is not None and self.owner.get(rank) != me:
-            self.stray(pid, rank, f"said hello as rank {rank} and left before it ran a step "
+            self.stray(who, rank, f"said hello as rank {rank} and left before it ran a step "
                        "as that rank")
         with self.cond:
             if rank is not None and self.owner.get(rank) == me:
@@ -383,14 +433,26 @@ class Channel:
                 if not bye and not self.plan.done:  # the others must not wait for it
                     self.cond.notify_all()
 
-    def _read(self, reader: Any, conn: socket.socket, rank: int | None, pid: int | None
+    def _read(self, reader: Any, conn: socket.socket, rank: int | None, who: dict[str, Any]
               ) -> dict[str, Any] | None:
         """The connection's next message; None at its end, or when it sent what no client
         sends (a rank's fault; before its hello, a stray's, recorded and told)."""
         # a connection not yet known gets a short line: a stray cannot fill memory
         limit = MAX_MESSAGE_BYTES if rank is not None else MAX_HELLO_BYTES
-        line = reader.readline(limit + 1)
+        try:
+            line = reader.readline(limit + 1)
+            lost: OSError | None = None
+        except OSError as exc:  # reset, a dead node (keep-alive), or no hello in time
+            line, lost = b"", exc
         if not line:
+            if rank is None:  # nothing came before the hello: recorded, no reply
+                if isinstance(lost, TimeoutError):
+                    why = f"sent no hello within HELLO_TIMEOUT_S={HELLO_TIMEOUT_S:g} s"
+                elif self.closed:
+                    why = "sent no hello before the trial ended"
+                else:
+                    why = "closed the connection without a hello"
+                self.stray(who, None, why)
             return None
         try:
             msg = json.loads(line) if line.endswith(b"\n") or len(line) <= limit else None
@@ -402,7 +464,7 @@ class Channel:
                else f"a message of more than {limit} bytes without a newline (the client "
                "sends one JSON object per line)")
         if rank is None:
-            self._reply(conn, self.stray(pid, None, f"{why} before its hello"))
+            self._reply(conn, self.stray(who, None, f"{why} before its hello"))
         else:
             self.fail("client", f"rank {rank} sent {why}")
         return None
@@ -420,7 +482,8 @@ class Channel:
         with self.cond:
             return self.owner.setdefault(rank, conn) == conn
 
-    def _hello(self, pid: int | None, msg: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:
+    def _hello(self, who: dict[str, Any], msg: dict[str, Any]
+               ) -> tuple[int | None, dict[str, Any]]:
         token = msg.get("token")
         if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
             why = ("no token" if not token else "a wrong token") + (
@@ -428,7 +491,7 @@ class Channel:
                 f"{wire.PROTOCOL})" if msg.get("protocol") != wire.PROTOCOL else
                 f": not a process the trial started ({wire.TOKEN_ENV} is handed to its "
                 "command alone)")
-            return None, self.stray(pid, msg.get("rank"), why)
+            return None, self.stray(who, msg.get("rank"), why)
         try:
             rank, world = int(msg.get("rank", 0)), int(msg.get("world", 1))
         except (TypeError, ValueError):
@@ -445,7 +508,7 @@ class Channel:
         else:
             with self.cond:
                 if rank in self.owner:  # its rank runs already: a helper that inherited the token
-                    return None, self.stray(pid, rank, f"said hello as rank {rank}, which "
+                    return None, self.stray(who, rank, f"said hello as rank {rank}, which "
                                             "another process of the command runs")
             self.connected = True
             return rank, {"switchable": self.plan.declared, "world": self.world}
@@ -479,11 +542,93 @@ class Channel:
             return {"error": self.error}
 
     def close(self) -> None:
+        """Stop listening and end every connection still open (one that never said hello
+        is recorded as it ends); the command has exited by now."""
         self.closed = True
         try:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept loop
+            except OSError:
+                pass
             self.sock.close()
+            with self.cond:
+                left = dict(self.open)
+                for conn in left:
+                    try:
+                        conn.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+            deadline = time.monotonic() + CLOSE_WAIT_S
+            for thread in (self.acceptor, *left.values()):
+                thread.join(max(0.0, deadline - time.monotonic()))
         finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            if self.dir is not None:
+                shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def tcp_endpoint(host: str, port: int) -> str:
+    """``tcp://HOST:PORT`` (an IPv6 address in brackets), as ``ORCH_CLIENT`` names it."""
+    return f"{wire.TCP_SCHEME}[{host}]:{port}" if ":" in host else f"{wire.TCP_SCHEME}{host}:{port}"
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """``ORCH_CLIENT_LISTEN``'s ``HOST``, ``HOST:PORT`` or ``[IPv6]:PORT`` (a bare IPv6 address
+    is a host; ``tcp://`` may come first) as (host, port), port 0 where none is given. Raises
+    ConfigError."""
+    s = text.strip().removeprefix(wire.TCP_SCHEME)
+    if s.startswith("["):
+        host, bracket, rest = s[1:].partition("]")
+        port = rest[1:]
+        ok = bool(bracket) and (not rest or (rest.startswith(":") and bool(port)))
+    elif s.count(":") == 1:
+        host, _, port = s.partition(":")
+        ok = bool(port)
+    else:  # a name, an IPv4 address or a bare IPv6 one
+        host, port, ok = s, "", True
+    if not ok or not host or (port and not (port.isdigit() and int(port) <= 65535)):
+        raise ConfigError(wire.LISTEN_ENV, f"{text!r} is not HOST or HOST:PORT (e.g. 10.0.0.1 "
+                          "or 10.0.0.1:29600, [fe80::1]:0; port 0 or none: one the OS picks); "
+                          "unset it for a Unix socket on one machine")
+    return host, int(port or 0)
+
+
+def _tcp_listener(listen: str) -> tuple[socket.socket, str]:
+    """A TCP socket bound where ``listen`` says; the ``tcp://HOST:PORT`` the ranks connect to
+    (the bound address and port; this machine's name where it listens on every interface)."""
+    host, port = listen_address(listen)
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port reused soon
+            sock.bind(addr)
+        except OSError:
+            sock.close()
+            raise
+    except OSError as exc:
+        raise ConfigError(wire.LISTEN_ENV, f"cannot listen on {listen!r} ({exc.strerror or exc})"
+                          ": give an address of this machine that the command's other nodes "
+                          "reach (`hostname -I`), or unset it for a Unix socket on one machine"
+                          ) from None
+    bound = str(sock.getsockname()[0]).partition("%")[0]
+    shown = socket.gethostname() if bound in ("0.0.0.0", "::") else bound
+    return sock, tcp_endpoint(shown, int(sock.getsockname()[1]))
+
+
+def _tcp_peer(conn: socket.socket, peer: Any) -> dict[str, Any]:
+    """A TCP connection's peer, as its stray record names it; Nagle off (one small reply per
+    message) and keep-alive on, so that a rank on a node that died ends its connection."""
+    try:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for opt, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
+            if hasattr(socket, opt):  # Linux: a dead peer noticed in about 25 s
+                conn.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+    except OSError:
+        pass
+    host, port = str(peer[0]), int(peer[1])
+    return {"peer": f"[{host}]:{port}" if ":" in host else f"{host}:{port}"}
 
 
 def _peer_pid(conn: socket.socket) -> int | None:
@@ -508,9 +653,14 @@ def measure(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, Any], str]]
 
 
 def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
-                          ) -> list[tuple[dict[str, Any], str]]:
+                          listen: str | None = None) -> list[tuple[dict[str, Any], str]]:
     """Every arm of ``spec.paired_arms`` through one run of the command (built with the
-    baseline's workload); one (record, trial dir) per arm, in the spec's order."""
+    baseline's workload); one (record, trial dir) per arm, in the spec's order. ``listen``:
+    where the channel listens over TCP (``HOST`` or ``HOST:PORT``); None: as
+    ``ORCH_CLIENT_LISTEN`` in this process's environment says, a Unix socket where it is unset
+    or empty ("" asks for the Unix socket whatever the environment says)."""
+    if listen is None:
+        listen = os.environ.get(wire.LISTEN_ENV, "")
     arms = spec.paired_arms
     declared = list(trainer.workload.switchable)
     values = {str(a.arm_id): {k: (a.workload.get("params") or {}).get(k) for k in declared}
@@ -520,7 +670,7 @@ def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
     tdir = Path(spec.trial_dir)
     tdir.mkdir(parents=True, exist_ok=True)
     inv = trainer.invocation(str(tdir), spec.warmup_steps, spec.measured_steps, spec.timeout_s)
-    channel = Channel(plan, max(1, int(trainer.workload.world_size)))
+    channel = Channel(plan, max(1, int(trainer.workload.world_size)), listen.strip() or None)
     try:
         t0 = time.time()
         rc, start_error = run_command(inv.argv, inv.cwd, {**inv.env, **channel.env()},
@@ -530,6 +680,7 @@ def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
         channel.close()
     common = {**command_fields(spec, base, inv), "command_wall_s": wall, "returncode": rc,
               "step_source": "orchestrator.client",
+              "client_channel": channel.address if channel.tcp else "unix",
               **({"client_strays": channel.strays} if channel.strays else {})}
     session = {"pairing": "steps", "paired_process": spec.trial_id,
                "paired_arms": plan.ids, "block_steps": spec.block_steps,
