@@ -32,6 +32,9 @@ def validate_launcher(cfg: Any) -> None:
     """``cfg`` is a :class:`orchestrator.spec.config.Config`; raises ConfigError on the first problem."""
     lc = cfg.launcher
     world = int(getattr(cfg.workload, "world_size", 1) or 1)
+    check_nodes(cfg, world)
+    nnodes = max(1, int(getattr(cfg.workload, "nnodes", 1) or 1))
+    per_node = world // nnodes
     if getattr(cfg.workload, "kind", "") == "command":  # it starts its own ranks
         world = 1
     if lc.start_method not in START_METHODS:
@@ -77,20 +80,36 @@ def validate_launcher(cfg: Any) -> None:
         raise ConfigError("launcher.slurm.max_requeue", f"must be >= 0, got {s.max_requeue}")
     if s.gpus_per_node < 0:
         raise ConfigError("launcher.slurm.gpus_per_node", f"must be >= 0, got {s.gpus_per_node}")
-    if lc.name == "slurm" and 0 < s.gpus_per_node < world:
+    if lc.name == "slurm" and 0 < s.gpus_per_node < per_node:
         raise ConfigError(
             "launcher.slurm.gpus_per_node",
-            f"{s.gpus_per_node} < workload.world_size={world}; a distributed trial runs its "
-            "ranks as tasks of one job on one node: set launcher.slurm.gpus_per_node="
-            f"{world}",
+            f"{s.gpus_per_node} < the {per_node} processes per node a trial runs "
+            f"(workload.world_size over workload.nnodes={nnodes}): set "
+            f"launcher.slurm.gpus_per_node={per_node}",
         )
     reserved = {"ntasks_per_node", "nodes", "array", "job_name", "output", "error"}
     bad = sorted(reserved & set(s.additional_parameters))
     if bad:
         raise ConfigError(
             f"launcher.slurm.additional_parameters.{bad[0]}",
-            "is set by the launcher (one node, one task per rank); remove it",
+            "is set by the launcher (workload.nnodes nodes, one task per rank); remove it",
         )
+
+
+def check_nodes(cfg: Any, world: int) -> None:
+    """workload.nnodes: the ranks split evenly over the machines, and only where a launcher
+    can place them on several (Slurm)."""
+    nnodes = max(1, int(getattr(cfg.workload, "nnodes", 1) or 1))
+    if nnodes == 1:
+        return
+    if cfg.launcher.name != "slurm":
+        raise ConfigError("workload.nnodes", f"{nnodes} machines per trial need launcher=slurm "
+                          f"(launcher={cfg.launcher.name} runs every process on this one); set "
+                          "launcher=slurm, or workload.nnodes=1")
+    if world % nnodes:
+        raise ConfigError("workload.world_size", f"{world} ranks do not split evenly over "
+                          f"workload.nnodes={nnodes}; set workload.world_size to a multiple "
+                          f"of {nnodes} (the ranks per node times the nodes)")
 
 
 def validate_start_method(cfg: Any, env_names: list[str]) -> None:

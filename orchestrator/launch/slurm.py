@@ -80,13 +80,15 @@ def plan_waves(specs: Sequence[TrialSpec]) -> list[list[list[TrialSpec]]]:
     return [list(groups.values()) for groups in rounds.values()]
 
 
-def executor_parameters(cfg: SlurmLauncherConfig, ntasks: int, job_name: str) -> dict[str, Any]:
-    """submitit SlurmExecutor parameters for one (round, bucket) job."""
+def executor_parameters(cfg: SlurmLauncherConfig, ntasks: int, job_name: str,
+                        nodes: int = 1) -> dict[str, Any]:
+    """submitit SlurmExecutor parameters for one (round, bucket) job: ``ntasks`` processes in
+    all (one per rank, or per node for a command), over ``nodes`` machines."""
     params: dict[str, Any] = {
         "job_name": job_name,
         "time": int(cfg.time_limit_min),
-        "nodes": 1,
-        "ntasks_per_node": int(ntasks),
+        "nodes": int(nodes),
+        "ntasks_per_node": int(ntasks) // max(1, int(nodes)),
         "array_parallelism": int(cfg.array_parallelism),
     }
     if cfg.partition:
@@ -141,6 +143,23 @@ def master_port(job_id: str, index: int) -> int:
     return 20000 + (int(digits) * 31 + index * 7) % 20000
 
 
+def rank_env(spec: WorkerJob, env: Any, rank: int, port: int) -> dict[str, str]:
+    """The variables a task of the job gives its worker process. An embedded recipe's rank:
+    torch.distributed's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+    MASTER_PORT (the first node of the job). A command's node (one task per node, its ranks
+    its own): NNODES, NODE_RANK and the first node's MASTER_ADDR and MASTER_PORT, which the
+    command's placeholders ({nnodes}, {node_rank}, {master_addr}, {master_port},
+    {rdzv_endpoint}) and environment carry on."""
+    ws, nodes = world_size(spec), spec.nodes()
+    if ws <= 1 and nodes <= 1:
+        return {}
+    where = {"MASTER_ADDR": str(env.hostnames[0]), "MASTER_PORT": str(port)}
+    if spec.workload.get("kind") == "command":
+        return {**where, "NNODES": str(nodes), "NODE_RANK": str(env.node)}
+    return {**where, "RANK": str(rank), "WORLD_SIZE": str(ws),
+            "LOCAL_RANK": str(env.local_rank), "LOCAL_WORLD_SIZE": str(ws // nodes)}
+
+
 # --------------------------------------------------------------------------- the job body
 
 
@@ -191,17 +210,15 @@ class GroupJob:
             ws = world_size(spec)
             if rank >= ws:
                 continue
+            extra = rank_env(spec, env, rank, master_port(env.job_id, i))
             annotate = {"launcher": "slurm", "slurm_job_id": env.job_id, "node_id": node,
                         "slurm_attempt": self.attempt,
                         "startup_measured_from": "slurm submission" if first and not self.attempt
                         else "process start"}
             t0 = self.submitted_at if first and not self.attempt else None
             first = False
-            extra: dict[str, str] = {}
-            if ws > 1:
-                extra = {"RANK": str(rank), "WORLD_SIZE": str(ws), "LOCAL_RANK": str(rank),
-                         "LOCAL_WORLD_SIZE": str(ws), "MASTER_ADDR": env.hostnames[0],
-                         "MASTER_PORT": str(master_port(env.job_id, i))}
+            if spec.nodes() > 1:
+                annotate["slurm_node_rank"] = env.node
             run_worker_process(spec, self.timeout_s, python, extra_env=extra, launch_t0=t0,
                                nproc=1, log_suffix="" if rank == 0 else f".rank{rank}",
                                write_record=rank == 0, annotate=annotate, ignore_sigterm=True,
@@ -252,12 +269,12 @@ class SlurmLauncher(Launcher):
             drop_pickles(self.folder / jid)
         self.ledger.remove(live)
 
-    def executor(self, ntasks: int, job_name: str) -> Any:
+    def executor(self, ntasks: int, job_name: str, nodes: int = 1) -> Any:
         import submitit  # start-up cost: only a Slurm job (or launcher=slurm) imports submitit
 
         ex = submitit.SlurmExecutor(folder=str(self.folder / "%j"),
                                     max_num_timeout=self.cfg.max_requeue)
-        ex.update_parameters(**executor_parameters(self.cfg, ntasks, job_name))
+        ex.update_parameters(**executor_parameters(self.cfg, ntasks, job_name, nodes))
         return ex
 
     def run(
@@ -287,7 +304,8 @@ class SlurmLauncher(Launcher):
     def _run_wave(self, groups: Sequence[Sequence[WorkerJob]], on_done: OnJobDone,
                   timeout_s: float, on_start: Optional[OnStart], name: str, what: str) -> None:
         ntasks = max(world_size(s) for g in groups for s in g)
-        ex = self.executor(ntasks, name)
+        nodes = max(s.nodes() for g in groups for s in g)
+        ex = self.executor(ntasks, name, nodes)
         now = time.time()
         bodies = [GroupJob([s.payload() for s in g], timeout_s, self.python, now,
                            self.cfg.max_requeue, start_method=self.start_method) for g in groups]

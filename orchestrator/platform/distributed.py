@@ -114,6 +114,35 @@ class StepAgreement:
         return float(got[0]), agreed
 
 
+def gather_nodes(ctx: DistContext) -> Optional[list[int]]:
+    """Which machine each rank runs on, on rank 0 (None elsewhere): machines numbered 0, 1, ...
+    in the order of their first rank (host names stay out of the record). A collective."""
+    import hashlib
+    import socket
+
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(out, hashlib.sha256(socket.gethostname().encode()).hexdigest())
+    if not ctx.is_writer:
+        return None
+    index: dict[str, int] = {}
+    return [index.setdefault(h, len(index)) for h in out]
+
+
+def node_skew(per_rank: list[list[float]], nodes: list[int]) -> list[float]:
+    """Per step, the slowest rank of the slowest machine minus that of the fastest one (0 on
+    one machine): how much one machine holds the others up."""
+    steps = min(len(t) for t in per_rank)
+    out = []
+    for i in range(steps):
+        per_node: dict[int, float] = {}
+        for times, n in zip(per_rank, nodes):
+            per_node[n] = max(per_node.get(n, 0.0), times[i])
+        out.append(max(per_node.values()) - min(per_node.values()))
+    return out
+
+
 def combine(per_rank: list[list[float]]) -> tuple[list[float], list[float], list[int]]:
     """(slowest rank's time, max - min across ranks, index of the slowest rank) per step."""
     steps = min(len(t) for t in per_rank)
@@ -128,10 +157,18 @@ def combine(per_rank: list[list[float]]) -> tuple[list[float], list[float], list
 
 
 def summary(ctx: DistContext, skew_measured_s: list[float],
-            who_measured: list[int], agree_cost_s: list[float] | None = None) -> dict[str, Any]:
-    """The distributed fields of trial.json."""
+            who_measured: list[int], agree_cost_s: list[float] | None = None,
+            nodes: list[int] | None = None,
+            node_skew_measured_s: list[float] | None = None) -> dict[str, Any]:
+    """The distributed fields of trial.json (``nodes``: each rank's machine, gather_nodes)."""
     counts = {r: who_measured.count(r) for r in range(ctx.world_size)}
-    return {
+    spans = {} if not nodes else {
+        "nodes": len(set(nodes)), "rank_nodes": nodes,
+        "node_skew_median_s": (statistics.median(node_skew_measured_s)
+                               if node_skew_measured_s else None),
+        "slowest_node_counts": {n: sum(1 for r in who_measured if nodes[r] == n)
+                                for n in sorted(set(nodes))}}
+    return {**spans,
         "step_agreement_median_s": statistics.median(agree_cost_s) if agree_cost_s else None,
         "world_size": ctx.world_size,
         "dist_backend": ctx.backend,

@@ -244,6 +244,7 @@ BOUNDS: dict[str, Bound] = {
     # ---- workload: every kind's common fields
     "WorkloadConfig.seed": _SEED,
     "WorkloadConfig.world_size": _count(1, 1_000_000, "a million ranks"),
+    "WorkloadConfig.nnodes": _count(1, 100_000, "a hundred thousand machines"),
     "BucketConfig.seq_len": _DIM,
     "BucketConfig.micro_batch": _count(1, 1_000_000, "a million sequences a step"),
     "BucketConfig.weight": Bound(0.0, 1e9, lo_open=True, why="relative weights"),

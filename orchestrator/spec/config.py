@@ -172,7 +172,11 @@ class WorkloadConfig:
     recipe: str = MISSING
     precision: Precision = Precision.fp32  # fp32 | bf16 | fp16 (autocast policy)
     seed: int = 0
+    # the ranks of one trial in all, and the machines they span: nnodes x (world_size / nnodes)
+    # processes per node. nnodes > 1: one Slurm job step over that many nodes (launcher=slurm);
+    # a command is started once per node, its ranks its own (docs/launching.md)
     world_size: int = 1
+    nnodes: int = 1
     buckets: list[BucketConfig] = MISSING
 
     def validate(self) -> None:

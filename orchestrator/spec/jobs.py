@@ -62,6 +62,10 @@ class WorkerJob(abc.ABC):
     def nproc(self) -> int:
         """Processes the launcher starts: one per rank."""
 
+    def nodes(self) -> int:
+        """Machines the job spans (workload.nnodes): its processes split evenly over them."""
+        return max(1, int(self.workload.get("nnodes", 1) or 1))
+
     def plain(self) -> dict[str, Any]:
         """The fields as plain data (nested records as dicts)."""
         return {k: ([dataclasses.asdict(x) for x in v] if k == "paired_arms" else v)
@@ -161,9 +165,9 @@ class TrialSpec(WorkerJob):
 
     def nproc(self) -> int:
         """A ``command`` workload starts its own ranks (its world_size is only a placeholder of
-        its command line): one process."""
+        its command line): one process per node it spans."""
         if self.workload.get("kind") == "command":
-            return 1
+            return self.nodes()
         return max(1, int(self.workload.get("world_size", 1) or 1))
 
     @classmethod

@@ -141,18 +141,23 @@ class Stepper:
             return {}
         rows = self.rows
         per_rank = distmod.gather_step_times(ctx, [r["step_time_s"] for r in rows])
-        if per_rank is None:
+        nodes = distmod.gather_nodes(ctx)
+        if per_rank is None or nodes is None:
             return {}
         slowest, skew, who = distmod.combine(per_rank)  # rank 0
+        across = distmod.node_skew(per_rank, nodes)
         for i, row in enumerate(rows):
             for r, times in enumerate(per_rank):
                 row[f"step_time_rank{r}_s"] = times[i]
             row["step_time_s"], row["rank_skew_s"] = slowest[i], skew[i]
             row["slowest_rank"] = who[i]
+            if len(set(nodes)) > 1:
+                row["node_skew_s"] = across[i]
         measured_idx = [i for i, r in enumerate(rows) if r["phase"] == "measured"]
         return distmod.summary(ctx, [skew[i] for i in measured_idx],
                                [who[i] for i in measured_idx],
-                               self.agree.cost_s if self.agree is not None else None)
+                               self.agree.cost_s if self.agree is not None else None,
+                               nodes, [across[i] for i in measured_idx])
 
 
 def build_trainer(spec: TrialSpec, worker: Any) -> tuple[Any, Any, float]:

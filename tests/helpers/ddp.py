@@ -115,3 +115,19 @@ class _MismatchedCollective(DDPTrainer):
 
 def build_mismatch(workload: Any, bucket: Any, device: str) -> DDPTrainer:
     return _MismatchedCollective(workload, bucket, device)
+
+
+class _SlowLastRank(DDPTrainer):
+    """The last rank (on the last node of a multi-node trial) sleeps 15 ms in every step, outside
+    DDP's all-reduce: the others wait for it in the next all-reduce, so a step's time is its
+    slowest rank's. A planted slowdown of a known size on one machine only."""
+
+    def train_step(self, batch: Any) -> Any:
+        loss = super().train_step(batch)
+        if self.rank == dist.get_world_size() - 1:
+            time.sleep(0.015)
+        return loss
+
+
+def build_slow_last_rank(workload: Any, bucket: Any, device: str) -> DDPTrainer:
+    return _SlowLastRank(workload, bucket, device)

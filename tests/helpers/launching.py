@@ -189,3 +189,33 @@ def launcher_for(name: str, run_dir: Path, monkeypatch: Any) -> Any:
     cfg = SlurmLauncherConfig(partition="debug", time_limit_min=20, poll_interval_s=0.5,
                               lost_after_s=30.0)
     return SlurmLauncher(cfg, folder=str(run_dir / "slurm"))
+
+
+TWO_NODE_CONF = "/tmp/orchestrator-slurm2/slurm.conf"  # scripts/slurm_twonode.sh's default
+TWO_NODE_SKIP_REASON = ("no two-node Slurm: start it with `bash scripts/slurm_twonode.sh start` "
+                        "(scripts/test.sh and .ci/run do)")
+
+
+def require_two_nodes() -> str:
+    """SLURM_CONF of the two-node cluster (scripts/slurm_twonode.sh, partition ``two``, nodes
+    orchn1 and orchn2); skips without one, or fails where the run demands Slurm
+    (ORCH_REQUIRE_SLURM=1)."""
+    import pytest
+
+    conf = os.environ.get("ORCH_SLURM2_CONF", TWO_NODE_CONF)
+    ok = False
+    if shutil.which("sbatch") is not None and os.path.exists(conf):
+        try:
+            out = subprocess.run(["sinfo", "-h", "-p", "two", "-o", "%t %D"], capture_output=True,
+                                 text=True, env=dict(os.environ, SLURM_CONF=conf), timeout=20,
+                                 check=False).stdout
+            ok = sum(int(n) for t, n in (ln.split() for ln in out.splitlines() if ln.strip())
+                     if t.rstrip("*") in ("idle", "mix", "alloc")) == 2
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            ok = False
+    if not ok:
+        if os.environ.get("ORCH_REQUIRE_SLURM") == "1":
+            pytest.fail("ORCH_REQUIRE_SLURM=1 but the two-node cluster is not up: "
+                        + TWO_NODE_SKIP_REASON)
+        pytest.skip(TWO_NODE_SKIP_REASON)
+    return conf

@@ -127,7 +127,8 @@ def test_two_buckets_run_side_by_side_in_one_wave(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("override,match", [
-    ("launcher.slurm.gpus_per_node=1", r"^launcher\.slurm\.gpus_per_node: 1 < workload"),
+    ("launcher.slurm.gpus_per_node=1",
+     r"^launcher\.slurm\.gpus_per_node: 1 < the 2 processes per node a trial runs"),
     ("launcher.slurm.time_limit_min=0", r"^launcher\.slurm\.time_limit_min: must be > 0"),
     ("+launcher.slurm.additional_parameters.ntasks_per_node=4",
      r"^launcher\.slurm\.additional_parameters\.ntasks_per_node: is set by the launcher"),
@@ -137,6 +138,27 @@ def test_bad_slurm_settings_name_the_key(compose: Any, override: str, match: str
     with pytest.raises(ConfigError, match=match):
         compose(["workload=gpt_test", "launcher=slurm", "+sweep=fa2", "workload.world_size=2",
                  override])
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["launcher=local", "workload.world_size=4", "workload.nnodes=2"],
+     r"^workload\.nnodes: 2 machines per trial need launcher=slurm \(launcher=local runs"),
+    (["launcher=slurm", "workload.world_size=3", "workload.nnodes=2"],
+     r"^workload\.world_size: 3 ranks do not split evenly over workload\.nnodes=2"),
+    (["launcher=slurm", "workload.world_size=4", "workload.nnodes=2",
+      "launcher.slurm.gpus_per_node=1"],
+     r"^launcher\.slurm\.gpus_per_node: 1 < the 2 processes per node a trial runs"),
+])
+def test_trials_over_several_machines_are_refused_where_they_cannot_run(
+        compose: Any, overrides: list[str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        compose(["workload=gpt_test", "+sweep=fa2", *overrides])
+
+
+def test_a_job_over_two_nodes_asks_for_them(tmp_path: Path) -> None:
+    need_module("submitit")
+    params = executor_parameters(SlurmLauncherConfig(), ntasks=4, job_name="j", nodes=2)
+    assert params["nodes"] == 2 and params["ntasks_per_node"] == 2
 
 
 # --------------------------------------------------------------------------- real cluster

@@ -1,0 +1,92 @@
+"""Trials that span machines (issue 46), on a real two-node Slurm cluster on this machine
+(scripts/slurm_twonode.sh: slurmctld and two slurmd, each node a network and UTS namespace of
+its own). The jobs really go through slurmctld to both slurmd; the ranks reach each other over
+the namespaces' bridge (gloo)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.launch.slurm import SlurmLauncher
+from orchestrator.spec.config import SlurmLauncherConfig
+from tests.helpers.launching import make_spec, require_two_nodes
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def two_nodes(monkeypatch: Any) -> str:
+    conf = require_two_nodes()
+    monkeypatch.setenv("SLURM_CONF", conf)
+    return conf
+
+
+def _launcher(run_dir: Path, **kw: Any) -> SlurmLauncher:
+    cfg = SlurmLauncherConfig(partition="two", time_limit_min=20, poll_interval_s=0.5, **kw)
+    return SlurmLauncher(cfg, folder=str(run_dir / "slurm"))
+
+
+def _two_node_spec(run_dir: Path, arm: int, world: int = 4, **kw: Any) -> Any:
+    spec = make_spec(run_dir, arm, recipe="tests.helpers.ddp:build", world_size=world, **kw)
+    spec.workload = {**spec.workload, "nnodes": 2}
+    return spec
+
+
+def test_an_embedded_recipe_runs_its_ranks_over_two_nodes(run_dir: Path, two_nodes: str) -> None:
+    """World size 4 as 2 nodes x 2 ranks: one job step over both nodes, one process group
+    (gloo), an all-reduce of the gradients every step; the slowest rank's time per step and the
+    skew recorded, each rank on the node Slurm put it."""
+    spec = _two_node_spec(run_dir, 0, label="ddp4")
+    got: dict[str, dict] = {}
+    _launcher(run_dir).run([spec], lambda s, r: got.update({s.trial_id: r}), 600)
+    rec = got[spec.trial_id]
+    assert rec["status"] == "ok", (rec.get("error"), rec.get("stderr_tail"))
+    assert rec["world_size"] == 4 and rec["dist_backend"] == "gloo"
+    assert rec["rank_skew_median_s"] is not None
+    head = (Path(spec.trial_dir) / "steps.csv").read_text().splitlines()[0].split(",")
+    assert {f"step_time_rank{r}_s" for r in range(4)} <= set(head)
+    (sub,) = list((run_dir / "slurm").glob("*/*_submission.sh"))
+    text = sub.read_text()
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks-per-node=2" in text
+    # ranks 0, 1 on one machine and 2, 3 on the other, as Slurm placed them
+    assert rec["nodes"] == 2 and rec["rank_nodes"] == [0, 0, 1, 1]
+    assert rec["node_skew_median_s"] is not None and rec["node_skew_median_s"] >= 0
+    assert sum(rec["slowest_node_counts"].values()) == rec["measured_steps_run"]
+    for r in (1, 2, 3):
+        assert (Path(spec.trial_dir) / f"stderr.rank{r}.log").exists()
+    assert json.loads((Path(spec.trial_dir) / "trial.json").read_text())["slurm_job_id"]
+
+
+def test_a_campaign_over_two_nodes_decides(compose: Any, run_dir: Path, two_nodes: str) -> None:
+    """A real campaign whose trials each span both nodes (4 ranks, 2 per node, gloo): the
+    data-parallel GPT against itself with 15 ms of sleep planted in every step of its last rank
+    (on the second node); every trial spans both machines, the slowdown is rejected, and the
+    step times are the slowest rank's (node 2's)."""
+    from orchestrator.campaign.run import run_campaign
+
+    cfg = compose(["workload=gpt_test", "protocol=quick", "launcher=slurm",
+                   "launcher.slurm.partition=two", "launcher.slurm.poll_interval_s=0.5",
+                   "+sweep=compile", "workload.world_size=4", "workload.nnodes=2",
+                   "workload.recipe=tests.helpers.ddp:build", "protocol.repeats=3",
+                   "protocol.max_rounds=3", "protocol.correctness.mode=off",
+                   "workload.buckets=[{name:s32,seq_len:32,micro_batch:2}]",
+                   "sweep.variable=workload.recipe", "sweep.baseline='tests.helpers.ddp:build'",
+                   "sweep.baseline_label=ddp",
+                   "sweep.values=['tests.helpers.ddp:build_slow_last_rank']",
+                   "sweep.labels=[slow-node2]"])
+    result = run_campaign(cfg, run_dir)
+    recs = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")]
+    assert len(recs) == 6 and all(r["status"] == "ok" for r in recs), \
+        [r.get("error") for r in recs]
+    assert {r["nodes"] for r in recs} == {2} and {r["world_size"] for r in recs} == {4}
+    assert {tuple(r["rank_nodes"]) for r in recs} == {(0, 0, 1, 1)}
+    slow = [r for r in recs if r["arm_label"] == "slow-node2"]
+    # the planted rank is the slowest in most steps: its sleep is outside the all-reduce
+    assert all(max(r["slowest_rank_counts"], key=lambda k: r["slowest_rank_counts"][k]) == "3"
+               for r in slow), [r["slowest_rank_counts"] for r in slow]
+    (v,) = result.verdicts
+    assert v.verdict == "reject", v.reasons
