@@ -197,6 +197,9 @@ class Invocation:
     argv: list[str] | str  # a list runs without a shell; a string runs through /bin/sh
     cwd: str | None
     env: dict[str, str] = field(default_factory=dict)  # added to the trial's environment
+    # the launch's own variables (NNODES, NODE_RANK, MASTER_ADDR ...): given to the command
+    # under its env, never recorded (they name machines)
+    launch_env: dict[str, str] = field(default_factory=dict)
     log_file: str | None = None  # read steps from this file instead of the captured output
     time_limit_s: float | None = None
 

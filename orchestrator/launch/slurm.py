@@ -49,6 +49,7 @@ from typing import Any, Optional, Sequence
 from orchestrator.spec.config import SlurmLauncherConfig
 from orchestrator.spec.jobs import JOB_KINDS, TrialSpec, WorkerJob, job_from_payload
 from orchestrator.launch.base import (
+    INFRA_STATUS,
     Launcher,
     OnDone,
     OnJobDone,
@@ -65,6 +66,9 @@ from orchestrator.core.results import atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 
+# a job that ended by the machines' fault (a node failed or never booted, the job vanished):
+# its unfinished trials are infra_failed, run again (protocol.infra_retries, then a resume)
+INFRA_STATES = ("NODE_FAIL", "BOOT_FAIL", "LOST")
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                    "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED")
 
@@ -370,10 +374,15 @@ class SlurmLauncher(Launcher):
             return rec
         status = {"CANCELLED": "killed", "TIMEOUT": "timeout", "PREEMPTED": "killed",
                   "OUT_OF_MEMORY": "oom"}.get(state, "crashed")
+        if state in INFRA_STATES:  # the machine's failure, not the arm's: run again
+            status = INFRA_STATUS
         tail = stderr_tail(spec.job_dir / "stderr.log") or stderr_tail(job.paths.stderr)
         record = job_failure(spec, status, f"{error} before this {JOB_KINDS[type(spec)]} "
                              "finished", tail)
         record.update({"launcher": "slurm", "slurm_job_id": job.job_id, "slurm_state": state})
+        if status == INFRA_STATUS:
+            record["infra_reason"] = (f"slurm job {job.job_id} ended {state}: a node failed "
+                                      "or the job was lost (the trial runs again)")
         atomic_write_json(spec.record_path, record)
         return record
 
@@ -385,7 +394,9 @@ def _prepare(specs: Sequence[WorkerJob]) -> None:
         jdir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(jdir / "spec.json", spec.to_json())
         stem = Path(spec.record_file).stem
-        for stale in [spec.record_path, *jdir.glob(f"{stem}.rank*.json")]:
+        # a command's other nodes' reports (orchestrator.worker.nodes) too
+        for stale in [spec.record_path, *jdir.glob(f"{stem}.rank*.json"),
+                      *jdir.glob("node[0-9]*.json")]:
             stale.unlink(missing_ok=True)
 
 

@@ -49,6 +49,7 @@ from orchestrator.core.logparse import (
     reported_mfu,
 )
 from orchestrator.platform.children import COMMAND_SESSION, SessionGuard, run_child, start_child
+from orchestrator.worker import nodes
 from orchestrator.worker.bootstrap import start_worker
 from orchestrator.core.results import trial_record, write_csv, Status
 
@@ -109,8 +110,10 @@ def _redact(text: str, trial_dir: str) -> str:
 
 
 def run_command(argv: list[str] | str, cwd: str | None, env: dict[str, str], log_path: Path,
-                time_limit_s: float | None) -> tuple[int | None, str | None]:
-    """(exit code or None on timeout, error when it could not start). Output goes to log_path."""
+                time_limit_s: float | None, session: str = COMMAND_SESSION,
+                ) -> tuple[int | None, str | None]:
+    """(exit code or None on timeout, error when it could not start). Output goes to log_path;
+    the running command's session is recorded beside it in ``session``."""
     full_env = {**os.environ, **env}
     with open(log_path, "wb") as out:
         try:
@@ -120,7 +123,7 @@ def run_command(argv: list[str] | str, cwd: str | None, env: dict[str, str], log
             return run_child(argv, cwd=cwd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, timeout_s=time_limit_s, preexec_fn=None,
                              stop_on_sigterm=True,
-                             guard=log_path.with_name(COMMAND_SESSION)), None
+                             guard=log_path.with_name(session)), None
         except OSError as exc:
             return None, f"{type(exc).__name__}: {exc.strerror or exc}"
 
@@ -178,6 +181,9 @@ def command_fields(spec: Any, base: dict[str, Any], inv: Any) -> dict[str, Any]:
     (no interpreter, trial or home paths), and the device it is not probed for."""
     tdir = str(spec.trial_dir)
     shown = inv.argv if isinstance(inv.argv, str) else " ".join(inv.argv)
+    addr = (getattr(inv, "launch_env", None) or {}).get("MASTER_ADDR")
+    if addr and addr not in ("127.0.0.1", "localhost"):  # the first node's name stays out
+        shown = shown.replace(addr, "<master_addr>")
     return {
         **base,
         "command": _redact(shown, tdir),
@@ -217,21 +223,29 @@ def read_lines(path: Path) -> list[str]:
 
 
 def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str, Any]:
-    """Run one external trial and build its record (statuses instead of exceptions)."""
+    """Run one external trial and build its record (statuses instead of exceptions). Over
+    several machines (orchestrator.worker.nodes) node 0 writes the record from every node's
+    report, the others leave their report."""
     tdir = Path(spec.trial_dir)
     inv = trainer.invocation(str(tdir), spec.warmup_steps, spec.measured_steps, spec.timeout_s)
+    where = nodes.place(getattr(inv, "launch_env", {}) or {})
     common = command_fields(spec, base, inv)
-    log_path = tdir / "command.log"
+    if where.multi:
+        common.update(nodes=where.nnodes)
+    log_path = tdir / nodes.log_name(where)
     t0 = time.time()
     switched = {k: trainer.workload.params.get(k)
                 for k in getattr(trainer.workload, "switchable", None) or ()}
-    env = {**inv.env, PARAMS_ENV: json.dumps(switched)} if switched else inv.env
+    env = {**inv.env, **getattr(inv, "launch_env", {})}
     if switched:  # what orchestrator.client.params() returns in this run (one arm)
+        env[PARAMS_ENV] = json.dumps(switched)
         common["client_params"] = switched
-    rc, start_error = run_command(inv.argv, inv.cwd, env, log_path, inv.time_limit_s)
+    rc, start_error = run_command(inv.argv, inv.cwd, env, log_path, inv.time_limit_s,
+                                  nodes.session_name(where, COMMAND_SESSION))
     wall = time.time() - t0
     out_lines = read_lines(log_path)
-    lines = out_lines if inv.log_file is None else read_lines(Path(inv.cwd or ".", inv.log_file))
+    own_log = inv.log_file is None or where.node > 0
+    lines = out_lines if own_log else read_lines(Path(inv.cwd or ".", inv.log_file))
     tail = _redact("\n".join(out_lines[-_TAIL_LINES:]), str(tdir))
     common.update(command_wall_s=wall, returncode=rc)
 
@@ -239,16 +253,47 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
         return trial_record(**common, status=status, failure_kind=kind, error=error,
                             stderr_tail=tail)
 
+    outcome = None
     if start_error:
-        return failed("cannot_start", f"cannot start the command: {start_error}")
-    if rc is None:
+        outcome = failed("cannot_start", f"cannot start the command: {start_error}")
+    elif rc is None:
         n = sum(1 for _ in _safe_parse(trainer, lines))
-        return failed("timeout", f"the command ran past workload.time_limit_s="
-                      f"{inv.time_limit_s:g} s and was killed ({n} step line(s) by then)", "timeout")
-    if rc != 0:
-        return failed("exit_code", f"the command exited with code {rc}")
+        outcome = failed("timeout", f"the command ran past workload.time_limit_s="
+                         f"{inv.time_limit_s:g} s and was killed ({n} step line(s) by then)",
+                         "timeout")
+    elif rc != 0:
+        outcome = failed("exit_code", f"the command exited with code {rc}")
+    if where.multi and where.node > 0:
+        return _node_report(trainer, lines, tdir, where, outcome, rc, wall,
+                            own_log=inv.log_file is None) or trial_record(
+                                **common, status=Status.OK)
+    others: dict[int, nodes.NodeReport] = {}
+    if where.multi:  # node 0: the other nodes' reports; a lost node is the infrastructure's
+        ended = time.time()
+        others, missing = nodes.gather(tdir, where, ended)
+        common["node_wall_s"] = {"0": wall, **{str(k): r.wall_s for k, r in others.items()}}
+        own = None if outcome is None else str(outcome.get("error"))
+        bad = nodes.node_failure(others, missing, time.time() - ended, own)
+        cannot_start = outcome is not None and outcome.get("failure_kind") == "cannot_start"
+        if bad is not None and not cannot_start and (outcome is None or missing):
+            status, kind, error = bad
+            rec = failed(kind, error, status)
+            if status == "infra_failed":
+                rec["infra_reason"] = error
+            return rec
+        if bad is not None and outcome is not None:  # both failed: node 0's first, theirs after
+            outcome["error"] = f"{outcome['error']}; {bad[2]}"
+    if outcome is not None:
+        return outcome
     try:
-        records = trainer.parse(lines)
+        per_node: dict[int, dict[int, float]] = {}
+        if where.multi and any(r.steps for r in others.values()):
+            # node 0 may print none: torchrun's rendezvous puts global rank 0 on any node
+            records = _steps_or_none(trainer, lines)
+            records, node_fields, per_node = nodes.merge_steps(records, others)
+            common.update(node_fields)
+        else:
+            records = trainer.parse(lines)
         checked = check_steps(records, trainer.skip_steps(spec.warmup_steps))
         checked.notes.extend(long_lines_note(sum(map(is_long_line, lines))))
     except MalformedStepLine as exc:
@@ -260,7 +305,41 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
     except ValueError as exc:  # a step line whose fields cannot be read
         return failed("malformed_log", f"log: unreadable step line ({exc})")
     return ok_record(spec, {**common, **steps_followed(spec, trainer, checked)}, trainer,
-                      checked)
+                     checked, per_node)
+
+
+def _steps_or_none(trainer: Any, lines: list[str]) -> list[StepRecord]:
+    """Node 0's step records, [] when it logged none (another node did); a malformed step
+    line still raises."""
+    try:
+        return list(trainer.parse(lines))
+    except MalformedStepLine:
+        raise
+    except LogParseError:
+        return []
+
+
+def _node_report(trainer: Any, lines: list[str], tdir: Path, where: nodes.NodePlace,
+                 outcome: dict[str, Any] | None, rc: int | None, wall: float,
+                 own_log: bool) -> dict[str, Any] | None:
+    """Node k > 0: its report for node 0 (status, exit code, its step lines where it has any);
+    its record when it failed (left as trial.rank<k>.json), else None."""
+    steps: list[dict[str, Any]] = []
+    note = None
+    if outcome is None and own_log:
+        try:
+            steps = nodes.steps_of(list(trainer.parse(lines)))
+        except LogParseError:
+            note = f"node {where.node} logged no step lines"
+        except ValueError as exc:  # malformed: node 0's log decides; say it
+            note = f"node {where.node}'s step lines could not be read ({exc})"
+    elif outcome is None:
+        note = "the workload's log.file is read on node 0 only"
+    nodes.NodeReport(node=where.node, status=outcome["status"] if outcome else "ok",
+                     error=outcome.get("error") if outcome else None, returncode=rc,
+                     wall_s=wall, steps=steps, note=note, at=time.time(),
+                     launch=nodes.launch_id()).write(tdir)
+    return outcome
 
 
 def steps_followed(spec: Any, trainer: Any, checked: CheckedSteps) -> dict[str, Any]:
@@ -286,13 +365,15 @@ def _safe_parse(trainer: Any, lines: list[str]) -> list[StepRecord]:
         return []
 
 
-def ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: CheckedSteps) -> dict[str, Any]:
+def ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: CheckedSteps,
+              per_node: dict[int, dict[int, float]] | None = None) -> dict[str, Any]:
     rows = []
     for phase, recs in (("warmup", checked.warmup), ("measured", checked.measured)):
         for r in recs:
             rows.append({"step": r.step, "phase": phase, "step_time_s": r.step_time_s,
                          "data_wait_s": None, "tokens": r.tokens, "samples": r.samples,
                          "batch_index": r.step, "loss": r.loss})
+    nodes.node_columns(rows, per_node or {})
     write_csv(Path(spec.trial_dir) / "steps.csv", rows)
     measured = [r.step_time_s for r in checked.measured]
     median = statistics.median(measured)

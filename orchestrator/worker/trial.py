@@ -27,6 +27,7 @@ from orchestrator.platform import distributed as distmod
 from orchestrator.platform.environment import record_facts
 from orchestrator.spec.jobs import LAUNCH_T0_VAR, TrialSpec
 from orchestrator.worker import pairing
+from orchestrator.worker import nodes
 from orchestrator.worker.bootstrap import worker_main
 from orchestrator.worker.microbench import run_microbench
 from orchestrator.worker.profile.runner import run_profiled
@@ -47,6 +48,8 @@ def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]
     rank, world, _ = distmod.env_rank()
     if world > 1:
         base["rank"] = rank
+    elif nodes.env_node_rank() > 0:  # a command's node k > 0: its node<k>.json is its
+        rank = -nodes.env_node_rank()  # report (orchestrator.worker.nodes); node 0 writes
     try:
         record, records = _run_kind(spec, base, launch_t0)
     except BackendUnavailable as exc:
@@ -132,7 +135,8 @@ def _run_kind(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None,
 
 def _write_records(spec: TrialSpec, records: list[tuple[dict[str, Any], str]], rank: int) -> None:
     """Each record with its facts, the first last: the launcher reads it as the process's own;
-    distributed, rank 0 is the only writer and other ranks leave only their failures."""
+    distributed, rank 0 is the only writer and other ranks leave only their failures (a
+    command's node k > 0, ``rank`` -k, leaves its node report instead)."""
     for i, (rec, rdir) in reversed(list(enumerate(records))):
         Path(rdir).mkdir(parents=True, exist_ok=True)
         # after the timed steps, so neither the timing nor start-to-first-step pays for it
@@ -141,7 +145,7 @@ def _write_records(spec: TrialSpec, records: list[tuple[dict[str, Any], str]], r
         rec["finished_at"] = time.time()
         if rank == 0:
             atomic_write_json(Path(rdir) / "trial.json", rec)
-        elif rec["status"] != Status.OK:
+        elif rec["status"] != Status.OK and rank > 0:  # < 0: a command's other node
             atomic_write_json(Path(rdir) / f"trial.rank{rank}.json", rec)
 
 

@@ -27,7 +27,10 @@ from orchestrator.core.logparse import LogParseError, compile_pattern
 
 # the template placeholders every command gets (besides workload.params)
 BUILTINS = ("python", "steps", "warmup_steps", "measured_steps", "bucket", "seq_len",
-            "micro_batch", "seed", "world_size", "trial_dir", "device")
+            "micro_batch", "seed", "world_size", "trial_dir", "device",
+            # a launch across machines (one command per node): recipes.command.recipe.node_values
+            "nnodes", "node_rank", "nproc_per_node", "master_addr", "master_port",
+            "rdzv_endpoint")
 
 
 def template_fields(template: str) -> list[str]:

@@ -8,7 +8,9 @@ one argument; with ``shell: true`` values are shell-quoted into the string.
 
 from __future__ import annotations
 
+import os
 import shlex
+import socket
 import sys
 from typing import Any
 
@@ -16,6 +18,46 @@ from orchestrator.spec.config import BucketConfig
 from orchestrator.core.logparse import StepRecord, compile_pattern, parse_steps
 from recipes.base import Invocation, TrainerHooks, external_recipe
 from recipes.command.config import CommandWorkloadConfig, work_per_step
+
+
+def node_values(world_size: int, nnodes: int) -> dict[str, Any]:
+    """The placeholders of a launch across machines. The command is started once per node
+    (launcher=slurm gives each node's task NNODES, NODE_RANK and the first node's MASTER_ADDR
+    and MASTER_PORT: orchestrator.launch.slurm.rank_env); on one machine they describe a
+    single-node launch (node 0 of 1, this machine's loopback and a free port), so the same
+    ``torchrun --nnodes {nnodes} --node-rank {node_rank} --nproc-per-node {nproc_per_node}
+    --rdzv-endpoint {rdzv_endpoint}`` runs on either."""
+    env = os.environ
+    nnodes = int(env.get("NNODES") or nnodes or 1)
+    addr = env.get("MASTER_ADDR") or "127.0.0.1"
+    port = int(env.get("MASTER_PORT") or 0) or free_port()
+    return {"nnodes": nnodes, "node_rank": int(env.get("NODE_RANK") or 0),
+            "nproc_per_node": max(1, world_size // max(1, nnodes)),
+            "master_addr": addr, "master_port": port, "rdzv_endpoint": f"{addr}:{port}"}
+
+
+def launch_env(vals: dict[str, Any]) -> dict[str, str]:
+    """The environment a trainer that reads the usual variables itself expects, in a launch
+    over several machines: NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT; with one process per
+    node (the command is the rank: ``world_size == nnodes``) also RANK, WORLD_SIZE, LOCAL_RANK
+    and LOCAL_WORLD_SIZE. With more, the command starts its ranks itself (torchrun sets those
+    for them). On one machine nothing: a trainer that turns distributed on when it sees RANK
+    (nanoGPT) must run as it would by hand."""
+    if vals["nnodes"] <= 1:
+        return {}
+    env = {"NNODES": str(vals["nnodes"]), "NODE_RANK": str(vals["node_rank"]),
+           "MASTER_ADDR": str(vals["master_addr"]), "MASTER_PORT": str(vals["master_port"])}
+    if vals["nproc_per_node"] == 1:
+        env.update(RANK=str(vals["node_rank"]), WORLD_SIZE=str(vals["world_size"]),
+                   LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    return env
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (for a single-node launch's rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class CommandTrainer(TrainerHooks):
@@ -30,6 +72,7 @@ class CommandTrainer(TrainerHooks):
     def values(self, trial_dir: str, warmup_steps: int, measured_steps: int) -> dict[str, Any]:
         w, b = self.workload, self.bucket
         return {
+            **node_values(w.world_size, getattr(w, "nnodes", 1) or 1),
             **w.params,
             "python": sys.executable,
             "steps": warmup_steps + measured_steps,
@@ -59,6 +102,7 @@ class CommandTrainer(TrainerHooks):
             argv=argv,
             cwd=w.cwd.format_map(vals) if w.cwd else None,
             env={k: str(v).format_map(vals) for k, v in w.env.items()},
+            launch_env=launch_env(vals),
             log_file=w.log.file.format_map(vals) if w.log.file else None,
             time_limit_s=limit,
         )

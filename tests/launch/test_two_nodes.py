@@ -90,3 +90,54 @@ def test_a_campaign_over_two_nodes_decides(compose: Any, run_dir: Path, two_node
                for r in slow), [r["slowest_rank_counts"] for r in slow]
     (v,) = result.verdicts
     assert v.verdict == "reject", v.reasons
+
+
+ROOT = Path(__file__).resolve().parents[2]
+TORCHRUN = ("{python} -m torch.distributed.run --nnodes {nnodes} --node-rank {node_rank} "
+            "--nproc-per-node {nproc_per_node} --rdzv-endpoint "
+            "{rdzv_endpoint} --max-restarts 0 " + str(ROOT) +
+            "/tests/helpers/ddp_command.py --steps {steps} --units {units} --slow-node 1 "
+            "--slow-ms {slow_ms}")
+
+
+def _torchrun_campaign(compose: Any, *extra: str) -> Any:
+    return compose(["+sweep=planted_command", "launcher=slurm", "device=cpu",
+                    "launcher.slurm.partition=two", "launcher.slurm.poll_interval_s=0.5",
+                    f"workload.command='{TORCHRUN}'", "workload.world_size=4",
+                    "workload.nnodes=2", "workload.time_limit_s=120", "protocol=quick",
+                    "protocol.pairing=process", "protocol.warmup_steps=2",
+                    "protocol.measured_steps=6", "protocol.correctness.mode=off",
+                    "+workload.params.slow_ms=0", "workload.params.units=32",
+                    "sweep.variable=workload.params.slow_ms", "sweep.baseline=0",
+                    "sweep.values=[30]", "sweep.labels=[slow-node1]",
+                    "protocol.repeats=3", "protocol.max_rounds=3", *extra])
+
+
+def test_a_torchrun_command_spans_both_nodes_and_completes_a_campaign(
+        compose: Any, run_dir: Path, two_nodes: str) -> None:
+    """An unchanged ``torchrun --nnodes {nnodes} --node-rank {node_rank} --rdzv-endpoint
+    {rdzv_endpoint}`` command, started once per node by one Slurm job step over both nodes,
+    4 ranks (2 per node) all-reducing over gloo: every trial is ok, its step times come from
+    both nodes' logs (the slowest node's per step), and no machine name is in the records. The
+    variant sleeps 30 ms per step on the second node's ranks: rejected."""
+    from orchestrator.campaign.run import run_campaign
+
+    result = run_campaign(_torchrun_campaign(compose), run_dir)
+    recs = {p.parent.name: json.loads(p.read_text())
+            for p in run_dir.glob("trials/*/trial.json")}
+    assert len(recs) == 6 and all(r["status"] == "ok" for r in recs.values()), \
+        {k: (r.get("error"), r.get("stderr_tail")) for k, r in recs.items()}
+    for tid, r in recs.items():
+        tdir = run_dir / "trials" / tid
+        assert r["nodes"] == 2 and r["nodes_logging_steps"] == [0, 1]
+        assert r["node_skew_median_s"] is not None
+        assert "<master_addr>" in r["command"] and "--nnodes 2" in r["command"]
+        assert "--nproc-per-node 2" in r["command"]
+        assert (tdir / "command.node1.log").exists() and (tdir / "node1.json").exists()
+        head = (tdir / "steps.csv").read_text().splitlines()[0].split(",")
+        assert {"step_time_node0_s", "step_time_node1_s"} <= set(head)
+        assert not list(tdir.glob("trial.rank*.json"))
+    text = "\n".join(p.read_text() for p in run_dir.glob("trials/*/trial.json"))
+    assert "orchn1" not in text and "orchn2" not in text
+    (v,) = result.verdicts
+    assert v.verdict == "reject", v.reasons

@@ -1,0 +1,203 @@
+"""A ``command`` trial over several machines: one command per node, one record per trial.
+
+launcher=slurm starts the trial's process once per node (one task per node; the command starts
+that node's ranks, as ``torchrun --nnodes ... --node-rank ...`` does). Every node runs the same
+command with its own ``NODE_RANK``; the trial directory is on the cluster's shared file system.
+
+- Node k > 0 captures its output to ``command.node<k>.log``, reads its step lines where it has
+  any (a trainer often prints on global rank 0 only, which rendezvous may put on any node), and
+  leaves ``node<k>.json``: its status, exit code, wall time and steps. It writes no trial.json.
+- Node 0 runs its command, then waits for every other node's report (at most until the command's
+  time limit, and a grace after its own end) and writes the trial's record: a step's time is the
+  slowest node's for that step, node 0's kept beside it per step in steps.csv; the skew between
+  nodes and which node was slowest are recorded. A node whose command failed fails the trial
+  (``node k: <its reason>``); a node that sent nothing makes it ``infra_failed`` (lost or hung:
+  a resume runs it again).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core.logparse import StepRecord
+from orchestrator.core.results import atomic_write_json
+
+NODE_GRACE_S = 60.0  # after node 0's command ended, how long the other nodes' reports may take
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class NodePlace:
+    """Where this process is in a launch over machines."""
+
+    node: int = 0
+    nnodes: int = 1
+
+    @property
+    def multi(self) -> bool:
+        return self.nnodes > 1
+
+
+def place(launch_env: dict[str, str]) -> NodePlace:
+    """This node's place from the command's launch variables (NODE_RANK, NNODES)."""
+    nnodes = int(launch_env.get("NNODES") or 1)
+    node = int(launch_env.get("NODE_RANK") or 0)
+    return NodePlace(node if 0 <= node < nnodes else 0, max(1, nnodes))
+
+
+def log_name(where: NodePlace) -> str:
+    return "command.log" if where.node == 0 else f"command.node{where.node}.log"
+
+
+def session_name(where: NodePlace, own: str) -> str:
+    """The file recording the running command's session: one per node (``own`` on node 0),
+    so that one node's command ending does not take another node's record with it."""
+    return own if where.node == 0 else own.replace("command.", f"command.node{where.node}.", 1)
+
+
+def report_path(tdir: Path, node: int) -> Path:
+    return tdir / f"node{node}.json"
+
+
+def launch_id() -> str:
+    """The same on every node of one launch, different in a requeued or resumed one (an
+    earlier attempt's report never counts): the Slurm job, its restart count and its step."""
+    env = os.environ
+    return ".".join(env.get(k, "") for k in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT",
+                                               "SLURM_STEP_ID"))
+
+
+@dataclass
+class NodeReport:
+    node: int
+    status: str  # ok | failed | timeout
+    error: str | None = None
+    returncode: int | None = None
+    wall_s: float | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    note: str | None = None
+    at: float = 0.0
+    launch: str = ""
+
+    def write(self, tdir: Path) -> None:
+        atomic_write_json(report_path(tdir, self.node), dict(self.__dict__))
+
+    @classmethod
+    def read(cls, path: Path) -> NodeReport | None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+
+def gather(tdir: Path, where: NodePlace, ended_at: float,
+           grace_s: float = NODE_GRACE_S) -> tuple[dict[int, NodeReport], list[int]]:
+    """Node 0: every other node's report of this launch, waiting for them up to ``grace_s``
+    after its own command ended (the nodes of a synchronous trainer end together; once one
+    node has failed, 10 s more). (reports by node, nodes that sent none)."""
+    until = ended_at + grace_s
+    got: dict[int, NodeReport] = {}
+    want = set(range(1, where.nnodes))
+    me = launch_id()
+    while True:
+        for k in sorted(want - set(got)):
+            rep = NodeReport.read(report_path(tdir, k))
+            if rep is not None and rep.launch == me:
+                got[k] = rep
+        if set(got) == want or time.time() >= until:
+            return got, sorted(want - set(got))
+        if any(r.status != "ok" for r in got.values()):
+            until = min(until, max(ended_at, max(r.at for r in got.values())) + 10.0)
+        time.sleep(POLL_S)
+
+
+def node_failure(reports: dict[int, NodeReport], missing: list[int], waited_s: float,
+                 own: str | None = None) -> tuple[str, str, str] | None:
+    """(status, failure kind, one-line error) when another node failed or sent nothing;
+    None when every other node's command ended well. ``own``: node 0's own failure, if any
+    (a node that sent nothing while node 0's command failed is the likelier cause: its
+    collectives lost a peer)."""
+    bad = [r for r in sorted(reports.values(), key=lambda r: r.node) if r.status != "ok"]
+    if missing:
+        names = ", ".join(map(str, missing))
+        why = (f"node(s) {names} sent no report within {waited_s:.0f} s of node 0's end "
+               "(lost, hung or never started: a resume runs the trial again)")
+        return "infra_failed", "node_lost", why + (f"; node 0: {own}" if own else "")
+    if bad:
+        r = bad[0]
+        more = f" (and {len(bad) - 1} more node(s))" if len(bad) > 1 else ""
+        return r.status, "node_failed", f"node {r.node}: {r.error or r.status}{more}"
+    return None
+
+
+def steps_of(records: list[StepRecord]) -> list[dict[str, Any]]:
+    return [r.to_dict() for r in records]
+
+
+def merge_steps(own: list[StepRecord], reports: dict[int, NodeReport],
+                ) -> tuple[list[StepRecord], dict[str, Any], dict[int, dict[int, float]]]:
+    """(the trial's step records, node fields of its record, each node's time per step).
+
+    A step's time is the slowest node's among the nodes that logged it (a synchronous
+    trainer's nodes finish a step together; the slowest bounds it); the other fields come from
+    the first node that logged the step, node 0 first."""
+    per_node: dict[int, dict[int, float]] = {}
+    first: dict[int, StepRecord] = {}
+    sources = [(0, own)] + [(k, [StepRecord(**d) for d in reports[k].steps])
+                            for k in sorted(reports)]
+    for node, recs in sources:
+        if not recs:
+            continue
+        per_node[node] = {}
+        for r in recs:
+            if r.step in per_node[node]:
+                continue  # several ranks of one node printing the same step: the first
+            per_node[node][r.step] = r.step_time_s
+            first.setdefault(r.step, r)
+    merged: list[StepRecord] = []
+    skews: list[float] = []
+    slowest: dict[str, int] = {}
+    for step in sorted(first):
+        times = {n: t[step] for n, t in per_node.items() if step in t}
+        worst = max(times, key=lambda n: times[n])
+        base = first[step]
+        merged.append(StepRecord(step, times[worst], base.loss, base.tokens, base.samples,
+                                 base.reported_mfu))
+        if len(times) > 1:
+            skews.append(max(times.values()) - min(times.values()))
+            slowest[str(worst)] = slowest.get(str(worst), 0) + 1
+    fields: dict[str, Any] = {
+        "nodes_logging_steps": sorted(per_node),
+        "node_skew_median_s": statistics.median(skews) if skews else None,
+        "slowest_node_counts": slowest or None,
+        "step_time_from": ("the slowest node's time for each step" if len(per_node) > 1 else
+                           f"node {next(iter(per_node), 0)}'s step lines (the only node "
+                           "that logged steps)"),
+    }
+    return merged, fields, per_node
+
+
+def node_columns(rows: list[dict[str, Any]], per_node: dict[int, dict[int, float]]) -> None:
+    """steps.csv: each logging node's own time for the step beside the trial's."""
+    if len(per_node) < 2:
+        return
+    for row in rows:
+        for n in sorted(per_node):
+            v = per_node[n].get(int(row["step"]))
+            row[f"step_time_node{n}_s"] = v if v is not None and math.isfinite(v) else None
+
+
+def env_node_rank() -> int:
+    """The node rank Slurm's task for a command trial was given (0 elsewhere)."""
+    try:
+        return int(os.environ.get("NODE_RANK") or 0)
+    except ValueError:
+        return 0
