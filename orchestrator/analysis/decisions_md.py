@@ -227,6 +227,7 @@ def render_decisions(
     extra_sections: Sequence[Section] = (),
     start_line: str = "",
     paired_by: str = "",
+    device_line: str = "",
 ) -> str:
     base = analysis.arms[0]
     balanced = str(getattr(protocol, "order", "reversed")) == "balanced"
@@ -243,6 +244,8 @@ def render_decisions(
         *([f"- ran (each arm's trials, as the recipe describes its step): {ran}"]
           if (ran := ran_line(analysis)) else []),
         f"- environment: {env_line}",
+        # what device= resolved to and where: a Slurm compute node's probe job, or this host
+        *([f"- device: {device_line}"] if device_line else []),
         f"- protocol: {protocol_line(protocol)}, arms interleaved"
         + (" in a seeded Williams order per round (every arm follows every other equally "
            "often, the A/A control placed like any variant)" if balanced else

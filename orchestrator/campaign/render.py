@@ -39,6 +39,7 @@ from orchestrator.core.results import (
 )
 from orchestrator.core.section import Section
 from orchestrator.launch.base import INFRA_STATUS
+from orchestrator.launch.device_probe import device_line
 from orchestrator.spec.config import Config
 from orchestrator.spec.ledger import LINEAGE_FILE, lineage_lines
 from orchestrator.spec.sweep import ResolvedArm
@@ -181,6 +182,7 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
         sweep=cfg.sweep, workload_name=cfg.workload.name, analysis=analysis,
         verdicts=out.verdicts, env_line=env_line(records), protocol=cfg.protocol,
         launcher=cfg.launcher.name, start_line=start_method_line(records), failures=failures,
+        device_line=device_line((read_optional(run_dir / "plan.json") or {}).get("device_resolved")),
         paired_by=next((r["paired_by"] for r in records
                         if isinstance(r.get("paired_by"), str)), ""),
         extra_sections=sections)

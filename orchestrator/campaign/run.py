@@ -31,6 +31,7 @@ from orchestrator.platform.slices import duet_slices
 from orchestrator.spec.jobs import make_specs
 from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import Launcher
+from orchestrator.launch.device_probe import resolve_device
 from orchestrator.analysis.loss_gate import loss_trajectory_gates
 from orchestrator.campaign.microbench import direction_checks, run_microbenchmarks
 from orchestrator.campaign.profiles import run_profiled_trials
@@ -68,6 +69,7 @@ from orchestrator.campaign.lengths import (
     trial_length,
 )
 from orchestrator.campaign.load import check_quiet, detected_load, record_machine_load
+from orchestrator.campaign.validate import attention_on_resolved_device
 from orchestrator.campaign.render import Outcome, decisions_md, write_decisions_jsonl, write_tables
 from orchestrator.campaign.trials import TrialPass, completed_trials
 
@@ -149,6 +151,8 @@ class Start:
     done: dict[str, dict[str, Any]]
     machine: dict[str, Any] | None
     spending: list[list[float]] | None = None  # the looks' error-rate shares (plan.json)
+    # what device= resolved to and where (plan.json's device_resolved; launch.device_probe)
+    device: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -168,15 +172,21 @@ class CampaignContext:
     planned: list[PlannedTrial]
     adaptive_log: list[dict[str, Any]]
     pairing: dict[str, Any] | None = None
+    device: dict[str, Any] | None = None  # plan.json's device_resolved
 
 
 def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
     """Every check before the campaign's first write, and nothing written: the pairing
     (``protocol.pairing=auto`` becomes the planner's choice), a run directory planned for
     other trials (another sweep, arms, buckets, repeats or pairing), a resume on a different
-    environment, and a busy machine (refused under protocol.require_quiet)."""
+    environment, and a busy machine (refused under protocol.require_quiet). First, what
+    ``device=auto`` resolves to where the trials run (a Slurm probe job on a compute node; a
+    resume reuses its plan's), which the pairing and the attention pre-flight follow."""
     p = cfg.protocol
-    pairing_choice, pairing_why = choose_pairing(cfg, with_control(cfg, arms))
+    device = resolve_device(cfg, run_dir, _planned_device(run_dir))
+    attention_on_resolved_device(cfg, arms, device)
+    pairing_choice, pairing_why = choose_pairing(cfg, with_control(cfg, arms),
+                                                 device_kind=device.get("kind"))
     p.pairing = pairing_choice
     pairing_doc = {"mode": pairing_choice, "why": pairing_why,
                    **({"block_steps": p.block_steps, "switch_warmup_steps": p.switch_warmup_steps}
@@ -192,12 +202,23 @@ def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
         reverse_every_other_round=p.reverse_every_other_round, order=p.order, seed=str(p.seed),
     )
     check_same_plan(run_dir, json.loads(json.dumps(_plan_doc(
-        CampaignContext(cfg, run_dir, arms, running, buckets, planned, [], pairing_doc)))))
+        CampaignContext(cfg, run_dir, arms, running, buckets, planned, [], pairing_doc,
+                        device)))))
     done = completed_trials(run_dir)
     provenance.check_resume_environment(cfg, run_dir, list(done.values()))
     machine = None if cfg.launcher.name == "slurm" else check_quiet(cfg)  # Slurm: elsewhere
     return Start(pairing_doc, running, buckets, planned, done, machine,
-                 planned_spending(cfg, run_dir, done))
+                 planned_spending(cfg, run_dir, done), device)
+
+
+def _planned_device(run_dir: Path) -> dict[str, Any] | None:
+    """A resumed plan's ``device_resolved`` (None: none recorded, or no readable plan)."""
+    try:
+        doc = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    got = doc.get("device_resolved") if isinstance(doc, dict) else None
+    return got if isinstance(got, dict) else None
 
 
 def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[str] | None,
@@ -211,7 +232,8 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     if start.machine is not None:
         record_machine_load(run_dir, start.machine)
     running, buckets, planned = start.running, start.buckets, start.planned
-    ctx = CampaignContext(cfg, run_dir, arms, running, buckets, planned, [], start.pairing)
+    ctx = CampaignContext(cfg, run_dir, arms, running, buckets, planned, [], start.pairing,
+                          start.device)
     # first: a campaign stopped from here resumes; a resume's extended spending is written now
     _write_plan(ctx, spending=start.spending)
     # the user's code: each arm's revision in its worktree (source.revision), its state
@@ -313,6 +335,8 @@ def _plan_doc(ctx: CampaignContext, spending: list[list[float]] | None = None,
                        "adaptive_step": p.adaptive_step_rounds},
             "adaptive": ctx.adaptive_log,
             "pairing": pairing or {"mode": p.pairing, "why": "set by protocol.pairing"},
+            # what device= resolved to and where (a Slurm compute node's probe job, this host)
+            **({"device_resolved": ctx.device} if ctx.device else {}),
             # frozen at the first plan; a resume extends it with what is left (planned_spending)
             "spending": {"alpha": 1 - p.confidence, "rho": p.alpha_spending,
                          "looks": spending or fresh_spending(cfg)},

@@ -155,7 +155,8 @@ def validate(cfg: Config) -> None:
         check_lever_sweep(cfg, arms)
         check_baseline_arm(cfg, arms)  # baseline=vN: the baseline arm is the version
         check_pairing(cfg, arms)
-        check_attention_arms(cfg, arms)
+        if not _decided_on_a_node(cfg):  # else after the probe: attention_on_resolved_device
+            check_attention_arms(cfg, arms)
         revisions.check(cfg, arms)  # source.revision: each arm's commit, read-only
 
 
@@ -285,6 +286,19 @@ def validate_arms(arms: Sequence[ResolvedArm]) -> None:
 
 
 # --------------------------------------------------------------------------- attention arms
+
+def _decided_on_a_node(cfg: Config) -> bool:
+    """device=auto with launcher=slurm: resolved on a compute node (a probe job before the
+    plan, orchestrator.launch.device_probe), never from this host's devices."""
+    return cfg.device == "auto" and cfg.launcher.name == "slurm"
+
+
+def attention_on_resolved_device(cfg: Config, arms: Sequence[ResolvedArm],
+                                 device: dict[str, Any]) -> None:
+    """The attention pre-flight where device=auto was resolved on a compute node, with the
+    node's facts (plan.json's ``device_resolved``); elsewhere :func:`validate` did it."""
+    if _decided_on_a_node(cfg):
+        check_attention_arms(cfg, arms, target=device.get("attention") or {})
 
 def check_attention_arms(cfg: Config, arms: Sequence[ResolvedArm],
                          target: dict[str, Any] | None = None) -> None:

@@ -470,29 +470,37 @@ def pairing_obstacle(arms: Sequence[Any]) -> str:
     return switch_obstacle(arms)
 
 
-def _accelerator(device: str) -> str:
-    """The accelerator kind a campaign's trials would train on ("" for the CPU)."""
+def _accelerator(device: str, resolved: str | None = None) -> str:
+    """The accelerator kind a campaign's trials would train on ("" for the CPU). ``resolved``:
+    the kind ``device=auto`` resolved to where the trials run (plan.json's ``device_resolved``:
+    a Slurm compute node's answer, orchestrator.launch.device_probe); without it, ``auto`` is
+    asked of this process's device seam."""
     kind = str(device).split(":", 1)[0]
     if kind == "cpu":
         return ""
     if kind != "auto":
         return kind
+    if resolved is not None:
+        return "" if resolved in ("cpu", "") else resolved
     from orchestrator.platform.device import available_kinds  # start-up cost: torch, only here
 
     return next((k for k in available_kinds() if k != "cpu"), "")
 
 
-def choose_pairing(cfg: Config, arms: Sequence[Any]) -> tuple[Pairing, str]:
+def choose_pairing(cfg: Config, arms: Sequence[Any],
+                   device_kind: str | None = None) -> tuple[Pairing, str]:
     """(process | steps | duet, why): protocol.pairing=auto picks steps when every arm differs
     from the baseline only in keys its recipe switches between steps, or for a command on the
     CPU (its arms' processes take turns: orchestrator.worker.pairing.alternation); else duet where the
-    machine's slices are declared (protocol.duet_cpus / duet_devices), else process."""
+    machine's slices are declared (protocol.duet_cpus / duet_devices), else process.
+    ``device_kind``: the kind ``device=auto`` resolved to where the trials run (None: asked
+    here, on this host)."""
     p = cfg.protocol
     if p.pairing != Pairing.auto:
         return Pairing(p.pairing), "set by protocol.pairing"
     why = pairing_obstacle(arms)
     if not why and alternates(arms):
-        accelerator = _accelerator(cfg.device)
+        accelerator = _accelerator(cfg.device, device_kind)
         if accelerator:
             why = (f"a plain command's arms would take turns as processes of their own, each "
                    f"holding its {accelerator} memory at once (set protocol.pairing=steps "
