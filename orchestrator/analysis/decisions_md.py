@@ -228,6 +228,7 @@ def render_decisions(
     start_line: str = "",
     paired_by: str = "",
     device_line: str = "",
+    launcher_line: str = "",
 ) -> str:
     base = analysis.arms[0]
     balanced = str(getattr(protocol, "order", "reversed")) == "balanced"
@@ -275,6 +276,7 @@ def render_decisions(
         + (" — note: the inline launcher runs trials in this process" if launcher == "inline"
            else ""),
         *([f"- trial processes: {start_line}"] if start_line else []),
+        *([f"- {launcher_line}"] if launcher_line else []),  # e.g. how Slurm held the nodes
         f"- rule: {RULE}; speedup = baseline step time / variant step time from each "
         "variant's own per-round contrasts against the baseline (log of the round's baseline "
         "median over the variant's; the round is the unit: R - 1 degrees of freedom, no arm "

@@ -40,6 +40,7 @@ from orchestrator.core.results import (
 from orchestrator.core.section import Section
 from orchestrator.launch.base import INFRA_STATUS
 from orchestrator.launch.device_probe import device_line
+from orchestrator.launch.slurm_alloc import slurm_line
 from orchestrator.spec.config import Config
 from orchestrator.spec.ledger import LINEAGE_FILE, lineage_lines
 from orchestrator.spec.sweep import ResolvedArm
@@ -185,7 +186,7 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
         device_line=device_line((read_optional(run_dir / "plan.json") or {}).get("device_resolved")),
         paired_by=next((r["paired_by"] for r in records
                         if isinstance(r.get("paired_by"), str)), ""),
-        extra_sections=sections)
+        launcher_line=slurm_line(records), extra_sections=sections)
 
 
 def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,

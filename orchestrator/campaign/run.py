@@ -31,6 +31,7 @@ from orchestrator.platform.slices import duet_slices
 from orchestrator.spec.jobs import make_specs
 from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import Launcher
+from orchestrator.launch.slurm_alloc import plan_entry
 from orchestrator.launch.device_probe import resolve_device
 from orchestrator.analysis.loss_gate import loss_trajectory_gates
 from orchestrator.campaign.microbench import direction_checks, run_microbenchmarks
@@ -335,6 +336,8 @@ def _plan_doc(ctx: CampaignContext, spending: list[list[float]] | None = None,
                        "adaptive_step": p.adaptive_step_rounds},
             "adaptive": ctx.adaptive_log,
             "pairing": pairing or {"mode": p.pairing, "why": "set by protocol.pairing"},
+            # how the trials run (Slurm: one job per round and bucket, or one allocation)
+            "launcher": plan_entry(cfg.launcher),
             # what device= resolved to and where (a Slurm compute node's probe job, this host)
             **({"device_resolved": ctx.device} if ctx.device else {}),
             # frozen at the first plan; a resume extends it with what is left (planned_spending)

@@ -72,6 +72,11 @@ class LauncherName(Choice):
     slurm = "slurm"
 
 
+class SlurmAllocation(Choice):  # launcher.slurm.allocation
+    per_job = "per_job"
+    campaign = "campaign"
+
+
 class StartMethod(Choice):
     auto = "auto"
     spawn = "spawn"
@@ -511,6 +516,10 @@ class SlurmLauncherConfig:
     folder: Optional[str] = None  # submitit's job files; default <run_dir>/slurm
     poll_interval_s: float = 2.0
     lost_after_s: float = 60.0  # a job gone from squeue this long without a result is lost
+    # per_job: one sbatch job per (round, bucket), queued once per round; campaign: one
+    # allocation (salloc) held for the whole campaign, each trial group a job step (srun) in
+    # it, time_limit_min then the allocation's (orchestrator/launch/slurm_alloc.py)
+    allocation: SlurmAllocation = SlurmAllocation.per_job
 
 
 @dataclass
