@@ -253,38 +253,47 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
         return trial_record(**common, status=status, failure_kind=kind, error=error,
                             stderr_tail=tail)
 
-    outcome = None
-    if start_error:
-        outcome = failed("cannot_start", f"cannot start the command: {start_error}")
-    elif rc is None:
-        n = sum(1 for _ in _safe_parse(trainer, lines))
-        outcome = failed("timeout", f"the command ran past workload.time_limit_s="
-                         f"{inv.time_limit_s:g} s and was killed ({n} step line(s) by then)",
-                         "timeout")
-    elif rc != 0:
-        outcome = failed("exit_code", f"the command exited with code {rc}")
+    outcome = _outcome(start_error, rc, inv, trainer, lines, failed)
     if where.multi and where.node > 0:
         return _node_report(trainer, lines, tdir, where, outcome, rc, wall,
                             own_log=inv.log_file is None) or trial_record(
                                 **common, status=Status.OK)
     others: dict[int, nodes.NodeReport] = {}
     if where.multi:  # node 0: the other nodes' reports; a lost node is the infrastructure's
-        ended = time.time()
-        others, missing = nodes.gather(tdir, where, ended)
-        common["node_wall_s"] = {"0": wall, **{str(k): r.wall_s for k, r in others.items()}}
-        own = None if outcome is None else str(outcome.get("error"))
-        bad = nodes.node_failure(others, missing, time.time() - ended, own)
-        cannot_start = outcome is not None and outcome.get("failure_kind") == "cannot_start"
-        if bad is not None and not cannot_start and (outcome is None or missing):
-            status, kind, error = bad
-            rec = failed(kind, error, status)
-            if status == "infra_failed":
-                rec["infra_reason"] = error
-            return rec
-        if bad is not None and outcome is not None:  # both failed: node 0's first, theirs after
-            outcome["error"] = f"{outcome['error']}; {bad[2]}"
+        others, verdict = _other_nodes(tdir, where, wall, outcome, common)
+        if verdict is not None:
+            return failed(*verdict)
     if outcome is not None:
         return outcome
+    got = _read_steps(spec, trainer, lines, where, others, common)
+    if isinstance(got[0], str):  # (failure kind, error)
+        return failed(*got)
+    checked, per_node = got
+    return ok_record(spec, {**common, **steps_followed(spec, trainer, checked)}, trainer,
+                     checked, per_node)
+
+
+def _outcome(start_error: str | None, rc: int | None, inv: Any, trainer: Any,
+             lines: list[str], failed: Any) -> dict[str, Any] | None:
+    """The record of a command that could not start, timed out or exited non-zero; None when
+    it exited 0."""
+    if start_error:
+        return failed("cannot_start", f"cannot start the command: {start_error}")
+    if rc is None:
+        n = sum(1 for _ in _safe_parse(trainer, lines))
+        return failed("timeout", f"the command ran past workload.time_limit_s="
+                      f"{inv.time_limit_s:g} s and was killed ({n} step line(s) by then)",
+                      "timeout")
+    if rc != 0:
+        return failed("exit_code", f"the command exited with code {rc}")
+    return None
+
+
+def _read_steps(spec: Any, trainer: Any, lines: list[str], where: nodes.NodePlace,
+                others: dict[int, nodes.NodeReport], common: dict[str, Any],
+                ) -> tuple[CheckedSteps, dict[int, dict[int, float]]] | tuple[str, str]:
+    """(the checked steps, each node's time per step) from the log (and the other nodes'
+    reports), or (failure kind, error) when they cannot be read."""
     try:
         per_node: dict[int, dict[int, float]] = {}
         if where.multi and any(r.steps for r in others.values()):
@@ -297,15 +306,38 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
         checked = check_steps(records, trainer.skip_steps(spec.warmup_steps))
         checked.notes.extend(long_lines_note(sum(map(is_long_line, lines))))
     except MalformedStepLine as exc:
-        return failed("malformed_log", f"log: {exc}")
+        return "malformed_log", f"log: {exc}"
     except LogParseError as exc:
-        return failed("no_step_lines", f"log: {exc}")
+        return "no_step_lines", f"log: {exc}"
     except LogProblem as exc:
-        return failed(exc.kind, f"log: {exc}")
+        return exc.kind, f"log: {exc}"
     except ValueError as exc:  # a step line whose fields cannot be read
-        return failed("malformed_log", f"log: unreadable step line ({exc})")
-    return ok_record(spec, {**common, **steps_followed(spec, trainer, checked)}, trainer,
-                     checked, per_node)
+        return "malformed_log", f"log: unreadable step line ({exc})"
+    return checked, per_node
+
+
+def _other_nodes(tdir: Path, where: nodes.NodePlace, wall: float,
+                 outcome: dict[str, Any] | None, common: dict[str, Any],
+                 ) -> tuple[dict[int, nodes.NodeReport], tuple[str, str, str] | None]:
+    """Node 0, its command ended: the other nodes' reports, and (failure kind, error, status)
+    when they decide the trial's failure (a node that failed while node 0 did not, or one that
+    sent nothing while node 0's command ran); both failed: node 0's error, theirs after."""
+    ended = time.time()
+    others, missing = nodes.gather(tdir, where, ended)
+    common["node_wall_s"] = {"0": wall, **{str(k): r.wall_s for k, r in others.items()}}
+    own = None if outcome is None else str(outcome.get("error"))
+    bad = nodes.node_failure(others, missing, time.time() - ended, own)
+    if bad is None:
+        return others, None
+    cannot_start = outcome is not None and outcome.get("failure_kind") == "cannot_start"
+    if not cannot_start and (outcome is None or missing):
+        status, kind, error = bad
+        if status == "infra_failed":
+            common["infra_reason"] = error
+        return others, (kind, error, status)
+    if outcome is not None:
+        outcome["error"] = f"{outcome['error']}; {bad[2]}"
+    return others, None
 
 
 def _steps_or_none(trainer: Any, lines: list[str]) -> list[StepRecord]:

@@ -141,3 +141,123 @@ def test_a_torchrun_command_spans_both_nodes_and_completes_a_campaign(
     assert "orchn1" not in text and "orchn2" not in text
     (v,) = result.verdicts
     assert v.verdict == "reject", v.reasons
+
+
+SCRIPT = ROOT / "scripts" / "slurm_twonode.sh"
+
+
+def _node_state(node: str) -> str:
+    import subprocess
+
+    out = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%t"], capture_output=True, text=True,
+                         timeout=30, check=False).stdout
+    return out.strip().rstrip("*~#")
+
+
+def test_a_node_lost_mid_trial_is_recorded_and_a_resume_finishes_the_campaign(
+        compose: Any, run_dir: Path, two_nodes: str) -> None:
+    """Every process of the second node (its slurmd, the job's step, the trial's ranks) is
+    killed while the first trial runs over both nodes; once Slurm has marked it down, the node
+    comes back. The jobs do not let Slurm requeue them (``--no-requeue``, as on a cluster with
+    JobRequeue=0; with Slurm's requeue the job would run its unfinished trials again by
+    itself): the lost trial gets a recorded status with a one-line reason (the machine's
+    failure, infra_failed, not the arm's), the campaign goes on, and a resume runs what is
+    missing: every planned trial ends ok exactly once."""
+    import subprocess
+    import threading
+    import time
+
+    from orchestrator.campaign.run import run_campaign
+
+    overrides = ["workload=gpt_test", "protocol=quick", "launcher=slurm",
+                 "launcher.slurm.partition=two", "launcher.slurm.poll_interval_s=0.5",
+                 "launcher.slurm.lost_after_s=20", "+sweep=compile", "workload.world_size=4",
+                 "workload.nnodes=2", "workload.recipe=tests.helpers.ddp:build",
+                 "protocol.repeats=2", "protocol.max_rounds=2", "protocol.infra_retries=0",
+                 "protocol.correctness.mode=off", "protocol.measured_steps=40",
+                 "+launcher.slurm.additional_parameters.no-requeue=true",
+                 "workload.buckets=[{name:s32,seq_len:32,micro_batch:2}]",
+                 "sweep.variable=workload.recipe", "sweep.baseline='tests.helpers.ddp:build'",
+                 "sweep.baseline_label=ddp", "sweep.values=['tests.helpers.ddp:build_slow_last_rank']",
+                 "sweep.labels=[slow]"]
+    killed: list[str] = []
+
+    def kill_when_running() -> None:
+        end = time.time() + 300
+        while time.time() < end:  # the first trial's ranks are stepping on both nodes
+            if list(run_dir.glob("trials/r000-*/stderr.rank3.log")):
+                time.sleep(3.0)
+                subprocess.run(["bash", str(SCRIPT), "kill-node", "orchn2"], check=False)
+                killed.append(next(iter(run_dir.glob("trials/r000-*/stderr.rank3.log"))
+                                   ).parent.name)
+                down = time.time() + 90
+                while not _node_state("orchn2").startswith("down") and time.time() < down:
+                    time.sleep(1.0)
+                subprocess.run(["bash", str(SCRIPT), "start-node", "orchn2"], check=False)
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=kill_when_running, daemon=True)
+    watcher.start()
+    try:
+        run_campaign(compose(overrides), run_dir)
+    finally:
+        watcher.join(timeout=5)
+        subprocess.run(["bash", str(SCRIPT), "start-node", "orchn2"], check=False)
+    assert killed, "the first trial never started on both nodes"
+    recs = {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")}
+    hit = recs[killed[0]]
+    assert hit["status"] == "infra_failed", hit
+    assert hit["error"] and "\n" not in hit["error"] and hit.get("infra_reason"), hit
+    # the node is back in service (slurmd registered again)
+    end = time.time() + 120
+    while _node_state("orchn2") not in ("idle", "mix", "alloc") and time.time() < end:
+        time.sleep(1.0)
+    run_campaign(compose([*overrides, "resume=true"]), run_dir)
+    final = {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")}
+    assert len(final) == 4 and all(r["status"] == "ok" for r in final.values()), \
+        {k: (r["status"], r.get("error")) for k, r in final.items()}
+    # only the lost trial ran again; the others kept their first (and only) run
+    assert hit["slurm_state"] in ("NODE_FAIL", "LOST") or "node" in hit["error"], hit
+    for tid, r in final.items():
+        if tid != killed[0]:
+            assert r["started_at"] == recs[tid]["started_at"], tid
+
+
+CLIENT_TORCHRUN = ("{python} -m torch.distributed.run --nnodes {nnodes} --node-rank {node_rank} "
+                   "--nproc-per-node {nproc_per_node} --rdzv-endpoint {rdzv_endpoint} "
+                   "--max-restarts 0 " + str(ROOT) + "/tests/helpers/client_trainer.py "
+                   "--mode dist --label --steps {steps}")
+
+
+def test_a_client_trainer_over_both_nodes_switches_arms_in_lockstep(
+        compose: Any, run_dir: Path, two_nodes: str) -> None:
+    """A trainer that uses orchestrator.client, 4 ranks under torchrun over both nodes, each
+    step ``units`` all-reduces (ranks on different arms would run different numbers of
+    collectives and fail): every rank of both nodes reaches node 0's channel over TCP (the
+    first node's address, the trial's token), the arms switch at the same step on every rank,
+    each block's time is the slowest rank's, and the channel's address names no machine."""
+    from orchestrator.campaign.run import run_campaign
+
+    cfg = compose(["+sweep=planted_client", "launcher=slurm", "device=cpu",
+                   "launcher.slurm.partition=two", "launcher.slurm.poll_interval_s=0.5",
+                   f"workload.command='{CLIENT_TORCHRUN}'", "workload.world_size=4",
+                   "workload.nnodes=2", "protocol=quick", "protocol.pairing=steps",
+                   "protocol.correctness.mode=off", "protocol.repeats=2",
+                   "protocol.max_rounds=2", "sweep.baseline=2", "sweep.values=[5]",
+                   "sweep.labels=[more]", "workload.params.units=2"])
+    run_campaign(cfg, run_dir)
+    recs = {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")}
+    assert len(recs) == 4 and all(r["status"] == "ok" for r in recs.values()), \
+        {k: (r.get("error"), r.get("stderr_tail")) for k, r in recs.items()}
+    for tid, r in recs.items():
+        assert r["nodes"] == 2 and r["client_channel"].startswith("tcp://<master_addr>:")
+        assert r["rank_skew_median_s"] is not None
+    for tdir in {Path(r["paired_process"]) for r in recs.values()}:
+        logs = [(run_dir / "trials" / tdir / n).read_text()
+                for n in ("command.log", "command.node1.log")]
+        # both nodes' ranks ran both arms' blocks
+        assert all("units 5" in t and "units 2" in t for t in logs)
+        assert not (run_dir / "trials" / tdir / "client.json").exists()
+    head = next(iter(run_dir.glob("trials/*/steps.csv"))).read_text().splitlines()[0]
+    assert {f"step_time_rank{r}_s" for r in range(4)} <= set(head.split(","))

@@ -54,7 +54,9 @@ from orchestrator.core import blocks
 from orchestrator.core.results import INFRA_STATUS, Status, excluded_tags, trial_record, write_csv
 from orchestrator.core.errors import BackendUnavailable, ConfigError
 from orchestrator.core.steady import warmup_complete
+from orchestrator.worker import nodes
 from orchestrator.worker.bootstrap import start_worker
+from orchestrator.worker.pairing import client_nodes
 from orchestrator.worker.external import (
     child_peak_rss,
     command_fields,
@@ -670,23 +672,41 @@ def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
     tdir = Path(spec.trial_dir)
     tdir.mkdir(parents=True, exist_ok=True)
     inv = trainer.invocation(str(tdir), spec.warmup_steps, spec.measured_steps, spec.timeout_s)
-    channel = Channel(plan, max(1, int(trainer.workload.world_size)), listen.strip() or None)
+    where = nodes.place(inv.launch_env)
+    if where.multi and where.node > 0:  # another node: node 0 holds the channel
+        return client_nodes.run_other_node(spec, inv, where)
+    listen = client_nodes.listen_for(where, inv.launch_env, listen.strip())
+    channel = Channel(plan, max(1, int(trainer.workload.world_size)), listen or None)
+    node_outcome, node_fields = None, dict[str, Any]()
     try:
+        if where.multi:
+            client_nodes.publish(tdir, channel.env())
         t0 = time.time()
-        rc, start_error = run_command(inv.argv, inv.cwd, {**inv.env, **channel.env()},
+        rc, start_error = run_command(inv.argv, inv.cwd,
+                                      {**inv.env, **inv.launch_env, **channel.env()},
                                       tdir / "command.log", inv.time_limit_s)
         wall = time.time() - t0
+        if where.multi:
+            node_outcome = client_nodes.other_nodes_outcome(tdir, where, node_fields)
     finally:
         channel.close()
+        client_nodes.withdraw(tdir)
     common = {**command_fields(spec, base, inv), "command_wall_s": wall, "returncode": rc,
               "step_source": "orchestrator.client",
-              "client_channel": channel.address if channel.tcp else "unix",
+              # over nodes: the first node's address (a machine) stays out of the record
+              "client_channel": ("tcp://<master_addr>:" + channel.address.rsplit(":", 1)[-1]
+                                 if where.multi else channel.address)
+              if channel.tcp else "unix",
               **({"client_strays": channel.strays} if channel.strays else {})}
     session = {"pairing": "steps", "paired_process": spec.trial_id,
                "paired_arms": plan.ids, "block_steps": spec.block_steps,
                "switch_warmup_steps": spec.switch_warmup_steps, "cycles": plan.cycle}
     tail = log_tail(tdir / "command.log", str(tdir))
+    if where.multi:
+        common.update(nodes=where.nnodes, **node_fields)
     outcome = _outcome(plan, channel, rc, start_error, inv.time_limit_s)
+    if node_outcome is not None and (outcome is None or node_outcome["status"] == INFRA_STATUS):
+        outcome = node_outcome  # another node failed or was lost: say so, not its effect here
     out = []
     for i, a in enumerate(arms):
         arm = str(a.arm_id)
