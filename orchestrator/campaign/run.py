@@ -123,6 +123,8 @@ def run_campaign(cfg: Config, run_dir: Path, launcher: Launcher | None = None,
             if launcher is not None:
                 return _campaign(cfg, run_dir, launcher, overrides, arms, start)
             launcher = make_launcher(cfg.launcher, device=cfg.device, run_dir=run_dir)
+            if start.device and hasattr(launcher, "device_kind"):  # Slurm's GPU defaults
+                launcher.device_kind = str(start.device.get("kind") or "")
             try:
                 return _campaign(cfg, run_dir, launcher, overrides, arms, start)
             finally:

@@ -85,9 +85,11 @@ def plan_waves(specs: Sequence[TrialSpec]) -> list[list[list[TrialSpec]]]:
 
 
 def executor_parameters(cfg: SlurmLauncherConfig, ntasks: int, job_name: str,
-                        nodes: int = 1) -> dict[str, Any]:
+                        nodes: int = 1, defaults: Optional[dict[str, int]] = None,
+                        ) -> dict[str, Any]:
     """submitit SlurmExecutor parameters for one (round, bucket) job: ``ntasks`` processes in
-    all (one per rank, or per node for a command), over ``nodes`` machines."""
+    all (one per rank, or per node for a command), over ``nodes`` machines. ``defaults``:
+    gpus_per_node / cpus_per_task where the config leaves them unset (:func:`node_defaults`)."""
     params: dict[str, Any] = {
         "job_name": job_name,
         "time": int(cfg.time_limit_min),
@@ -99,8 +101,12 @@ def executor_parameters(cfg: SlurmLauncherConfig, ntasks: int, job_name: str,
         params["partition"] = cfg.partition
     if cfg.gpus_per_node:
         params["gpus_per_node"] = int(cfg.gpus_per_node)
+    elif defaults and defaults.get("gpus_per_node"):
+        params["gpus_per_node"] = int(defaults["gpus_per_node"])
     if cfg.cpus_per_task:
         params["cpus_per_task"] = int(cfg.cpus_per_task)
+    elif defaults and defaults.get("cpus_per_task"):
+        params["cpus_per_task"] = int(defaults["cpus_per_task"])
     if cfg.mem_gb:
         params["mem"] = f"{int(round(cfg.mem_gb * 1024))}MB"
     if cfg.account:
@@ -112,6 +118,43 @@ def executor_parameters(cfg: SlurmLauncherConfig, ntasks: int, job_name: str,
     if cfg.additional_parameters:
         params["additional_parameters"] = dict(cfg.additional_parameters)
     return params
+
+
+ACCELERATORS = ("cuda", "musa")
+
+
+def node_defaults(cfg: SlurmLauncherConfig, procs_per_node: int, tasks_per_node: int,
+                  device_kind: str, node_cpus: Optional[int]) -> tuple[dict[str, int], list[str]]:
+    """What a cluster user expects where the config leaves it unset: on an accelerator, a GPU
+    per process of a node (``gpus_per_node`` = the workload's processes per node); CPUs per
+    task, each task's share of a node's cores (``node_cpus``: the partition's CPUs per node,
+    None where sinfo could not say: then the cluster's default stands). (defaults, what each
+    says, for plan.json)."""
+    out: dict[str, int] = {}
+    notes: list[str] = []
+    if not cfg.gpus_per_node and device_kind in ACCELERATORS:
+        out["gpus_per_node"] = max(1, int(procs_per_node))
+        notes.append(f"gpus_per_node={out['gpus_per_node']}: one {device_kind} device per "
+                     "process of a node (launcher.slurm.gpus_per_node unset)")
+    if not cfg.cpus_per_task and node_cpus:
+        out["cpus_per_task"] = max(1, int(node_cpus) // max(1, int(tasks_per_node)))
+        notes.append(f"cpus_per_task={out['cpus_per_task']}: each of {tasks_per_node} task(s) "
+                     f"per node its share of the partition's {node_cpus} CPUs per node "
+                     "(launcher.slurm.cpus_per_task unset)")
+    return out, notes
+
+
+def partition_cpus(partition: Optional[str]) -> Optional[int]:
+    """The fewest CPUs a node of ``partition`` (the default one when None) has, from sinfo;
+    None when sinfo cannot say."""
+    cmd = ["sinfo", "-h", "-o", "%c"] + (["-p", partition] if partition else [])
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30,
+                             check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    counts = [int(x.rstrip("+")) for x in out.split() if x.rstrip("+").isdigit()]
+    return min(counts) if counts else None
 
 
 def parse_squeue(text: str) -> dict[str, str]:
@@ -254,6 +297,10 @@ class SlurmLauncher(Launcher):
         # the jobs this campaign submitted and has not collected yet (one file per run dir)
         self.ledger = JobLedger(ledger or self.folder / JOBS_FILE)
         self.seen_hostnames: set[str] = set()
+        # the device kind the trials train on (a resolved device=auto: the campaign sets it)
+        self.device_kind = ""
+        self._node_cpus: Optional[int] = None
+        self.notes: list[str] = []  # the defaults it applied (plan.json's launcher entry)
 
     def recover(self) -> None:
         """Before a (resumed) campaign plans what is left: jobs of an earlier invocation that
@@ -273,13 +320,31 @@ class SlurmLauncher(Launcher):
             drop_pickles(self.folder / jid)
         self.ledger.remove(live)
 
-    def executor(self, ntasks: int, job_name: str, nodes: int = 1) -> Any:
+    def executor(self, ntasks: int, job_name: str, nodes: int = 1,
+                 defaults: Optional[dict[str, int]] = None) -> Any:
         import submitit  # start-up cost: only a Slurm job (or launcher=slurm) imports submitit
 
         ex = submitit.SlurmExecutor(folder=str(self.folder / "%j"),
                                     max_num_timeout=self.cfg.max_requeue)
-        ex.update_parameters(**executor_parameters(self.cfg, ntasks, job_name, nodes))
+        ex.update_parameters(**executor_parameters(self.cfg, ntasks, job_name, nodes, defaults))
         return ex
+
+    def defaults_for(self, groups: Sequence[Sequence[WorkerJob]]) -> dict[str, int]:
+        """gpus_per_node / cpus_per_task for a wave's jobs where the config leaves them unset
+        (:func:`node_defaults`); what they say is logged once and kept in ``self.notes``."""
+        specs = [s for g in groups for s in g]
+        nodes = max(s.nodes() for s in specs)
+        procs = max(max(1, int(s.workload.get("world_size", 1) or 1)) // nodes for s in specs)
+        tasks = max(world_size(s) for s in specs) // nodes
+        kind = self.device_kind or str(getattr(specs[0], "device", "auto")).split(":", 1)[0]
+        if self._node_cpus is None and not self.cfg.cpus_per_task:
+            self._node_cpus = partition_cpus(self.cfg.partition) or 0
+        out, notes = node_defaults(self.cfg, procs, tasks, kind, self._node_cpus or None)
+        for n in notes:
+            if n not in self.notes:
+                self.notes.append(n)
+                log.info("launcher.slurm: %s", n)
+        return out
 
     def run(
         self,
@@ -309,7 +374,7 @@ class SlurmLauncher(Launcher):
                   timeout_s: float, on_start: Optional[OnStart], name: str, what: str) -> None:
         ntasks = max(world_size(s) for g in groups for s in g)
         nodes = max(s.nodes() for g in groups for s in g)
-        ex = self.executor(ntasks, name, nodes)
+        ex = self.executor(ntasks, name, nodes, self.defaults_for(groups))
         now = time.time()
         bodies = [GroupJob([s.payload() for s in g], timeout_s, self.python, now,
                            self.cfg.max_requeue, start_method=self.start_method) for g in groups]

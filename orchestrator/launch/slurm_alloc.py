@@ -93,11 +93,12 @@ def allocation_mode(cfg: SlurmLauncherConfig) -> str:
     return str(getattr(cfg, "allocation", PER_JOB))
 
 
-def salloc_command(cfg: SlurmLauncherConfig, ntasks: int, nodes: int = 1) -> list[str]:
+def salloc_command(cfg: SlurmLauncherConfig, ntasks: int, nodes: int = 1,
+                   defaults: Optional[dict[str, int]] = None) -> list[str]:
     """``salloc --no-shell`` asking for what one job of the per-job launcher asks for
     (:func:`executor_parameters`), the campaign's job name, ``additional_parameters`` as
     ``--key=value`` (True: ``--key``)."""
-    params = executor_parameters(cfg, ntasks, ALLOCATION_NAME, nodes)
+    params = executor_parameters(cfg, ntasks, ALLOCATION_NAME, nodes, defaults)
     params.pop("array_parallelism", None)
     params.pop("setup", None)  # shell lines: run by each step before its tasks (srun_command)
     extra = params.pop("additional_parameters", {})
@@ -285,6 +286,7 @@ class SlurmAllocationLauncher(SlurmLauncher):
                  ledger: Optional[Path] = None, start_method: str = "spawn") -> None:
         super().__init__(cfg, folder, python=python, ledger=ledger, start_method=start_method)
         self.alloc: Optional[Allocation] = None
+        self._wave_defaults: dict[str, int] = {}  # gpus/cpus the config leaves unset
         self.history: list[str] = []  # every allocation this launcher held, in order
         self._live: list[str] = []
         weakref.finalize(self, _cancel_left, self._live, os.getpid())
@@ -301,6 +303,7 @@ class SlurmAllocationLauncher(SlurmLauncher):
         ntasks = max(world_size(s) for g in groups for s in g)
         nodes = max(s.nodes() for g in groups for s in g)
         per_node = max(1, ntasks // max(1, nodes))
+        self._wave_defaults = self.defaults_for(groups)
         try:
             for group in groups:
                 alloc = self.ensure(nodes, per_node)
@@ -359,7 +362,7 @@ class SlurmAllocationLauncher(SlurmLauncher):
             if shutil.which(tool) is None:
                 raise AllocationError(f"launcher.slurm.allocation=campaign needs {tool} on PATH; "
                                       "use launcher.slurm.allocation=per_job")
-        cmd = salloc_command(self.cfg, nodes * per_node, nodes)
+        cmd = salloc_command(self.cfg, nodes * per_node, nodes, self._wave_defaults)
         log.info("slurm: asking for one allocation for the campaign: %s", " ".join(cmd[1:]))
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, env=client_env(),

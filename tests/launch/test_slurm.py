@@ -425,3 +425,27 @@ def test_job_that_fails_before_the_trials_becomes_records(run_dir: Path, slurm_e
         on_disk = json.loads((run_dir / "trials" / rec["trial_id"] / "trial.json").read_text())
         assert on_disk["slurm_state"] == "FAILED"
     assert not list(run_dir.rglob("*.pkl"))
+
+
+def test_gpus_and_cpus_default_to_what_a_cluster_user_expects() -> None:
+    """Unset gpus_per_node follows the processes per node on an accelerator (a command: its
+    own ranks per node, one task per node); unset cpus_per_task gives each task its share of
+    the partition's CPUs per node; a value the user set always wins, and the CPU asks for no
+    GPU."""
+    from orchestrator.launch.slurm import node_defaults
+
+    cfg = SlurmLauncherConfig(partition="gpu")
+    got, notes = node_defaults(cfg, procs_per_node=8, tasks_per_node=8, device_kind="cuda",
+                               node_cpus=96)
+    assert got == {"gpus_per_node": 8, "cpus_per_task": 12} and len(notes) == 2
+    params = executor_parameters(cfg, 16, "j", nodes=2, defaults=got)
+    assert params["gpus_per_node"] == 8 and params["cpus_per_task"] == 12
+    assert params["ntasks_per_node"] == 8 and params["nodes"] == 2
+    # a command over 2 nodes: one task per node running 8 ranks
+    got, _ = node_defaults(cfg, 8, 1, "musa", 96)
+    assert got == {"gpus_per_node": 8, "cpus_per_task": 96}
+    assert node_defaults(cfg, 4, 4, "cpu", None) == ({}, [])
+    own = SlurmLauncherConfig(gpus_per_node=8, cpus_per_task=6)
+    assert node_defaults(own, 8, 8, "cuda", 96) == ({}, [])
+    params = executor_parameters(own, 8, "j", defaults={"gpus_per_node": 2, "cpus_per_task": 1})
+    assert params["gpus_per_node"] == 8 and params["cpus_per_task"] == 6
