@@ -151,6 +151,7 @@ def main() -> int:
             break
         if args.mode == "long_line" and step == args.at:
             long_line(args.long_mib)
+        tp = time.perf_counter()
         p: dict[str, object] = {"units": args.units}
         if args.mode == "undeclared":
             p["other"] = 1
@@ -159,17 +160,23 @@ def main() -> int:
         units = args.units if args.mode == "unread" else client.params(p)["units"]
         t0 = time.perf_counter()
         with client.timed():
+            w0 = time.perf_counter()
             work(units)
             if dist is not None:
                 for _ in range(units):
                     dist.all_reduce(t)
             if slow_s:
                 time.sleep(slow_s)
+            w1 = time.perf_counter()
         loss = float("nan") if units == args.nan_units else 1.0 / (1 + step)
         client.report(loss=loss)
         dt = (time.perf_counter() - t0) * 1e3
+        # what the client took of this step: params (a block's round trip to the channel at
+        # its boundary), the timed window's ends and report (bench/client_lockstep.py)
+        overhead_us = (time.perf_counter() - tp - (w1 - w0)) * 1e6
         print(f"step {step} | loss {loss:.4f} | time {dt:.3f}ms | arm {client.arm()} | units "
-              f"{units}", flush=True)
+              f"{units} | client_us {overhead_us:.1f} | rank {os.environ.get('RANK', '0')}",
+              flush=True)
     if dist is not None:
         dist.barrier()
         dist.destroy_process_group()
