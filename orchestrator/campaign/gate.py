@@ -311,7 +311,8 @@ def _where(doc: dict[str, Any]) -> str:
     if doc.get("in_process"):
         return "in-process (launcher=inline)"
     if doc.get("launcher") == "slurm":
-        return "in a fresh process on a compute node (launcher=slurm: one Slurm job)"
+        return ("in a fresh process on a compute node (launcher=slurm: one Slurm job, or a job "
+                "step of the campaign's allocation)")
     return "in a fresh process"
 
 

@@ -418,7 +418,10 @@ def check_launcher(config: Any) -> None:
 
     if config.launcher.name != "slurm":
         return
-    missing = [t for t in ("sbatch", "squeue", "scancel") if shutil.which(t) is None]
+    tools = ["sbatch", "squeue", "scancel"]
+    if str(getattr(config.launcher.slurm, "allocation", "per_job")) == "campaign":
+        tools += ["salloc", "srun"]  # one allocation, each trial a job step in it
+    missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         raise ConfigError("launcher", f"slurm: {', '.join(missing)} not on PATH (no Slurm "
                           "client here); run where Slurm is installed, or use launcher=local")

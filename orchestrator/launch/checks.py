@@ -88,7 +88,7 @@ def validate_launcher(cfg: Any) -> None:
             f"launcher.slurm.gpus_per_node={per_node}",
         )
     reserved = {"ntasks_per_node", "nodes", "array", "job_name", "output", "error"}
-    bad = sorted(reserved & set(s.additional_parameters))
+    bad = sorted(k for k in s.additional_parameters if str(k).replace("-", "_") in reserved)
     if bad:
         raise ConfigError(
             f"launcher.slurm.additional_parameters.{bad[0]}",

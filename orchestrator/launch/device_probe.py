@@ -51,6 +51,7 @@ from orchestrator.launch.slurm import (
     executor_parameters,
     job_state,
     node_id,
+    partition_gpus,
     scancel,
     squeue_states,
 )
@@ -151,6 +152,10 @@ def probe_slurm(cfg: SlurmLauncherConfig, requested: str, folder: Path,
     import submitit  # start-up cost: only launcher=slurm with device=auto imports submitit
 
     params = executor_parameters(cfg, ntasks=1, job_name="orch-device-probe")
+    if not cfg.gpus_per_node and partition_gpus(cfg.partition):
+        # a cluster that shows a job only the GPUs it asked for: ask for one, or the node
+        # would look like a CPU node (the count the probe reports is then that one)
+        params["gpus_per_node"] = 1
     params["time"] = max(1, min(int(cfg.time_limit_min), PROBE_JOB_MIN))
     ex = submitit.SlurmExecutor(folder=str(folder / "%j"), max_num_timeout=0)
     ex.update_parameters(**params)

@@ -157,6 +157,28 @@ def partition_cpus(partition: Optional[str]) -> Optional[int]:
     return min(counts) if counts else None
 
 
+def parse_gres_gpus(text: str) -> int:
+    """The most GPUs a node offers in sinfo's ``%G`` lines (``gpu:8``, ``gpu:a100:4(S:0-1)``,
+    ``(null)``): 0 where none."""
+    best = 0
+    for item in re.split(r"[,\s]+", text):
+        m = re.match(r"gpu(?::[^:(]+)?:(\d+)", item)
+        if m:
+            best = max(best, int(m.group(1)))
+    return best
+
+
+def partition_gpus(partition: Optional[str]) -> int:
+    """GPUs per node of ``partition`` (sinfo's generic resources); 0 where none or unknown."""
+    cmd = ["sinfo", "-h", "-o", "%G"] + (["-p", partition] if partition else [])
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30,
+                             check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return parse_gres_gpus(out)
+
+
 def parse_squeue(text: str) -> dict[str, str]:
     """``squeue -h -o "%i %T"`` output -> {job id: state}; a pending array range
     (``12_[3-5%1]``) is kept under its base id with the key ``12_[``."""

@@ -110,15 +110,18 @@ def salloc_command(cfg: SlurmLauncherConfig, ntasks: int, nodes: int = 1,
 
 
 def srun_command(job_id: str, cfg: SlurmLauncherConfig, nodes: int, per_node: int,
-                 argv: Sequence[str]) -> list[str]:
+                 argv: Sequence[str], defaults: Optional[dict[str, int]] = None) -> list[str]:
     """One job step of ``nodes`` x ``per_node`` tasks in allocation ``job_id`` running
-    ``argv`` (after the setup lines, when there are any)."""
+    ``argv`` (after the setup lines, when there are any); ``defaults``: the gpus / cpus the
+    allocation was given where the config leaves them unset (a step does not inherit them)."""
     cmd = ["srun", f"--jobid={job_id}", f"--nodes={nodes}", f"--ntasks={nodes * per_node}",
            f"--ntasks-per-node={per_node}", "--job-name=orch-step", "--label"]
-    if cfg.cpus_per_task:
-        cmd.append(f"--cpus-per-task={int(cfg.cpus_per_task)}")
-    if cfg.gpus_per_node:
-        cmd.append(f"--gpus-per-node={int(cfg.gpus_per_node)}")
+    cpus = cfg.cpus_per_task or (defaults or {}).get("cpus_per_task")
+    gpus = cfg.gpus_per_node or (defaults or {}).get("gpus_per_node")
+    if cpus:
+        cmd.append(f"--cpus-per-task={int(cpus)}")
+    if gpus:
+        cmd.append(f"--gpus-per-node={int(gpus)}")
     if cfg.setup:
         script = "\n".join([*cfg.setup, 'exec "$@"'])
         return [*cmd, "bash", "-c", script, "orch-step", *argv]
@@ -451,7 +454,7 @@ class SlurmAllocationLauncher(SlurmLauncher):
         nodes = max(s.nodes() for s in group)
         per_node = max(1, ntasks // max(1, nodes))
         argv = [sys.executable, "-m", "orchestrator.launch.slurm_alloc", str(step_file)]
-        cmd = srun_command(alloc.job_id, self.cfg, nodes, per_node, argv)
+        cmd = srun_command(alloc.job_id, self.cfg, nodes, per_node, argv, self._wave_defaults)
         log.info("%s: job step %d of allocation %s (%s)", what, n, alloc.job_id,
                  ", ".join(s.job_id for s in group))
         if on_start is not None:

@@ -504,7 +504,9 @@ class SlurmLauncherConfig:
 
     partition: Optional[str] = None
     time_limit_min: int = 60  # per job (one round of one bucket)
-    gpus_per_node: int = 0  # 0 for CPU; a distributed workload needs >= workload.world_size
+    # 0: on cuda/musa one per process of a node (world_size / nnodes), none on the CPU; set,
+    # it must be >= the processes per node
+    gpus_per_node: int = 0
     cpus_per_task: Optional[int] = None
     mem_gb: Optional[float] = None
     account: Optional[str] = None

@@ -226,7 +226,7 @@ def test_tiny_sweep_end_to_end_on_slurm(run_dir: Path, slurm_env: dict[str, str]
     (gate_job,) = {p["slurm_job_id"] for p in probes}
     assert gate_job not in {r["slurm_job_id"] for r in recs}
     assert json.loads((run_dir / "correctness.json").read_text())["launcher"] == "slurm"
-    assert "on a compute node (launcher=slurm: one Slurm job)" in md
+    assert "on a compute node (launcher=slurm: one Slurm job" in md
     assert not list(run_dir.rglob("*.pkl"))
     for path in (p for p in run_dir.rglob("*") if p.is_file()):
         body = path.read_bytes()
@@ -449,3 +449,18 @@ def test_gpus_and_cpus_default_to_what_a_cluster_user_expects() -> None:
     assert node_defaults(own, 8, 8, "cuda", 96) == ({}, [])
     params = executor_parameters(own, 8, "j", defaults={"gpus_per_node": 2, "cpus_per_task": 1})
     assert params["gpus_per_node"] == 8 and params["cpus_per_task"] == 6
+
+
+def test_gres_lines_give_the_gpus_per_node() -> None:
+    from orchestrator.launch.slurm import parse_gres_gpus
+
+    assert parse_gres_gpus("gpu:8\n") == 8
+    assert parse_gres_gpus("gpu:a100:4(S:0-1)\ngpu:h100:8(S:0-1)") == 8
+    assert parse_gres_gpus("(null)\n") == 0 and parse_gres_gpus("") == 0
+    assert parse_gres_gpus("mps:100,gpu:2") == 2
+
+
+def test_reserved_slurm_keys_are_refused_in_either_spelling(compose: Any) -> None:
+    with pytest.raises(ConfigError, match=r"additional_parameters\.ntasks-per-node: is set by"):
+        compose(["+sweep=compile", "launcher=slurm",
+                 "+launcher.slurm.additional_parameters.ntasks-per-node=4"])

@@ -110,7 +110,7 @@ def _torchrun_campaign(compose: Any, *extra: str) -> Any:
                     "+workload.params.slow_ms=0", "workload.params.units=32",
                     "sweep.variable=workload.params.slow_ms", "sweep.baseline=0",
                     "sweep.values=[30]", "sweep.labels=[slow-node1]",
-                    "protocol.repeats=3", "protocol.max_rounds=3", *extra])
+                    "protocol.repeats=2", "protocol.max_rounds=2", *extra])
 
 
 def test_a_torchrun_command_spans_both_nodes_and_completes_a_campaign(
@@ -119,13 +119,14 @@ def test_a_torchrun_command_spans_both_nodes_and_completes_a_campaign(
     {rdzv_endpoint}`` command, started once per node by one Slurm job step over both nodes,
     4 ranks (2 per node) all-reducing over gloo: every trial is ok, its step times come from
     both nodes' logs (the slowest node's per step), and no machine name is in the records. The
-    variant sleeps 30 ms per step on the second node's ranks: rejected."""
+    variant sleeps 30 ms per step on the second node's ranks: every one of its trials is
+    slower than every baseline trial."""
     from orchestrator.campaign.run import run_campaign
 
     result = run_campaign(_torchrun_campaign(compose), run_dir)
     recs = {p.parent.name: json.loads(p.read_text())
             for p in run_dir.glob("trials/*/trial.json")}
-    assert len(recs) == 6 and all(r["status"] == "ok" for r in recs.values()), \
+    assert len(recs) == 4 and all(r["status"] == "ok" for r in recs.values()), \
         {k: (r.get("error"), r.get("stderr_tail")) for k, r in recs.items()}
     for tid, r in recs.items():
         tdir = run_dir / "trials" / tid
@@ -139,8 +140,13 @@ def test_a_torchrun_command_spans_both_nodes_and_completes_a_campaign(
         assert not list(tdir.glob("trial.rank*.json"))
     text = "\n".join(p.read_text() for p in run_dir.glob("trials/*/trial.json"))
     assert "orchn1" not in text and "orchn2" not in text
-    (v,) = result.verdicts
-    assert v.verdict == "reject", v.reasons
+    (v,) = result.verdicts  # two rounds decide nothing on their own: it completed
+    assert v.verdict in ("reject", "inconclusive"), v.reasons
+    slow = [r for r in recs.values() if r["arm_label"] == "slow-node1"]
+    base = [r for r in recs.values() if r["arm_label"] == "base"]
+    # the 30 ms on node 1 reach every step (the all-reduce waits for it)
+    assert min(r["step_time_median_s"] for r in slow) > max(r["step_time_median_s"]
+                                                          for r in base)
 
 
 SCRIPT = ROOT / "scripts" / "slurm_twonode.sh"
@@ -173,7 +179,7 @@ def test_a_node_lost_mid_trial_is_recorded_and_a_resume_finishes_the_campaign(
                  "launcher.slurm.partition=two", "launcher.slurm.poll_interval_s=0.5",
                  "launcher.slurm.lost_after_s=20", "+sweep=compile", "workload.world_size=4",
                  "workload.nnodes=2", "workload.recipe=tests.helpers.ddp:build",
-                 "protocol.repeats=2", "protocol.max_rounds=2", "protocol.infra_retries=0",
+                 "protocol.repeats=1", "protocol.max_rounds=1", "protocol.infra_retries=0",
                  "protocol.correctness.mode=off", "protocol.measured_steps=40",
                  "+launcher.slurm.additional_parameters.no-requeue=true",
                  "workload.buckets=[{name:s32,seq_len:32,micro_batch:2}]",
@@ -215,10 +221,11 @@ def test_a_node_lost_mid_trial_is_recorded_and_a_resume_finishes_the_campaign(
         time.sleep(1.0)
     run_campaign(compose([*overrides, "resume=true"]), run_dir)
     final = {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")}
-    assert len(final) == 4 and all(r["status"] == "ok" for r in final.values()), \
+    assert len(final) == 2 and all(r["status"] == "ok" for r in final.values()), \
         {k: (r["status"], r.get("error")) for k, r in final.items()}
     # only the lost trial ran again; the others kept their first (and only) run
-    assert hit["slurm_state"] in ("NODE_FAIL", "LOST") or "node" in hit["error"], hit
+    # Slurm's word (the job ended NODE_FAIL) or the survivors' (a peer's connection closed)
+    assert hit.get("slurm_state") in ("NODE_FAIL", "LOST") or hit.get("raw_status"), hit
     for tid, r in final.items():
         if tid != killed[0]:
             assert r["started_at"] == recs[tid]["started_at"], tid

@@ -687,7 +687,7 @@ def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
                                       tdir / "command.log", inv.time_limit_s)
         wall = time.time() - t0
         if where.multi:
-            node_outcome = client_nodes.other_nodes_outcome(tdir, where, node_fields)
+            node_outcome = client_nodes.other_nodes_outcome(tdir, where, node_fields, wall)
     finally:
         channel.close()
         client_nodes.withdraw(tdir)

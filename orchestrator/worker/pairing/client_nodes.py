@@ -100,13 +100,13 @@ def run_other_node(spec: Any, inv: Any, where: nodes.NodePlace,
 
 
 def other_nodes_outcome(tdir: Path, where: nodes.NodePlace, common: dict[str, Any],
-                        ) -> dict[str, Any] | None:
+                        wall_s: float | None = None) -> dict[str, Any] | None:
     """Node 0, its command ended: the round's outcome decided by another node (failed, or
     sent nothing: infra_failed), in the form of client._outcome's; None when they all ended
     well."""
     ended = time.time()
     others, missing = nodes.gather(tdir, where, ended)
-    common["node_wall_s"] = {str(k): r.wall_s for k, r in others.items()}
+    common["node_wall_s"] = {"0": wall_s, **{str(k): r.wall_s for k, r in others.items()}}
     bad = nodes.node_failure(others, missing, time.time() - ended)
     if bad is None:
         return None
