@@ -12,14 +12,8 @@ naming the variable. Counting devices (``is_available``, ``device_count``) calls
 importing torch_musa counts them (``_dynamo/__init__.py``); so the fork server imports torch
 without the extension and never imports torch_musa (:func:`preload_for_fork`).
 
-Test seam: ``ORCH_FAKE_DEVICE_KINDS`` (:data:`FAKE_KINDS_VAR`), a comma list such as ``cuda``
-or ``musa,cuda``, makes :func:`available_kinds` report those kinds (then ``cpu``) without asking
-torch. It exists so a test can give a Slurm job a device the machine does not have and check
-that ``device=auto`` is decided from what the compute node reports
-(:mod:`orchestrator.launch.device_probe`), not on the submitting host: set it only in a job's
-environment (``launcher.slurm.setup``), never for a real campaign. Only the availability answer
-is faked: :func:`resolve` of a faked kind still asks torch (and fails where torch has no such
-device), so a trial run under it does not train on a device that is not there.
+Test seam: ``ORCH_FAKE_DEVICE_KINDS`` (e.g. ``cuda``) makes :func:`available_kinds` report those
+kinds (a Slurm job's environment only: orchestrator.launch.device_probe's test).
 """
 
 from __future__ import annotations
@@ -145,15 +139,14 @@ FAKE_KINDS_VAR = "ORCH_FAKE_DEVICE_KINDS"  # test seam: see the module docstring
 
 def fake_kinds() -> list[str]:
     """The kinds :data:`FAKE_KINDS_VAR` fakes in this process (empty: none, the real answer)."""
-    raw = os.environ.get(FAKE_KINDS_VAR, "")
-    return [k for k in (part.strip() for part in raw.split(",")) if k and k != "cpu"]
+    parts = (p.strip() for p in os.environ.get(FAKE_KINDS_VAR, "").split(","))
+    return [k for k in parts if k and k != "cpu"]
 
 
 def available_kinds() -> list[str]:
     """The device kinds this process can use, the preferred first, ``cpu`` last (musa, cuda,
     cpu). :data:`FAKE_KINDS_VAR`, when set, answers instead (a test seam)."""
-    faked = fake_kinds()
-    if faked:
+    if faked := fake_kinds():
         return [*faked, "cpu"]
     try:
         torch = _torch()

@@ -224,7 +224,7 @@ def test_a_stray_connection_is_refused_and_recorded_and_changes_no_status(
     0, once with no token and once through the client with the token it inherited, and leaves:
     both are refused and recorded, the arms are measured as usual, and a child started after
     the rank connected does not see the channel."""
-    import orchestrator.worker.pairing.client as cp
+    import orchestrator.worker.pairing.channel as cp
     monkeypatch.setattr(cp.secrets, "token_hex", lambda n: "planted-token-51")
     spec, arms = _paired(tmp_path, HELPER + "stray", units=(5, 6))
     _run(spec)
@@ -248,7 +248,7 @@ def test_a_stray_connection_is_refused_and_recorded_and_changes_no_status(
 def test_a_message_without_a_newline_is_a_client_failure(tmp_path: Path, monkeypatch: Any) -> None:
     """Issue 51: a rank that sends more than the channel's line limit with no newline is told
     apart from a command that exited early."""
-    import orchestrator.worker.pairing.client as cp
+    import orchestrator.worker.pairing.channel as cp
     monkeypatch.setattr(cp, "MAX_MESSAGE_BYTES", 1 << 20)
     spec, arms = _paired(tmp_path, HELPER + "long_line --at 3 --long-mib 4", units=(5, 6))
     _run(spec)
@@ -351,7 +351,7 @@ def test_a_stray_tcp_connection_is_refused_and_recorded_and_changes_no_status(
         tmp_path: Path, monkeypatch: Any) -> None:
     """As over the Unix socket (issue 51), a connection without the token and a helper that
     inherited it and left are refused and recorded, now by their peer's address."""
-    import orchestrator.worker.pairing.client as cp
+    import orchestrator.worker.pairing.channel as cp
     monkeypatch.setattr(cp.secrets, "token_hex", lambda n: "planted-token-46")
     monkeypatch.setenv("ORCH_CLIENT_LISTEN", "127.0.0.1:0")
     spec, arms = _paired(tmp_path, HELPER + "stray", units=(5, 6))
@@ -381,7 +381,7 @@ def test_a_connection_that_never_says_hello_holds_nothing_up(
     (HELLO_TIMEOUT_S, shortened here; the trainer starts only then), or else when the command
     ends (the session guard kills its helper then; should it outlive the command, the channel
     closes it, as the next test shows)."""
-    import orchestrator.worker.pairing.client as cp
+    import orchestrator.worker.pairing.channel as cp
     monkeypatch.setenv("ORCH_CLIENT_LISTEN", listen)
     if dropped:
         monkeypatch.setattr(cp, "HELLO_TIMEOUT_S", 0.5)

@@ -1,6 +1,6 @@
 """The client path over several machines: one command per node, one channel for all ranks.
 
-Node 0's trial process holds the round's block schedule (:class:`~.client.Channel`) and listens
+Node 0's trial process holds the round's block schedule (:class:`~.channel.Channel`) and listens
 over TCP on the first node's address (``MASTER_ADDR``, or ``ORCH_CLIENT_LISTEN`` where it names
 the interface), so that every rank of every node reaches it. It hands the address and the
 trial's token to the other nodes through ``client.json`` in the trial directory (the cluster's
