@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -153,6 +154,8 @@ def run_child(
     preexec_fn: Callable[[], None] | None = die_with_parent,
     stop_on_sigterm: bool = False,
     guard: Path | None | bool = False,
+    stop_if: Callable[[], bool] | None = None,
+    poll_s: float = 0.5,
 ) -> int | None:
     """Run ``argv`` (a string runs through /bin/sh) in its own session and wait for it.
 
@@ -161,7 +164,9 @@ def run_child(
     is re-raised. ``stop_on_sigterm``: a SIGTERM to this process (its launcher stopping it)
     kills the child's group and exits (main thread only). Raises OSError when the program
     cannot be started. ``guard``: start the child under a :class:`SessionGuard` (a path: its
-    record file), so that nothing it starts outlives this call or this process."""
+    record file), so that nothing it starts outlives this call or this process. ``stop_if``:
+    asked every ``poll_s`` while the child runs; True stops its group (the exit code is then
+    the signal's, negative, as Popen reports it)."""
     watch = None if guard is False else SessionGuard(guard if isinstance(guard, Path) else None)
     proc = start_child(argv, stdout=stdout, stderr=stderr, stdin=stdin, env=env, cwd=cwd,
                        preexec_fn=preexec_fn, guard=watch)
@@ -173,7 +178,21 @@ def run_child(
 
         previous = signal.signal(signal.SIGTERM, _on_term)
     try:
-        return proc.wait(timeout=timeout_s)
+        if stop_if is None:
+            return proc.wait(timeout=timeout_s)
+        until = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = None if until is None else until - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout_s or 0.0)
+            try:
+                return proc.wait(timeout=poll_s if left is None else min(poll_s, left))
+            except subprocess.TimeoutExpired:
+                if until is not None and time.monotonic() >= until:
+                    raise
+            if stop_if():
+                kill_group(proc)
+                return proc.returncode
     except subprocess.TimeoutExpired:
         kill_group(proc)
         return None

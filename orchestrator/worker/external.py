@@ -111,9 +111,10 @@ def _redact(text: str, trial_dir: str) -> str:
 
 def run_command(argv: list[str] | str, cwd: str | None, env: dict[str, str], log_path: Path,
                 time_limit_s: float | None, session: str = COMMAND_SESSION,
-                ) -> tuple[int | None, str | None]:
+                stop_if: Any = None) -> tuple[int | None, str | None]:
     """(exit code or None on timeout, error when it could not start). Output goes to log_path;
-    the running command's session is recorded beside it in ``session``."""
+    the running command's session is recorded beside it in ``session``. ``stop_if``: asked
+    while it runs; True stops it (another node of its launch failed)."""
     full_env = {**os.environ, **env}
     with open(log_path, "wb") as out:
         try:
@@ -122,8 +123,8 @@ def run_command(argv: list[str] | str, cwd: str | None, env: dict[str, str], log
             # command's session if this process dies, and its record lets a resume do it
             return run_child(argv, cwd=cwd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, timeout_s=time_limit_s, preexec_fn=None,
-                             stop_on_sigterm=True,
-                             guard=log_path.with_name(session)), None
+                             stop_on_sigterm=True, guard=log_path.with_name(session),
+                             stop_if=stop_if), None
         except OSError as exc:
             return None, f"{type(exc).__name__}: {exc.strerror or exc}"
 
@@ -240,8 +241,9 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
     if switched:  # what orchestrator.client.params() returns in this run (one arm)
         env[PARAMS_ENV] = json.dumps(switched)
         common["client_params"] = switched
+    peers = nodes.PeerWatch(tdir, where) if where.multi else None
     rc, start_error = run_command(inv.argv, inv.cwd, env, log_path, inv.time_limit_s,
-                                  nodes.session_name(where, COMMAND_SESSION))
+                                  nodes.session_name(where, COMMAND_SESSION), stop_if=peers)
     wall = time.time() - t0
     out_lines = read_lines(log_path)
     own_log = inv.log_file is None or where.node > 0
@@ -253,14 +255,22 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
         return trial_record(**common, status=status, failure_kind=kind, error=error,
                             stderr_tail=tail)
 
-    outcome = _outcome(start_error, rc, inv, trainer, lines, failed)
+    stopped = peers is not None and peers.stopped
+    outcome = (failed("peer_failed", peers.reason()) if stopped and peers is not None else
+               _outcome(start_error, rc, inv, trainer, lines, failed))
     if where.multi and where.node > 0:
         return _node_report(trainer, lines, tdir, where, outcome, rc, wall,
-                            own_log=inv.log_file is None) or trial_record(
-                                **common, status=Status.OK)
+                            own_log=inv.log_file is None,
+                            stopped_by=peers.seen.node if stopped and peers and peers.seen
+                            else None) or trial_record(**common, status=Status.OK)
     others: dict[int, nodes.NodeReport] = {}
     if where.multi:  # node 0: the other nodes' reports; a lost node is the infrastructure's
-        others, verdict = _other_nodes(tdir, where, wall, outcome, common)
+        if outcome is not None and not stopped:  # the other nodes stop theirs (PeerWatch)
+            nodes.NodeReport(node=0, status=outcome["status"], error=outcome.get("error"),
+                             returncode=rc, wall_s=wall, at=time.time(),
+                             launch=nodes.launch_id()).write(tdir)
+        # stopped because another node failed: that node's failure is the trial's
+        others, verdict = _other_nodes(tdir, where, wall, None if stopped else outcome, common)
         if verdict is not None:
             return failed(*verdict)
     if outcome is not None:
@@ -353,7 +363,7 @@ def _steps_or_none(trainer: Any, lines: list[str]) -> list[StepRecord]:
 
 def _node_report(trainer: Any, lines: list[str], tdir: Path, where: nodes.NodePlace,
                  outcome: dict[str, Any] | None, rc: int | None, wall: float,
-                 own_log: bool) -> dict[str, Any] | None:
+                 own_log: bool, stopped_by: int | None = None) -> dict[str, Any] | None:
     """Node k > 0: its report for node 0 (status, exit code, its step lines where it has any);
     its record when it failed (left as trial.rank<k>.json), else None."""
     steps: list[dict[str, Any]] = []
@@ -370,7 +380,7 @@ def _node_report(trainer: Any, lines: list[str], tdir: Path, where: nodes.NodePl
     nodes.NodeReport(node=where.node, status=outcome["status"] if outcome else "ok",
                      error=outcome.get("error") if outcome else None, returncode=rc,
                      wall_s=wall, steps=steps, note=note, at=time.time(),
-                     launch=nodes.launch_id()).write(tdir)
+                     launch=nodes.launch_id(), stopped_by=stopped_by).write(tdir)
     return outcome
 
 

@@ -30,6 +30,7 @@ from orchestrator.core.logparse import StepRecord
 from orchestrator.core.results import atomic_write_json
 
 NODE_GRACE_S = 60.0  # after node 0's command ended, how long the other nodes' reports may take
+PEER_GRACE_S = 10.0  # after another node failed, how long this node's command may take to end
 POLL_S = 0.2
 
 
@@ -85,6 +86,7 @@ class NodeReport:
     note: str | None = None
     at: float = 0.0
     launch: str = ""
+    stopped_by: int | None = None  # stopped because that node had failed (not its own failure)
 
     def write(self, tdir: Path) -> None:
         atomic_write_json(report_path(tdir, self.node), dict(self.__dict__))
@@ -119,13 +121,50 @@ def gather(tdir: Path, where: NodePlace, ended_at: float,
         time.sleep(POLL_S)
 
 
+class PeerWatch:
+    """While this node's command runs: has another node of this launch failed? Its command is
+    then stopped ``grace_s`` later if it has not ended by itself: a synchronous trainer whose
+    peer is gone waits in its next collective until a timeout (NCCL's is 10 min and more),
+    which would hold every node of the trial until ``workload.time_limit_s``. Each node's
+    report is the signal (node 0 leaves one when its own command failed)."""
+
+    def __init__(self, tdir: Path, where: NodePlace, grace_s: float = PEER_GRACE_S) -> None:
+        self.tdir, self.where, self.grace_s = tdir, where, grace_s
+        self.launch = launch_id()
+        self.seen: NodeReport | None = None
+        self.seen_at = 0.0
+        self.stopped = False
+
+    def __call__(self) -> bool:
+        if self.seen is None:
+            for k in range(self.where.nnodes):
+                if k == self.where.node:
+                    continue
+                rep = NodeReport.read(report_path(self.tdir, k))
+                if rep is not None and rep.launch == self.launch and rep.status != "ok":
+                    self.seen, self.seen_at = rep, time.time()
+                    break
+            return False
+        self.stopped = time.time() - self.seen_at >= self.grace_s
+        return self.stopped
+
+    def reason(self) -> str:
+        """Why this node's command was stopped (one line)."""
+        r = self.seen
+        assert r is not None
+        return (f"stopped {self.grace_s:g} s after node {r.node} failed "
+                f"({r.error or r.status})")
+
+
 def node_failure(reports: dict[int, NodeReport], missing: list[int], waited_s: float,
                  own: str | None = None) -> tuple[str, str, str] | None:
     """(status, failure kind, one-line error) when another node failed or sent nothing;
     None when every other node's command ended well. ``own``: node 0's own failure, if any
     (a node that sent nothing while node 0's command failed is the likelier cause: its
     collectives lost a peer)."""
-    bad = [r for r in sorted(reports.values(), key=lambda r: r.node) if r.status != "ok"]
+    # a node stopped because another had failed comes last: the first failure is the cause
+    bad = sorted((r for r in reports.values() if r.status != "ok"),
+                 key=lambda r: (r.stopped_by is not None, r.node))
     if missing:
         names = ", ".join(map(str, missing))
         why = (f"node(s) {names} sent no report within {waited_s:.0f} s of node 0's end "

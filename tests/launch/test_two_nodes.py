@@ -97,20 +97,24 @@ TORCHRUN = ("{python} -m torch.distributed.run --nnodes {nnodes} --node-rank {no
             "--nproc-per-node {nproc_per_node} --rdzv-endpoint "
             "{rdzv_endpoint} --max-restarts 0 " + str(ROOT) +
             "/tests/helpers/ddp_command.py --steps {steps} --units {units} --slow-node 1 "
-            "--slow-ms {slow_ms}")
+            "--slow-ms {slow_ms} --fail-node {fail_node}")
 
 
-def _torchrun_campaign(compose: Any, *extra: str) -> Any:
+def _torchrun_campaign(compose: Any, *extra: str, variable: str = "slow_ms",
+                       value: int = 30, label: str = "slow-node1", rounds: int = 2) -> Any:
     return compose(["+sweep=planted_command", "launcher=slurm", "device=cpu",
                     "launcher.slurm.partition=two", "launcher.slurm.poll_interval_s=0.5",
                     f"workload.command='{TORCHRUN}'", "workload.world_size=4",
                     "workload.nnodes=2", "workload.time_limit_s=120", "protocol=quick",
                     "protocol.pairing=process", "protocol.warmup_steps=2",
                     "protocol.measured_steps=6", "protocol.correctness.mode=off",
-                    "+workload.params.slow_ms=0", "workload.params.units=32",
-                    "sweep.variable=workload.params.slow_ms", "sweep.baseline=0",
-                    "sweep.values=[30]", "sweep.labels=[slow-node1]",
-                    "protocol.repeats=2", "protocol.max_rounds=2", *extra])
+                    "+workload.params.slow_ms=0", "+workload.params.fail_node=-1",
+                    "workload.params.units=32",
+                    f"sweep.variable=workload.params.{variable}",
+                    f"sweep.baseline={ {'slow_ms': 0, 'fail_node': -1}[variable]}",
+                    f"sweep.values=[{value}]", f"sweep.labels=[{label}]",
+                    f"protocol.repeats={rounds}", f"protocol.max_rounds={rounds}",
+                    "protocol.infra_retries=0", *extra])
 
 
 def test_a_torchrun_command_spans_both_nodes_and_completes_a_campaign(
@@ -147,6 +151,28 @@ def test_a_torchrun_command_spans_both_nodes_and_completes_a_campaign(
     # the 30 ms on node 1 reach every step (the all-reduce waits for it)
     assert min(r["step_time_median_s"] for r in slow) > max(r["step_time_median_s"]
                                                           for r in base)
+
+
+def test_a_node_whose_command_fails_stops_the_other_node_and_fails_the_trial(
+        compose: Any, run_dir: Path, two_nodes: str) -> None:
+    """The variant's ranks on node 1 exit before joining the process group; node 0's ranks
+    wait for them there (a peer that never came: gloo's wait is 30 min, NCCL's 10). Node 0 does
+    not sit out workload.time_limit_s: it sees node 1's report and stops its command 10 s
+    later; the trial fails with node 1's reason, and the baseline's trial is untouched."""
+    from orchestrator.campaign.run import run_campaign
+
+    run_campaign(_torchrun_campaign(compose, variable="fail_node", value=1,
+                                    label="fail-node1", rounds=1), run_dir)
+    recs = {r["arm_label"]: r for r in (json.loads(p.read_text())
+                                        for p in run_dir.glob("trials/*/trial.json"))}
+    assert recs["base"]["status"] == "ok", recs["base"].get("error")
+    bad = recs["fail-node1"]
+    assert bad["status"] == "failed" and bad["failure_kind"] == "node_failed", bad
+    assert bad["error"] == "node 1: the command exited with code 1", bad["error"]
+    # node 0's command was stopped, not left to run to the time limit
+    assert bad["node_wall_s"]["0"] < 120, bad["node_wall_s"]
+    tdir = run_dir / "trials" / bad["trial_id"]
+    assert json.loads((tdir / "node1.json").read_text())["status"] == "failed"
 
 
 SCRIPT = ROOT / "scripts" / "slurm_twonode.sh"
@@ -223,12 +249,14 @@ def test_a_node_lost_mid_trial_is_recorded_and_a_resume_finishes_the_campaign(
     final = {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("trials/*/trial.json")}
     assert len(final) == 2 and all(r["status"] == "ok" for r in final.values()), \
         {k: (r["status"], r.get("error")) for k, r in final.items()}
-    # only the lost trial ran again; the others kept their first (and only) run
     # Slurm's word (the job ended NODE_FAIL) or the survivors' (a peer's connection closed)
     assert hit.get("slurm_state") in ("NODE_FAIL", "LOST") or hit.get("raw_status"), hit
+    # a trial that had finished ok before the node was lost kept its first (and only) run; the
+    # lost trial (and any other of the lost job's trials) ran again
     for tid, r in final.items():
-        if tid != killed[0]:
+        if recs.get(tid, {}).get("status") == "ok":
             assert r["started_at"] == recs[tid]["started_at"], tid
+    assert final[killed[0]].get("started_at") != hit.get("started_at")
 
 
 CLIENT_TORCHRUN = ("{python} -m torch.distributed.run --nnodes {nnodes} --node-rank {node_rank} "
