@@ -118,14 +118,16 @@ def build_mismatch(workload: Any, bucket: Any, device: str) -> DDPTrainer:
 
 
 class _SlowLastRank(DDPTrainer):
-    """The last rank (on the last node of a multi-node trial) sleeps 15 ms in every step, outside
+    """The last rank (on the last node of a multi-node trial) sleeps 40 ms in every step, outside
     DDP's all-reduce: the others wait for it in the next all-reduce, so a step's time is its
-    slowest rank's. A planted slowdown of a known size on one machine only."""
+    slowest rank's. A planted slowdown of a known size on one machine only: 40 ms, about 3x the
+    step on this 2-core host, so that a round whose baseline is slowed 2x by the host does not
+    hide it."""
 
     def train_step(self, batch: Any) -> Any:
         loss = super().train_step(batch)
         if self.rank == dist.get_world_size() - 1:
-            time.sleep(0.015)
+            time.sleep(0.040)
         return loss
 
 
