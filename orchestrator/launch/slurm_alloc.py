@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO, Any, Optional, Sequence
 
 from orchestrator.core.paths import package_root
-from orchestrator.core.results import atomic_write_json
+from orchestrator.core.results import Status, atomic_write_json
 from orchestrator.launch.base import (
     INFRA_STATUS,
     OnJobDone,
@@ -526,7 +526,7 @@ class SlurmAllocationLauncher(SlurmLauncher):
         its arm's account, re-run), ``killed`` / ``crashed`` for a probe."""
         where = {"slurm_allocation": CAMPAIGN, "slurm_allocation_id": alloc.job_id}
         rec = job_record(spec)
-        if rec is not None and not (ended and rec.get("status") == "killed"):
+        if rec is not None and not (ended and rec.get("status") == Status.KILLED):
             step_id = rec.get("slurm_job_id")
             rec.update(where, slurm_job_id=alloc.job_id,
                        **({"slurm_step_id": step_id} if step_id else {}))

@@ -342,7 +342,7 @@ def _other_nodes(tdir: Path, where: nodes.NodePlace, wall: float,
     cannot_start = outcome is not None and outcome.get("failure_kind") == "cannot_start"
     if not cannot_start and (outcome is None or missing):
         status, kind, error = bad
-        if status == "infra_failed":
+        if status == Status.INFRA_FAILED:
             common["infra_reason"] = error
         return others, (kind, error, status)
     if outcome is not None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.logparse import StepRecord
-from orchestrator.core.results import atomic_write_json
+from orchestrator.core.results import Status, atomic_write_json
 
 NODE_GRACE_S = 60.0  # after node 0's command ended, how long the other nodes' reports may take
 PEER_GRACE_S = 10.0  # after another node failed, how long this node's command may take to end
@@ -88,6 +88,11 @@ class NodeReport:
     launch: str = ""
     stopped_by: int | None = None  # stopped because that node had failed (not its own failure)
 
+    @property
+    def ok(self) -> bool:
+        """The node's command ended well."""
+        return self.status == Status.OK
+
     def write(self, tdir: Path) -> None:
         atomic_write_json(report_path(tdir, self.node), dict(self.__dict__))
 
@@ -116,7 +121,7 @@ def gather(tdir: Path, where: NodePlace, ended_at: float,
                 got[k] = rep
         if set(got) == want or time.time() >= until:
             return got, sorted(want - set(got))
-        if any(r.status != "ok" for r in got.values()):
+        if any(not r.ok for r in got.values()):
             until = min(until, max(ended_at, max(r.at for r in got.values())) + 10.0)
         time.sleep(POLL_S)
 
@@ -141,7 +146,7 @@ class PeerWatch:
                 if k == self.where.node:
                     continue
                 rep = NodeReport.read(report_path(self.tdir, k))
-                if rep is not None and rep.launch == self.launch and rep.status != "ok":
+                if rep is not None and rep.launch == self.launch and not rep.ok:
                     self.seen, self.seen_at = rep, time.time()
                     break
             return False
@@ -163,7 +168,7 @@ def node_failure(reports: dict[int, NodeReport], missing: list[int], waited_s: f
     (a node that sent nothing while node 0's command failed is the likelier cause: its
     collectives lost a peer)."""
     # a node stopped because another had failed comes last: the first failure is the cause
-    bad = sorted((r for r in reports.values() if r.status != "ok"),
+    bad = sorted((r for r in reports.values() if not r.ok),
                  key=lambda r: (r.stopped_by is not None, r.node))
     if missing:
         names = ", ".join(map(str, missing))
