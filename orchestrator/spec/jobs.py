@@ -68,8 +68,7 @@ class WorkerJob(abc.ABC):
 
     def plain(self) -> dict[str, Any]:
         """The fields as plain data (nested records as dicts)."""
-        return {k: ([dataclasses.asdict(x) for x in v] if k == "paired_arms" else v)
-                for k, v in self.__dict__.items()}
+        return {k: _plain(v) for k, v in self.__dict__.items()}
 
     def to_json(self) -> str:
         return json.dumps(self.plain(), indent=2)
@@ -77,6 +76,23 @@ class WorkerJob(abc.ABC):
     def payload(self) -> dict[str, Any]:
         """The job as plain data that :func:`job_from_payload` turns back into it."""
         return {"job": JOB_KINDS[type(self)], "spec": self.plain()}
+
+
+def _plain(v: Any) -> Any:
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return dataclasses.asdict(v)
+    if isinstance(v, list) and v and dataclasses.is_dataclass(v[0]):
+        return [dataclasses.asdict(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
+class DuetPart:
+    """protocol.pairing=duet: the paired arms run at the same time, each on its slice
+    (orchestrator.worker.pairing.duet)."""
+
+    slices: list[dict[str, Any]]  # {"cpus": [...], "devices": [...]} (orchestrator.platform.slices)
+    placement: list[int]  # the slice of each paired arm, in paired_arms' order
 
 
 @dataclass
@@ -140,9 +156,8 @@ class TrialSpec(WorkerJob):
     cpu_affinity: Optional[list[int]] = None  # launcher.cpu_affinity: cores the trial is pinned to
     # the user's code the trial runs (its arm's: orchestrator.campaign.revisions); in its record
     code: dict[str, Any] = field(default_factory=dict)
-    # protocol.pairing=duet: {"slices": [{"cpus", "devices"}...], "placement": [slice per paired
-    # arm]}: the paired arms run at the same time, each on its slice (orchestrator.worker.pairing.duet)
-    duet: dict[str, Any] = field(default_factory=dict)
+    # protocol.pairing=duet: the paired arms' slices (orchestrator.worker.pairing.duet)
+    duet: Optional[DuetPart] = None
     # protocol.pairing=steps for a plain command: each paired arm its own process, the arms
     # taking turns block by block (orchestrator.worker.pairing.alternation); env switches are the arms'
     alternate: bool = False
@@ -150,6 +165,8 @@ class TrialSpec(WorkerJob):
     def __post_init__(self) -> None:  # read back from a payload: the entries as records
         self.paired_arms = [a if isinstance(a, PairedArm) else PairedArm(**a)
                             for a in self.paired_arms]
+        if isinstance(self.duet, dict):
+            self.duet = DuetPart(**self.duet) if self.duet else None
 
     def warmup(self) -> WarmupPolicy:
         return WarmupPolicy(self.warmup_policy, self.warmup_steps, self.warmup_max_steps,
@@ -300,8 +317,7 @@ def duet_specs(specs: Sequence[TrialSpec], slices: list[dict[str, Any]]) -> list
         members = sorted(members, key=lambda m: m.arm_id)  # placement by arm, not by order
         head = copy.copy(members[0])
         head.paired_arms = _paired(members)
-        head.duet = {"slices": slices,
-                     "placement": placement(len(members), len(slices), members[0].round)}
+        head.duet = DuetPart(slices, placement(len(members), len(slices), members[0].round))
         head.cpu_affinity = None  # each arm is pinned to its slice instead
         out.append(head)
     return out
@@ -337,6 +353,6 @@ def paired_members(spec: TrialSpec) -> list[TrialSpec]:
                                 arm_id=a.arm_id, arm_label=a.arm_label,
                                 is_baseline=a.is_baseline, workload=a.workload,
                                 env=dict(a.env) if spec.duet or spec.alternate else spec.env,
-                                code=dict(a.code) or spec.code, paired_arms=[], duet={},
+                                code=dict(a.code) or spec.code, paired_arms=[], duet=None,
                                 alternate=False)
             for a in spec.paired_arms]

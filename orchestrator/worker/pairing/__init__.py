@@ -54,7 +54,7 @@ def _own_process(spec: TrialSpec) -> bool:
 
 
 MODES: tuple[Mode, ...] = (
-    Mode("duet", Pairing.duet, lambda s: bool(s.paired_arms and s.duet),
+    Mode("duet", Pairing.duet, lambda s: bool(s.paired_arms) and s.duet is not None,
          lambda s, base, t0: duet.measure_duet(s, base)),
     Mode("alternation", Pairing.steps, lambda s: bool(s.paired_arms and s.alternate),
          lambda s, base, t0: alternation.measure_alternated(s, base)),

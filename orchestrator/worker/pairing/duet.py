@@ -99,7 +99,7 @@ class _Arm:
 
 
 def _arms(spec: Any) -> list[_Arm]:
-    slices, where = spec.duet["slices"], spec.duet["placement"]
+    slices, where = spec.duet.slices, spec.duet.placement
     return [_Arm(c.arm, c.trainer, c.inv, slices[where[i]], where[i], c.tdir,
                  {**c.env, **slice_env(slices[where[i]])})
             for i, c in enumerate(command_arms(spec, spec.measured_steps, spec.timeout_s,
