@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from orchestrator.core.records import Pairing
@@ -214,98 +215,34 @@ def ran_line(analysis: Analysis, most: int = 4) -> str:
     return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class DecisionsInputs:
+    """What decisions.md says of the campaign beside its analysis and verdicts: the sweep and
+    workload, the protocol and launcher, and the one-line descriptions of where it ran."""
+
+    sweep: Any
+    workload_name: str
+    protocol: Any
+    launcher: str
+    env_line: str
+    start_line: str = ""  # how the trial processes started
+    paired_by: str = ""  # "alternation": a plain command's arms, each its own process
+    device_line: str = ""  # what device= resolved to and where
+    launcher_line: str = ""  # e.g. how Slurm held the nodes
+
+
 def render_decisions(
     *,
-    sweep: Any,
-    workload_name: str,
+    inputs: DecisionsInputs,
     analysis: Analysis,
     verdicts: Sequence[Verdict],
-    env_line: str,
-    protocol: Any,
-    launcher: str,
     failures: Sequence[dict[str, Any]],
     extra_sections: Sequence[Section] = (),
-    start_line: str = "",
-    paired_by: str = "",
-    device_line: str = "",
-    launcher_line: str = "",
 ) -> str:
-    base = analysis.arms[0]
-    balanced = str(getattr(protocol, "order", "reversed")) == "balanced"
-    out = [
-        f"# Decision: {sweep.name}",
-        "",
-        f"**Hypothesis.** {sweep.hypothesis.strip()}",
-        "",
-        f"- workload: `{workload_name}`; buckets: {', '.join(analysis.buckets)}",
-        f"- variable: `{sweep.variable}`"
-        + (f" (compound knob: {', '.join(f'{k} → `{v}`' for k, v in sweep.knob.items())})"
-           if sweep.knob else ""),
-        f"- baseline: `{base.label}`; variants: {', '.join(f'`{a.label}`' for a in analysis.arms[1:])}",
-        *([f"- ran (each arm's trials, as the recipe describes its step): {ran}"]
-          if (ran := ran_line(analysis)) else []),
-        f"- environment: {env_line}",
-        # what device= resolved to and where: a Slurm compute node's probe job, or this host
-        *([f"- device: {device_line}"] if device_line else []),
-        f"- protocol: {protocol_line(protocol)}, arms interleaved"
-        + (" in a seeded Williams order per round (every arm follows every other equally "
-           "often, the A/A control placed like any variant)" if balanced else
-           " with the order reversed every other round" if protocol.reverse_every_other_round
-           else "")
-        + (f", duet: each round and bucket every arm at the same time, each its own fresh "
-           f"process on its own slice of the machine ({_slices(protocol)}), the placement "
-           "rotated every round (arm i on slice (i + round) mod slices); each arm's measured "
-           "steps are kept where every arm was measuring (the overlap window), and the "
-           "slice's own speed is fitted out of each variant's contrasts"
-           if getattr(protocol, "pairing", Pairing.process) == Pairing.duet else
-           f", each trial a fresh process ({launcher} launcher)"
-           if getattr(protocol, "pairing", Pairing.process) != Pairing.steps else
-           (f", pairing by steps: each round and bucket every arm's command as a fresh process "
-            f"of its own ({launcher} launcher), resident together, the arms taking turns on the "
-            "same cores (the others stopped by SIGSTOP) in blocks of "
-            f"{protocol.block_steps} measured steps, each after "
-            f"{protocol.switch_warmup_steps} excluded switch step(s) and the step its pause "
-            "split, block "
-            if paired_by == "alternation" else
-            f", pairing by steps: each round and bucket one fresh process ({launcher} launcher) "
-            f"running every arm, which take turns in blocks of {protocol.block_steps} measured "
-            f"steps, each after {protocol.switch_warmup_steps} excluded switch step(s), block ")
-           + f"order {'a seeded Williams design per cycle' if balanced else 'reversed every cycle'}; "
-           "a round's effect is the median over cycles of the log "
-           "ratio of the arm's block median to the baseline's in the same cycle")
-        + (" — note: the inline launcher runs trials in this process" if launcher == "inline"
-           else ""),
-        *([f"- trial processes: {start_line}"] if start_line else []),
-        *([f"- {launcher_line}"] if launcher_line else []),  # e.g. how Slurm held the nodes
-        f"- rule: {RULE}; speedup = baseline step time / variant step time from each "
-        "variant's own per-round contrasts against the baseline (log of the round's baseline "
-        "median over the variant's; the round is the unit: R - 1 degrees of freedom, no arm "
-        "lends its spread to another; a baseline trial that stands out in every arm's "
-        "contrasts left out), Student-t intervals; this look (of "
-        f"{analysis.looks} planned) spends {analysis.alpha_look:.2%} of the "
-        f"{1 - protocol.confidence:.0%} error rate (alpha spending, protocol.alpha_spending; "
-        f"intervals at {1 - analysis.alpha_look:.1%}, equivalence at "
-        f"{1 - 2 * analysis.alpha_look:.1%}); "
-        f"equivalence band ±{protocol.min_effect:.0%}, non-inferiority margin "
-        f"{getattr(protocol, 'ni_margin', 0.05):.0%}",
-        *([("- host-speed reference: speedups, intervals and the noise floor use step times "
-            "each divided by the time of a fixed host workload run just before the step, "
-            "outside the timed window (protocol.speed_reference: a host's speed changes between "
-            "and within trials); medians in the tables are raw")]
-          if getattr(analysis, "speed_normalised", False) else []),
-        "",
-        "## Verdicts",
-        "",
-        "| variant | verdict | in one line |",
-        "|---|---|---|",
-    ]
-    for v in verdicts:
-        out.append(f"| {v.label} | **{v.verdict}** | {v.headline or (v.reasons or [''])[0]} |")
-    for v in verdicts:
-        out += ["", f"### {v.label}: {v.verdict}", "", "Reasons:", ""]
-        out += [f"- {r}" for r in v.reasons]
-        if v.warnings:
-            out += ["", "Warnings:", ""] + [f"- {w}" for w in group_warnings(v.warnings)]
+    """decisions.md: the campaign and its rule, the verdicts, a table per bucket (and the
+    mixture's), the extra sections in order, the failed trials, where the evidence is."""
+    protocol = inputs.protocol
+    out = [*_header_lines(inputs, analysis), *_verdict_lines(verdicts)]
     for bucket in analysis.buckets:
         out += ["", f"## Bucket `{bucket}`", ""] + bucket_table(
             analysis, bucket, verdicts, protocol.min_effect)
@@ -313,17 +250,7 @@ def render_decisions(
         out += ["", "## Mixture", ""] + mixture_table(analysis, verdicts, protocol.min_effect)
     for section in extra_sections:
         out += ["", f"## {section.title}", ""] + section.lines
-    if failures:
-        out += ["", "## Failed trials", ""]
-        for f in failures:
-            out.append(f"- `{f['trial_id']}` ({f.get('arm_label')}, {f.get('bucket')}): "
-                       f"**{f['status']}**: {f.get('error') or ''}")
-            text = f.get("stderr_tail")  # a table's missing cell is NaN, not None
-            tail = (text if isinstance(text, str) else "").strip().splitlines()[-3:]
-            if tail:
-                out += ["  ```", *[f"  {t}" for t in tail], "  ```"]
-            if isinstance(f.get("log_file"), str):  # set by the campaign: the whole log
-                out.append(f"  full log: `{f['log_file']}`")
+    out += _failure_lines(failures)
     out += [
         "",
         "## Evidence",
@@ -335,6 +262,129 @@ def render_decisions(
         "",
     ]
     return escape_table_cells("\n".join(out), [a.label for a in analysis.arms])
+
+
+def _header_lines(inputs: DecisionsInputs, analysis: Analysis) -> list[str]:
+    """The title, the hypothesis and the campaign's description: what was varied against
+    what, where it ran, the protocol and the decision rule."""
+    sweep = inputs.sweep
+    base = analysis.arms[0]
+    return [
+        f"# Decision: {sweep.name}",
+        "",
+        f"**Hypothesis.** {sweep.hypothesis.strip()}",
+        "",
+        f"- workload: `{inputs.workload_name}`; buckets: {', '.join(analysis.buckets)}",
+        f"- variable: `{sweep.variable}`"
+        + (f" (compound knob: {', '.join(f'{k} → `{v}`' for k, v in sweep.knob.items())})"
+           if sweep.knob else ""),
+        f"- baseline: `{base.label}`; variants: {', '.join(f'`{a.label}`' for a in analysis.arms[1:])}",
+        *([f"- ran (each arm's trials, as the recipe describes its step): {ran}"]
+          if (ran := ran_line(analysis)) else []),
+        f"- environment: {inputs.env_line}",
+        # what device= resolved to and where: a Slurm compute node's probe job, or this host
+        *([f"- device: {inputs.device_line}"] if inputs.device_line else []),
+        _protocol_bullet(inputs),
+        *([f"- trial processes: {inputs.start_line}"] if inputs.start_line else []),
+        # e.g. how Slurm held the nodes
+        *([f"- {inputs.launcher_line}"] if inputs.launcher_line else []),
+        _rule_bullet(analysis, inputs.protocol),
+        *([("- host-speed reference: speedups, intervals and the noise floor use step times "
+            "each divided by the time of a fixed host workload run just before the step, "
+            "outside the timed window (protocol.speed_reference: a host's speed changes between "
+            "and within trials); medians in the tables are raw")]
+          if getattr(analysis, "speed_normalised", False) else []),
+    ]
+
+
+def _protocol_bullet(inputs: DecisionsInputs) -> str:
+    """The protocol, how the arms are interleaved and how each round pairs them."""
+    protocol, launcher = inputs.protocol, inputs.launcher
+    balanced = str(getattr(protocol, "order", "reversed")) == "balanced"
+    return (
+        f"- protocol: {protocol_line(protocol)}, arms interleaved"
+        + (" in a seeded Williams order per round (every arm follows every other equally "
+           "often, the A/A control placed like any variant)" if balanced else
+           " with the order reversed every other round" if protocol.reverse_every_other_round
+           else "")
+        + _pairing_clause(protocol, launcher, inputs.paired_by, balanced)
+        + (" — note: the inline launcher runs trials in this process" if launcher == "inline"
+           else ""))
+
+
+def _pairing_clause(protocol: Any, launcher: str, paired_by: str, balanced: bool) -> str:
+    """How a round pairs its arms: side by side (duet), a fresh process per trial, or by
+    steps (one process running every arm, or a plain command's arms alternated)."""
+    pairing = getattr(protocol, "pairing", Pairing.process)
+    if pairing == Pairing.duet:
+        return (f", duet: each round and bucket every arm at the same time, each its own fresh "
+                f"process on its own slice of the machine ({_slices(protocol)}), the placement "
+                "rotated every round (arm i on slice (i + round) mod slices); each arm's measured "
+                "steps are kept where every arm was measuring (the overlap window), and the "
+                "slice's own speed is fitted out of each variant's contrasts")
+    if pairing != Pairing.steps:
+        return f", each trial a fresh process ({launcher} launcher)"
+    return (
+        (f", pairing by steps: each round and bucket every arm's command as a fresh process "
+         f"of its own ({launcher} launcher), resident together, the arms taking turns on the "
+         "same cores (the others stopped by SIGSTOP) in blocks of "
+         f"{protocol.block_steps} measured steps, each after "
+         f"{protocol.switch_warmup_steps} excluded switch step(s) and the step its pause "
+         "split, block "
+         if paired_by == "alternation" else
+         f", pairing by steps: each round and bucket one fresh process ({launcher} launcher) "
+         f"running every arm, which take turns in blocks of {protocol.block_steps} measured "
+         f"steps, each after {protocol.switch_warmup_steps} excluded switch step(s), block ")
+        + f"order {'a seeded Williams design per cycle' if balanced else 'reversed every cycle'}; "
+        "a round's effect is the median over cycles of the log "
+        "ratio of the arm's block median to the baseline's in the same cycle")
+
+
+def _rule_bullet(analysis: Analysis, protocol: Any) -> str:
+    """The decision rule: how a speedup and its interval are formed, the error rate this look
+    spends, the equivalence band and the non-inferiority margin."""
+    return (
+        f"- rule: {RULE}; speedup = baseline step time / variant step time from each "
+        "variant's own per-round contrasts against the baseline (log of the round's baseline "
+        "median over the variant's; the round is the unit: R - 1 degrees of freedom, no arm "
+        "lends its spread to another; a baseline trial that stands out in every arm's "
+        "contrasts left out), Student-t intervals; this look (of "
+        f"{analysis.looks} planned) spends {analysis.alpha_look:.2%} of the "
+        f"{1 - protocol.confidence:.0%} error rate (alpha spending, protocol.alpha_spending; "
+        f"intervals at {1 - analysis.alpha_look:.1%}, equivalence at "
+        f"{1 - 2 * analysis.alpha_look:.1%}); "
+        f"equivalence band ±{protocol.min_effect:.0%}, non-inferiority margin "
+        f"{getattr(protocol, 'ni_margin', 0.05):.0%}")
+
+
+def _verdict_lines(verdicts: Sequence[Verdict]) -> list[str]:
+    """## Verdicts: one table row per variant, then each variant's reasons and warnings."""
+    out = ["", "## Verdicts", "", "| variant | verdict | in one line |", "|---|---|---|"]
+    for v in verdicts:
+        out.append(f"| {v.label} | **{v.verdict}** | {v.headline or (v.reasons or [''])[0]} |")
+    for v in verdicts:
+        out += ["", f"### {v.label}: {v.verdict}", "", "Reasons:", ""]
+        out += [f"- {r}" for r in v.reasons]
+        if v.warnings:
+            out += ["", "Warnings:", ""] + [f"- {w}" for w in group_warnings(v.warnings)]
+    return out
+
+
+def _failure_lines(failures: Sequence[dict[str, Any]]) -> list[str]:
+    """## Failed trials: each with its status, error, stderr's last lines and its log."""
+    if not failures:
+        return []
+    out = ["", "## Failed trials", ""]
+    for f in failures:
+        out.append(f"- `{f['trial_id']}` ({f.get('arm_label')}, {f.get('bucket')}): "
+                   f"**{f['status']}**: {f.get('error') or ''}")
+        text = f.get("stderr_tail")  # a table's missing cell is NaN, not None
+        tail = (text if isinstance(text, str) else "").strip().splitlines()[-3:]
+        if tail:
+            out += ["  ```", *[f"  {t}" for t in tail], "  ```"]
+        if isinstance(f.get("log_file"), str):  # set by the campaign: the whole log
+            out.append(f"  full log: `{f['log_file']}`")
+    return out
 
 
 def escape_table_cells(md: str, labels: Sequence[str]) -> str:

@@ -18,7 +18,11 @@ from orchestrator.core.records import TrialKind
 from orchestrator.analysis import contamination
 from orchestrator.analysis.analyze import Analysis, comparison_rows
 from orchestrator.analysis.decide import Verdict
-from orchestrator.analysis.decisions_md import render_decisions, start_method_line
+from orchestrator.analysis.decisions_md import (
+    DecisionsInputs,
+    render_decisions,
+    start_method_line,
+)
 from orchestrator.analysis.levers import lever_sections
 from orchestrator.analysis.sensitivity import sensitivity_lines
 from orchestrator.analysis.utilization import add_utilization_columns, utilization_section
@@ -179,14 +183,15 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
                 *rerun_section(records, cfg.protocol.interference_cores,
                                min_effect=cfg.protocol.min_effect, machine=
                                read_optional(run_dir / "machine_load.json"))]
-    return render_decisions(
-        sweep=cfg.sweep, workload_name=cfg.workload.name, analysis=analysis,
-        verdicts=out.verdicts, env_line=env_line(records), protocol=cfg.protocol,
-        launcher=cfg.launcher.name, start_line=start_method_line(records), failures=failures,
+    inputs = DecisionsInputs(
+        sweep=cfg.sweep, workload_name=cfg.workload.name, env_line=env_line(records),
+        protocol=cfg.protocol, launcher=cfg.launcher.name, start_line=start_method_line(records),
         device_line=device_line((read_optional(run_dir / "plan.json") or {}).get("device_resolved")),
         paired_by=next((r["paired_by"] for r in records
                         if isinstance(r.get("paired_by"), str)), ""),
-        launcher_line=slurm_line(records), extra_sections=sections)
+        launcher_line=slurm_line(records))
+    return render_decisions(inputs=inputs, analysis=analysis, verdicts=out.verdicts,
+                            failures=failures, extra_sections=sections)
 
 
 def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
