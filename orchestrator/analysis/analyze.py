@@ -419,17 +419,7 @@ def analyze(
     planned looks; ``spending``: the schedule plan.json froze, which a resume extends)."""
     trials = _timed(trials)
     out = Analysis(list(buckets), list(arms), bucket_weights=dict(bucket_weights), control=control)
-    plan = paired.looks(protocol.repeats, max(protocol.max_rounds, protocol.repeats),
-                        protocol.adaptive_step_rounds)
-    rounds_done = int(trials["round"].max()) + 1 if not trials.empty else protocol.repeats
-    out.alpha_look = paired.alpha_spent(1 - protocol.confidence, plan, rounds_done,
-                                        protocol.alpha_spending)
-    out.looks = len(plan)
-    if spending:  # frozen at the first plan: an extension spends only what is left
-        out.alpha_look = paired.spend_at(spending, rounds_done)
-        out.looks = len(spending)
-        if out.alpha_look <= 0:
-            out.alpha_look, out.alpha_exhausted = 1e-9, True
+    _spend(out, trials, protocol, spending)
     by_trial = step_times_by_trial(steps)
     how = str(getattr(protocol, "trial_summary", "median"))
     charged, tags = (charged_by_trial(steps) if getattr(protocol, "charge_recurring_tags", False)
@@ -484,6 +474,23 @@ def analyze(
             if (key, arm.arm_id) in out.comparisons:
                 out.comparisons[(key, arm.arm_id)].noise_floor = c.noise_floor
     return out
+
+
+def _spend(out: Analysis, trials: pd.DataFrame, protocol: ProtocolConfig,
+           spending: Sequence[Sequence[float]] | None) -> None:
+    """Set ``out``'s error rate for this look and its planned looks: the protocol's schedule
+    (orchestrator.core.paired.alpha_spent), or the frozen ``spending`` when given."""
+    plan = paired.looks(protocol.repeats, max(protocol.max_rounds, protocol.repeats),
+                        protocol.adaptive_step_rounds)
+    rounds_done = int(trials["round"].max()) + 1 if not trials.empty else protocol.repeats
+    out.alpha_look = paired.alpha_spent(1 - protocol.confidence, plan, rounds_done,
+                                        protocol.alpha_spending)
+    out.looks = len(plan)
+    if spending:  # frozen at the first plan: an extension spends only what is left
+        out.alpha_look = paired.spend_at(spending, rounds_done)
+        out.looks = len(spending)
+        if out.alpha_look <= 0:
+            out.alpha_look, out.alpha_exhausted = 1e-9, True
 
 
 def _fit(cells: dict[tuple[int, str], float], baseline: str,

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.core import paired
+from orchestrator.core.records import VerdictKind
 from orchestrator.core.results import FAILED_STATUSES, INFRA_STATUS, VERDICTS  # noqa: F401
 from orchestrator.analysis.analyze import MIXTURE, Analysis, Comparison
 from orchestrator.spec.sweep import Arm, differing_settings
@@ -169,6 +170,39 @@ def futility_power(obj: Scope, alpha: float, rule: Rule) -> tuple[bool, float, f
                              rule.max_rounds)
 
 
+@dataclass(frozen=True)
+class _Look:
+    """What every variant's verdict at one look shares."""
+
+    analysis: Analysis
+    rule: Rule
+    alpha: float  # the error rate this look spends
+    base: Arm
+    objective: str  # the mixture, or the single bucket
+    calibration: str  # the A/A control's reason, "" when calibrated (aa_calibration)
+
+
+@dataclass
+class _Findings:
+    """What the checks before the timing found for one variant."""
+
+    invalid: list[str] = field(default_factory=list)
+    reject: list[str] = field(default_factory=list)
+    passed: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    headline: str = ""
+
+
+@dataclass
+class _Timing:
+    """The timing rule's call for one variant (:func:`judge`), as later steps amend it."""
+
+    kind: str  # good | bad | equivalent | unsure
+    reasons: list[str]
+    resolve: int | None  # rounds in all to resolve it (unsure)
+    why: str  # the scope that decided it
+
+
 def decide(analysis: Analysis, rule: Rule | float = Rule(),
            gates: dict[str, list[Gate]] | None = None) -> list[Verdict]:
     """One verdict per variant (the A/A control gets none). ``gates`` maps arm_id to the gates
@@ -179,127 +213,177 @@ def decide(analysis: Analysis, rule: Rule | float = Rule(),
     alpha = analysis.alpha_look
     base = analysis.arms[0]
     objective = MIXTURE if len(analysis.buckets) > 1 else analysis.buckets[0]
-    calibration = aa_calibration(analysis, rule.aa_alpha)
-    out = []
-    for arm in analysis.arms[1:]:
-        invalid: list[str] = []
-        reject: list[str] = []
-        passed: list[str] = []
-        warnings: list[str] = []
-        headline = ""
-        for bucket in analysis.buckets:
-            bs = analysis.summaries[(bucket, base.arm_id)]
-            vs = analysis.summaries[(bucket, arm.arm_id)]
-            failed = {k: v for k, v in vs.statuses.items() if k in FAILED}
-            if bs.ok == 0 and not (failed and set(bs.statuses) <= {INFRA}):
-                invalid.append(f"{bucket}: the baseline produced no measurement ({_errs(bs)})")
-                continue
-            # (with protocol.pairing=steps a variant that kills the process it shares with the
-            # baseline leaves the baseline unmeasured, not failed: the variant's failure decides)
-            # a variant that failed on its own account is rejected whatever befell the baseline
-            harness = [f"{who} {n} of {s.trials}" for who, s in (("baseline", bs), ("variant", vs))
-                       if (n := s.statuses.get(INFRA, 0)) and not (failed and who == "baseline")]
-            if harness:  # says nothing of the variant: never a reject
-                invalid.append(f"{bucket}: trials failed in the harness, not on the variant's "
-                               f"account, and again when re-run ({', '.join(harness)}: "
-                               f"{_errs(vs if vs.statuses.get(INFRA) else bs)}); re-run the "
-                               "campaign (resume=RUN_DIR re-runs them) or raise "
-                               "protocol.infra_retries")
-            if vs.statuses.get("unavailable") and vs.ok == 0:
-                invalid.append(f"{bucket}: unavailable here: {'; '.join(vs.errors) or 'no reason'}")
-                continue
-            if failed:
-                what = ", ".join(f"{n} {k}" for k, n in sorted(failed.items()))
-                reject.append(f"{bucket}: {what} of {vs.trials} trials ({_errs(vs)})")
-                headline = headline or f"reject: {what} of {vs.trials} trials at {bucket}"
-            for w in vs.warnings:
-                warnings.append(f"{bucket}: {w}")
-            if bucket in analysis.carryover:
-                warnings.append(f"{bucket}: {analysis.carryover[bucket]}")
-        for g in gates.get(arm.arm_id, []):
-            if g.status == "fail":
-                reject.append(f"{g.name} gate failed: {g.detail}")
-                headline = headline or f"reject: the {g.name} gate failed ({g.detail})"
-            elif g.status == "error" and g.detail.startswith("unavailable here"):
-                # the variant itself cannot run here: say that first, the gate second
-                invalid.append(f"{g.detail} (the {g.name} gate could not run it)")
-            elif g.status == "error":
-                invalid.append(f"{g.name} gate could not be evaluated: {g.detail}")
-            else:
-                passed.append(f"{g.name} gate passed" + (f": {g.detail}" if g.detail else ""))
-        if calibration and rule.final:
-            invalid.append(calibration)
-        scopes = {key: scope_of(analysis.comparisons.get((key, arm.arm_id)), alpha)
-                  for key in [*analysis.buckets, *([MIXTURE] if objective == MIXTURE else [])]}
-        obj = scopes.get(objective)
-        for key, c in ((k, analysis.comparisons.get((k, arm.arm_id))) for k in scopes):
-            if c is not None and c.note and c.effect is not None and c.effect.se is not None:
-                warnings.append(f"{key}: {c.note}")
-        if obj is None:
-            note = (analysis.comparisons.get((objective, arm.arm_id)) or
-                    Comparison(arm.arm_id, objective, None, 0, "no comparison")).note
-            kind, timing, resolve, why = "unsure", [f"{objective}: no interval ({note})"], None, ""
+    look = _Look(analysis, rule, alpha, base, objective, aa_calibration(analysis, rule.aa_alpha))
+    return [_decide_arm(look, arm, gates.get(arm.arm_id, [])) for arm in analysis.arms[1:]]
+
+
+def _decide_arm(look: _Look, arm: Arm, gates: list[Gate]) -> Verdict:
+    """One variant's verdict: its trials and gates first, then the timing."""
+    analysis, rule, objective = look.analysis, look.rule, look.objective
+    f = _Findings()
+    for bucket in analysis.buckets:
+        _check_bucket(look, arm, bucket, f)
+    _check_gates(gates, f)
+    if look.calibration and rule.final:
+        f.invalid.append(look.calibration)
+    scopes = _arm_scopes(look, arm, f)
+    obj = scopes.get(objective)
+    t = _timing(look, arm, scopes)
+    _hold_under_load(look, obj, t, f)
+    _by_what_ran(look, arm, scopes, t, f)
+    if not f.headline and t.kind != "unsure":
+        f.headline = _headline(analysis, arm.arm_id, t.kind, scopes, objective, t.why)
+    power = (futility_power(obj, look.alpha, rule) if t.kind == "unsure" and obj is not None
+             else None)
+    if not f.headline:
+        f.headline = _unsure_headline(analysis, arm.arm_id, obj, scopes, objective, rule,
+                                      t.resolve, power)
+    v = _verdict(arm, f, t)
+    v.warnings = _dedupe(f.warnings)
+    v.final = rule.final
+    v.futility_judged = power is None or power[0]
+    return v
+
+
+def _check_bucket(look: _Look, arm: Arm, bucket: str, f: _Findings) -> None:
+    """The variant's trials in one bucket: a baseline without a measurement, harness failures
+    and an unavailable variant (invalid), the variant's own failures (reject), warnings."""
+    analysis = look.analysis
+    bs = analysis.summaries[(bucket, look.base.arm_id)]
+    vs = analysis.summaries[(bucket, arm.arm_id)]
+    failed = {k: v for k, v in vs.statuses.items() if k in FAILED}
+    if bs.ok == 0 and not (failed and set(bs.statuses) <= {INFRA}):
+        f.invalid.append(f"{bucket}: the baseline produced no measurement ({_errs(bs)})")
+        return
+    # (with protocol.pairing=steps a variant that kills the process it shares with the
+    # baseline leaves the baseline unmeasured, not failed: the variant's failure decides)
+    # a variant that failed on its own account is rejected whatever befell the baseline
+    harness = [f"{who} {n} of {s.trials}" for who, s in (("baseline", bs), ("variant", vs))
+               if (n := s.statuses.get(INFRA, 0)) and not (failed and who == "baseline")]
+    if harness:  # says nothing of the variant: never a reject
+        f.invalid.append(f"{bucket}: trials failed in the harness, not on the variant's "
+                         f"account, and again when re-run ({', '.join(harness)}: "
+                         f"{_errs(vs if vs.statuses.get(INFRA) else bs)}); re-run the "
+                         "campaign (resume=RUN_DIR re-runs them) or raise "
+                         "protocol.infra_retries")
+    if vs.statuses.get("unavailable") and vs.ok == 0:
+        f.invalid.append(f"{bucket}: unavailable here: {'; '.join(vs.errors) or 'no reason'}")
+        return
+    if failed:
+        what = ", ".join(f"{n} {k}" for k, n in sorted(failed.items()))
+        f.reject.append(f"{bucket}: {what} of {vs.trials} trials ({_errs(vs)})")
+        f.headline = f.headline or f"reject: {what} of {vs.trials} trials at {bucket}"
+    for w in vs.warnings:
+        f.warnings.append(f"{bucket}: {w}")
+    if bucket in analysis.carryover:
+        f.warnings.append(f"{bucket}: {analysis.carryover[bucket]}")
+
+
+def _check_gates(gates: list[Gate], f: _Findings) -> None:
+    """A failed gate rejects; one that could not be evaluated makes the verdict invalid."""
+    for g in gates:
+        if g.status == "fail":
+            f.reject.append(f"{g.name} gate failed: {g.detail}")
+            f.headline = f.headline or f"reject: the {g.name} gate failed ({g.detail})"
+        elif g.status == "error" and g.detail.startswith("unavailable here"):
+            # the variant itself cannot run here: say that first, the gate second
+            f.invalid.append(f"{g.detail} (the {g.name} gate could not run it)")
+        elif g.status == "error":
+            f.invalid.append(f"{g.name} gate could not be evaluated: {g.detail}")
         else:
-            kind, timing, resolve, why = judge(scopes, objective, alpha, rule)
-        thin = thin_under_load(obj, rule) if kind in ("good", "bad") else ""
-        if thin and obj is not None:
-            # load that comes and goes moves whole trials: with this little evidence a timing
-            # verdict cannot tell it from the arm, so it is not taken on its own
-            saw = _scope_text(obj, objective)
-            need = max(MIN_ROUNDS_UNDER_LOAD, obj.eff.rounds + 1)
-            timing.insert(0, f"{saw} looked {'faster' if kind == 'good' else 'slower'}, but "
-                             f"load was detected ({rule.load}), with {thin}: a retain or reject "
-                             f"needs a quiet machine, or at least {MIN_ROUNDS_UNDER_LOAD} rounds "
-                             "of trials with a time floor")
-            headline = headline or (
-                f"inconclusive: {saw} under load, with {thin}: not decided on its own; rerun "
-                f"on a quiet machine, or with protocol.max_rounds={need} or more and "
-                "protocol.measured_min_s > 0 (the default protocol)")
-            kind, resolve = "unsure", need
-        same = same_step(analysis, base, arm)
-        blocked = construction_equivalent(scopes, rule) if same and obj is not None else ""
-        if same and kind == "unsure" and obj is not None and not blocked:  # by what ran
-            kind, resolve = "equivalent", None
-            timing.insert(0, f"it runs the baseline's step in every trial ({same}); the timing "
-                             "shows no significant difference either way and every scope is "
-                             f"non-inferior within ±{rule.min_effect:.0%}")
-            headline = headline or (f"equivalent: it runs the baseline's step ({same}); "
+            f.passed.append(f"{g.name} gate passed" + (f": {g.detail}" if g.detail else ""))
+
+
+def _arm_scopes(look: _Look, arm: Arm, f: _Findings) -> dict[str, Scope | None]:
+    """Every bucket's scope and, with several buckets, the mixture's; each comparison's note
+    (where it has an interval) becomes a warning."""
+    analysis = look.analysis
+    scopes = {key: scope_of(analysis.comparisons.get((key, arm.arm_id)), look.alpha)
+              for key in [*analysis.buckets, *([MIXTURE] if look.objective == MIXTURE else [])]}
+    for key, c in ((k, analysis.comparisons.get((k, arm.arm_id))) for k in scopes):
+        if c is not None and c.note and c.effect is not None and c.effect.se is not None:
+            f.warnings.append(f"{key}: {c.note}")
+    return scopes
+
+
+def _timing(look: _Look, arm: Arm, scopes: dict[str, Scope | None]) -> _Timing:
+    """The timing rule (:func:`judge`); unsure when the objective has no interval."""
+    objective = look.objective
+    if scopes.get(objective) is None:
+        note = (look.analysis.comparisons.get((objective, arm.arm_id)) or
+                Comparison(arm.arm_id, objective, None, 0, "no comparison")).note
+        return _Timing("unsure", [f"{objective}: no interval ({note})"], None, "")
+    return _Timing(*judge(scopes, objective, look.alpha, look.rule))
+
+
+def _hold_under_load(look: _Look, obj: Scope | None, t: _Timing, f: _Findings) -> None:
+    """A retain or reject on thin evidence under detected load (:func:`thin_under_load`)
+    becomes unsure, with the rounds it needs."""
+    rule = look.rule
+    thin = thin_under_load(obj, rule) if t.kind in ("good", "bad") else ""
+    if not thin or obj is None:
+        return
+    # load that comes and goes moves whole trials: with this little evidence a timing
+    # verdict cannot tell it from the arm, so it is not taken on its own
+    saw = _scope_text(obj, look.objective)
+    need = max(MIN_ROUNDS_UNDER_LOAD, obj.eff.rounds + 1)
+    t.reasons.insert(0, f"{saw} looked {'faster' if t.kind == 'good' else 'slower'}, but "
+                        f"load was detected ({rule.load}), with {thin}: a retain or reject "
+                        f"needs a quiet machine, or at least {MIN_ROUNDS_UNDER_LOAD} rounds "
+                        "of trials with a time floor")
+    f.headline = f.headline or (
+        f"inconclusive: {saw} under load, with {thin}: not decided on its own; rerun "
+        f"on a quiet machine, or with protocol.max_rounds={need} or more and "
+        "protocol.measured_min_s > 0 (the default protocol)")
+    t.kind, t.resolve = "unsure", need
+
+
+def _by_what_ran(look: _Look, arm: Arm, scopes: dict[str, Scope | None], t: _Timing,
+                 f: _Findings) -> None:
+    """A variant that ran the baseline's own step (:func:`same_step`): equivalent when the
+    timing is unsure and :func:`construction_equivalent` allows it; else said why not, or
+    warned of when the timing decided either way."""
+    rule, objective = look.rule, look.objective
+    obj = scopes.get(objective)
+    same = same_step(look.analysis, look.base, arm)
+    blocked = construction_equivalent(scopes, rule) if same and obj is not None else ""
+    if same and t.kind == "unsure" and obj is not None and not blocked:  # by what ran
+        t.kind, t.resolve = "equivalent", None
+        t.reasons.insert(0, f"it runs the baseline's step in every trial ({same}); the timing "
+                            "shows no significant difference either way and every scope is "
+                            f"non-inferior within ±{rule.min_effect:.0%}")
+        f.headline = f.headline or (f"equivalent: it runs the baseline's step ({same}); "
                                     f"timed {_scope_text(obj, objective)}, non-inferior "
                                     f"within ±{rule.min_effect:.0%}")
-        elif same and kind == "unsure":
-            timing.insert(0, f"it runs the baseline's step in every trial ({same}), but "
-                             f"{blocked}: not equivalent on what ran alone")
-        elif same and kind in ("good", "bad"):
-            warnings.append(f"it runs the baseline's step in every trial ({same}), yet timed "
-                            f"{'faster' if kind == 'good' else 'slower'}: suspect an order or "
-                            "position effect, or a cost of the resolver itself")
-        if not headline and kind != "unsure":
-            headline = _headline(analysis, arm.arm_id, kind, scopes, objective, why)
-        power = futility_power(obj, alpha, rule) if kind == "unsure" and obj is not None else None
-        if not headline:
-            headline = _unsure_headline(analysis, arm.arm_id, obj, scopes, objective, rule, resolve,
-                                        power)
-        rounds = resolve
-        if invalid:
-            v = Verdict(arm.arm_id, arm.label, "invalid", invalid + reject + timing, None, False)
-            v.headline = f"invalid: {invalid[0]}"
-        elif reject:
-            v = Verdict(arm.arm_id, arm.label, "reject", reject + timing + passed, None, False,
-                        headline)
-        elif kind == "bad":
-            v = Verdict(arm.arm_id, arm.label, "reject", timing + passed, None, True, headline)
-        elif kind == "good":
-            v = Verdict(arm.arm_id, arm.label, "retain", timing + passed, None, True, headline)
-        elif kind == "equivalent":
-            v = Verdict(arm.arm_id, arm.label, "equivalent", timing + passed, None, True, headline)
-        else:
-            v = Verdict(arm.arm_id, arm.label, "inconclusive", timing + passed, rounds, True,
-                        headline)
-        v.warnings = _dedupe(warnings)
-        v.final = rule.final
-        v.futility_judged = power is None or power[0]
-        out.append(v)
-    return out
+    elif same and t.kind == "unsure":
+        t.reasons.insert(0, f"it runs the baseline's step in every trial ({same}), but "
+                            f"{blocked}: not equivalent on what ran alone")
+    elif same and t.kind in ("good", "bad"):
+        f.warnings.append(f"it runs the baseline's step in every trial ({same}), yet timed "
+                          f"{'faster' if t.kind == 'good' else 'slower'}: suspect an order or "
+                          "position effect, or a cost of the resolver itself")
+
+
+def _verdict(arm: Arm, f: _Findings, t: _Timing) -> Verdict:
+    """The verdict the findings and the timing make: invalid, then a failure's reject, then
+    the timing's call."""
+    timing = t.reasons
+    if f.invalid:
+        v = Verdict(arm.arm_id, arm.label, "invalid", f.invalid + f.reject + timing, None, False)
+        v.headline = f"invalid: {f.invalid[0]}"
+        return v
+    if f.reject:
+        return Verdict(arm.arm_id, arm.label, "reject", f.reject + timing + f.passed, None, False,
+                       f.headline)
+    if t.kind == "bad":
+        return Verdict(arm.arm_id, arm.label, "reject", timing + f.passed, None, True, f.headline)
+    if t.kind == "good":
+        return Verdict(arm.arm_id, arm.label, "retain", timing + f.passed, None, True, f.headline)
+    if t.kind == VerdictKind.EQUIVALENT:
+        return Verdict(arm.arm_id, arm.label, "equivalent", timing + f.passed, None, True,
+                       f.headline)
+    return Verdict(arm.arm_id, arm.label, "inconclusive", timing + f.passed, t.resolve, True,
+                   f.headline)
 
 
 MIN_ROUNDS_UNDER_LOAD = 3  # rounds a timing verdict needs when load was detected
@@ -452,7 +536,7 @@ def _headline(analysis: Analysis, arm_id: str, kind: str, scopes: dict[str, Scop
     obj = scopes[objective]
     assert obj is not None
     s = obj.eff.speedup
-    if kind == "equivalent":
+    if kind == VerdictKind.EQUIVALENT:
         return (f"equivalent: no difference that matters ({objective} {_fmt(s, *obj.tost)}, "
                 "within the band); keep whichever is simpler")
     if kind == "bad":

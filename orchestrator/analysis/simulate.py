@@ -63,7 +63,7 @@ from orchestrator.core import objective, paired
 from orchestrator.core.blocks import ordered
 from orchestrator.core.convert import from_dict
 from orchestrator.core.paths import conf_dir
-from orchestrator.core.records import Pairing
+from orchestrator.core.records import Pairing, VerdictKind
 from orchestrator.spec.config import Choice, ProtocolConfig
 from orchestrator.spec.plan import ArmProgress, arm_order, more_rounds_reason
 
@@ -443,11 +443,11 @@ def correct(planted: float, verdict: str, min_effect: float) -> str:
     good = "retain" if planted > 1 else "reject"
     bad = "reject" if planted > 1 else "retain"
     inside = 1 / (1 + min_effect) < planted < 1 + min_effect
-    if verdict == good or (inside and verdict == "equivalent"):
+    if verdict == good or (inside and verdict == VerdictKind.EQUIVALENT):
         return "correct"
     if verdict == bad:
         return "wrong-direction"
-    if verdict == "equivalent":
+    if verdict == VerdictKind.EQUIVALENT:
         return "false-equivalent"
     return "undecided"
 
