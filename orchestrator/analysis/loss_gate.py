@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.spec.config import Config
@@ -65,6 +66,93 @@ def work_gates(trials: pd.DataFrame, arms: Sequence[Any]) -> dict[str, Gate]:
     return out
 
 
+@dataclass
+class _Tally:
+    """One variant's logged losses against the baseline's, over every round and bucket."""
+
+    worst: float = 0.0
+    worst_at: str = ""
+    compared: int = 0
+    nonfinite: list[str] = field(default_factory=list)
+    silent: list[str] = field(default_factory=list)
+
+
+def _loss_series(steps: pd.DataFrame) -> pd.Series:
+    """(trial_id, step) -> logged loss, the rows without a loss left out."""
+    if not steps.empty and "loss" in steps:
+        return steps.dropna(subset=["loss"]).set_index(["trial_id", "step"])["loss"]
+    import pandas as pd  # start-up cost: pandas only where a campaign is analysed
+
+    return pd.Series(dtype=float, index=pd.MultiIndex.from_tuples([], names=["trial_id", "step"]))
+
+
+def _nonfinite_steps(lb: dict[int, float], lv: dict[int, float], where: str) -> list[str]:
+    """The variant's non-finite losses at steps where the baseline's is finite, or where the
+    baseline logs none and only finite ones elsewhere."""
+    out: list[str] = []
+    base_finite = all(math.isfinite(x) for x in lb.values())
+    for step in sorted(lv):
+        v, b = lv[step], lb.get(step)
+        if math.isfinite(v):
+            continue
+        shown = f"loss {'nan' if math.isnan(v) else f'{v:g}'} at {where} step {step}"
+        if b is not None and math.isfinite(b):
+            out.append(f"{shown} where the baseline's is {b:.6g}")
+        elif b is None and base_finite:
+            out.append(f"{shown} (the baseline logs no loss at that step, and "
+                       "only finite ones elsewhere)")
+    return out
+
+
+def _tally(ok: pd.DataFrame, logged: dict[Any, dict[int, float]], base_id: str,
+           arm_id: str) -> _Tally:
+    """Each of the variant's trials against the baseline's trial of its round and bucket."""
+    t = _Tally()
+    for _, brow in ok[ok["arm_id"] == base_id].iterrows():
+        vrows = ok[(ok["arm_id"] == arm_id) & (ok["bucket"] == brow["bucket"])
+                   & (ok["round"] == brow["round"])]
+        lb = logged[brow["trial_id"]]
+        where = f"{brow['bucket']} round {brow['round']}"
+        for _, vrow in vrows.iterrows():
+            lv = logged[vrow["trial_id"]]
+            if not lb:
+                continue
+            if not lv:
+                t.silent.append(where)
+                continue
+            t.nonfinite += _nonfinite_steps(lb, lv, where)
+            for step in sorted(set(lb) & set(lv)):
+                b, v = lb[step], lv[step]
+                if not (math.isfinite(b) and math.isfinite(v)):
+                    continue
+                rel = abs(v - b) / max(abs(b), 1e-12)
+                t.compared += 1
+                if rel > t.worst:
+                    t.worst, t.worst_at = rel, f"{where} step {step}"
+    return t
+
+
+def _trajectory_gate(t: _Tally, loss_rtol: float) -> Gate | None:
+    """The loss trajectory gate of one variant; None when no logged losses could be compared."""
+    if t.nonfinite:
+        n = len(t.nonfinite)
+        more = f" (and {n - 1} more non-finite step(s))" if n > 1 else ""
+        return Gate("loss trajectory", "fail", f"non-finite {t.nonfinite[0]}{more}")
+    if t.silent:
+        return Gate("loss trajectory", "error",
+                    f"the baseline logs losses but the variant logs none "
+                    f"({', '.join(sorted(set(t.silent))[:3])}); make the variant "
+                    "print its loss, or set a workload.log.pattern with a "
+                    "(?P<loss>...) group")
+    if t.compared == 0:
+        return None  # no logged losses to compare: no gate rather than a guess
+    detail = f"largest relative loss difference {t.worst:.2e} over {t.compared} logged steps"
+    if t.worst > loss_rtol:
+        return Gate("loss trajectory", "fail",
+                    f"{detail} (at {t.worst_at}) exceeds workload.loss_rtol={loss_rtol:g}")
+    return Gate("loss trajectory", "pass", f"{detail} <= {loss_rtol:g}")
+
+
 def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame,
                           arms: Sequence[Any]) -> dict[str, list[Any]]:
     """Correctness for external commands: per round and bucket, each variant's logged loss at
@@ -81,68 +169,11 @@ def loss_trajectory_gates(cfg: Config, trials: pd.DataFrame, steps: pd.DataFrame
         return {}
     # the arms' work per step first
     out: dict[str, list[Any]] = {a: [g] for a, g in work_gates(ok, arms).items()}
-    if not steps.empty and "loss" in steps:
-        loss = steps.dropna(subset=["loss"]).set_index(["trial_id", "step"])["loss"]
-    else:
-        import pandas as pd  # start-up cost: pandas only where a campaign is analysed
-
-        loss = pd.Series(dtype=float, index=pd.MultiIndex.from_tuples([], names=["trial_id", "step"]))
+    loss = _loss_series(steps)
     logged = {r["trial_id"]: _logged_losses(r, loss) for _, r in ok.iterrows()}
     base = arms[0]
     for arm in arms[1:]:
-        worst, worst_at, compared = 0.0, "", 0
-        nonfinite: list[str] = []
-        silent: list[str] = []
-        for _, brow in ok[ok["arm_id"] == base.arm_id].iterrows():
-            vrows = ok[(ok["arm_id"] == arm.arm_id) & (ok["bucket"] == brow["bucket"])
-                       & (ok["round"] == brow["round"])]
-            lb = logged[brow["trial_id"]]
-            where = f"{brow['bucket']} round {brow['round']}"
-            for _, vrow in vrows.iterrows():
-                lv = logged[vrow["trial_id"]]
-                if not lb:
-                    continue
-                if not lv:
-                    silent.append(where)
-                    continue
-                base_finite = all(math.isfinite(x) for x in lb.values())
-                for step in sorted(lv):
-                    v, b = lv[step], lb.get(step)
-                    if math.isfinite(v):
-                        continue
-                    shown = f"loss {'nan' if math.isnan(v) else f'{v:g}'} at {where} step {step}"
-                    if b is not None and math.isfinite(b):
-                        nonfinite.append(f"{shown} where the baseline's is {b:.6g}")
-                    elif b is None and base_finite:
-                        nonfinite.append(f"{shown} (the baseline logs no loss at that step, and "
-                                         "only finite ones elsewhere)")
-                for step in sorted(set(lb) & set(lv)):
-                    b, v = lb[step], lv[step]
-                    if not (math.isfinite(b) and math.isfinite(v)):
-                        continue
-                    rel = abs(v - b) / max(abs(b), 1e-12)
-                    compared += 1
-                    if rel > worst:
-                        worst, worst_at = rel, f"{where} step {step}"
-        if nonfinite:
-            more = f" (and {len(nonfinite) - 1} more non-finite step(s))" if len(nonfinite) > 1 else ""
-            out[arm.arm_id] = [*out.get(arm.arm_id, []), Gate("loss trajectory", "fail",
-                                    f"non-finite {nonfinite[0]}{more}")]
-            continue
-        if silent:
-            out[arm.arm_id] = [*out.get(arm.arm_id, []), Gate("loss trajectory", "error",
-                                    f"the baseline logs losses but the variant logs none "
-                                    f"({', '.join(sorted(set(silent))[:3])}); make the variant "
-                                    "print its loss, or set a workload.log.pattern with a "
-                                    "(?P<loss>...) group")]
-            continue
-        if compared == 0:
-            continue  # no logged losses to compare: no gate rather than a guess
-        detail = f"largest relative loss difference {worst:.2e} over {compared} logged steps"
-        if worst > w.loss_rtol:
-            out[arm.arm_id] = [*out.get(arm.arm_id, []), Gate("loss trajectory", "fail",
-                                    f"{detail} (at {worst_at}) exceeds workload.loss_rtol={w.loss_rtol:g}")]
-        else:
-            out[arm.arm_id] = [*out.get(arm.arm_id, []),
-                               Gate("loss trajectory", "pass", f"{detail} <= {w.loss_rtol:g}")]
+        gate = _trajectory_gate(_tally(ok, logged, base.arm_id, arm.arm_id), w.loss_rtol)
+        if gate is not None:
+            out[arm.arm_id] = [*out.get(arm.arm_id, []), gate]
     return out

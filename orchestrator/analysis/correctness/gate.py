@@ -32,6 +32,8 @@ from orchestrator.analysis.correctness.compare import (
 
 # (probe name, bucket) -> {"outputs", "loss", "grads", "update", "trajectory"}, None if absent
 TensorLoader = Callable[[str, str], dict[str, Any] | None]
+# [(severity, reason)]: the gate lists its reasons worst first
+Reasons = list[tuple[float, str]]
 
 
 @dataclass
@@ -129,19 +131,10 @@ def _finite(x: float) -> float | str:
     return x if math.isfinite(x) else str(x)
 
 
-def judge_bucket(
-    bucket: str,
-    var_rec: Mapping[str, Any],
-    base_rec: Mapping[str, Any],
-    var_t: Mapping[str, Any] | None,
-    base_t: Mapping[str, Any],
-    floor: Mapping[str, Any],
-    tol: Tolerance,
-    data_declared: bool,
-) -> tuple[dict[str, Any], list[tuple[float, str]]]:
-    """(facts for correctness.json, [(severity, reason)]) for one variant on one bucket."""
-    out: dict[str, Any] = {}
-    bad: list[tuple[float, str]] = []
+def _judge_data(
+    bucket: str, var_rec: Mapping[str, Any], base_rec: Mapping[str, Any], data_declared: bool
+) -> tuple[dict[str, Any], Reasons]:
+    """Whether the variant saw the baseline's batches in the baseline's order."""
     same = list(var_rec["batch_hashes"]) == list(base_rec["batch_hashes"])
     first = next(
         (
@@ -153,13 +146,14 @@ def judge_bucket(
         ),
         None,
     )
-    out["data"] = {
+    facts = {
         "same_batches": same,
         "first_difference_step": first,
         "variant_ids": var_rec.get("batch_ids"),
         "baseline_ids": base_rec.get("batch_ids"),
         "declared_variable": data_declared,
     }
+    bad: Reasons = []
     if not same and not data_declared:
         bad.append(
             (
@@ -171,16 +165,24 @@ def judge_bucket(
                 ),
             )
         )
+    return facts, bad
+
+
+def _judge_round_trip(
+    bucket: str, var_rec: Mapping[str, Any], tol: Tolerance
+) -> tuple[dict[str, Any], Reasons]:
+    """Whether resuming from the variant's checkpoint continues its own loss trajectory."""
     rt = var_rec["round_trip"]
     k = rt["resume_step"]
     rt_rel = relative_series(rt["losses"], list(var_rec["losses"])[k:])
     rt_max = max(rt_rel, default=0.0)
-    out["round_trip"] = {
+    facts = {
         "resume_step": k,
         "max_rel": _finite(rt_max),
         "threshold": tol.trajectory_rtol,
         "passed": rt_max <= tol.trajectory_rtol,
     }
+    bad: Reasons = []
     if rt_max > tol.trajectory_rtol:
         bad.append(
             (
@@ -191,12 +193,17 @@ def judge_bucket(
                 ),
             )
         )
-    if not var_rec.get("from_baseline_weights", False):
-        out["numerics"] = "not compared: the variant could not load the baseline's initial weights"
-        return out, bad
+    return facts, bad
+
+
+def _judge_forward_repeat(
+    bucket: str, var_rec: Mapping[str, Any], floor: Mapping[str, Any], tol: Tolerance
+) -> tuple[dict[str, Any], Reasons]:
+    """Whether two forwards of the same batch agree (no dropout or other random op)."""
     rep_thr = max(tol.rel_l2, floor["forward_repeat_rel_l2"])
     rep = var_rec.get("forward_repeat_rel_l2", 0.0)
-    out["forward_repeat"] = {"rel_l2": _finite(rep), "threshold": rep_thr}
+    facts = {"rel_l2": _finite(rep), "threshold": rep_thr}
+    bad: Reasons = []
     if not rep <= rep_thr:
         bad.append(
             (
@@ -208,10 +215,23 @@ def judge_bucket(
                 ),
             )
         )
+    return facts, bad
+
+
+def _judge_trajectory(
+    bucket: str,
+    var_rec: Mapping[str, Any],
+    base_rec: Mapping[str, Any],
+    floor: Mapping[str, Any],
+    tol: Tolerance,
+    data_declared: bool,
+) -> tuple[dict[str, Any], Reasons]:
+    """The variant's losses against the baseline's, step by step; judged only on the same data
+    (other data, other losses: reported only)."""
     traj = relative_series(list(var_rec["losses"]), list(base_rec["losses"]))
     t_max = max(traj, default=0.0)
     t_thr = max(tol.trajectory_rtol, floor["trajectory_max_rel"])
-    out["trajectory"] = {
+    facts = {
         "variant": var_rec["losses"],
         "baseline": base_rec["losses"],
         "rel": [_finite(x) for x in traj],
@@ -219,7 +239,8 @@ def judge_bucket(
         "threshold": t_thr,
         "passed": t_max <= t_thr,
         "judged": not data_declared,
-    }  # other data, other losses: reported only
+    }
+    bad: Reasons = []
     if not t_max <= t_thr and not data_declared:
         step = traj.index(t_max)
         bad.append(
@@ -231,19 +252,38 @@ def judge_bucket(
                 ),
             )
         )
+    return facts, bad
+
+
+def _compare_tensors(
+    bucket: str,
+    var_t: Mapping[str, Any] | None,
+    base_t: Mapping[str, Any],
+    floor: Mapping[str, Any],
+    tol: Tolerance,
+) -> tuple[list[TensorDiff], Reasons]:
+    """(one characterisation per tensor both arms have, a reason per tensor the variant lacks);
+    the optimizer update is judged on its own scale."""
     diffs: list[TensorDiff] = []
+    bad: Reasons = []
     if var_t is None:
         bad.append((6e6, f"{bucket}: the variant's tensors are missing"))
-    else:
-        masks = _masks(base_t, tol)
-        var = dict(_tensor_items(var_t))
-        for name, b in _tensor_items(base_t):
-            if name not in var:
-                bad.append((6e6, f"{bucket} {name}: missing in the variant"))
-                continue
-            fl = floor["tensors"].get(name, 0.0)
-            judge = _for_update(tol) if name.startswith("update/") else tol
-            diffs.append(characterize(name, var[name], b, judge, fl, masks.get(name)))
+        return diffs, bad
+    masks = _masks(base_t, tol)
+    var = dict(_tensor_items(var_t))
+    for name, b in _tensor_items(base_t):
+        if name not in var:
+            bad.append((6e6, f"{bucket} {name}: missing in the variant"))
+            continue
+        fl = floor["tensors"].get(name, 0.0)
+        judge = _for_update(tol) if name.startswith("update/") else tol
+        diffs.append(characterize(name, var[name], b, judge, fl, masks.get(name)))
+    return diffs, bad
+
+
+def _tensor_reasons(bucket: str, diffs: Sequence[TensorDiff]) -> Reasons:
+    """NaN/Inf first, then the failing tensors, the earliest in computation order worst."""
+    bad: Reasons = []
     nonfinite = [d for d in diffs if d.nonfinite_variant]
     for d in nonfinite:
         bad.append((1e10, f"{bucket} {d.name}: {d.why}"))
@@ -253,16 +293,46 @@ def judge_bucket(
             bad.append(
                 (1e6 * (5 - _stage(d.name)) + min(ratio, 1e5), f"{bucket} {d.name}: {d.why}")
             )
+    return bad
+
+
+def _worst_tensor(diffs: Sequence[TensorDiff]) -> dict[str, Any] | None:
+    """The tensor furthest past its threshold, None when none was compared."""
     worst = max(diffs, key=lambda d: d.rel_l2 / max(d.threshold_rel_l2, 1e-300), default=None)
-    out["worst_tensor"] = (
-        None
-        if worst is None
-        else {
-            "name": worst.name,
-            "rel_l2": _finite(worst.rel_l2),
-            "threshold": worst.threshold_rel_l2,
-        }
+    if worst is None:
+        return None
+    return {
+        "name": worst.name,
+        "rel_l2": _finite(worst.rel_l2),
+        "threshold": worst.threshold_rel_l2,
+    }
+
+
+def judge_bucket(
+    bucket: str,
+    var_rec: Mapping[str, Any],
+    base_rec: Mapping[str, Any],
+    var_t: Mapping[str, Any] | None,
+    base_t: Mapping[str, Any],
+    floor: Mapping[str, Any],
+    tol: Tolerance,
+    data_declared: bool,
+) -> tuple[dict[str, Any], Reasons]:
+    """(facts for correctness.json, [(severity, reason)]) for one variant on one bucket."""
+    out: dict[str, Any] = {}
+    out["data"], bad = _judge_data(bucket, var_rec, base_rec, data_declared)
+    out["round_trip"], rt_bad = _judge_round_trip(bucket, var_rec, tol)
+    bad += rt_bad
+    if not var_rec.get("from_baseline_weights", False):
+        out["numerics"] = "not compared: the variant could not load the baseline's initial weights"
+        return out, bad
+    out["forward_repeat"], rep_bad = _judge_forward_repeat(bucket, var_rec, floor, tol)
+    out["trajectory"], traj_bad = _judge_trajectory(
+        bucket, var_rec, base_rec, floor, tol, data_declared
     )
+    diffs, missing = _compare_tensors(bucket, var_t, base_t, floor, tol)
+    bad += rep_bad + traj_bad + missing + _tensor_reasons(bucket, diffs)
+    out["worst_tensor"] = _worst_tensor(diffs)
     out["tensors"] = [d.to_dict() for d in diffs]
     return out, bad
 
@@ -312,6 +382,114 @@ def cross_eval_reason(facts: Mapping[str, Any], tol: Tolerance) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Baseline:
+    """What every variant is judged against: the baseline's probe records and its noise floor
+    per bucket, the tolerance, the tensor loader and whether data order is the swept variable."""
+
+    arm_id: str
+    probe: Mapping[str, Any]
+    repeat: Mapping[str, Any]
+    floors: Mapping[str, Any]
+    tol: Tolerance
+    load: TensorLoader
+    data_declared: bool
+
+
+def _baseline_blocked(base: Mapping[str, Any], repeat: Mapping[str, Any]) -> str | None:
+    """Why no variant can be judged when the baseline probe or its repeat did not end ok."""
+    if base.get("status") != Status.OK:
+        return f"the baseline probe {base.get('status')}: {base.get('error', 'no record')}"
+    if repeat.get("status") != Status.OK:
+        return (
+            f"the baseline's repeat probe (noise floor) {repeat.get('status')}: "
+            f"{repeat.get('error', 'no record')}"
+        )
+    return None
+
+
+def _noise_floors(
+    base_id: str,
+    base: Mapping[str, Any],
+    repeat: Mapping[str, Any],
+    load: TensorLoader,
+    tol: Tolerance,
+) -> tuple[dict[str, Any], str | None]:
+    """(noise floor per bucket, why no variant can be judged): the floors up to the first
+    bucket whose baseline tensors are missing, which blocks the gate."""
+    floors: dict[str, Any] = {}
+    for bucket, brec in base["buckets"].items():
+        bt, rt = load(base_id, bucket), load(f"{base_id}-repeat", bucket)
+        if bt is None or rt is None:
+            return floors, f"{bucket}: the baseline's tensors are missing"
+        floors[bucket] = noise_floor(bt, rt, brec, repeat["buckets"][bucket], tol)
+    return floors, None
+
+
+def _unjudged(var: Mapping[str, Any], blocked: str | None) -> tuple[str, str] | None:
+    """(gate status, reason) when the variant's numerics cannot be compared: the gate is
+    blocked, or the variant's probe did not end ok; None when they can."""
+    status = var.get("status")
+    if blocked:
+        return "error", blocked
+    if status == "unsupported":
+        return "error", f"the variant cannot be probed: {var.get('error')}"
+    if status == Status.UNAVAILABLE:
+        return "error", f"unavailable here: {var.get('error')}"
+    if status != Status.OK:
+        return "fail", f"the variant's probe {status}: {var.get('error')}"
+    return None
+
+
+def _judge_buckets(
+    arm_id: str, var: Mapping[str, Any], ref: _Baseline
+) -> tuple[dict[str, Any], Reasons]:
+    """(facts per bucket, [(severity, reason)]) for one variant over the baseline's buckets."""
+    buckets: dict[str, Any] = {}
+    bad: Reasons = []
+    for bucket, brec in ref.probe["buckets"].items():
+        vrec = var["buckets"].get(bucket)
+        if vrec is None:
+            bad.append((1e6, f"{bucket}: the variant's probe has no record"))
+            continue
+        base_t = ref.load(ref.arm_id, bucket)
+        assert base_t is not None
+        facts, b_bad = judge_bucket(
+            bucket,
+            vrec,
+            brec,
+            ref.load(arm_id, bucket),
+            base_t,
+            ref.floors[bucket],
+            ref.tol,
+            ref.data_declared,
+        )
+        buckets[bucket] = facts
+        bad += b_bad
+    return buckets, bad
+
+
+def _gate_arm(arm: Any, var: Mapping[str, Any], ref: _Baseline, blocked: str | None) -> ArmGate:
+    """One variant's gate: its checkpoint, then its numerics bucket by bucket."""
+    g = ArmGate(arm.arm_id, arm.label, "pass", probe_seconds=var.get("probe_seconds"))
+    unjudged = _unjudged(var, blocked)
+    if unjudged is not None:
+        g.status, reason = unjudged
+        g.reasons = [reason]
+        return g
+    g.checkpoint, ck_problems = judge_checkpoint(arm.arm_id, var, ref.probe, ref.repeat, ref.tol)
+    bad: Reasons = [(1e8, f"checkpoint: {p}") for p in ck_problems]
+    cross = cross_eval_reason(g.checkpoint, ref.tol)
+    if cross:
+        bad.append((0.5, cross))
+    g.buckets, b_bad = _judge_buckets(arm.arm_id, var, ref)
+    bad += b_bad
+    bad.sort(key=lambda x: -x[0])
+    g.reasons = [r for _, r in bad]
+    g.status = "fail" if bad else "pass"
+    return g
+
+
 def evaluate(
     arms: Sequence[Any],
     probes: Mapping[str, Mapping[str, Any]],
@@ -328,69 +506,17 @@ def evaluate(
     key = tolerance_key(precision, [p for p in probes.values() if p.get("status") == Status.OK])
     tol = tolerances.get(key) or tolerances[precision]
     summary: dict[str, Any] = {"tolerance_key": key, "noise_floor": {}}
-    gates = []
-    blocked = None
-    if base.get("status") != Status.OK:
-        blocked = f"the baseline probe {base.get('status')}: {base.get('error', 'no record')}"
-    elif repeat.get("status") != Status.OK:
-        blocked = (
-            f"the baseline's repeat probe (noise floor) {repeat.get('status')}: "
-            f"{repeat.get('error', 'no record')}"
-        )
-    floors = {}
+    blocked = _baseline_blocked(base, repeat)
+    floors: dict[str, Any] = {}
     if blocked is None:
-        for bucket, brec in base["buckets"].items():
-            bt, rt = load(base_arm.arm_id, bucket), load(f"{base_arm.arm_id}-repeat", bucket)
-            if bt is None or rt is None:
-                blocked = f"{bucket}: the baseline's tensors are missing"
-                break
-            floors[bucket] = noise_floor(bt, rt, brec, repeat["buckets"][bucket], tol)
+        floors, blocked = _noise_floors(base_arm.arm_id, base, repeat, load, tol)
         summary["noise_floor"] = {
             b: {"max_tensor_rel_l2": max(f["tensors"].values(), default=0.0), **f}
             for b, f in floors.items()
         }
+    ref = _Baseline(base_arm.arm_id, base, repeat, floors, tol, load, data_declared)
+    gates = []
     for arm in arms[1:]:
         var = probes.get(arm.arm_id, {"status": "missing", "error": "no probe record"})
-        g = ArmGate(arm.arm_id, arm.label, "pass", probe_seconds=var.get("probe_seconds"))
-        gates.append(g)
-        status = var.get("status")
-        if blocked:
-            g.status, g.reasons = "error", [blocked]
-            continue
-        if status == "unsupported":
-            g.status, g.reasons = "error", [f"the variant cannot be probed: {var.get('error')}"]
-            continue
-        if status == Status.UNAVAILABLE:
-            g.status, g.reasons = "error", [f"unavailable here: {var.get('error')}"]
-            continue
-        if status != Status.OK:
-            g.status, g.reasons = "fail", [f"the variant's probe {status}: {var.get('error')}"]
-            continue
-        g.checkpoint, ck_problems = judge_checkpoint(arm.arm_id, var, base, repeat, tol)
-        bad: list[tuple[float, str]] = [(1e8, f"checkpoint: {p}") for p in ck_problems]
-        cross = cross_eval_reason(g.checkpoint, tol)
-        if cross:
-            bad.append((0.5, cross))
-        for bucket, brec in base["buckets"].items():
-            vrec = var["buckets"].get(bucket)
-            if vrec is None:
-                bad.append((1e6, f"{bucket}: the variant's probe has no record"))
-                continue
-            base_t = load(base_arm.arm_id, bucket)
-            assert base_t is not None
-            facts, b_bad = judge_bucket(
-                bucket,
-                vrec,
-                brec,
-                load(arm.arm_id, bucket),
-                base_t,
-                floors[bucket],
-                tol,
-                data_declared,
-            )
-            g.buckets[bucket] = facts
-            bad += b_bad
-        bad.sort(key=lambda x: -x[0])
-        g.reasons = [r for _, r in bad]
-        g.status = "fail" if bad else "pass"
+        gates.append(_gate_arm(arm, var, ref, blocked))
     return summary, gates
