@@ -3,9 +3,39 @@
 Built-in formats, tried in order on each line:
 
 - JSON lines: ``{"step": 10, "step_time_ms": 123.4, "loss": 4.2, "tokens": 8192}``
+- key=value: ``step=10 loss=4.2 step_time_s=0.123 tokens=8192``
+- Megatron-LM's ``training_log``: `` iteration       10/     100 | consumed samples: 640 | elapsed
+  time per iteration (ms): 123.4 | ... | global batch size:    64 | lm loss: 4.200000E+00 | ...``
+  (a line with ``iteration N/ M | consumed samples:`` is read as one, or refused)
 - ``iter 10: loss 4.2, time 123.45ms`` (nanoGPT)
 - ``step 10 ... time 123.4ms`` / ``step: 10 | loss: 4.2 | step_time: 0.123s`` (free text)
-- key=value: ``step=10 loss=4.2 step_time_s=0.123 tokens=8192``
+- torchtitan's metrics line: ``step: 10  loss:  4.20000  grad_norm: ...  memory: 30.12GiB(38.05%)
+  tps: 12,345  tflops: 300.12  mfu: 30.41%`` (ANSI colours and all): ``step:``, then ``tps:``
+  and ``tflops:``, on a line no format above read
+
+ANSI colour codes (SGR, ``ESC[...m``) are left out of a line before the built-in formats read
+it (a custom pattern sees the line as printed).
+
+Both trainers print a line every few steps, averaged since their previous line: Megatron's
+elapsed time per iteration over the last ``--log-interval`` iterations, torchtitan's tps over
+the steps since its last line (``metrics.log_freq``; it logs step 1 and every multiple). Such
+a line is a block of ``steps`` steps (:attr:`StepRecord.steps`, ``interval`` set): the
+difference between its step number and the previous line's; for the first line, the steps
+since 0, or with ``log_interval`` given, that interval (1 for a first line off the interval:
+both trainers also log their first step). Consumers weigh a record as its ``steps`` steps. Two
+known overlaps are left to the warm-up: Megatron (since its ``is_first_iteration`` logging)
+does not restart its averages after logging its first iteration, so its second line's average
+includes the first iteration; and a torchtitan validation restarts its count, so the next line
+averages the steps since the validation. A run resumed from a checkpoint needs
+``log_interval`` for its first line.
+
+torchtitan logs tokens per second, not a step time: its tps is per device (its local tokens
+over the time since the last line and over the non-data-parallel degree, so tps x world size
+is the run's tokens/s), and the step time is ``tokens_per_step / (tps x world_size)`` with
+``tokens_per_step`` the tokens of one step on all devices, as the workload states it. Without
+``tokens_per_step`` or ``world_size`` a torchtitan line raises :class:`MissingSetting` naming
+the setting, rather than a guess. Its ``mfu: 30.41%`` is read as the trainer's MFU, its memory
+and TFLOP/s are not read; a ``validate step:`` line is not a step line.
 
 A trainer's own MFU is read where it is logged (nanoGPT's ``mfu 30.00%``, ``mfu=31.5%``,
 ``mfu_pct=29``, JSON ``"mfu": 0.305`` or ``"train/mfu": "32%"``): with ``%`` or a ``_pct`` /
@@ -41,7 +71,7 @@ import re
 import statistics
 import string
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
@@ -87,6 +117,20 @@ _MFU = re.compile(rf"\bmfu\b{_SEP}(?P<mfu>{_NUM})\s*(?P<pct>%)?", re.IGNORECASE)
 # divisor to a fraction; any value written with a % sign is a percentage
 _MFU_KEYS = {"mfu": 1.0, "model_flops_utilization": 1.0, "mfu_pct": 100.0, "mfu_percent": 100.0}
 
+# ANSI colour codes (SGR): torchtitan's Color class wraps every field of its line in them
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Megatron-LM's training_log: " iteration       10/     100 | consumed samples: ..." (the
+# consumed samples always come first: a line with them is a Megatron line, read or refused)
+_MEGATRON = re.compile(r"\biteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|(?=\s*consumed samples:)")
+_MEGATRON_TIME = "elapsed time per iteration (ms)"
+_MEGATRON_LOSS = ("lm loss", "loss")
+# torchtitan's MetricsProcessor.log: "step: 10  loss: ...  tps: 12,345  tflops: ...  mfu: 30.41%"
+_TITAN_STEP = re.compile(r"\bstep:\s*(?P<step>\d+)\b")
+_TITAN_TPS = re.compile(r"\btps:\s*(?P<tps>\S*)")
+_TITAN_TFLOPS = re.compile(r"\btflops:")
+_TITAN_LOSS = re.compile(r"\bloss:\s*(?P<loss>\S+)")
+_TITAN_MFU = re.compile(r"\bmfu:\s*(?P<mfu>\S+)")
+
 TRAINER_MFU_LABEL = "trainer-reported mfu (the trainer's own claim; its peak is unknown to us)"
 
 _TIME_KEYS_S = ("step_time_s", "time_s", "step_time", "dt_s", "elapsed_s")
@@ -106,10 +150,26 @@ class MalformedStepLine(LogParseError):
         self.field = field
 
 
+class MissingSetting(LogParseError):
+    """A step line that needs a setting the workload did not give (torchtitan's tps needs the
+    tokens per step and the world size); ``key`` names it."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class _BadField(Exception):
     def __init__(self, field: str, why: str) -> None:
         super().__init__(why)
         self.field = field
+        self.why = why
+
+
+class _NeedsSetting(Exception):
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(why)
+        self.key = key
         self.why = why
 
 
@@ -121,6 +181,10 @@ class StepRecord:
     tokens: int | None = None
     samples: int | None = None
     reported_mfu: float | None = None  # the trainer's own MFU claim, as a fraction
+    # the steps the record stands for: an interval line (torchtitan, Megatron) averages the
+    # steps since the trainer's previous line; step_time_s is then that average
+    steps: int = 1
+    interval: bool = False  # a line averaged since the previous one (steps set by parse_steps)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -170,17 +234,19 @@ def _mfu_from_mapping(d: dict[str, Any]) -> float | None:
 
 
 def reported_mfu(records: Sequence[StepRecord]) -> dict[str, Any]:
-    """The trainer's own MFU over ``records`` (pure): the median of the values it logged,
-    labelled as its claim. Negative or non-finite values are left out and counted: nanoGPT
-    logs -100 % until it has measured. Empty when the trainer logged no MFU."""
-    vals = [r.reported_mfu for r in records if r.reported_mfu is not None]
+    """The trainer's own MFU over ``records`` (pure): the median of the values it logged, each
+    line weighed as its steps, labelled as its claim. Negative or non-finite values are left
+    out and counted: nanoGPT logs -100 % until it has measured. Empty when the trainer logged
+    no MFU."""
+    vals = [(r.reported_mfu, r.steps) for r in records if r.reported_mfu is not None]
     if not vals:
         return {}
-    kept = [v for v in vals if math.isfinite(v) and v >= 0]
+    # a line of k steps (torchtitan's, every log_freq steps) counts as its k steps
+    kept = [v for v, k in vals if math.isfinite(v) and v >= 0 for _ in range(k)]
     return {
         "trainer_reported_mfu_median": statistics.median(kept) if kept else None,
         "trainer_reported_mfu_steps": len(kept),
-        "trainer_reported_mfu_left_out": len(vals) - len(kept),
+        "trainer_reported_mfu_left_out": sum(k for _, k in vals) - len(kept),
         "trainer_reported_mfu_label": TRAINER_MFU_LABEL,
     }
 
@@ -272,16 +338,21 @@ def _step_then(line: str, then: re.Pattern[str]) -> tuple[re.Match[str], re.Matc
     return None
 
 
-def parse_line(line: str, pattern: re.Pattern[str] | None = None) -> StepRecord | None:
+def parse_line(line: str, pattern: re.Pattern[str] | None = None, *,
+               tokens_per_step: int | None = None,
+               world_size: int | None = None) -> StepRecord | None:
     """One line's step record, or None when the line is not a step line. Raises _BadField for
-    a step line that cannot be read (parse_steps adds the line number). No length cap: that
-    is parse_steps'."""
+    a step line that cannot be read and _NeedsSetting for a torchtitan line without
+    ``tokens_per_step`` / ``world_size`` (parse_steps adds the line number). An interval
+    line's ``steps`` is left at 1: parse_steps sizes it. No length cap: that is parse_steps'."""
     line = line.strip()
     if not line:
         return None
     if pattern is not None:
         m = pattern.search(line)
         return _from_groups(m.groupdict()) if m else None
+    if "\x1b" in line:
+        line = _ANSI.sub("", line).strip()
     if line.startswith("{"):
         try:
             obj = json.loads(line)
@@ -289,32 +360,18 @@ def parse_line(line: str, pattern: re.Pattern[str] | None = None) -> StepRecord 
             obj = None
         if isinstance(obj, dict):
             return _from_mapping(obj)
-    kv = {m["key"]: (m["val"] + (m["pct"] if m["pct"] and _is_mfu_key(m["key"]) else ""), m["unit"])
-          for m in _kv_matches(line)}
-    if "step" in kv or "iter" in kv:
-        d: dict[str, Any] = {}
-        unitless: dict[str, str] = {}
-        for key, (val, unit) in kv.items():
-            if key in _TIME_KEYS_S + _TIME_KEYS_MS or key in ("time", "dt"):
-                t = _time_s(val, unit, key)
-                if t is not None:
-                    d["step_time_s"] = t
-                else:
-                    unitless[key] = val
-            else:
-                d[key] = val
-        if "step_time_s" not in d and unitless:
-            key, val = next(iter(unitless.items()))
-            raise _BadField(key, f"{val!r} has no unit")
-        rec = _from_mapping(d)
-        if rec is not None:
-            return rec
+    rec = _from_kv(line)
+    if rec is not None:
+        return rec
+    mega = _MEGATRON.search(line)
+    if mega is not None:
+        return _megatron(line, mega)
     free = _step_then(line, _TIME)
     if free is None:
         bare = _step_then(line, _TIME_NO_UNIT)
         if bare is not None:
             raise _BadField(bare[1]["key"], "the step time has no unit")
-        return None
+        return _torchtitan(line, tokens_per_step, world_size)
     step, m = free
     t = float(m["time"]) / (1e3 if m["unit"].lower() == "ms" else 1.0)
     loss = _LOSS.search(line)
@@ -328,6 +385,79 @@ def parse_line(line: str, pattern: re.Pattern[str] | None = None) -> StepRecord 
         _int("samples", samples["samples"]) if samples else None,
         float(mfu["mfu"]) / (100.0 if mfu["pct"] else 1.0) if mfu else None,
     )
+
+
+def _from_kv(line: str) -> StepRecord | None:
+    """A key=value step line's record (``step=`` or ``iter=`` and a time with its unit)."""
+    kv = {m["key"]: (m["val"] + (m["pct"] if m["pct"] and _is_mfu_key(m["key"]) else ""), m["unit"])
+          for m in _kv_matches(line)}
+    if "step" not in kv and "iter" not in kv:
+        return None
+    d: dict[str, Any] = {}
+    unitless: dict[str, str] = {}
+    for key, (val, unit) in kv.items():
+        if key in _TIME_KEYS_S + _TIME_KEYS_MS or key in ("time", "dt"):
+            t = _time_s(val, unit, key)
+            if t is not None:
+                d["step_time_s"] = t
+            else:
+                unitless[key] = val
+        else:
+            d[key] = val
+    if "step_time_s" not in d and unitless:
+        key, val = next(iter(unitless.items()))
+        raise _BadField(key, f"{val!r} has no unit")
+    return _from_mapping(d)
+
+
+def _megatron(line: str, head: re.Match[str]) -> StepRecord:
+    """A Megatron-LM iteration line: ``| key: value |`` fields after the iteration; the
+    elapsed time per iteration is the average since its previous line (an interval record)."""
+    fields: dict[str, str] = {}
+    for part in line[head.end():].split("|"):
+        key, sep, val = part.partition(":")
+        if sep:
+            fields.setdefault(key.strip().lower(), val.strip())
+    if _MEGATRON_TIME not in fields:
+        raise _BadField(_MEGATRON_TIME, "missing from a Megatron iteration line")
+    loss_key = next((k for k in _MEGATRON_LOSS if k in fields), None)
+    batch = fields.get("global batch size")
+    return StepRecord(
+        _int("iteration", head["step"]), _float(_MEGATRON_TIME, fields[_MEGATRON_TIME]) / 1e3,
+        _float(loss_key, fields[loss_key]) if loss_key else None, None,
+        _int("global batch size", batch) if batch is not None else None, None, interval=True)
+
+
+def _torchtitan(line: str, tokens_per_step: int | None,
+                world_size: int | None) -> StepRecord | None:
+    """A torchtitan metrics line (``step: N`` then ``tps: R`` and ``tflops:``; not ``validate
+    step:``): the step time is tokens_per_step / (tps x world_size), averaged since its
+    previous line."""
+    step = _TITAN_STEP.search(line)
+    tps = None if step is None else _TITAN_TPS.search(line, step.end())
+    if (step is None or tps is None or _TITAN_TFLOPS.search(line, tps.end()) is None
+            or line[:step.start()].rstrip().lower().endswith("validate")):
+        return None
+    how = ("a torchtitan metrics line gives tokens/s per device (tps), not a step time, and the "
+           "step time is tokens_per_step / (tps x world_size): ")
+    if tokens_per_step is None:
+        raise _NeedsSetting("tokens_per_step", how + (
+            "set the tokens of one step on all devices (workload.tokens_per_step; "
+            "summarize_steps --tokens-per-step)"))
+    if world_size is None:
+        raise _NeedsSetting("world_size", how + (
+            "set the number of devices (workload.world_size; summarize_steps --world-size)"))
+    rate = _float("tps", tps["tps"].replace(",", ""))
+    if not rate > 0:
+        raise _BadField("tps", f"{tps['tps']!r} tokens/s gives no step time")
+    loss = _TITAN_LOSS.search(line, step.end())
+    mfu = _TITAN_MFU.search(line, step.end())
+    pct = None if mfu is None or mfu["mfu"].upper() == "N/A" else mfu["mfu"]
+    return StepRecord(
+        _int("step", step["step"]), tokens_per_step / (rate * world_size),
+        _float("loss", loss["loss"]) if loss else None, None, None,
+        _float("mfu", pct.rstrip("%")) / (100.0 if pct.endswith("%") else 1.0) if pct else None,
+        interval=True)
 
 
 def _from_groups(g: dict[str, str | None]) -> StepRecord | None:
@@ -377,40 +507,75 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
     return rx
 
 
+class _Blocks:
+    """Sizes interval records from their step numbers: the steps since the previous distinct
+    step number; the first line's since 0, or, with ``log_interval``, that interval (1 for a
+    first line off it: both trainers log their first step). A repeated step number (several
+    ranks printing) gets its first line's size."""
+
+    def __init__(self, log_interval: int | None) -> None:
+        self.log_interval = log_interval
+        self.last: int | None = None
+        self.before: int | None = None
+
+    def sized(self, rec: StepRecord) -> StepRecord:
+        if rec.step != self.last:
+            self.before, self.last = self.last, rec.step
+        if self.before is not None:
+            k = rec.step - self.before  # < 1: steps going backwards, which check_steps refuses
+        elif self.log_interval is None:
+            k = rec.step
+        else:
+            k = min(self.log_interval, rec.step) if rec.step % self.log_interval == 0 else 1
+        return replace(rec, steps=max(k, 1))
+
+
+def _malformed(no: int, exc: _BadField) -> MalformedStepLine:
+    if exc.why.endswith("has no unit"):
+        fix = ("log the unit (time=30ms, step_time_ms=30) or pass a pattern "
+               "(--pattern / workload.log.pattern) that names it: (?P<step_time_ms>...), "
+               "(?P<step_time_s>...) or (?P<time>...) with (?P<unit>ms|s)")
+    elif exc.field == "unit":
+        fix = "make the pattern's (?P<unit>...) group match only ms or s"
+    else:
+        fix = "fix the trainer's log line, or pass a pattern that skips it"
+    return MalformedStepLine(f"line {no}: field {exc.field!r}: {exc.why}; {fix}", no, exc.field)
+
+
 def parse_steps(lines: Iterable[str], pattern: str | None = None, *,
-                max_line_chars: int | None = MAX_LINE_CHARS) -> list[StepRecord]:
+                max_line_chars: int | None = MAX_LINE_CHARS, tokens_per_step: int | None = None,
+                world_size: int | None = None,
+                log_interval: int | None = None) -> list[StepRecord]:
     """Every step record in the log, in order; a line longer than ``max_line_chars`` (None: no
-    cap) is not a step line. Raises MalformedStepLine at the first step line that cannot be
-    read, and LogParseError when no step line is found (saying how many lines were too long)."""
+    cap) is not a step line. ``tokens_per_step`` (all devices) and ``world_size``: what a
+    torchtitan line's tps needs; ``log_interval``: the first interval line's steps (module
+    docstring). Raises MalformedStepLine at the first step line that cannot be read,
+    MissingSetting at a line that needs a setting not given, and LogParseError when no step
+    line is found (saying how many lines were too long)."""
     rx = compile_pattern(pattern) if pattern else None
     out: list[StepRecord] = []
+    blocks = _Blocks(log_interval)
     long_lines = 0
     for no, line in enumerate(lines, 1):
         if is_long_line(line, max_line_chars):
             long_lines += 1
             continue
         try:
-            rec = parse_line(line, rx)
+            rec = parse_line(line, rx, tokens_per_step=tokens_per_step, world_size=world_size)
         except _BadField as exc:
-            if exc.why.endswith("has no unit"):
-                fix = ("log the unit (time=30ms, step_time_ms=30) or pass a pattern "
-                       "(--pattern / workload.log.pattern) that names it: (?P<step_time_ms>...), "
-                       "(?P<step_time_s>...) or (?P<time>...) with (?P<unit>ms|s)")
-            elif exc.field == "unit":
-                fix = "make the pattern's (?P<unit>...) group match only ms or s"
-            else:
-                fix = "fix the trainer's log line, or pass a pattern that skips it"
-            raise MalformedStepLine(f"line {no}: field {exc.field!r}: {exc.why}; {fix}",
-                                    no, exc.field) from None
+            raise _malformed(no, exc) from None
+        except _NeedsSetting as exc:
+            raise MissingSetting(f"line {no}: {exc.why}", exc.key) from None
         if rec is not None:
-            out.append(rec)
+            out.append(blocks.sized(rec) if rec.interval else rec)
     if not out:
         how = "the given --pattern" if pattern else "any built-in step format"
         skipped = "".join(f" ({note})" for note in long_lines_note(
             long_lines, max_line_chars)) if max_line_chars is not None else ""
         raise LogParseError(
             f"no step lines matched {how}{skipped}; expected e.g. 'step 10 ... time 123.4ms', "
-            "'iter 10: loss 4.2, time 123.45ms', key=value or JSON lines, or pass a regex "
+            "'iter 10: loss 4.2, time 123.45ms', key=value or JSON lines, Megatron-LM's "
+            "iteration lines or torchtitan's metrics lines, or pass a regex "
             "with named groups (step, step_time_ms|step_time_s|time+unit)"
         )
     return out

@@ -9,6 +9,10 @@ test (compilation, autotuning, allocator and cache warm-up). Two warm-up policie
   steps before them, or until ``max_steps`` (then the trial records ``warmup_settled = False``
   and the analysis warns).
 
+A command's trial (orchestrator.worker.external) has its whole step series only after the run,
+and no tags: :func:`warmup_from_series` finds its warm-up from the steps after it, so a run of
+equally slow compile steps (which agree with each other) is not taken for a steady state.
+
 Steps a recipe tags (compile, autotune, epoch_boundary, checkpoint, validation, profiler) are
 always excluded and do not count towards warm-up or measurement. Raw per-step rows are kept in
 ``steps.csv`` so :func:`steady_state_start` can redo the trimming offline.
@@ -68,3 +72,36 @@ def steady_state_start(times: Sequence[float], p: WarmupPolicy) -> tuple[int, bo
         if done:
             return k, settled
     return len(times), False
+
+
+def warmup_from_series(times: Sequence[float], p: WarmupPolicy) -> tuple[int, bool]:
+    """A finished series' warm-up: how many leading steps to drop, and whether they settled.
+
+    ``fixed``: ``warmup_steps``. ``auto``: at least ``warmup_steps`` (the floor), then up to the
+    first ``window`` steps in a row none of which is slow. A slow step is slower than the
+    steady level (the median of the later half of the steps after the floor) by more than
+    ``tolerance`` of it or three robust standard deviations of that half (1.4826 x its MAD),
+    whichever is more: compile, autotune and first-collective steps, not noise.
+    At most ``max_steps`` steps, and a window is left to judge by; else the cap and
+    ``settled = False`` (the floor, when the series is too short to judge)."""
+    n = len(times)
+    floor = min(max(p.warmup_steps, 0), n)
+    if p.policy == "fixed":
+        return floor, n > floor
+    window = max(p.window, 1)
+    cap = min(max(p.max_steps, floor), n - window)
+    if cap < floor:
+        return floor, False
+    late = times[floor:][(n - floor) // 2:]  # the steady state, if any
+    steady = statistics.median(late)
+    spread = 1.4826 * statistics.median(abs(t - steady) for t in late)
+    limit = steady + max(p.tolerance * abs(steady), 3 * spread)
+    run = 0  # steps in a row, up to the current one, that are not slow
+    for i in range(floor, n):
+        run = run + 1 if times[i] <= limit else 0
+        start = i - window + 1
+        if start > cap:
+            break
+        if run >= window:
+            return start, True
+    return cap, False

@@ -2,15 +2,27 @@
 
 The orchestrator keeps the protocol: it starts the command (its own process group), enforces the
 time limit, captures stdout+stderr to ``trials/<id>/command.log``, parses step records from the
-log, skips the warm-up steps by count and writes the same trial.json / steps.csv as an in-process
-trial. Whatever goes wrong becomes a status with a reason, never a crash:
+log, drops the warm-up steps and writes the same trial.json / steps.csv as an in-process trial.
+Whatever goes wrong becomes a status with a reason, never a crash:
 
 - ``timeout``: the time limit passed (the command's process group is killed);
 - ``failed`` with ``failure_kind``: ``cannot_start`` (no such program or directory),
   ``exit_code`` (non-zero exit), ``no_step_lines`` (nothing in the log matched),
   ``malformed_log`` (a step line that cannot be read: a field that is not a number, a time
   without a unit; the error names the line and the field; steps going backwards, a time <= 0), or
-  ``too_few_steps`` (fewer than 3 steps after the warm-up).
+  ``too_few_steps`` (fewer than 3 steps after the warm-up), ``missing_setting`` (a log that
+  needs a setting the workload did not give: torchtitan's tps and workload.tokens_per_step).
+
+Warm-up: with ``protocol.warmup_policy=auto`` it is found from the command's own step times
+(orchestrator.core.steady.warmup_from_series: slow compile, autotune and first-collective
+steps at the start), at least the fixed count (``workload.log.skip_steps``, else
+``protocol.warmup_steps``); ``fixed`` drops the fixed count. Counted in steps, not lines: a line
+averaging k steps (Megatron-LM, torchtitan: orchestrator.core.logparse) is k steps, dropped or
+measured whole. The record says ``warmup_policy``, ``warmup_steps_floor``, ``warmup_steps_used``
+(the steps dropped, as every trial's record), ``warmup_steps_detected`` (the same, ``auto``
+only) and ``warmup_settled``. Such a line's steps are measured as k steps of its average time:
+steps.csv has a row per step (``interval_steps`` says the line's k; its loss on the logged
+step's row), so medians, means and step counts weigh it as k steps, and ``log_notes`` says so.
 
 MFU: one the trainer logs (nanoGPT's ``mfu 30.00%``) is recorded as
 ``trainer_reported_mfu_median`` over the measured steps, labelled as the trainer's own claim
@@ -43,6 +55,7 @@ from orchestrator.platform.flops import DEFINITIONS, EXECUTED, peaks_and_utiliza
 from orchestrator.core.logparse import (
     LogParseError,
     MalformedStepLine,
+    MissingSetting,
     StepRecord,
     is_long_line,
     long_lines_note,
@@ -52,6 +65,7 @@ from orchestrator.platform.children import COMMAND_SESSION, SessionGuard, run_ch
 from orchestrator.worker import nodes
 from orchestrator.worker.bootstrap import start_worker
 from orchestrator.core.results import trial_record, write_csv, Status
+from orchestrator.core.steady import WarmupPolicy, warmup_from_series
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +85,47 @@ class CheckedSteps:
     warmup: list[StepRecord]
     measured: list[StepRecord]
     notes: list[str]
+    warmup_policy: str = "fixed"
+    warmup_floor: int = 0  # the fixed count, in steps
+    warmup_settled: bool = True
+
+    def warmup_fields(self) -> dict[str, Any]:
+        """The trial record's warm-up fields (in steps; no tagged steps are excluded)."""
+        used = step_count(self.warmup)
+        return {"warmup_policy": self.warmup_policy, "warmup_steps_floor": self.warmup_floor,
+                "warmup_steps_used": used,
+                "warmup_steps_detected": used if self.warmup_policy == "auto" else None,
+                "warmup_settled": self.warmup_settled, "excluded_steps": 0, "excluded_tags": {}}
 
 
-def check_steps(records: Sequence[StepRecord], skip: int) -> CheckedSteps:
-    """Warm-up and measured records from parsed step lines (pure). Raises LogProblem."""
+def step_count(records: Sequence[StepRecord]) -> int:
+    """The steps ``records`` stand for (an interval line is its k steps)."""
+    return sum(r.steps for r in records)
+
+
+def warmup_policy(spec: Any, skip: int) -> WarmupPolicy:
+    """The spec's warm-up policy with the command's fixed count (``skip``) as its floor."""
+    return WarmupPolicy(getattr(spec, "warmup_policy", "fixed"), skip,
+                        max(getattr(spec, "warmup_max_steps", 30), skip),
+                        getattr(spec, "warmup_window", 3), getattr(spec, "warmup_tolerance", 0.05))
+
+
+def _lines_for(records: Sequence[StepRecord], steps: int) -> int:
+    """The fewest leading records whose steps add up to at least ``steps`` (all of them when
+    they do not)."""
+    total = 0
+    for i, r in enumerate(records):
+        if total >= steps:
+            return i
+        total += r.steps
+    return len(records)
+
+
+def check_steps(records: Sequence[StepRecord], skip: int,
+                policy: WarmupPolicy | None = None) -> CheckedSteps:
+    """Warm-up and measured records from parsed step lines (pure): at least ``skip`` warm-up
+    steps, and with an ``auto`` policy as many more as the step times show (module
+    docstring); None: ``skip`` (fixed). Raises LogProblem."""
     notes: list[str] = []
     seen: set[int] = set()
     kept: list[StepRecord] = []
@@ -92,13 +143,25 @@ def check_steps(records: Sequence[StepRecord], skip: int) -> CheckedSteps:
         kept.append(r)
     if dups:
         notes.append(f"{dups} repeated step line(s) ignored (several ranks printing?)")
-    if len(kept) - skip < MIN_MEASURED:
+    p = policy or WarmupPolicy("fixed", skip)
+    floor = _lines_for(kept, skip)
+    n, settled = warmup_from_series([r.step_time_s for r in kept], WarmupPolicy(
+        p.policy, floor, max(floor, _lines_for(kept, p.max_steps + 1) - 1), p.window,
+        p.tolerance))
+    warm, measured = kept[:n], kept[n:]
+    if step_count(measured) < MIN_MEASURED:
         raise LogProblem(
             "too_few_steps",
-            f"{len(kept)} step line(s) parsed; skipping {skip} warm-up step(s) leaves fewer than "
-            f"{MIN_MEASURED} to measure",
+            f"{len(kept)} step line(s) parsed ({step_count(kept)} steps); skipping "
+            f"{step_count(warm)} warm-up step(s) leaves fewer than {MIN_MEASURED} to measure",
         )
-    return CheckedSteps(kept[:skip], kept[skip:], notes)
+    blocks = [r for r in measured if r.steps > 1]
+    if blocks:
+        notes.append(f"{len(blocks)} measured step line(s) average several steps each "
+                     f"({step_count(blocks)} steps, the trainer's log interval): each of their "
+                     "steps is counted at its line's average time")
+    return CheckedSteps(warm, measured, notes, p.policy, skip,
+                        settled if p.policy == "auto" else True)
 
 
 def _redact(text: str, trial_dir: str) -> str:
@@ -188,7 +251,7 @@ def command_fields(spec: Any, base: dict[str, Any], inv: Any) -> dict[str, Any]:
     return {
         **base,
         "command": _redact(shown, tdir),
-        "env": dict(spec.env),
+        "env": spec.shown_env(dict(spec.env)),  # an ArmView: the arm's own switches
         "command_env": {k: _redact(v, tdir) for k, v in inv.env.items()},
         "python_version": platform.python_version(),
         "device": {"kind": "external", "name": "not probed (external command)", "count": None},
@@ -313,10 +376,13 @@ def _read_steps(spec: Any, trainer: Any, lines: list[str], where: nodes.NodePlac
             common.update(node_fields)
         else:
             records = trainer.parse(lines)
-        checked = check_steps(records, trainer.skip_steps(spec.warmup_steps))
+        skip = trainer.skip_steps(spec.warmup_steps)
+        checked = check_steps(records, skip, warmup_policy(spec, skip))
         checked.notes.extend(long_lines_note(sum(map(is_long_line, lines))))
     except MalformedStepLine as exc:
         return "malformed_log", f"log: {exc}"
+    except MissingSetting as exc:
+        return "missing_setting", f"log: {exc}"
     except LogParseError as exc:
         return "no_step_lines", f"log: {exc}"
     except LogProblem as exc:
@@ -355,7 +421,7 @@ def _steps_or_none(trainer: Any, lines: list[str]) -> list[StepRecord]:
     line still raises."""
     try:
         return list(trainer.parse(lines))
-    except MalformedStepLine:
+    except (MalformedStepLine, MissingSetting):
         raise
     except LogParseError:
         return []
@@ -388,7 +454,7 @@ def steps_followed(spec: Any, trainer: Any, checked: CheckedSteps) -> dict[str, 
     """The step lines the command was asked for and logged, and a note where it did not follow
     its ``{steps}`` (then trials cannot be sized by time: the length is the command's own)."""
     asked = trainer.workload.steps_asked(spec.warmup_steps, spec.measured_steps)
-    logged = len(checked.warmup) + len(checked.measured)
+    logged = step_count(checked.warmup) + step_count(checked.measured)
     if asked is None:
         return {"steps_asked": None, "steps_logged": logged}
     n, exact = asked
@@ -407,29 +473,44 @@ def _safe_parse(trainer: Any, lines: list[str]) -> list[StepRecord]:
         return []
 
 
-def ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: CheckedSteps,
-              per_node: dict[int, dict[int, float]] | None = None) -> dict[str, Any]:
+def step_rows(checked: CheckedSteps) -> list[dict[str, Any]]:
+    """steps.csv's rows: one per step, a line of k steps as k rows of its average time (its
+    loss on the logged step's row; ``interval_steps`` = k where the log has such lines)."""
+    interval = any(r.interval for r in checked.warmup + checked.measured)
     rows = []
     for phase, recs in (("warmup", checked.warmup), ("measured", checked.measured)):
         for r in recs:
-            rows.append({"step": r.step, "phase": phase, "step_time_s": r.step_time_s,
-                         "data_wait_s": None, "tokens": r.tokens, "samples": r.samples,
-                         "batch_index": r.step, "loss": r.loss})
+            for step in range(r.step - r.steps + 1, r.step + 1):
+                rows.append({"step": step, "phase": phase, "step_time_s": r.step_time_s,
+                             "data_wait_s": None, "tokens": r.tokens, "samples": r.samples,
+                             "batch_index": step, "loss": r.loss if step == r.step else None,
+                             **({"interval_steps": r.steps} if interval else {})})
+    return rows
+
+
+def _per_step(records: Sequence[StepRecord], value: Any) -> list[Any]:
+    """``value(record)`` once per step of each record (an interval line: k times)."""
+    return [value(r) for r in records for _ in range(r.steps)]
+
+
+def ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: CheckedSteps,
+              per_node: dict[int, dict[int, float]] | None = None) -> dict[str, Any]:
+    rows = step_rows(checked)
     nodes.node_columns(rows, per_node or {})
     write_csv(Path(spec.trial_dir) / "steps.csv", rows)
-    measured = [r.step_time_s for r in checked.measured]
+    measured = _per_step(checked.measured, lambda r: r.step_time_s)
     median = statistics.median(measured)
-    logged = [r.tokens for r in checked.measured if r.tokens]
+    logged = [t for t in _per_step(checked.measured, lambda r: r.tokens) if t]
     if logged:
         tokens, source = int(statistics.median(logged)), "log"
     else:
         tokens, source = trainer.tokens_per_step, trainer.tokens_source  # None: unknown
     losses = [(r.step, r.loss) for r in checked.warmup + checked.measured if r.loss is not None]
     peak, peak_source = child_peak_rss()
-    warm = [r.step_time_s for r in checked.warmup]
+    warm = sum(r.step_time_s * r.steps for r in checked.warmup)
     useful = trainer.useful_flops_per_step()
     return trial_record(
-        **{**common, "measured_steps": len(measured)},
+        **{**common, "measured_steps": len(measured), **checked.warmup_fields()},
         status=Status.OK,
         torch_version=None,
         measured_steps_run=len(measured),  # as every mode's record says it
@@ -443,7 +524,7 @@ def ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: CheckedS
         useful_flops_per_step=useful,
         final_loss=losses[-1][1] if losses else None,
         nonfinite_loss_steps=[s for s, v in losses if not math.isfinite(v)],
-        warmup_excess_s=sum(warm) - len(warm) * median,
+        warmup_excess_s=warm - step_count(checked.warmup) * median,
         log_notes=checked.notes + ([common["steps_ignored"]] if "steps_ignored" in common
                                    else []),
         **reported_mfu(checked.measured),

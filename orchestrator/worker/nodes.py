@@ -22,7 +22,7 @@ import math
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -213,8 +213,7 @@ def merge_steps(own: list[StepRecord], reports: dict[int, NodeReport],
         times = {n: t[step] for n, t in per_node.items() if step in t}
         worst = max(times, key=lambda n: times[n])
         base = first[step]
-        merged.append(StepRecord(step, times[worst], base.loss, base.tokens, base.samples,
-                                 base.reported_mfu))
+        merged.append(replace(base, step_time_s=times[worst]))  # its steps (an interval line) too
         if len(times) > 1:
             skews.append(max(times.values()) - min(times.values()))
             slowest[str(worst)] = slowest.get(str(worst), 0) + 1

@@ -116,7 +116,9 @@ class CommandTrainer(TrainerHooks):
         return None if f is None else float(f)
 
     def parse(self, lines: list[str]) -> list[StepRecord]:
-        return parse_steps(lines, self.workload.log.pattern)
+        # torchtitan's tps needs the tokens of a step and the devices (core/logparse.py)
+        return parse_steps(lines, self.workload.log.pattern, tokens_per_step=self.tokens_per_step,
+                           world_size=self.workload.world_size)
 
     def skip_steps(self, warmup_steps: int) -> int:
         skip = self.workload.log.skip_steps

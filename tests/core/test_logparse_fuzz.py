@@ -33,7 +33,11 @@ SEED = 51
 KEY_CHARS = string.ascii_letters + string.digits + "_/."
 TOKENS = ["step", "iter", "iteration", "time", "step_time", "dt", "loss", "tokens", "samples",
           "mfu", "ms", "s", "%", "=", ":", "#", " ", "\t", ",", "|", ";", "1", "23", "4.5", ".5",
-          "1e3", "-2", "nan", "inf", "/", ".", "_", "a", "{", "}", '"step":', "\\", "é", "\r"]
+          "1e3", "-2", "nan", "inf", "/", ".", "_", "a", "{", "}", '"step":', "\\", "é", "\r",
+          # torchtitan's and Megatron-LM's words, and an ANSI colour
+          "tps:", "tflops:", "step:", "validate", "iteration 4/9 |", "consumed samples:",
+          "elapsed time per iteration (ms):", "lm loss:", "N/A", "12,345", "\x1b[31m",
+          "\x1b[38;2;1;2;3m"]
 
 
 def _repeat(unit: str) -> Callable[[random.Random, int], str]:
@@ -80,6 +84,13 @@ CASES: dict[str, Callable[[random.Random, int], str]] = {
     "a key that never ends": _padded("step=1 ", "k", "=2 time_ms=3"),
     "progress dots in a step line": _padded("step 1 ", ".", " time 3ms loss 2.5"),
     "random tokens": _tokens,
+    "torchtitan fields": _repeat("\x1b[31mstep: 1  \x1b[34mtps: 1,000  tflops: 2  mfu: 3% "),
+    "an ANSI code that never ends": _padded("step: 1 tps: 5 tflops: 1 \x1b[", "1;", "x"),
+    "blanks after a torchtitan step": _padded("step:", " ", "1 tps: 3 tflops: 1"),
+    "megatron headers": _repeat(" iteration 1/ 2 | consumed samples: 3 |"),
+    "megatron fields": _padded(" iteration 1/ 2 | consumed samples: 3 |", " lm loss: 1.0E+00 |",
+                               " elapsed time per iteration (ms): 5.0 |"),
+    "blanks in a megatron header": _padded("iteration 1", " ", "/ 2 |"),
 }
 
 # cases timed at 128 KiB and 1 MiB (the issue's line, and a spread of the hardest for the old
@@ -88,9 +99,14 @@ LONGEST = ("key characters", "step 1 ", "step 1 time ", "blanks around a separat
            "a number that never ends", "random tokens")
 
 
+# torchtitan's tps reads with these (without them its lines raise MissingSetting)
+TOKENS_PER_STEP, WORLD_SIZE = 4096, 2
+
+
 def _parse(line: str) -> list[StepRecord]:
     try:
-        return parse_steps([line], max_line_chars=None)
+        return parse_steps([line], max_line_chars=None, tokens_per_step=TOKENS_PER_STEP,
+                           world_size=WORLD_SIZE)
     except LogParseError:  # MalformedStepLine included: the parser's own errors
         return []
 
@@ -146,7 +162,8 @@ def test_random_lines_raise_only_the_parsers_own_errors() -> None:
     kinds = set()
     for line in lines:
         try:
-            got = parse_steps([line], max_line_chars=None)
+            got = parse_steps([line], max_line_chars=None, tokens_per_step=TOKENS_PER_STEP,
+                              world_size=WORLD_SIZE)
         except LogParseError as exc:
             kinds.add(type(exc).__name__)
             continue

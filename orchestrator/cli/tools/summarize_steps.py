@@ -3,9 +3,17 @@
     python -m orchestrator.tools.summarize_steps train.log --skip-first 2 --json
 
 Built-in formats (see :mod:`orchestrator.core.logparse`): ``step 10 ... time 123.4ms``, nanoGPT's
-``iter 10: loss 4.2, time 123.45ms``, key=value and JSON lines; ``--pattern`` takes a regex
-with named groups instead. Prints count, mean, median, min, max, standard deviation, p10/p90,
-coefficient of variation, and throughput when tokens or samples per step are logged (or given).
+``iter 10: loss 4.2, time 123.45ms``, key=value, JSON lines, Megatron-LM's iteration lines and
+torchtitan's metrics lines (its tps needs ``--tokens-per-step``, the tokens of one step on all
+devices, and ``--world-size``); ``--pattern`` takes a regex with named groups instead. Prints
+count, mean, median, min, max, standard deviation, p10/p90, coefficient of variation, and
+throughput when tokens or samples per step are logged (or given).
+
+Steps, not lines: a line that averages k steps (Megatron's ``--log-interval``, torchtitan's
+``metrics.log_freq``) counts as k steps of its average time in every figure, ``--skip-first``
+included (it drops whole lines, the first ones that cover N steps); ``interval_lines`` says how
+many measured lines were such averages. ``--log-interval`` sizes the first such line of a log
+resumed from a checkpoint.
 
 MFU: a trainer that logs its own (nanoGPT's ``mfu 30.00%``) is reported as the
 "trainer-reported mfu (the trainer's own claim; its peak is unknown to us)": nanoGPT assumes an
@@ -34,6 +42,7 @@ from orchestrator.spec.bounds import Bound
 # samples is a typo (the largest batches are millions of tokens)
 SKIP_FIRST = Bound(0, 10**9, integer=True, why="a billion steps")
 PER_STEP = Bound(1, 10**15, integer=True, why="a step of 1e15 tokens")
+COUNT = Bound(1, 10**9, integer=True, why="a billion devices or steps")
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
@@ -49,15 +58,16 @@ def percentile(values: Sequence[float], pct: float) -> float:
 
 def summarize(records: Sequence[StepRecord], tokens_per_step: int | None = None,
               samples_per_step: int | None = None) -> dict[str, Any]:
-    """Statistics of the step times (seconds) and, where known, throughput (pure)."""
-    times = [r.step_time_s for r in records]
+    """Statistics of the step times (seconds) and, where known, throughput (pure). A record
+    of k steps (an interval line) is k steps of its time."""
+    times = [r.step_time_s for r in records for _ in range(r.steps)]
     if not times:
         raise ValueError("no steps to summarize")
     mean = statistics.fmean(times)
     std = statistics.stdev(times) if len(times) > 1 else 0.0
     out: dict[str, Any] = {
         "count": len(times),
-        "first_step": records[0].step,
+        "first_step": records[0].step - records[0].steps + 1,
         "last_step": records[-1].step,
         "step_time_mean_s": mean,
         "step_time_median_s": statistics.median(times),
@@ -67,12 +77,14 @@ def summarize(records: Sequence[StepRecord], tokens_per_step: int | None = None,
         "step_time_p10_s": percentile(times, 10),
         "step_time_p90_s": percentile(times, 90),
         "step_time_cv": std / mean if mean > 0 else None,
+        "interval_lines": sum(1 for r in records if r.steps > 1),
     }
     total_time = sum(times)
     for unit, given, attr in (("tokens", tokens_per_step, "tokens"), ("samples", samples_per_step, "samples")):
         per_step = [given if given is not None else getattr(r, attr) for r in records]
         if all(v is not None for v in per_step) and total_time > 0:
-            out[f"{unit}_per_s"] = sum(per_step) / total_time  # type: ignore[arg-type]
+            work = sum(v * r.steps for v, r in zip(per_step, records))  # type: ignore[operator]
+            out[f"{unit}_per_s"] = work / total_time
             out[f"{unit}_per_s_source"] = "given" if given is not None else "logged"
         else:
             out[f"{unit}_per_s"] = None
@@ -100,6 +112,9 @@ def _text(s: dict[str, Any], path: str, skipped: int) -> list[str]:
         + ("—" if s["step_time_cv"] is None else f"{s['step_time_cv'] * 100:.2f}%"),
         f"  p10    {ms('step_time_p10_s')}   p90    {ms('step_time_p90_s')}",
     ]
+    if s.get("interval_lines"):
+        lines.append(f"  {s['interval_lines']} line(s) average several steps (the trainer's log "
+                     "interval): each of their steps counted at the line's average")
     for unit in ("tokens", "samples"):
         if s.get(f"{unit}_per_s") is not None:
             lines.append(f"  {unit}/s {s[f'{unit}_per_s']:,.1f} ({s[f'{unit}_per_s_source']}, "
@@ -123,15 +138,32 @@ def _text(s: dict[str, Any], path: str, skipped: int) -> list[str]:
     return lines
 
 
+def _lines_for(records: Sequence[StepRecord], steps: int) -> int:
+    """The fewest leading records that cover at least ``steps`` steps."""
+    total = 0
+    for i, r in enumerate(records):
+        if total >= steps:
+            return i
+        total += r.steps
+    return len(records)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = make_parser("summarize_steps", __doc__ or "")
     p.add_argument("log", help="training log file, or - for stdin")
     p.add_argument("--skip-first", type=int, default=0, metavar="N",
-                   help="leave out the first N parsed steps (warm-up, compilation)")
+                   help="leave out the first N parsed steps (warm-up, compilation); a line "
+                   "averaging several steps is left out whole")
     p.add_argument("--pattern", help="regex with named groups: step, and step_time_ms | "
                    "step_time_s | time + unit (ms|s); optional loss, tokens, samples")
     p.add_argument("--tokens-per-step", type=int, help="tokens per step when the log has none")
     p.add_argument("--samples-per-step", type=int, help="samples per step when the log has none")
+    p.add_argument("--world-size", type=int, metavar="N",
+                   help="devices in the run: torchtitan logs tokens/s per device")
+    p.add_argument("--log-interval", type=int, metavar="K",
+                   help="steps between the trainer's averaged lines (Megatron-LM's "
+                   "--log-interval, torchtitan's metrics.log_freq): sizes the first line of a "
+                   "resumed log")
     p.add_argument("--flops-per-device-step-tflop", type=str, metavar="F",
                    help="useful (model) FLOPs of one step on one device, in TFLOP: with "
                    "--peak-tflops-per-device, MFU at the median step time")
@@ -146,12 +178,13 @@ def main_args(args: argparse.Namespace) -> int:
     if args.skip_first < 0:
         raise ToolError("--skip-first", f"must be >= 0, got {args.skip_first}")
     number("--skip-first", args.skip_first, SKIP_FIRST)
-    for name in ("tokens_per_step", "samples_per_step"):
+    for name, bound in (("tokens_per_step", PER_STEP), ("samples_per_step", PER_STEP),
+                        ("world_size", COUNT), ("log_interval", COUNT)):
         v = getattr(args, name)
         if v is not None and v <= 0:
             raise ToolError(f"--{name.replace('_', '-')}", f"must be > 0, got {v}")
         if v is not None:
-            number(f"--{name.replace('_', '-')}", v, PER_STEP)
+            number(f"--{name.replace('_', '-')}", v, bound)
     flops_flag, peak_flag = "--flops-per-device-step-tflop", "--peak-tflops-per-device"
     flops = peak = None
     if args.flops_per_device_step_tflop is not None or args.peak_tflops_per_device is not None:
@@ -172,23 +205,26 @@ def main_args(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ToolError(args.log, f"cannot read: {exc.strerror}; pass an existing log file") from None
     try:
-        records = parse_steps(lines, args.pattern)
+        records = parse_steps(lines, args.pattern, tokens_per_step=args.tokens_per_step,
+                              world_size=args.world_size, log_interval=args.log_interval)
     except LogParseError as exc:
         raise ToolError(args.log, str(exc)) from None
     bad = next((r for r in records if not r.step_time_s > 0), None)
     if bad is not None:
         raise ToolError(args.log, f"step {bad.step} has a step time of {bad.step_time_s:g} s; a "
                         "step time must be > 0 (check the log's units or --pattern)")
-    kept = records[args.skip_first:]
+    cut = _lines_for(records, args.skip_first)
+    kept, skipped = records[cut:], sum(r.steps for r in records[:cut])  # whole lines: >= N
     if not kept:
-        raise ToolError("--skip-first", f"skips all {len(records)} parsed steps; use a smaller N")
+        total = sum(r.steps for r in records)
+        raise ToolError("--skip-first", f"skips all {total} parsed steps; use a smaller N")
     s = summarize(kept, args.tokens_per_step, args.samples_per_step)
     if flops is not None and peak is not None:
         s.update(our_mfu(s, flops, peak, args.peak_kind))
-    s["skipped_first"] = args.skip_first
+    s["skipped_first"] = skipped
     name = "stdin" if args.log == "-" else os.path.basename(args.log)  # no directories echoed
     s["log"] = name
-    emit(s, _text(s, name, args.skip_first), args.json)
+    emit(s, _text(s, name, skipped), args.json)
     return 0
 
 

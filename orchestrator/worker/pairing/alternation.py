@@ -50,6 +50,7 @@ from orchestrator.core import blocks
 from orchestrator.core.logparse import (
     LogParseError,
     MalformedStepLine,
+    MissingSetting,
     StepRecord,
     is_long_line,
     MAX_LINE_CHARS,
@@ -310,6 +311,8 @@ class ArmRun:
         except MalformedStepLine as exc:
             raise ArmFailed(Status.FAILED, "malformed_log",
                             f"log line {self.lines}: {str(exc).split(': ', 1)[-1]}") from None
+        except MissingSetting as exc:
+            raise ArmFailed(Status.FAILED, "missing_setting", f"log: {exc}") from None
         except (LogParseError, ValueError):
             return  # not a step line
         for rec in recs:
@@ -322,6 +325,12 @@ class ArmRun:
             if not math.isfinite(rec.step_time_s) or rec.step_time_s <= 0:
                 raise ArmFailed(Status.FAILED, "malformed_log",
                                 f"step {rec.step} has step time {rec.step_time_s!r} s")
+            gap = rec.step - (self.records[-1].step if self.records else 0)
+            if rec.interval and gap > 1:  # a line per k steps, averaged: no block can end at a step
+                raise ArmFailed(Status.FAILED, "malformed_log", (
+                    f"step {rec.step}'s line averages the {gap} steps since the previous one (a "
+                    "log interval); alternated arms need a line per step: log every step "
+                    "(Megatron-LM --log-interval 1, torchtitan --metrics.log_freq 1)"))
             self.seen.add(rec.step)
             tag = ""
             if self.straddle > 0:

@@ -21,13 +21,14 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 from orchestrator.core.logparse import (
     LogParseError,
     MalformedStepLine,
+    MissingSetting,
     StepRecord,
     is_long_line,
     long_lines_note,
@@ -45,7 +46,9 @@ from orchestrator.worker.external import (
     check_steps,
     command_fields,
     log_tail,
+    step_count,
     steps_followed,
+    warmup_policy,
 )
 
 POLL_S = 0.02  # how often the logs are read while the arms run (the window's edges)
@@ -173,7 +176,7 @@ def _stamped_steps(r: _Arm) -> dict[int, float]:
 
 def _interval(rec: StepRecord, ends: dict[int, float]) -> tuple[float, float] | None:
     end = ends.get(rec.step)
-    return None if end is None else (end - rec.step_time_s, end)
+    return None if end is None else (end - rec.step_time_s * rec.steps, end)  # a line of k steps
 
 
 def measure_duet(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
@@ -199,11 +202,13 @@ def measure_duet(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, Any], 
         else:
             lines = read_lines(r.log_path)
             try:
-                checked[aid] = check_steps(r.trainer.parse(lines),
-                                           r.trainer.skip_steps(spec.warmup_steps))
+                skip = r.trainer.skip_steps(spec.warmup_steps)
+                checked[aid] = check_steps(r.trainer.parse(lines), skip, warmup_policy(spec, skip))
                 checked[aid].notes.extend(long_lines_note(sum(map(is_long_line, lines))))
             except MalformedStepLine as exc:
                 failures[aid] = ("failed", "malformed_log", f"log: {exc}")
+            except MissingSetting as exc:
+                failures[aid] = ("failed", "missing_setting", f"log: {exc}")
             except LogParseError as exc:
                 failures[aid] = ("failed", "no_step_lines", f"log: {exc}")
             except LogProblem as exc:
@@ -282,10 +287,10 @@ def _record(spec: Any, base: dict[str, Any], r: _Arm, c: CheckedSteps | None,
         return rec, a.trial_dir
     assert c is not None and window is not None
     keep, outside = _inside(r, c, window)
-    duet.update(window_s=window[1] - window[0], steps_in_window=len(keep),
-                steps_outside_window=len(outside))
-    kept = CheckedSteps(c.warmup, keep, c.notes + (
-        [f"{len(outside)} measured step(s) outside the duet's overlap window, not timed"]
+    duet.update(window_s=window[1] - window[0], steps_in_window=step_count(keep),
+                steps_outside_window=step_count(outside))
+    kept = replace(c, measured=keep, notes=c.notes + (
+        [f"{step_count(outside)} measured step(s) outside the duet's overlap window, not timed"]
         if outside else []))
     rec = ok_record(own_spec, {**common, **steps_followed(own_spec, r.trainer, c)},
                      r.trainer, kept)
