@@ -77,13 +77,29 @@ def _touches(cfg: Config, fragment: str) -> bool:
     return any(fragment in p for p in paths)
 
 
+_CACHE_WHAT = {
+    "cold": "cold: every trial compiled with a fresh, empty inductor/Triton cache, so `compile "
+            "time` is what a first run on a machine pays",
+    "warm": "warm: trials used this machine's own inductor/Triton caches, so `compile time` is "
+            "what a rerun pays and depends on what compiled here before",
+    "arm": "per arm: each arm compiled into a cache folder of its own, kept across its trials "
+           "and shared with no other arm, so its first trial pays a first run's compile and the "
+           "others a rerun's",
+}
+
+
 def _cache_line(cfg: Config, ok: pd.DataFrame) -> str:
     """Which compile caches the compile times were measured with, and how often they hit."""
-    mode = cfg.protocol.compile_cache
-    what = ("cold: every trial compiled with a fresh, empty inductor/Triton cache, so `compile "
-            "time` is what a first run on a machine pays" if mode == "cold" else
-            "warm: trials used this machine's own inductor/Triton caches, so `compile time` is "
-            "what a rerun pays and depends on what compiled here before")
+    modes = (sorted({str(m) for m in ok["compile_cache"].dropna()})
+             if "compile_cache" in ok else [])
+    mode = modes[0] if len(modes) == 1 else str(cfg.protocol.compile_cache)
+    what = _CACHE_WHAT.get(mode, mode)
+    if str(cfg.protocol.compile_cache) == "auto" and mode in _CACHE_WHAT:
+        what += (" (auto: cold for a sweep over compile settings, per arm otherwise)")
+    if mode == "arm" and "compile_cache_fill" in ok:
+        fills = int((ok["compile_cache_fill"] == "fills").sum())
+        what += (f"; {fills} trial(s) found their arm's cache empty and filled it, "
+                 f"{int((ok['compile_cache_fill'] == 'reuses').sum())} reused it")
     hits = _sum(ok, "compile_cache_hits")
     misses = _sum(ok, "compile_cache_misses")
     tail = ""

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.records import TrialKind
+from orchestrator.core.records import TrialKind, VerdictKind
 from orchestrator.analysis import contamination
-from orchestrator.analysis.analyze import Analysis, comparison_rows
+from orchestrator.analysis.analyze import Analysis, comparison_rows, step_times_by_trial
 from orchestrator.analysis.decide import Verdict
 from orchestrator.analysis.decisions_md import (
     DecisionsInputs,
@@ -26,6 +26,7 @@ from orchestrator.analysis.decisions_md import (
 from orchestrator.analysis.levers import lever_sections
 from orchestrator.analysis.sensitivity import sensitivity_lines
 from orchestrator.analysis.utilization import add_utilization_columns, utilization_section
+from orchestrator.campaign.cost import cost_section
 from orchestrator.campaign.gate import section as correctness_section
 from orchestrator.campaign.lengths import read_sizing
 from orchestrator.campaign.load import interfered, interference_of, read_optional
@@ -48,6 +49,9 @@ from orchestrator.launch.slurm_alloc import slurm_line
 from orchestrator.spec.config import Config
 from orchestrator.spec.ledger import LINEAGE_FILE, lineage_lines
 from orchestrator.spec.sweep import ResolvedArm
+
+# verdicts that decide a variant (the cost per decision counts these)
+DECIDED = (VerdictKind.RETAIN, VerdictKind.REJECT, VerdictKind.EQUIVALENT)
 from recipes.registry import report_sections
 
 
@@ -182,7 +186,11 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
                 *profiles_section(cfg, run_dir, arms, analysis, records),
                 *rerun_section(records, cfg.protocol.interference_cores,
                                min_effect=cfg.protocol.min_effect, machine=
-                               read_optional(run_dir / "machine_load.json"))]
+                               read_optional(run_dir / "machine_load.json")),
+                *cost_section(cfg, run_dir, {t: sum(x) for t, x in step_times_by_trial(
+                    out.steps_df).items()}, {a.arm_id: a.label for a in arms},
+                    sum(1 for v in out.verdicts if v.verdict in DECIDED),
+                    read_optional(run_dir / "plan.json"))]
     inputs = DecisionsInputs(
         sweep=cfg.sweep, workload_name=cfg.workload.name, env_line=env_line(records),
         protocol=cfg.protocol, launcher=cfg.launcher.name, start_line=start_method_line(records),

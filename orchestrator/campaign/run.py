@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, replace
+import shutil
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.records import Pairing
-from orchestrator.campaign import provenance, revisions
-from orchestrator.platform import rundir
+from orchestrator.core.records import Pairing, TrialKind
+from orchestrator.campaign import cost, provenance, revisions
+from orchestrator.platform import compile_stats, rundir
 from orchestrator.analysis.analyze import Analysis, analyze
 from orchestrator.spec.ledger import LINEAGE_FILE, Ledger, lineage
 from orchestrator.spec.config import Config
@@ -176,6 +177,8 @@ class CampaignContext:
     adaptive_log: list[dict[str, Any]]
     pairing: dict[str, Any] | None = None
     device: dict[str, Any] | None = None  # plan.json's device_resolved
+    # what the campaign predicted it would spend, when, and a budget's stop (plan.json's cost)
+    cost_log: list[dict[str, Any]] = field(default_factory=list)
 
 
 def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
@@ -229,6 +232,7 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     p = cfg.protocol
     max_rounds = max(p.max_rounds, p.repeats)  # validate() refuses max_rounds < repeats
     log.info("pairing: %s (%s)", start.pairing["mode"], start.pairing["why"])
+    launcher = cost.Meter(launcher, run_dir)  # every process's node time, in costs.jsonl
     launcher.recover()  # a resume: trials of a killed earlier invocation stop before replanning
     if cfg.launcher.name != "slurm":  # Slurm's trials ran on other machines (recover() above)
         kill_orphans(run_dir)
@@ -236,7 +240,7 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
         record_machine_load(run_dir, start.machine)
     running, buckets, planned = start.running, start.buckets, start.planned
     ctx = CampaignContext(cfg, run_dir, arms, running, buckets, planned, [], start.pairing,
-                          start.device)
+                          start.device, _earlier_cost_log(run_dir))
     # first: a campaign stopped from here resumes; a resume's extended spending is written now
     _write_plan(ctx, spending=start.spending)
     # the user's code: each arm's revision in its worktree (source.revision), its state
@@ -278,7 +282,14 @@ def _run_rounds(ctx: CampaignContext, launcher: Launcher, session: provenance.Se
     while True:
         _write_plan(ctx, check=not adaptive_log)
         session.sanitize_files(run_dir, ("config.json", "plan.json"))
-        _run_missing(cfg, run_dir, running, planned, launcher, session, progress)
+        for upto in _chunks(cfg, run_dir, planned):
+            fits, why = cost.affordable(cfg, run_dir, _todo(cfg, run_dir, planned[:upto],
+                                                            drop=False))
+            if not fits:
+                _budget_stop(ctx, why)
+                return
+            _run_missing(cfg, run_dir, running, planned[:upto], launcher, session, progress)
+            _predict(ctx, rounds_done, max_rounds)
         if rounds_done >= max_rounds:
             break
         analysis, verdicts = _analyze_decide(cfg, run_dir, arms, final=False)
@@ -301,14 +312,67 @@ def _run_rounds(ctx: CampaignContext, launcher: Launcher, session: provenance.Se
                                             "measured_steps / measured_min_s per arm"}))
             # alternated commands are asked for their steps: every round keeps the pilot's
             steps = {**sized_steps(read_sizing(run_dir)), **steps}
-        planned += plan_rounds(keep, bucket_names, rounds,
-                               reverse_every_other_round=p.reverse_every_other_round,
-                               start_position=len(planned), steps=steps, order=p.order,
-                               seed=str(p.seed))
+        more = plan_rounds(keep, bucket_names, rounds,
+                           reverse_every_other_round=p.reverse_every_other_round,
+                           start_position=len(planned), steps=steps, order=p.order,
+                           seed=str(p.seed))
+        fits, why = cost.affordable(cfg, run_dir, more)
+        if not fits:
+            _budget_stop(ctx, why, rounds)
+            return
+        planned += more
         adaptive_log.append({"after_rounds": rounds_done, "added_rounds": rounds,
                              "arms": keep, "reasons": reasons, "planner": planner})
         log.info("adaptive: adding rounds %s for %s", rounds, ", ".join(sorted(reasons)))
         rounds_done = rounds[-1] + 1
+
+
+def _chunks(cfg: Config, run_dir: Path, planned: list[PlannedTrial]) -> list[int]:
+    """How much of the plan each pass runs (prefixes, cut at round boundaries): all of it at
+    once when its cost is known and no budget holds it; under a budget one round at a time
+    (the first process alone while nothing has shown what one costs); otherwise the first
+    round, then the rest, so the prediction comes after one round, before the others."""
+    ends = [i + 1 for i, t in enumerate(planned)
+            if i + 1 == len(planned) or planned[i + 1].round != t.round]
+    known = any(x.kind == TrialKind.TIMED and x.node_s > 0 for x in cost.read_spent(run_dir))
+    if cost.budget_s(cfg) > 0:
+        first = [] if known or cfg.protocol.pairing != Pairing.process else [1]
+        return [*first, *ends]
+    return [len(planned)] if known or len(ends) < 2 else [ends[0], len(planned)]
+
+
+def _predict(ctx: CampaignContext, rounds_done: int, max_rounds: int) -> None:
+    """Log and record (plan.json's cost) what the campaign will have spent at its end."""
+    cfg, run_dir = ctx.cfg, ctx.run_dir
+    left = _todo(cfg, run_dir, ctx.planned, drop=False)
+    more = cost.adaptive_processes(cfg, len(ctx.running), len(ctx.buckets), rounds_done)
+    guess = cost.predict(cfg, run_dir, left, more if rounds_done < max_rounds else 0)
+    if guess is None:
+        return
+    log.info("cost: %s; the protocol's margin: %g %%", guess.line(),
+             100 * cfg.protocol.min_effect)
+    ctx.cost_log.append({"after_processes": len(cost.read_spent(run_dir)),
+                         **guess.to_dict()})
+    _write_plan(ctx)
+
+
+def _budget_stop(ctx: CampaignContext, why: str, rounds: list[int] | None = None) -> None:
+    """protocol.budget_node_hours reached: no more trials; the verdicts rest on those run."""
+    what = f"rounds {rounds}" if rounds else "the rest of the initial rounds"
+    log.warning("budget: %s: %s not run; the verdicts rest on the trials so far", why, what)
+    ctx.cost_log.append({"budget_stop": why, "not_run": what,
+                         "spent_node_s": cost.spent_node_s(ctx.run_dir)})
+    _write_plan(ctx)
+
+
+def _earlier_cost_log(run_dir: Path) -> list[dict[str, Any]]:
+    """A resume's: what earlier invocations predicted (plan.json's cost)."""
+    try:
+        doc = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+        got = doc.get("cost", {}).get("log", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [x for x in got if isinstance(x, dict)] if isinstance(got, list) else []
 
 
 def kill_orphans(run_dir: Path) -> None:
@@ -347,6 +411,8 @@ def _plan_doc(ctx: CampaignContext, spending: list[list[float]] | None = None,
                          "looks": spending or fresh_spending(cfg)},
             # a command's trial length from its pilots (orchestrator.campaign.sizing)
             **({"sizing": sizing} if sizing else {}),
+            # node time: the budget, each prediction and a budget's stop (campaign.cost)
+            "cost": {"budget_node_hours": p.budget_node_hours, "log": ctx.cost_log},
             "trials": [t.to_dict() for t in ctx.planned],
     }
 
@@ -371,7 +437,8 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
     own_progress = progress is None
     if own_progress:
         progress = Progress(cfg.sweep.name if cfg.sweep else "campaign", len(planned))
-    progress.plan(len(planned), len(planned) - len(todo))
+    # a prefix of the plan (campaign chunks): the display keeps the whole plan's total
+    progress.plan(max(len(planned), getattr(progress, "total", 0)), len(planned) - len(todo))
     try:
         if todo:
             TrialPass(cfg, run_dir, launcher, session, progress).run(
@@ -384,15 +451,18 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
             progress.close()
 
 
-def _todo(cfg: Config, run_dir: Path, planned: list[PlannedTrial]) -> list[PlannedTrial]:
+def _todo(cfg: Config, run_dir: Path, planned: list[PlannedTrial],
+          drop: bool = True) -> list[PlannedTrial]:
+    """The planned trials still to run (``drop``: an open paired session's records go, to be
+    measured again; False: only say which)."""
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
     if cfg.protocol.pairing in (Pairing.steps, Pairing.duet):  # a round's arms are measured together
         open_sessions = {(t.round, t.bucket) for t in todo}
         todo = [t for t in planned if (t.round, t.bucket) in open_sessions]
-        for t in todo:  # a session's records are all re-measured
+        for t in todo if drop else []:  # a session's records are all re-measured
             (run_dir / "trials" / t.trial_id / "trial.json").unlink(missing_ok=True)
-    if done and todo:
+    if done and todo and drop:
         log.info("%s: %d of %d planned trials already complete", run_dir,
                  len(planned) - len(todo), len(planned))
     return todo
@@ -451,11 +521,21 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
     atomic_write_text(run_dir / "decisions.md", decisions_md(cfg, run_dir, arms, out,
                                                              provenance_section, code))
     _render_summary(run_dir)
+    drop_caches(run_dir)
     # logged before the seal: campaign.log gets this line sanitized (the run dir's path names
     # the home directory and the user)
     log.info("%s", terminal_summary(cfg.sweep.name, out.verdicts, str(run_dir)))
     session.seal(run_dir)
     return CampaignResult(run_dir, out.analysis, out.verdicts)
+
+
+def drop_caches(run_dir: Path) -> None:
+    """A finished campaign's arm caches (compile_cache=arm) go: they are scratch, warm for a
+    resume of this campaign only, and may be large."""
+    caches = run_dir / compile_stats.CACHES_DIR
+    if caches.is_dir():
+        shutil.rmtree(caches, ignore_errors=True)
+        log.info("removed the arms' compile caches (%s/)", compile_stats.CACHES_DIR)
 
 
 def decide_from_disk(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Outcome:

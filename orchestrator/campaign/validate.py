@@ -233,6 +233,10 @@ def validate_protocol(p: ProtocolConfig) -> None:
     _choice("protocol.clock", p.clock, ("wall", "cpu"))
     _choice("protocol.speed_reference", p.speed_reference, SPEED_REFERENCE_MODES)
     _choice("protocol.compile_cache", p.compile_cache, CACHE_MODES)
+    for name in p.cache_env:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ConfigError("protocol.cache_env", f"{name!r} is not an environment variable's "
+                              "name; list names such as [MY_KERNEL_CACHE_DIR]")
     _positive("protocol.warmup_window", p.warmup_window)
     _positive("protocol.warmup_tolerance", p.warmup_tolerance)
     if p.warmup_max_steps < p.warmup_steps:

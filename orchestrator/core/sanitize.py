@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.records import CACHES
+
 log = logging.getLogger(__name__)
 
 # variable / key names whose values are secrets
@@ -477,8 +479,11 @@ def _atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> Non
 
 
 def _text_files(root: Path) -> list[Path]:
+    """Every file of ``root`` but temporaries and the arms' compile caches (binary scratch a
+    resume reuses and the campaign's end deletes: rewriting a kernel would corrupt it)."""
+    caches = root / CACHES
     return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()
-                  and not p.name.endswith(".tmp"))
+                  and not p.name.endswith(".tmp") and caches not in p.parents)
 
 
 def private_root() -> Path:

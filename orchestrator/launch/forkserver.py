@@ -69,8 +69,16 @@ SERVER_START_LIMIT_S = 600.0  # importing torch on a loaded machine, with margin
 REPLY_LIMIT_S = SERVER_START_LIMIT_S  # a fork's first reply (the server may be preloading)
 
 
+# ... but these name a cache folder that torch and Triton look up each time they use it
+# (torch._inductor.runtime.cache_dir_utils, Triton's cache manager), so a fork honours them:
+# each arm's own caches (protocol.compile_cache=arm) do not cost a fresh interpreter per trial
+READ_AT_USE_NAMES = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"})
+
+
 def pre_import_var(name: str) -> bool:
     """True when ``name`` is a setting read before or while torch is imported."""
+    if name in READ_AT_USE_NAMES:
+        return False
     return name in PRE_IMPORT_NAMES or name.startswith(PRE_IMPORT_PREFIXES)
 
 

@@ -18,24 +18,75 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.core.envvars import env_overrides
+from orchestrator.core.records import CACHES
 
-# protocol.compile_cache: cold = every trial compiles with a fresh, empty inductor/Triton cache
-# (compile_time_s is then what a first run on a machine pays); warm = the user's own caches
-# (compile_time_s is what a rerun pays, and depends on what ran before on this machine)
-CACHE_MODES = ("cold", "warm")
+# protocol.compile_cache: arm = each arm its own cache folder under the run directory, warm
+# across that arm's trials (its first trial fills it); cold = every trial compiles with a fresh,
+# empty inductor/Triton cache (compile_time_s is then what a first run on a machine pays); warm =
+# the user's own caches, shared by every arm (compile_time_s is what a rerun pays, and depends
+# on what ran before on this machine); auto = arm, or cold for a sweep over compile settings
+CACHE_MODES = ("auto", "arm", "cold", "warm")
+# the variables that name torch's compile caches; protocol.cache_env adds a command's own
+CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+CACHES_DIR = CACHES  # in a run directory: one folder per arm under compile_cache=arm
+# a trial's record: whether its arm's caches held anything when it started (compile_cache=arm)
+FILLS = "fills"  # empty: this trial compiled into them (the arm's first trial, or a re-run)
+REUSES = "reuses"  # something compiled by an earlier trial of the arm was there
+
+
+def resolve_mode(mode: str, sweeps_compile: bool) -> str:
+    """``auto`` made concrete: ``cold`` for a sweep over compile settings (its compile times
+    are compared), else ``arm``; any other mode is itself."""
+    if mode in CACHE_MODES[1:]:  # arm, cold, warm: as asked
+        return mode
+    return "cold" if sweeps_compile else "arm"
+
+
+def cache_env(root: str | os.PathLike[str], extra: tuple[str, ...] | list[str] = ()
+              ) -> dict[str, str]:
+    """The variables that point torch's compile caches (and ``extra``'s) at ``root``:
+    inductor's at ``root`` itself, Triton's at ``root/triton`` (torch's own layout), every other
+    variable at a folder of its own."""
+    base = os.fspath(root)
+    env = {"TORCHINDUCTOR_CACHE_DIR": base, "TRITON_CACHE_DIR": os.path.join(base, "triton")}
+    for name in extra:
+        env.setdefault(name, os.path.join(base, name.lower()))
+    return env
+
+
+def arm_cache_root(run_dir: str | os.PathLike[str], arm_id: str) -> str:
+    """compile_cache=arm: the arm's own cache folder in the run directory."""
+    return os.path.join(os.fspath(run_dir), CACHES_DIR, arm_id)
+
+
+def fill_state(env: dict[str, str], names: tuple[str, ...] | list[str] = ()) -> str:
+    """:data:`REUSES` when one of the cache folders ``env`` names (CACHE_VARS and ``names``)
+    already holds a file, else :data:`FILLS`."""
+    for name in (*CACHE_VARS, *names):
+        folder = env.get(name)
+        if folder and os.path.isdir(folder) and _holds_a_file(folder):
+            return REUSES
+    return FILLS
+
+
+def _holds_a_file(folder: str) -> bool:
+    for _root, _dirs, files in os.walk(folder):
+        if files:
+            return True
+    return False
 
 
 @contextlib.contextmanager
-def cache_scope(mode: str) -> Iterator[None]:
-    """For ``cold``: point torch's compile caches at a fresh temporary directory for the trial,
-    then restore the variables and delete it. Nothing to do for ``warm``."""
+def cache_scope(mode: str, extra: tuple[str, ...] | list[str] = ()) -> Iterator[None]:
+    """For ``cold``: point torch's compile caches (and the variables ``extra`` names) at a
+    fresh temporary directory for the trial, then restore the variables and delete it. Nothing
+    to do otherwise (``arm``: the trial's environment already names its arm's folders)."""
     if mode != "cold":
         yield
         return
     tmp = tempfile.mkdtemp(prefix="orch-compile-cache-")
     try:
-        with env_overrides({"TORCHINDUCTOR_CACHE_DIR": tmp,
-                            "TRITON_CACHE_DIR": os.path.join(tmp, "triton")}):
+        with env_overrides(cache_env(tmp, extra)):
             yield
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -180,6 +180,8 @@ BOUNDS: dict[str, Bound] = {
     "ProtocolConfig.aa_alpha": Bound(0.0, 0.5, lo_open=True, why="an error rate",
                                      interval=True),
     "ProtocolConfig.duet_cpus": _CORE,
+    "ProtocolConfig.budget_node_hours": Bound(0.0, 1e6, why="node-hours: 1e6 is a century of "
+                                              "a 1000-node cluster"),
     "ProtocolConfig.block_steps": _steps(1),
     "ProtocolConfig.switch_warmup_steps": _steps(),
     "ProtocolConfig.paired_min_s": _seconds(zero=True),

@@ -117,6 +117,8 @@ class SpeedReference(Choice):
 
 
 class CompileCache(Choice):
+    auto = "auto"
+    arm = "arm"
     cold = "cold"
     warm = "warm"
 
@@ -303,9 +305,13 @@ class ProtocolConfig:
     # host's speed) and for CPU thread pools (their spinning threads bias the reference by arm);
     # host = on for any CPU trial
     speed_reference: SpeedReference = SpeedReference.auto
-    # torch.compile caches (orchestrator.platform.compile_stats): cold = a fresh, empty inductor/Triton
-    # cache per trial, so compile_time_s is a first run's cost; warm = the machine's own caches
-    compile_cache: CompileCache = CompileCache.cold
+    # compile/autotune caches (platform.compile_stats; docs/levers.md): arm = each arm its own,
+    # warm across its trials; cold = fresh per trial; warm = the machine's; auto = arm, or
+    # cold for a sweep over compile settings
+    compile_cache: CompileCache = CompileCache.auto
+    cache_env: list[str] = field(default_factory=list)  # a command's own cache variables too
+    # node-hours the campaign may spend (0 = no cap; campaign.cost, docs/protocol.md)
+    budget_node_hours: float = 0.0
     repeats: int = 3  # initial rounds; each round runs every arm once, in a fresh process
     # adaptive rounds: while a variant is inconclusive and a decision on the objective (the
     # mixture) is within reach, add adaptive_step_rounds rounds, up to max_rounds in all; a

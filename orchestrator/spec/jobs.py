@@ -29,7 +29,8 @@ from orchestrator.core.convert import to_dict
 from orchestrator.spec.plan import PlannedTrial
 from orchestrator.core.steady import WarmupPolicy
 from orchestrator.platform.slices import duet_slices, placement
-from orchestrator.spec.sweep import ResolvedArm, alternates, selected_buckets
+from orchestrator.platform import compile_stats
+from orchestrator.spec.sweep import ResolvedArm, alternates, selected_buckets, varies_compilation
 
 # set by the launcher just before it starts the process: start-to-first-step is measured from it
 LAUNCH_T0_VAR = "ORCHESTRATOR_LAUNCH_T0"
@@ -142,7 +143,11 @@ class TrialSpec(WorkerJob):
     warmup_tolerance: float = 0.05
     clock: str = "wall"  # wall | cpu (process CPU time; host-CPU recipes only)
     speed_reference: str = "off"  # auto | host | off (orchestrator.core.reference)
-    compile_cache: str = "warm"  # cold | warm (orchestrator.platform.compile_stats.cache_scope)
+    # arm | cold | warm (orchestrator.platform.compile_stats; auto is resolved by make_specs)
+    compile_cache: str = "warm"
+    cache_env: list[str] = field(default_factory=list)  # protocol.cache_env: more cache variables
+    # compile_cache=arm: the run directory's caches folder (each arm's env names its own below)
+    cache_root: str = ""
     env_report: bool = False  # also write the full environment.json (the campaign's first trial)
     # protocol.pairing=steps: every arm of this round and bucket, in block order; this spec is
     # the first's
@@ -158,6 +163,14 @@ class TrialSpec(WorkerJob):
     code: dict[str, Any] = field(default_factory=dict)
     # protocol.pairing=duet: the paired arms' slices (orchestrator.worker.pairing.duet)
     duet: Optional[DuetPart] = None
+
+    def shown_env(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        """``env`` (the spec's own by default) as a record shows it: the arm's switches, not
+        the cache folders compile_cache=arm pointed it at."""
+        env = self.env if env is None else env
+        if not self.cache_root:
+            return dict(env)
+        return {k: v for k, v in env.items() if not v.startswith(self.cache_root)}
     # protocol.pairing=steps for a plain command: each paired arm its own process, the arms
     # taking turns block by block (orchestrator.worker.pairing.alternation); env switches are the arms'
     alternate: bool = False
@@ -250,6 +263,8 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
     protocol.pairing=steps (and ``pair``), one per round and bucket (:func:`pair_specs`)."""
     by_arm = {a.arm_id: a for a in arms}
     buckets = {b["name"]: b for b in selected_buckets(cfg)}
+    cache_mode = compile_stats.resolve_mode(str(cfg.protocol.compile_cache),
+                                            varies_compilation(arms))
     specs = []
     for p in planned:
         arm = by_arm[p.arm_id]
@@ -271,7 +286,7 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                 # time floor holds either way (the planner only lengthens the window)
                 measured_steps=p.measured_steps or cfg.protocol.measured_steps,
                 measured_min_s=cfg.protocol.measured_min_s,
-                env=dict(arm.env),
+                env=_arm_env(cfg, run_dir, arm, cache_mode),
                 hardware=to_dict(cfg.hardware),
                 timeout_s=cfg.protocol.trial_timeout_s,
                 warmup_policy=cfg.protocol.warmup_policy,
@@ -280,7 +295,10 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                 warmup_tolerance=cfg.protocol.warmup_tolerance,
                 clock=cfg.protocol.clock,
                 speed_reference=cfg.protocol.speed_reference,
-                compile_cache=cfg.protocol.compile_cache,
+                compile_cache=cache_mode,
+                cache_env=list(cfg.protocol.cache_env),
+                cache_root=(str(run_dir / compile_stats.CACHES_DIR) if cache_mode == "arm"
+                            else ""),
                 order=str(cfg.protocol.order),
                 order_seed=f"{cfg.protocol.seed}|r{p.round}|{p.bucket}",
                 cpu_affinity=(list(cfg.launcher.cpu_affinity)
@@ -294,6 +312,15 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
         # as many slices as the campaign's arms, whichever of them a round still runs
         return duet_specs(specs, duet_slices(cfg.protocol, len(arms), cfg.launcher.cpu_affinity))
     return specs
+
+
+def _arm_env(cfg: Config, run_dir: Path, arm: ResolvedArm, cache_mode: str) -> dict[str, str]:
+    """The arm's ``env.*`` switches; under compile_cache=arm first its own cache folders (a
+    variable the arm sets itself stays the arm's)."""
+    if cache_mode != "arm":
+        return dict(arm.env)
+    root = compile_stats.arm_cache_root(run_dir, arm.arm_id)
+    return {**compile_stats.cache_env(root, list(cfg.protocol.cache_env)), **arm.env}
 
 
 def _groups(specs: Sequence[TrialSpec]) -> list[list[TrialSpec]]:

@@ -391,6 +391,22 @@ def differing_settings(base: Arm, arm: Arm) -> set[str]:
         f"{ENV_PREFIX}{k}" for k in {*base.env, *arm.env} if base.env.get(k) != arm.env.get(k)}
 
 
+# what makes a setting a compile setting: its path names compilation, or it is a variable of
+# the compiler stack (their compile times are then part of what the arms compare)
+_COMPILE_ENV = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TRITON_", "TORCH_COMPILE")
+
+
+def varies_compilation(arms: Sequence[Arm]) -> bool:
+    """Whether the arms differ in a compile setting (``protocol.compile_cache=auto`` is then
+    cold: each trial pays its own compile, which is part of the comparison)."""
+    for arm in arms[1:]:
+        for setting in differing_settings(arms[0], arm):
+            if "compile" in setting.lower() or setting.removeprefix(ENV_PREFIX).startswith(
+                    _COMPILE_ENV):
+                return True
+    return False
+
+
 def switch_obstacle(arms: Sequence[Any]) -> str:
     """Why one process cannot switch between the arms, "" when it can: only keys the recipe
     declares switchable (recipes.base.switchable), or a command workload's

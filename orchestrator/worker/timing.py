@@ -273,7 +273,7 @@ def measured_record(b: Built, base: dict[str, Any], arm: ArmSteps, **more: Any) 
         useful_flops_per_step=flops,
         final_loss=rows[-1]["loss"],
         nonfinite_loss_steps=nonfinite,
-        env=dict(spec.env),
+        env=spec.shown_env(),
         **utilization,
         torch_threads=torch_mod.get_num_threads() if torch_mod is not None else None,
         # one-off cost of the warm-up steps above steady state (compile, autotune, workers ...)

@@ -122,7 +122,8 @@ def _run_kind(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None,
     elif spec.kind == TrialKind.MICROBENCH:
         record = run_microbench(spec, base)
     else:
-        with compile_stats.cache_scope(spec.compile_cache):
+        fills = _cache_fills(spec)  # before the trial compiles into them
+        with compile_stats.cache_scope(spec.compile_cache, spec.cache_env):
             records = pairing.measure(spec, base, launch_t0)
         record = records[0][0]
         if not spec.paired_arms:  # one arm: the process's own record
@@ -130,7 +131,19 @@ def _run_kind(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None,
     if spec.kind == TrialKind.TIMED:
         for r in [record, *(r for r, _ in records)]:
             r["compile_cache"] = spec.compile_cache
+            if r.get("arm_id") in fills:
+                r["compile_cache_fill"] = fills[r["arm_id"]]
     return record, records
+
+
+def _cache_fills(spec: TrialSpec) -> dict[str, str]:
+    """compile_cache=arm: per arm, whether its cache folders held anything as the trial
+    started (compile_stats.REUSES) or this trial fills them (FILLS: the arm's first trial)."""
+    if spec.compile_cache != "arm":
+        return {}
+    envs = {a.arm_id: a.env for a in spec.paired_arms} or {spec.arm_id: spec.env}
+    return {arm: compile_stats.fill_state({**os.environ, **env}, spec.cache_env)
+            for arm, env in envs.items()}
 
 
 def _write_records(spec: TrialSpec, records: list[tuple[dict[str, Any], str]], rank: int) -> None:

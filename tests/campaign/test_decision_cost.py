@@ -1,0 +1,117 @@
+"""What a decision costs (issue 47): each arm's own warm compile caches, node time per trial,
+arm and decision, the prediction before the campaign and the budget that caps it. A real
+campaign of the stand-in GPU trainer (recipes/examples/startup_trainer.py: a start-up of which
+a compile a warm cache skips, steps that wait), one arm per process, real subprocesses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.campaign.run import run_campaign
+from orchestrator.core.errors import ConfigError
+
+# 1 s to start, 0.8 s of it a compile a warm cache skips; 10 ms steps
+FAST = ["+sweep=planted_startup", "protocol=quick", "launcher=local",
+        "protocol.pairing=process", "workload.params.startup_s=1.0",
+        "workload.params.compile_s=0.8", "workload.params.step_ms=10",
+        "protocol.measured_steps=5", "protocol.warmup_steps=2", "protocol.repeats=3",
+        "protocol.max_rounds=3"]
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(run.glob("trials/*/trial.json"))]
+
+
+def test_each_arm_warms_its_own_cache_and_the_campaign_drops_them(
+        compose: Any, run_dir: Path) -> None:
+    cfg = compose([*FAST, f"run_dir='{run_dir}'"])
+    run_campaign(cfg, run_dir)
+    recs = [r for r in _records(run_dir) if r.get("kind") == "timed"]
+    assert len(recs) == 6 and all(r["status"] == "ok" for r in recs)
+    by_arm: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(recs, key=lambda r: r["position"]):
+        by_arm.setdefault(r["arm_id"], []).append(r)
+    for arm, rs in by_arm.items():
+        assert [r["compile_cache"] for r in rs] == ["arm"] * 3
+        # the arm's first trial found its folder empty and filled it; the others reused it
+        assert [r["compile_cache_fill"] for r in rs] == ["fills", "reuses", "reuses"], arm
+        # the trainer saw its cache warm exactly when the record says so
+        logs = [(Path(run_dir) / "trials" / r["trial_id"] / "command.log").read_text()
+                for r in rs]
+        assert ["compile cache cold" in x for x in logs] == [True, False, False]
+        # the records show the arm's switches, not the orchestrator's cache folders
+        assert not any("CACHE_DIR" in k for r in rs for k in (r.get("env") or {}))
+    assert not (run_dir / "caches").exists()  # scratch: gone with the campaign
+
+
+def test_a_sweep_over_compile_settings_stays_cold(compose: Any, tmp_path: Path) -> None:
+    from orchestrator.spec.jobs import make_specs
+    from orchestrator.spec.plan import plan_rounds
+    from orchestrator.spec.sweep import resolve_arms
+
+    cfg = compose(["workload=gpt_test", "+sweep=compile", "protocol=quick",
+                   "launcher=inline"])
+    arms = resolve_arms(cfg)
+    planned = plan_rounds([a.arm_id for a in arms], [cfg.workload.buckets[0].name], range(1))
+    specs = make_specs(cfg, tmp_path, arms, planned, pair=False)
+    assert {s.compile_cache for s in specs} == {"cold"} and not specs[0].cache_root
+    cfg = compose([*FAST])
+    arms = resolve_arms(cfg)
+    planned = plan_rounds([a.arm_id for a in arms], ["b1"], range(1))
+    specs = make_specs(cfg, tmp_path, arms, planned, pair=False)
+    assert {s.compile_cache for s in specs} == {"arm"}
+    dirs = {s.env["TORCHINDUCTOR_CACHE_DIR"] for s in specs}
+    assert len(dirs) == 2 and all(str(tmp_path / "caches") in d for d in dirs)
+
+
+def test_a_cache_variable_that_is_not_a_name_is_refused(compose: Any) -> None:
+    with pytest.raises(ConfigError, match=r"protocol\.cache_env: 'MY-DIR' is not"):
+        compose([*FAST, "protocol.cache_env=[MY-DIR]"])
+
+
+def test_node_time_is_accounted_predicted_and_reported(compose: Any, run_dir: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    from orchestrator.campaign.cost import read_spent
+
+    cfg = compose([*FAST, f"run_dir='{run_dir}'"])
+    with caplog.at_level("INFO", logger="orchestrator.campaign.run"):
+        run_campaign(cfg, run_dir)
+    spent = read_spent(run_dir)
+    timed = [s for s in spent if s.kind == "timed"]
+    assert len(timed) == 6 and all(s.wall_s > 0.2 and s.nodes == 1 for s in timed)
+    # a warm start skips the 0.4 s compile: each arm's first process is the dearest
+    fills = [s.wall_s for s in timed if s.fill == "fills"]
+    reuses = [s.wall_s for s in timed if s.fill == "reuses"]
+    assert len(fills) == 2 and len(reuses) == 4 and min(fills) > max(reuses) + 0.4
+    # predicted after the first round, before the others ran, and that range held
+    plan = json.loads((run_dir / "plan.json").read_text())
+    first = plan["cost"]["log"][0]
+    assert first["after_processes"] == 2 and first["processes_left"] == [4, 4]
+    total = sum(s.node_s for s in spent)
+    assert first["lo_node_s"] <= total <= first["hi_node_s"]
+    assert any("cost: predicted node time" in r.getMessage() for r in caplog.records)
+    md = (run_dir / "decisions.md").read_text()
+    sec = md[md.index("## Cost (node time)"):]
+    assert f"over {len(spent)} process(es)" in sec and "% of it" in sec
+    assert "inside the range" in sec and "| as-is |" in sec and "| slower-5pct |" in sec
+
+
+def test_a_budget_smaller_than_the_campaign_stops_inside_it(compose: Any, run_dir: Path) -> None:
+    from orchestrator.campaign.cost import read_spent
+
+    # the first process (the fork server's start too) costs about 3 node-s and the dearest
+    # so far bounds the next ones: 8 node-s hold the first round, not a second
+    cfg = compose([*FAST, f"run_dir='{run_dir}'", f"protocol.budget_node_hours={8 / 3600}"])
+    result = run_campaign(cfg, run_dir)
+    spent = sum(s.node_s for s in read_spent(run_dir))
+    assert spent <= 8 and 1 <= len(read_spent(run_dir)) < 6
+    plan = json.loads((run_dir / "plan.json").read_text())
+    stop = next(x for x in plan["cost"]["log"] if "budget_stop" in x)
+    assert "budget of" in stop["budget_stop"]
+    md = (run_dir / "decisions.md").read_text()
+    assert "Budget: 0.00222222 node-h" in md and "reached:" in md
+    assert all(v.verdict != "retain" for v in result.verdicts)  # no claim past its evidence
