@@ -8,8 +8,11 @@ a start-up of which most is a compile a warm cache skips, then steps that wait o
 retain or reject). Each cell runs ``--campaigns`` campaigns of each setting, interleaved
 (before, after, before, ...) so that the machine's changes hit both alike:
 
-- before: the protocol as it was (``protocol.compile_cache=cold``: every trial compiles);
-- after: the defaults now (``compile_cache=auto``: each arm its own warm caches).
+- before: the protocol as it was (``protocol.compile_cache=cold``: every trial compiles;
+  ``calibration_max_age_h=0``: the A/A arm in every campaign);
+- after: the defaults now (``compile_cache=auto``: each arm its own warm caches; the A/A arm
+  only while this machine, workload and pairing have no fresh calibration record: the first
+  "after" campaign of a run files one, in the run's own store under --out).
 
 Node time is every process the campaign launched (its costs.jsonl: the sizing pilot, the timed
 trials, re-runs), start to end, times its nodes. It prints per cell and setting: verdicts,
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -45,7 +49,8 @@ from orchestrator.cli.main import compose  # noqa: E402
 
 CELLS = {"+5% slower": ("factor", "1.05", 1 / 1.05), "-5% faster": ("factor", "0.95", 1 / 0.95),
          "A/A": ("tag", "b", 1.0)}
-SETTINGS = {"before": ["protocol.compile_cache=cold"], "after": []}
+SETTINGS = {"before": ["protocol.compile_cache=cold", "protocol.calibration_max_age_h=0"],
+            "after": []}
 
 
 def one(cell: str, setting: str, seed: int, args: argparse.Namespace, root: Path
@@ -125,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     root = Path(args.out or tempfile.mkdtemp(prefix="decision-cost-"))
     root.mkdir(parents=True, exist_ok=True)
+    os.environ["ORCH_CALIBRATION_DIR"] = str(root / "calibration")  # this run's own records
     path = root / "results.json"
     rows: list[dict[str, Any]] = json.loads(path.read_text()) if path.exists() else []
     done = {(r["cell"], r["setting"], r["seed"]) for r in rows}

@@ -94,7 +94,10 @@ def run_one(effect_pct: float, protocol: str, launcher: str, run_dir: Path, seed
             workload: str = "synthetic") -> dict[str, Any]:
     overrides = [
         *sweep_overrides(effect_pct, workload), "protocol=default", f"launcher={launcher}",
-        f"protocol.seed={seed}", f"protocol.pairing={pairing}", *extra,
+        f"protocol.seed={seed}", f"protocol.pairing={pairing}",
+        # every campaign its own A/A check (a campaign.calibration record would drop later
+        # campaigns' A/A arms and change what this script measures)
+        "protocol.calibration_max_age_h=0", *extra,
     ]
     if protocol == "fixed":
         overrides += ["protocol.repeats=${protocol.max_rounds}"]

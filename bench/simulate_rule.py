@@ -7,6 +7,8 @@ beside a fixed protocol of 7 rounds, one table each.
         --pairing process,steps --steps 100     # one arm per process beside pairing by steps
     python bench/simulate_rule.py bench/noise_models/command_busy_alternated_2026-12-04.json \
         --pairing steps --contamination on,off   # a plain command alternated, screen on/off
+    python bench/simulate_rule.py bench/noise_models/synthetic_local_2026-12-01.json \
+        --adaptive-only --aa on,off   # the A/A arm every campaign, or a calibration relied on
     python bench/simulate_rule.py tests/data/noise_synthetic_loaded.json --detected-load off,on \
         --quick --adaptive-only    # the rule under detected load: default and quick protocols
 """
@@ -54,6 +56,10 @@ def main() -> None:
     ap.add_argument("--detected-load", default="off",
                     help="off, on or off,on: the campaign detected load, so the rule holds back "
                          "a timing verdict on thin evidence (decide.thin_under_load)")
+    ap.add_argument("--aa", default="on",
+                    help="on, off or on,off: the A/A arm in every campaign (on), or none, as a "
+                         "campaign relying on a fresh calibration record runs "
+                         "(orchestrator.campaign.calibration)")
     ap.add_argument("--quick", action="store_true",
                     help="also the quick protocol's cell: 2 rounds of 3 steps, no A/A arm")
     args = ap.parse_args()
@@ -74,15 +80,19 @@ def main() -> None:
                           Protocol.from_config(quick, steps=quick.measured_steps)))
     cells_to_run = [(f"{name}, pairing={pairing}"
                      + (f", contamination screen {screen}" if pairing == "steps" else "")
-                     + (", load detected" if load == "on" else ""),
+                     + (", load detected" if load == "on" else "")
+                     + ("" if aa == "on" or not proto.config.aa_arm else
+                        ", no A/A arm (a calibration record relied on)"),
                      Protocol.from_config(proto.config, pairing=pairing, steps=proto.steps,
                                           contamination=screen == "on",
-                                          detected_load=load == "on"))
+                                          detected_load=load == "on",
+                                          aa_arm=proto.config.aa_arm and aa == "on"))
                     for pairing in args.pairing.split(",")
                     for screen in (args.contamination.split(",") if pairing == "steps"
                                    else ["on"])
                     for name, proto in protocols
                     for load in args.detected_load.split(",")
+                    for aa in args.aa.split(",")
                     if not (args.adaptive_only and name.startswith("fixed"))]
     for name, proto in cells_to_run:
         t0 = time.time()

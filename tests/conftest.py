@@ -20,6 +20,14 @@ def _private_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield
 
 
+@pytest.fixture(autouse=True)
+def _calibration_store(tmp_path_factory: pytest.TempPathFactory,
+                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own calibration store (orchestrator.campaign.calibration): a campaign's
+    A/A arm runs unless the test itself filed a record first."""
+    monkeypatch.setenv("ORCH_CALIBRATION_DIR", str(tmp_path_factory.mktemp("calibration")))
+
+
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     # odd characters on purpose: spaces, unicode and shell metacharacters must not break paths

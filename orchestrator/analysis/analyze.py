@@ -100,6 +100,8 @@ class Analysis:
     alpha_exhausted: bool = False
     carryover: dict[str, str] = field(default_factory=dict)  # bucket -> what the check found
     fits: dict[str, Any] = field(default_factory=dict)  # bucket or "mixture" -> BlockFit
+    # no A/A arm ran: the calibration record the campaign relied on instead, in words
+    calibration_note: str = ""
 
 
 def _timed(trials: pd.DataFrame) -> pd.DataFrame:

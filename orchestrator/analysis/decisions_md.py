@@ -40,6 +40,9 @@ def noise_line(analysis: Analysis, key: str, min_effect: float | None = None) ->
     """One line on the A/A control of a bucket (or the mixture): does it cover 1?"""
     c = analysis.noise.get(key)
     if analysis.control is None:
+        if analysis.calibration_note:
+            return (f"A/A control: not run in this campaign; relying on "
+                    f"{analysis.calibration_note} (protocol.calibration_max_age_h).")
         return "A/A control: not run (protocol.aa_arm=false): calibration not checked."
     if c is None or c.estimate is None or c.noise_floor is None:
         return f"A/A control: no interval ({c.note if c else 'no A/A rounds'})."

@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core.records import Pairing, TrialKind
-from orchestrator.campaign import cost, provenance, revisions
+from orchestrator.campaign import calibration, cost, provenance, revisions
 from orchestrator.platform import compile_stats, rundir
 from orchestrator.analysis.analyze import Analysis, analyze
 from orchestrator.spec.ledger import LINEAGE_FILE, Ledger, lineage
@@ -157,6 +157,8 @@ class Start:
     spending: list[list[float]] | None = None  # the looks' error-rate shares (plan.json)
     # what device= resolved to and where (plan.json's device_resolved; launch.device_probe)
     device: dict[str, Any] | None = None
+    # the calibration record relied on instead of an A/A arm (campaign.calibration)
+    calibration: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,7 @@ class CampaignContext:
     device: dict[str, Any] | None = None  # plan.json's device_resolved
     # what the campaign predicted it would spend, when, and a budget's stop (plan.json's cost)
     cost_log: list[dict[str, Any]] = field(default_factory=list)
+    calibration: dict[str, Any] | None = None  # relied on instead of an A/A arm
 
 
 def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
@@ -194,6 +197,7 @@ def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
     pairing_choice, pairing_why = choose_pairing(cfg, with_control(cfg, arms),
                                                  device_kind=device.get("kind"))
     p.pairing = pairing_choice
+    reused = _calibration(cfg, run_dir, arms, device)  # may turn protocol.aa_arm off
     pairing_doc = {"mode": pairing_choice, "why": pairing_why,
                    **({"block_steps": p.block_steps, "switch_warmup_steps": p.switch_warmup_steps}
                       if pairing_choice == Pairing.steps else {}),
@@ -209,12 +213,37 @@ def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
     )
     check_same_plan(run_dir, json.loads(json.dumps(_plan_doc(
         CampaignContext(cfg, run_dir, arms, running, buckets, planned, [], pairing_doc,
-                        device)))))
+                        device, calibration=reused)))))
     done = completed_trials(run_dir)
     provenance.check_resume_environment(cfg, run_dir, list(done.values()))
     machine = None if cfg.launcher.name == "slurm" else check_quiet(cfg)  # Slurm: elsewhere
     return Start(pairing_doc, running, buckets, planned, done, machine,
-                 planned_spending(cfg, run_dir, done), device)
+                 planned_spending(cfg, run_dir, done), device, reused)
+
+
+def _calibration(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
+                 device: dict[str, Any]) -> dict[str, Any] | None:
+    """protocol.aa_arm with a fresh calibration record of this machine, workload and pairing:
+    the record (the A/A arm is turned off for this campaign), else None. A resume follows its
+    plan: the record it relied on, or the control arm it planned."""
+    try:
+        doc = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict) and "trials" in doc:
+        got = doc.get("calibration")
+        if isinstance(got, dict) and not doc.get("control_arm"):
+            cfg.protocol.aa_arm = False
+            return got
+        return None
+    rec, why = calibration.reusable(cfg, calibration.key_of(cfg, arms, device))
+    if rec is None:
+        if cfg.protocol.aa_arm:
+            log.info("A/A control: runs (%s)", why)
+        return None
+    cfg.protocol.aa_arm = False
+    log.info("A/A control: not run; relying on %s", rec.line())
+    return {**asdict(rec), "line": rec.line()}
 
 
 def _planned_device(run_dir: Path) -> dict[str, Any] | None:
@@ -240,7 +269,7 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
         record_machine_load(run_dir, start.machine)
     running, buckets, planned = start.running, start.buckets, start.planned
     ctx = CampaignContext(cfg, run_dir, arms, running, buckets, planned, [], start.pairing,
-                          start.device, _earlier_cost_log(run_dir))
+                          start.device, _earlier_cost_log(run_dir), start.calibration)
     # first: a campaign stopped from here resumes; a resume's extended spending is written now
     _write_plan(ctx, spending=start.spending)
     # the user's code: each arm's revision in its worktree (source.revision), its state
@@ -282,21 +311,22 @@ def _run_rounds(ctx: CampaignContext, launcher: Launcher, session: provenance.Se
     while True:
         _write_plan(ctx, check=not adaptive_log)
         session.sanitize_files(run_dir, ("config.json", "plan.json"))
-        for upto in _chunks(cfg, run_dir, planned):
+        for i, upto in enumerate(_chunks(cfg, run_dir, planned)):
             fits, why = cost.affordable(cfg, run_dir, _todo(cfg, run_dir, planned[:upto],
                                                             drop=False))
             if not fits:
                 _budget_stop(ctx, why)
                 return
-            _run_missing(cfg, run_dir, running, planned[:upto], launcher, session, progress)
+            _run_missing(cfg, run_dir, running, planned[:upto], launcher, session, progress,
+                         say_done=i == 0)
             _predict(ctx, rounds_done, max_rounds)
         if rounds_done >= max_rounds:
             break
         analysis, verdicts = _analyze_decide(cfg, run_dir, arms, final=False)
-        calibration = aa_calibration(analysis, cfg.protocol.aa_alpha)
+        aa_check = aa_calibration(analysis, cfg.protocol.aa_alpha)
         reasons = {
             pr.arm_id: r for pr in _progress(verdicts)
-            if (r := more_rounds_reason(pr, rounds_done, max_rounds, calibration))
+            if (r := more_rounds_reason(pr, rounds_done, max_rounds, aa_check))
         }
         if not reasons:
             break
@@ -329,16 +359,20 @@ def _run_rounds(ctx: CampaignContext, launcher: Launcher, session: provenance.Se
 
 def _chunks(cfg: Config, run_dir: Path, planned: list[PlannedTrial]) -> list[int]:
     """How much of the plan each pass runs (prefixes, cut at round boundaries): all of it at
-    once when its cost is known and no budget holds it; under a budget one round at a time
-    (the first process alone while nothing has shown what one costs); otherwise the first
-    round, then the rest, so the prediction comes after one round, before the others."""
+    once when its cost is known and no budget holds it, or when trials run side by side;
+    under a budget one round at a time (the first process alone while nothing has shown what
+    one costs); otherwise the first round, then the rest, so the prediction comes after one
+    round, before the others."""
     ends = [i + 1 for i, t in enumerate(planned)
             if i + 1 == len(planned) or planned[i + 1].round != t.round]
     known = any(x.kind == TrialKind.TIMED and x.node_s > 0 for x in cost.read_spent(run_dir))
     if cost.budget_s(cfg) > 0:
         first = [] if known or cfg.protocol.pairing != Pairing.process else [1]
         return [*first, *ends]
-    return [len(planned)] if known or len(ends) < 2 else [ends[0], len(planned)]
+    # trials side by side (Slurm's jobs per round, a parallel local launcher): one pass, as
+    # before; the prediction then comes before the adaptive rounds
+    together = cfg.launcher.name == "slurm" or cfg.launcher.max_parallel > 1
+    return [len(planned)] if known or together or len(ends) < 2 else [ends[0], len(planned)]
 
 
 def _predict(ctx: CampaignContext, rounds_done: int, max_rounds: int) -> None:
@@ -397,6 +431,8 @@ def _plan_doc(ctx: CampaignContext, spending: list[list[float]] | None = None,
             "sweep": cfg.sweep.name,
             "arms": [a.plan_dict() for a in arms],
             "control_arm": control[0].plan_dict() if control else None,
+            # no A/A arm: the calibration record relied on instead (campaign.calibration)
+            **({"calibration": ctx.calibration} if ctx.calibration else {}),
             "buckets": ctx.buckets,
             "rounds": {"initial": p.repeats, "max": max(p.max_rounds, p.repeats),
                        "adaptive_step": p.adaptive_step_rounds},
@@ -429,11 +465,12 @@ def _write_plan(ctx: CampaignContext, check: bool = False,
 
 def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
                  planned: list[PlannedTrial],
-                 launcher: Launcher, session: provenance.Session, progress: Any = None) -> None:
+                 launcher: Launcher, session: provenance.Session, progress: Any = None,
+                 say_done: bool = True) -> None:
     """Run the planned trials not yet on disk (under pairing by steps a round's arms are
     measured together or not at all), then re-run what a harness failure or interference
     spoiled; an interrupt seals what is on disk."""
-    todo = _todo(cfg, run_dir, planned)
+    todo = _todo(cfg, run_dir, planned, say=say_done)
     own_progress = progress is None
     if own_progress:
         progress = Progress(cfg.sweep.name if cfg.sweep else "campaign", len(planned))
@@ -452,9 +489,9 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
 
 
 def _todo(cfg: Config, run_dir: Path, planned: list[PlannedTrial],
-          drop: bool = True) -> list[PlannedTrial]:
+          drop: bool = True, say: bool = True) -> list[PlannedTrial]:
     """The planned trials still to run (``drop``: an open paired session's records go, to be
-    measured again; False: only say which)."""
+    measured again; False: only say which; ``say``: log how many were complete already)."""
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
     if cfg.protocol.pairing in (Pairing.steps, Pairing.duet):  # a round's arms are measured together
@@ -462,7 +499,7 @@ def _todo(cfg: Config, run_dir: Path, planned: list[PlannedTrial],
         todo = [t for t in planned if (t.round, t.bucket) in open_sessions]
         for t in todo if drop else []:  # a session's records are all re-measured
             (run_dir / "trials" / t.trial_id / "trial.json").unlink(missing_ok=True)
-    if done and todo and drop:
+    if done and todo and drop and say:
         log.info("%s: %d of %d planned trials already complete", run_dir,
                  len(planned) - len(todo), len(planned))
     return todo
@@ -511,6 +548,7 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
     if session is None:
         session = provenance.Session(Sanitizer.from_config(cfg.sanitize))
     out = decide_from_disk(cfg, run_dir, arms)
+    _file_calibration(cfg, run_dir, arms, out.analysis)
     write_tables(run_dir, arms, out)
     # applies the environment policy to the verdicts (in place) before they are written
     provenance_section = provenance.environment_section(cfg, run_dir, out.records, out.verdicts,
@@ -527,6 +565,29 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
     log.info("%s", terminal_summary(cfg.sweep.name, out.verdicts, str(run_dir)))
     session.seal(run_dir)
     return CampaignResult(run_dir, out.analysis, out.verdicts)
+
+
+def _file_calibration(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
+                      analysis: Analysis) -> None:
+    """A campaign that ran the A/A arm files its check for later campaigns to rely on; one
+    that relied on a record says so beside each A/A line of decisions.md."""
+    plan = _read_plan(run_dir)
+    if analysis.control is None:
+        got = plan.get("calibration")
+        if isinstance(got, dict):
+            analysis.calibration_note = str(got.get("line") or "")
+        return
+    key = calibration.key_of(cfg, arms, plan.get("device_resolved"))
+    calibration.record(cfg, run_dir, key, analysis,
+                       not aa_calibration(analysis, cfg.protocol.aa_alpha))
+
+
+def _read_plan(run_dir: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def drop_caches(run_dir: Path) -> None:

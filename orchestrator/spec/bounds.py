@@ -180,6 +180,7 @@ BOUNDS: dict[str, Bound] = {
     "ProtocolConfig.aa_alpha": Bound(0.0, 0.5, lo_open=True, why="an error rate",
                                      interval=True),
     "ProtocolConfig.duet_cpus": _CORE,
+    "ProtocolConfig.calibration_max_age_h": Bound(0.0, 1e5, why="hours: 1e5 is eleven years"),
     "ProtocolConfig.budget_node_hours": Bound(0.0, 1e6, why="node-hours: 1e6 is a century of "
                                               "a 1000-node cluster"),
     "ProtocolConfig.block_steps": _steps(1),

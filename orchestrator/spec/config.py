@@ -298,12 +298,10 @@ class ProtocolConfig:
     # CPU time (time.process_time), host-CPU work only: leaves out time lost to other processes
     # on a shared machine, so it is for calibrating the statistics, not for claiming speedups
     clock: Clock = Clock.wall
-    # host-speed reference (orchestrator.core.reference): a fixed host workload timed before every
-    # step, outside the timed window; speedups, intervals and the noise floor of host-bound
-    # trials then use step times in units of the host's speed of the moment. auto = on for
-    # single-threaded steps on the CPU device; off on GPUs (their step time does not follow the
-    # host's speed) and for CPU thread pools (their spinning threads bias the reference by arm);
-    # host = on for any CPU trial
+    # host-speed reference (core.reference): a fixed host workload timed before every step,
+    # outside the timed window; host-bound trials' times then in units of the host's speed.
+    # auto = on for single-threaded steps on the CPU device; off on GPUs and for CPU thread
+    # pools (their spinning threads bias the reference by arm); host = on for any CPU trial
     speed_reference: SpeedReference = SpeedReference.auto
     # compile/autotune caches (platform.compile_stats; docs/levers.md): arm = each arm its own,
     # warm across its trials; cold = fresh per trial; warm = the machine's; auto = arm, or
@@ -323,9 +321,12 @@ class ProtocolConfig:
     # cheapest for the precision (Kalibera and Jones; orchestrator.core.paired.optimal_steps,
     # recorded in plan.json); false: every round runs measured_steps / measured_min_s
     plan_trial_length: bool = True
-    # the A/A control (the baseline run twice per round) checks that the intervals are
-    # calibrated: it must cover 1, else more rounds, and at the cap the verdicts are invalid
+    # the A/A control (the baseline twice per round) checks that the intervals are calibrated
+    # (must cover 1, else more rounds; at the cap the verdicts are invalid), unless a record
+    # of this machine, workload and pairing younger than calibration_max_age_h says so
+    # (campaign.calibration; 0 = every campaign)
     aa_arm: bool = False
+    calibration_max_age_h: float = 168.0
     # the A/A check is a test of its own: the chance that calibrated intervals are called
     # uncalibrated (A/A interval at 1 - aa_alpha / scopes missing 1 in some scope), so that a
     # calibrated campaign ends invalid at most this often

@@ -115,3 +115,55 @@ def test_a_budget_smaller_than_the_campaign_stops_inside_it(compose: Any, run_di
     md = (run_dir / "decisions.md").read_text()
     assert "Budget: 0.00222222 node-h" in md and "reached:" in md
     assert all(v.verdict != "retain" for v in result.verdicts)  # no claim past its evidence
+
+
+def _control_trials(run: Path) -> list[str]:
+    plan = json.loads((run / "plan.json").read_text())
+    control = (plan.get("control_arm") or {}).get("arm_id")
+    return [r["trial_id"] for r in _records(run) if control and r["arm_id"] == control]
+
+
+def test_the_aa_arm_runs_once_then_a_fresh_calibration_stands_in(
+        compose: Any, tmp_path: Path) -> None:
+    import os
+
+    from orchestrator.campaign import calibration
+
+    aa = [*FAST, "protocol.aa_arm=true"]
+    first, second, third, fourth = (tmp_path / n for n in ("first", "second", "third", "fourth"))
+    run_campaign(compose([*aa, f"run_dir='{first}'"]), first)
+    assert len(_control_trials(first)) == 3  # no record yet: the A/A arm ran
+    files = list(calibration.store_dir().glob("*.json"))
+    assert len(files) == 1 and str(calibration.store_dir()) == os.environ["ORCH_CALIBRATION_DIR"]
+    rec = json.loads(files[0].read_text())
+    assert rec["campaign"] == "first" and rec["rounds"] == 3 and "/" not in json.dumps(
+        {k: v for k, v in rec.items() if k != "interval"})  # no path, no host name
+    # the same machine, workload and pairing: the record stands in for the A/A arm
+    result = run_campaign(compose([*aa, f"run_dir='{second}'"]), second)
+    plan = json.loads((second / "plan.json").read_text())
+    assert plan["control_arm"] is None and plan["calibration"]["record_id"] == rec["record_id"]
+    assert len(_records(second)) == 6 and result.verdicts[0].verdict in ("reject", "inconclusive")
+    md = (second / "decisions.md").read_text()
+    assert "A/A control: not run in this campaign; relying on the calibration of campaign first" in md
+    # asked for every campaign, or a stale record: the A/A arm runs again
+    run_campaign(compose([*aa, "protocol.calibration_max_age_h=0", f"run_dir='{third}'"]), third)
+    assert len(_control_trials(third)) == 3
+    rec = json.loads(files[0].read_text())
+    files[0].write_text(json.dumps({**rec, "at": rec["at"] - 200 * 3600}))
+    run_campaign(compose([*aa, f"run_dir='{fourth}'"]), fourth)
+    assert len(_control_trials(fourth)) == 3
+
+
+def test_an_uncalibrated_record_is_not_relied_on(compose: Any, tmp_path: Path) -> None:
+    from orchestrator.campaign import calibration
+    from orchestrator.spec.sweep import resolve_arms
+
+    cfg = compose([*FAST, "protocol.aa_arm=true"])
+    key = calibration.key_of(cfg, resolve_arms(cfg), {"kind": "cpu", "name": "cpu"})
+    rec = calibration.Calibration(key, 0.0, False, 0.01, [0.98, 1.0], 3, "command_startup",
+                                  "process", "old")
+    calibration.store_dir().mkdir(parents=True, exist_ok=True)
+    (calibration.store_dir() / f"{key}.json").write_text(json.dumps(
+        {"version": calibration.VERSION, **rec.__dict__, "at": __import__("time").time()}))
+    got, why = calibration.reusable(cfg, key)
+    assert got is None and "not calibrated" in why

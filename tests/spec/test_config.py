@@ -28,10 +28,12 @@ def test_every_conf_file_composes(compose: Any) -> None:
     families = ("command", "synthetic", "muon_tp", "own_offset")
     sweep_family = {"example_delay": "command", "planted_command": "command",
                     "planted_client": "command", "nanogpt_delay": "command",
+                    "planted_startup": "command",
                     "calibrate": "synthetic", "tp_mode": "muon_tp", "own_offset": "own_offset"}
     # a command sweep varies its own example's params
     command_example = {"example_delay": "command_example", "planted_command": "command_busy",
-                       "planted_client": "command_client", "nanogpt_delay": "nanogpt_client"}
+                       "planted_client": "command_client", "nanogpt_delay": "nanogpt_client",
+                       "planted_startup": "command_startup"}
     needs_cwd = ("nanogpt_cpu", "nanogpt_client")
 
     def family(workload: str) -> str:
