@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.results import atomic_write_json
+from orchestrator.core.sanitize import user_store
 from orchestrator.spec.config import Config
 from orchestrator.spec.sweep import ResolvedArm
 
@@ -44,11 +45,7 @@ VERSION = 1
 
 
 def store_dir() -> Path:
-    env = os.environ.get(STORE_VAR)
-    if env:
-        return Path(env).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "orchestrator" / "calibration"
+    return user_store("calibration", STORE_VAR)
 
 
 def _cpu_model() -> str:

@@ -579,3 +579,14 @@ def parse_steps(lines: Iterable[str], pattern: str | None = None, *,
             "with named groups (step, step_time_ms|step_time_s|time+unit)"
         )
     return out
+
+
+def lines_covering(records: Sequence[StepRecord], steps: int) -> int:
+    """The fewest leading records whose steps add up to at least ``steps`` (all of them when
+    they do not): an interval line counts as its k steps."""
+    total = 0
+    for i, r in enumerate(records):
+        if total >= steps:
+            return i
+        total += r.steps
+    return len(records)

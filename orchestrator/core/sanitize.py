@@ -486,13 +486,19 @@ def _text_files(root: Path) -> list[Path]:
                   and not p.name.endswith(".tmp") and caches not in p.parents)
 
 
-def private_root() -> Path:
-    """Where private, never-shared data of run directories lives (outside every run dir)."""
-    env = os.environ.get(PRIVATE_DIR_VAR)
+def user_store(name: str, env_var: str) -> Path:
+    """A folder of the user's own (``$env_var``, else ``$XDG_CACHE_HOME`` or ``~/.cache``,
+    then ``orchestrator/<name>``), outside every run directory."""
+    env = os.environ.get(env_var)
     if env:
         return Path(env).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "orchestrator" / "private"
+    return Path(cache) / "orchestrator" / name
+
+
+def private_root() -> Path:
+    """Where private, never-shared data of run directories lives (outside every run dir)."""
+    return user_store("private", PRIVATE_DIR_VAR)
 
 
 def run_id(run_dir: str | os.PathLike[str]) -> str:

@@ -53,6 +53,7 @@ from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.platform.flops import DEFINITIONS, EXECUTED, peaks_and_utilization
 from orchestrator.core.logparse import (
+    lines_covering,
     LogParseError,
     MalformedStepLine,
     MissingSetting,
@@ -110,17 +111,6 @@ def warmup_policy(spec: Any, skip: int) -> WarmupPolicy:
                         getattr(spec, "warmup_window", 3), getattr(spec, "warmup_tolerance", 0.05))
 
 
-def _lines_for(records: Sequence[StepRecord], steps: int) -> int:
-    """The fewest leading records whose steps add up to at least ``steps`` (all of them when
-    they do not)."""
-    total = 0
-    for i, r in enumerate(records):
-        if total >= steps:
-            return i
-        total += r.steps
-    return len(records)
-
-
 def check_steps(records: Sequence[StepRecord], skip: int,
                 policy: WarmupPolicy | None = None) -> CheckedSteps:
     """Warm-up and measured records from parsed step lines (pure): at least ``skip`` warm-up
@@ -144,9 +134,9 @@ def check_steps(records: Sequence[StepRecord], skip: int,
     if dups:
         notes.append(f"{dups} repeated step line(s) ignored (several ranks printing?)")
     p = policy or WarmupPolicy("fixed", skip)
-    floor = _lines_for(kept, skip)
+    floor = lines_covering(kept, skip)
     n, settled = warmup_from_series([r.step_time_s for r in kept], WarmupPolicy(
-        p.policy, floor, max(floor, _lines_for(kept, p.max_steps + 1) - 1), p.window,
+        p.policy, floor, max(floor, lines_covering(kept, p.max_steps + 1) - 1), p.window,
         p.tolerance))
     warm, measured = kept[:n], kept[n:]
     if step_count(measured) < MIN_MEASURED:

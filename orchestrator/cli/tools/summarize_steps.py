@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.platform.flops import utilization
-from orchestrator.core.logparse import LogParseError, StepRecord, parse_steps, reported_mfu
+from orchestrator.core.logparse import lines_covering, LogParseError, StepRecord, parse_steps, reported_mfu
 from orchestrator.cli.tools._cli import (MAX_PEAK_TFLOPS, MAX_STEP_TFLOP, ToolError, emit,
                                          make_parser, number, positive_number, run)
 from orchestrator.spec.bounds import Bound
@@ -138,16 +138,6 @@ def _text(s: dict[str, Any], path: str, skipped: int) -> list[str]:
     return lines
 
 
-def _lines_for(records: Sequence[StepRecord], steps: int) -> int:
-    """The fewest leading records that cover at least ``steps`` steps."""
-    total = 0
-    for i, r in enumerate(records):
-        if total >= steps:
-            return i
-        total += r.steps
-    return len(records)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = make_parser("summarize_steps", __doc__ or "")
     p.add_argument("log", help="training log file, or - for stdin")
@@ -213,7 +203,7 @@ def main_args(args: argparse.Namespace) -> int:
     if bad is not None:
         raise ToolError(args.log, f"step {bad.step} has a step time of {bad.step_time_s:g} s; a "
                         "step time must be > 0 (check the log's units or --pattern)")
-    cut = _lines_for(records, args.skip_first)
+    cut = lines_covering(records, args.skip_first)
     kept, skipped = records[cut:], sum(r.steps for r in records[:cut])  # whole lines: >= N
     if not kept:
         total = sum(r.steps for r in records)
