@@ -4,7 +4,9 @@ workload and pairing, reused while it is fresh.
 A campaign that runs the A/A control (``protocol.aa_arm=true``) ends by writing what it found to
 the user's calibration store (``$ORCH_CALIBRATION_DIR``, else ``~/.cache/orchestrator/calibration``,
 outside every run directory): when, the key it holds for, whether the A/A interval covered 1 in
-every scope and how far apart two identical arms were. The key is a hash (no host or user name
+every scope and how far apart two identical arms were, and (one arm per process) the
+baseline's variance components and costs per bucket, from which the next campaign sizes its
+first rounds' trials (campaign.lengths.first_round_plan; used while fresh, A/A arm or not). The key is a hash (no host or user name
 in it) of the machine (this host's name, CPU model and count; on Slurm the partition and the
 device the probe job found), the device kind, the launcher, the pairing the planner chose and
 the baseline arm's resolved workload.
@@ -86,6 +88,9 @@ class Calibration:
     workload: str
     pairing: str
     campaign: str  # the run directory's name (not its path)
+    # one arm per process: the baseline's variance components and costs per bucket (within and
+    # between processes, step time, fixed cost: campaign.lengths), which size the first rounds
+    components: dict[str, dict[str, float]] | None = None
 
     def age_h(self, now: float | None = None) -> float:
         return ((now if now is not None else time.time()) - self.at) / 3600.0
@@ -132,8 +137,22 @@ def reusable(cfg: Config, key: str, now: float | None = None) -> tuple[Calibrati
     return rec, ""
 
 
-def record(cfg: Config, run_dir: Path, key: str, analysis: Any, calibrated: bool) -> None:
-    """After a campaign that ran the A/A arm: its check, filed under ``key``."""
+def components(cfg: Config, key: str, now: float | None = None
+               ) -> tuple[dict[str, dict[str, float]] | None, str]:
+    """(the variance components a fresh record of ``key`` kept, the record's line), or (None,
+    ""): none, stale, or ``calibration_max_age_h=0``. Used whether or not the A/A arm runs: the
+    components describe the machine's noise, not the A/A check."""
+    max_age = float(cfg.protocol.calibration_max_age_h)
+    rec = find(key) if max_age > 0 else None
+    if rec is None or not rec.components or rec.age_h(now) > max_age:
+        return None, ""
+    return rec.components, rec.line(now)
+
+
+def record(cfg: Config, run_dir: Path, key: str, analysis: Any, calibrated: bool,
+           comps: dict[str, dict[str, float]] | None = None) -> None:
+    """After a campaign that ran the A/A arm: its check, filed under ``key`` (``comps``: the
+    variance components per bucket, where the planner could fit them)."""
     if analysis.control is None or not analysis.noise:
         return
     c = analysis.noise.get("mixture") or next(iter(analysis.noise.values()))
@@ -141,7 +160,7 @@ def record(cfg: Config, run_dir: Path, key: str, analysis: Any, calibrated: bool
         return
     rec = Calibration(key, time.time(), calibrated, c.noise_floor,
                       [c.estimate.low, c.estimate.high], c.paired_rounds, cfg.workload.name,
-                      str(cfg.protocol.pairing), run_dir.name)
+                      str(cfg.protocol.pairing), run_dir.name, comps or None)
     try:
         store_dir().mkdir(parents=True, exist_ok=True)
         atomic_write_json(_path(key), {"version": VERSION, **asdict(rec)})

@@ -197,3 +197,69 @@ def read_sizing(run_dir: Path) -> dict[str, Any] | None:
 def read_spending(run_dir: Path) -> list[list[float]] | None:
     got = _plan_section(run_dir, "spending")
     return [[int(r), float(a)] for r, a in got["looks"]] if got is not None else None
+
+
+COMPONENT_FIELDS = ("sigma_within", "sigma_between", "steps", "step_s", "fixed_s")
+
+
+def components_of(planner: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """The variance components per bucket of a :func:`trial_length` record (buckets it could
+    not fit are left out), for a calibration record."""
+    return {b: {k: float(doc[k]) for k in COMPONENT_FIELDS}
+            for b, doc in planner.items()
+            if isinstance(doc, dict) and all(isinstance(doc.get(k), (int, float))
+                                             for k in COMPONENT_FIELDS)}
+
+
+def rounds_at_margin(cfg: Config, comp: paired.Components, n: int) -> int | None:
+    """Rounds (one process per arm each) after which an effect at the protocol's margin
+    (``min_effect``) is resolved, the components holding: a round's contrast of two arms has
+    variance 2 (sigma_b^2 + (pi/2) sigma_w^2 / n); at most the protocol's last round (None:
+    it is not resolved by then)."""
+    p = cfg.protocol
+    cap = max(p.max_rounds, p.repeats)
+    se1 = math.sqrt(2 * (comp.sigma_between ** 2 + (math.pi / 2) * comp.sigma_within ** 2 / n))
+    if se1 <= 0:
+        return p.repeats
+    return paired.rounds_for(math.log1p(p.min_effect), se1, 1, 0, 1 - p.confidence, 0.0,
+                             cap) if cap > 1 else None
+
+
+def first_round_plan(cfg: Config, components: dict[str, dict[str, float]] | None,
+                     source: str) -> tuple[dict[str, int], dict[str, Any]]:
+    """One arm per process: the first rounds' measured steps per bucket by Kalibera and Jones
+    from the start, from the variance components and costs a calibration record of this
+    machine, workload and pairing kept (``source`` names it), and the rounds a decision at the
+    protocol's margin is then expected to take (plan.json's ``first_plan``). Without a record
+    the first rounds run the protocol's window and :func:`trial_length` sizes the next ones."""
+    p = cfg.protocol
+    if p.pairing not in (Pairing.process, Pairing.duet):
+        return {}, {"why": f"pairing={p.pairing}: the cycles planner sizes the rounds after "
+                           "the first look"}
+    if not p.plan_trial_length:
+        return {}, {"why": "protocol.plan_trial_length is off: every round keeps "
+                           "measured_steps / measured_min_s"}
+    if not components:
+        return {}, {"why": "no variance components of this machine, workload and pairing on "
+                           "record yet: the first rounds run the protocol's window; the "
+                           "planner sizes the next rounds from them"}
+    steps: dict[str, int] = {}
+    doc: dict[str, Any] = {"from": source, "buckets": {}}
+    for bucket, fields in components.items():
+        comp = paired.Components(**{k: float(fields[k]) for k in COMPONENT_FIELDS})
+        floor = paired.window_floor(p.measured_steps, p.measured_min_s, comp.step_s)
+        n, why = paired.optimal_steps(comp, min(floor, MAX_MEASURED_STEPS), MAX_MEASURED_STEPS)
+        rounds = rounds_at_margin(cfg, comp, n)
+        per_process_s = comp.fixed_s + n * comp.step_s
+        steps[bucket] = n
+        doc["buckets"][bucket] = {
+            "choice": n, "why": why, **fields,
+            "expected_rounds": rounds, "process_s": round(per_process_s, 3),
+            "rounds_why": (f"an effect at the margin ({100 * p.min_effect:g} %) is resolved "
+                           f"after {rounds} round(s) of one process per arm, the recorded "
+                           "noise holding" if rounds is not None else
+                           f"an effect at the margin ({100 * p.min_effect:g} %) is not "
+                           "expected to be resolved within protocol.max_rounds at this noise")}
+        log.info("planner: %s: first rounds %d measured steps per trial (%s); %s", bucket, n,
+                 why, doc["buckets"][bucket]["rounds_why"])
+    return steps, doc

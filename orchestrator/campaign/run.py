@@ -69,6 +69,8 @@ from orchestrator.campaign.lengths import (
     read_spending,
     rule_for,
     trial_length,
+    components_of,
+    first_round_plan,
 )
 from orchestrator.campaign.load import check_quiet, detected_load, record_machine_load
 from orchestrator.campaign.validate import attention_on_resolved_device
@@ -159,6 +161,7 @@ class Start:
     device: dict[str, Any] | None = None
     # the calibration record relied on instead of an A/A arm (campaign.calibration)
     calibration: dict[str, Any] | None = None
+    first_plan: dict[str, Any] | None = None  # the first rounds' lengths and why (plan.json)
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,7 @@ class CampaignContext:
     # what the campaign predicted it would spend, when, and a budget's stop (plan.json's cost)
     cost_log: list[dict[str, Any]] = field(default_factory=list)
     calibration: dict[str, Any] | None = None  # relied on instead of an A/A arm
+    first_plan: dict[str, Any] | None = None  # the first rounds' lengths and why
 
 
 def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
@@ -207,18 +211,37 @@ def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
                       if pairing_choice == Pairing.duet else {})}
     running = with_control(cfg, arms)
     buckets = selected_buckets(cfg)
+    first_steps, first = _first_plan(cfg, run_dir, arms, device)
     planned = plan_rounds(
         [a.arm_id for a in running], [b["name"] for b in buckets], range(p.repeats),
         reverse_every_other_round=p.reverse_every_other_round, order=p.order, seed=str(p.seed),
+        steps=first_steps,
     )
     check_same_plan(run_dir, json.loads(json.dumps(_plan_doc(
         CampaignContext(cfg, run_dir, arms, running, buckets, planned, [], pairing_doc,
-                        device, calibration=reused)))))
+                        device, calibration=reused, first_plan=first)))))
     done = completed_trials(run_dir)
     provenance.check_resume_environment(cfg, run_dir, list(done.values()))
     machine = None if cfg.launcher.name == "slurm" else check_quiet(cfg)  # Slurm: elsewhere
     return Start(pairing_doc, running, buckets, planned, done, machine,
-                 planned_spending(cfg, run_dir, done), device, reused)
+                 planned_spending(cfg, run_dir, done), device, reused, first)
+
+
+def _first_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
+                device: dict[str, Any]) -> tuple[dict[str, int], dict[str, Any]]:
+    """The first rounds' measured steps per bucket, sized by cost from a calibration record's
+    variance components (lengths.first_round_plan), and plan.json's record of it. A resume
+    follows its plan's."""
+    plan = _read_plan(run_dir)
+    got = plan.get("first_plan")
+    if "trials" in plan:  # a resume: its plan's first rounds, sized or not
+        if not isinstance(got, dict):
+            return {}, {"why": "a resume of a campaign planned without first_plan"}
+        buckets = got.get("buckets") or {}
+        return ({b: int(d["choice"]) for b, d in buckets.items()
+                 if isinstance(d, dict) and d.get("choice")}, got)
+    comps, line = calibration.components(cfg, calibration.key_of(cfg, arms, device))
+    return first_round_plan(cfg, comps, line)
 
 
 def _calibration(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
@@ -269,7 +292,8 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
         record_machine_load(run_dir, start.machine)
     running, buckets, planned = start.running, start.buckets, start.planned
     ctx = CampaignContext(cfg, run_dir, arms, running, buckets, planned, [], start.pairing,
-                          start.device, _earlier_cost_log(run_dir), start.calibration)
+                          start.device, _earlier_cost_log(run_dir), start.calibration,
+                          start.first_plan)
     # first: a campaign stopped from here resumes; a resume's extended spending is written now
     _write_plan(ctx, spending=start.spending)
     # the user's code: each arm's revision in its worktree (source.revision), its state
@@ -436,6 +460,8 @@ def _plan_doc(ctx: CampaignContext, spending: list[list[float]] | None = None,
             "buckets": ctx.buckets,
             "rounds": {"initial": p.repeats, "max": max(p.max_rounds, p.repeats),
                        "adaptive_step": p.adaptive_step_rounds},
+            # the first rounds' trial length by cost (a calibration record's components)
+            **({"first_plan": ctx.first_plan} if ctx.first_plan else {}),
             "adaptive": ctx.adaptive_log,
             "pairing": pairing or {"mode": p.pairing, "why": "set by protocol.pairing"},
             # how the trials run (Slurm: one job per round and bucket, or one allocation)
@@ -578,8 +604,11 @@ def _file_calibration(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
             analysis.calibration_note = str(got.get("line") or "")
         return
     key = calibration.key_of(cfg, arms, plan.get("device_resolved"))
+    comps = None
+    if cfg.protocol.pairing in (Pairing.process, Pairing.duet):  # what sizes the first rounds
+        comps = components_of(trial_length(cfg, run_dir, analysis)[1])
     calibration.record(cfg, run_dir, key, analysis,
-                       not aa_calibration(analysis, cfg.protocol.aa_alpha))
+                       not aa_calibration(analysis, cfg.protocol.aa_alpha), comps)
 
 
 def _read_plan(run_dir: Path) -> dict[str, Any]:

@@ -77,8 +77,8 @@ def sized_steps(sizing: dict[str, Any] | None) -> dict[str, int]:
 def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
                 buckets: Sequence[dict[str, Any]], planned: list[PlannedTrial],
                 launcher: Launcher, done: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """Run the pilots not yet on disk, size ``planned`` in place (trials whose length the
-    planner has not set) and return plan.json's ``sizing`` record (None: nothing to size)."""
+    """Run the pilots not yet on disk, size ``planned`` in place (trials the planner has not
+    set longer) and return plan.json's ``sizing`` record (None: nothing to size)."""
     if not needs_sizing(cfg, running):
         return None
     p = cfg.protocol
@@ -114,7 +114,9 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
         if entry.get("measured_steps"):
             steps[name] = int(entry["measured_steps"])
         log.info("sizing: %s: %s", name, entry["why"])
-    planned[:] = [t if t.measured_steps or t.bucket not in steps
+    # the pilot's length is a floor: a planner's longer trials (the first rounds sized by cost
+    # from a calibration record) keep theirs
+    planned[:] = [t if t.bucket not in steps or (t.measured_steps or 0) >= steps[t.bucket]
                   else dataclasses.replace(t, measured_steps=steps[t.bucket]) for t in planned]
     return doc
 
