@@ -66,6 +66,12 @@ class ArmSummary:
     mean_to_median: float | None = None
     charged_steps: int = 0  # recurring steady-state tagged steps counted in the time, all trials
     charged_tags: dict[str, int] = field(default_factory=dict)
+    # which clock timed the ok trials' measured steps (the record's ``timed_by``: "device
+    # events" or "host clock") -> trials; the median of their device/host agreement (None
+    # without device events) and, where none had events, why (e.g. "no device events on cpu")
+    timed_by: dict[str, int] = field(default_factory=dict)
+    device_host_agreement: float | None = None
+    timed_by_why: str = ""
 
 
 @dataclass
@@ -215,6 +221,7 @@ def summarize_arm(
               if isinstance(x, list) and isinstance(d, (dict, list))] \
         if "executes_covers" in ok and "executes" in ok else []
     s.executes_covers = sorted(set.intersection(*covers)) if covers else []
+    _clock_summary(s, ok)
     ids = [str(t) for t in ok["trial_id"]]
     charged, charged_tags = charged or {}, charged_tags or {}
     ratios = []
@@ -231,6 +238,20 @@ def summarize_arm(
         [by_trial.get(t, []) for t in ids], [f"trial {t}" for t in ids], cv_warn=cv_warn
     )
     return s
+
+
+def _clock_summary(s: ArmSummary, ok: pd.DataFrame) -> None:
+    """The clock that timed the ok trials' steps, and how device and host agreed."""
+    if "timed_by" not in ok:
+        return
+    for word in ok["timed_by"]:
+        if isinstance(word, str):
+            s.timed_by[word] = s.timed_by.get(word, 0) + 1
+    agree = (ok["device_host_agreement"].dropna().astype(float)
+             if "device_host_agreement" in ok else [])
+    s.device_host_agreement = stats.median(list(agree)) if len(agree) else None
+    if s.device_host_agreement is None:
+        s.timed_by_why = next((w for w in ok.get("timed_by_why", []) if isinstance(w, str)), "")
 
 
 def paired_rounds(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -218,6 +219,36 @@ def ran_line(analysis: Analysis, most: int = 4) -> str:
     return "; ".join(parts)
 
 
+def clock_line(analysis: Analysis) -> str:
+    """Which clock timed each arm's measured steps (orchestrator.platform.block_timing): the
+    host clock and why where no trial had device events (the CPU), else per arm the clock its
+    trials took and the median ratio of device to host time per step; "" when no record says."""
+    arms = [(a.label, s) for a in analysis.arms for b in analysis.buckets
+            if (s := analysis.summaries.get((b, a.arm_id))) is not None and s.timed_by]
+    if not arms:
+        return ""
+    if all(s.device_host_agreement is None for _, s in arms):
+        why = next((s.timed_by_why for _, s in arms if s.timed_by_why), "")
+        return "host clock" + (f" ({why})" if why else "")
+    parts = []
+    for arm in analysis.arms:  # every bucket's trials of the arm together
+        mine = [s for label, s in arms if label == arm.label]
+        counts: dict[str, int] = {}
+        for s in mine:
+            for w, n in s.timed_by.items():
+                counts[w] = counts.get(w, 0) + n
+        if not counts:
+            continue
+        words = ", ".join(f"{w} in {n} of {sum(counts.values())} trials"
+                          for w, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        ratios = [s.device_host_agreement for s in mine if s.device_host_agreement is not None]
+        ratio = (f", device/host time per step {statistics.median(ratios):.2f}"
+                 if ratios else "")
+        parts.append(f"`{arm.label}`: {words}{ratio}")
+    return ("per block of measured steps, device events where the device was busy throughout, "
+            "else the host clock; " + "; ".join(parts))
+
+
 @dataclass(frozen=True)
 class DecisionsInputs:
     """What decisions.md says of the campaign beside its analysis and verdicts: the sweep and
@@ -288,6 +319,7 @@ def _header_lines(inputs: DecisionsInputs, analysis: Analysis) -> list[str]:
         # what device= resolved to and where: a Slurm compute node's probe job, or this host
         *([f"- device: {inputs.device_line}"] if inputs.device_line else []),
         _protocol_bullet(inputs),
+        *([f"- steps timed by: {line}"] if (line := clock_line(analysis)) else []),
         *([f"- trial processes: {inputs.start_line}"] if inputs.start_line else []),
         # e.g. how Slurm held the nodes
         *([f"- {inputs.launcher_line}"] if inputs.launcher_line else []),

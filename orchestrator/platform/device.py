@@ -30,6 +30,7 @@ from types import ModuleType
 from typing import Any
 
 from orchestrator.platform import fabric
+from orchestrator.platform.block_timing import DeviceTimer
 from orchestrator.core.errors import BackendUnavailable
 
 log = logging.getLogger(__name__)
@@ -601,33 +602,19 @@ def profiler_activities_for(dev: DeviceInfo | str, required: bool = True) -> lis
 # --------------------------------------------------------------------------- device time, memory
 
 
-class DeviceTimer:
-    """The device-side time of one span: two ``Event(enable_timing=True)`` of the device's
-    backend (``torch.cuda.Event``, ``torch.musa.Event``) recorded on the current stream by
-    :meth:`start` and :meth:`stop`; :meth:`elapsed_s` once the device is synchronised
-    (``elapsed_time`` is in milliseconds). The span includes any time the device waited for
-    the host to launch work inside it."""
-
-    def __init__(self, backend: Any) -> None:
-        self._start = backend.Event(enable_timing=True)
-        self._end = backend.Event(enable_timing=True)
-
-    def start(self) -> None:
-        self._start.record()
-
-    def stop(self) -> None:
-        self._end.record()
-
-    def elapsed_s(self) -> float:
-        return float(self._start.elapsed_time(self._end)) / 1000.0
+def event_backend(dev: DeviceInfo) -> Any | None:
+    """The backend whose ``Event(enable_timing=True)`` times spans on ``dev`` (``torch.cuda``,
+    ``torch.musa``: orchestrator.platform.block_timing); None on the CPU or where it has none."""
+    if dev.kind == "cpu":
+        return None
+    backend = _backend(dev.kind)
+    return backend if backend is not None and getattr(backend, "Event", None) is not None else None
 
 
 def device_timer(dev: DeviceInfo) -> DeviceTimer | None:
     """A :class:`DeviceTimer` on a GPU; None on the CPU or where the backend has no events."""
-    if dev.kind == "cpu":
-        return None
-    backend = _backend(dev.kind)
-    if backend is None or getattr(backend, "Event", None) is None:
+    backend = event_backend(dev)
+    if backend is None:
         return None
     try:
         return DeviceTimer(backend)

@@ -3,8 +3,9 @@
 A trial with ``workload.world_size > 1`` runs as that many processes, started by torchrun
 locally or as the tasks of one Slurm job; either way rank, world size, local rank and the
 master address arrive in the standard variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-MASTER_PORT). Every rank times its own steps (device synchronised at step boundaries); rank 0
-gathers them, the step time of a step is the slowest rank's, and the skew between ranks is
+MASTER_PORT). Every rank times its own steps (the device synchronised at step boundaries, or,
+for a GPU's measured steps, at the end of each block timed by device events); rank 0 gathers
+them, the step time of a step is the slowest rank's, and the skew between ranks is
 kept. Only rank 0 writes trial.json and steps.csv.
 """
 
@@ -83,10 +84,11 @@ AGREED_TAGS = ("compile", "autotune", "epoch_boundary", "checkpoint", "validatio
 class StepAgreement:
     """Every decision that changes how many steps a rank runs (the end of the warm-up, which
     steps are excluded, the measured window's time floor) is taken on numbers all ranks share:
-    after each step, one all-reduce (MAX) of [this rank's step time, one flag per tag]. Every
-    rank then sees the slowest rank's step time (the time the analysis uses) and the union of
-    the tags, and decides the same. Called after the step's clock stops: its cost is outside
-    the timed window (``bench/overhead.py --world-size 2`` measures it)."""
+    after each step (or each block of steps timed by device events: :meth:`many`), one
+    all-reduce (MAX) of [this rank's step time, one flag per tag] per step. Every rank then
+    sees the slowest rank's step time (the time the analysis uses) and the union of the tags,
+    and decides the same. Called after the step's clock stops: its cost is outside the timed
+    window (``bench/overhead.py --world-size 2`` measures it)."""
 
     def __init__(self, device: Any) -> None:
         import torch
@@ -98,20 +100,37 @@ class StepAgreement:
 
     def __call__(self, step_time_s: float, tags: list[str]) -> tuple[float, list[str]]:
         """(the slowest rank's time of this step, the union of the ranks' tags)."""
+        return self.many([step_time_s], [tags])[0]
+
+    def many(self, step_times_s: list[float],
+             tags: list[list[str]]) -> list[tuple[float, list[str]]]:
+        """:meth:`__call__` for several steps in one all-reduce: a block of steps timed by
+        device events is agreed on after its end synchronisation, never inside it."""
         t0 = time.perf_counter()
-        vals = [float(step_time_s)] + [0.0] * len(AGREED_TAGS)
-        for tag in tags:
-            slot = AGREED_TAGS.index(tag) if tag in AGREED_TAGS else len(AGREED_TAGS) - 1
-            vals[1 + slot] = 1.0
-        self._buf.copy_(self._torch.tensor(vals, dtype=self._torch.float64))
-        self._dist.all_reduce(self._buf, op=self._dist.ReduceOp.MAX)
-        got = self._buf.tolist()
-        agreed = list(tags)
-        for slot, name in enumerate(AGREED_TAGS):
-            if got[1 + slot] > 0 and vals[1 + slot] == 0:  # another rank's tag
-                agreed.append(name)
+        width = 1 + len(AGREED_TAGS)
+        vals = [0.0] * (width * len(step_times_s))
+        for i, (t, step_tags) in enumerate(zip(step_times_s, tags)):
+            vals[i * width] = float(t)
+            for tag in step_tags:
+                slot = AGREED_TAGS.index(tag) if tag in AGREED_TAGS else len(AGREED_TAGS) - 1
+                vals[i * width + 1 + slot] = 1.0
+        if len(vals) == self._buf.numel():
+            buf = self._buf
+            buf.copy_(self._torch.tensor(vals, dtype=self._torch.float64))
+        else:
+            buf = self._torch.tensor(vals, dtype=self._torch.float64, device=self._buf.device)
+        self._dist.all_reduce(buf, op=self._dist.ReduceOp.MAX)
+        got = buf.tolist()
+        out = []
+        for i, step_tags in enumerate(tags):
+            agreed = list(step_tags)
+            for slot, name in enumerate(AGREED_TAGS):
+                at = i * width + 1 + slot
+                if got[at] > 0 and vals[at] == 0:  # another rank's tag
+                    agreed.append(name)
+            out.append((float(got[i * width]), agreed))
         self.cost_s.append(time.perf_counter() - t0)
-        return float(got[0]), agreed
+        return out
 
 
 def gather_nodes(ctx: DistContext) -> Optional[list[int]]:
@@ -173,9 +192,10 @@ def summary(ctx: DistContext, skew_measured_s: list[float],
         "world_size": ctx.world_size,
         "dist_backend": ctx.backend,
         "step_time_definition": "per step, the slowest rank's time (ranks synchronised at step "
-                                "boundaries by the device sync and one small all-reduce, outside "
-                                "the timed window, that makes every rank take the same warm-up, "
-                                "exclusion and stopping decisions)",
+                                "boundaries, or at the end of a block of measured steps timed "
+                                "by device events, by the device sync and one small all-reduce, "
+                                "outside the timed window, that makes every rank take the same "
+                                "warm-up, exclusion and stopping decisions)",
         "rank_skew_median_s": statistics.median(skew_measured_s) if skew_measured_s else None,
         "rank_skew_max_s": max(skew_measured_s) if skew_measured_s else None,
         "slowest_rank_counts": counts,

@@ -4,12 +4,15 @@ orchestrator's way, the trainer built once per process, and the trial record of 
 steps (steps.csv, FLOPs and utilization, memory, the recipe's facts).
 
 Recipes never time themselves: warm-up steps are run and excluded, the device is synchronised
-at every step boundary, each step's wall time, data wait, loss and tokens are kept raw in
-steps.csv so trimming can be redone in analysis.
+at every step boundary (on a GPU, measured steps run in blocks timed by device events, one
+synchronisation at each block's end, each block timed by the clock that bounds its steps:
+orchestrator.platform.block_timing), each step's time, data wait, loss and tokens are kept
+raw in steps.csv so trimming can be redone in analysis.
 """
 
 from __future__ import annotations
 
+import math
 import platform
 import statistics
 import sys
@@ -26,6 +29,7 @@ from orchestrator.core.results import excluded_tags, trial_record, write_csv
 from orchestrator.platform import compile_stats
 from orchestrator.platform import device as devmod
 from orchestrator.platform import distributed as distmod
+from orchestrator.platform.block_timing import DEVICE_EVENTS, HOST_CLOCK, BlockTimer
 from orchestrator.platform.flops import trial_flops
 from orchestrator.platform.interference import CpuWindow
 from orchestrator.spec.jobs import TrialSpec
@@ -64,8 +68,9 @@ def _mad(values: list[float]) -> float:
 
 
 class Stepper:
-    """Runs and times one training step at a time, the orchestrator's way: the host-speed
-    reference before the clock starts, the device synchronised at the step boundary, the
+    """Runs and times training steps the orchestrator's way: the host-speed reference before
+    the clock starts, the device synchronised at the step boundary (:meth:`step`), or a block
+    of steps timed by device events with one synchronisation at its end (:meth:`block`), the
     recipe's tags and any compile activity noted, and (distributed) the slowest rank's time and
     every rank's tags agreed on after the clock stopped."""
 
@@ -88,48 +93,109 @@ class Stepper:
         self.compiled_before = compile_stats.activity()
         # GPU: the device-side span of train_step (Event timing), beside the host's times
         self.timer = devmod.device_timer(dev)
+        # GPU: measured steps in blocks timed by events (no host sync inside a block)
+        backend = devmod.event_backend(dev)
+        # where blocks is None: why the host clock times every step
+        self.host_why = (f"no device events on {dev.kind}" if backend is None
+                         else "protocol.clock=cpu" if spec.clock == "cpu"
+                         else "the host-speed reference runs before every step" if self.ref_on
+                         else "")
+        self.blocks = (BlockTimer(backend, lambda: devmod.synchronize(dev), lambda: self.clock())
+                       if not self.host_why else None)
+        self.block_count = 0
+        self.launched = 0  # steps launched (a block's rows are kept at its end)
         self.rows: list[dict[str, Any]] = []
         self.losses: list[Any] = []
         self.first_step_at: float | None = None
         devmod.synchronize(dev)
 
     def step(self, **fields: Any) -> tuple[float, list[str], dict[str, Any]]:
-        """(the time decisions use, the agreed tags, the row) of one step; the caller sets the
-        row's phase. ``fields`` go into the row (e.g. the arm and block)."""
-        clock, i = self.clock, len(self.rows)
+        """(the time decisions use, the agreed tags, the row) of one step, the device
+        synchronised at its end; the caller sets the row's phase. ``fields`` go into the row
+        (e.g. the arm and block)."""
         ref_s = self.ref() if self.ref is not None else None  # outside the timed window
+        timer = self.timer
+        t0, t1, t_launched, batch, loss = self._launch(timer)
+        devmod.synchronize(self.dev)
+        t2 = self.clock()
+        tags = self._tags()
+        decide_s, tags = self.agree(t2 - t0, tags) if self.agree is not None else (t2 - t0, tags)
+        row = self._row(t2 - t0, t1 - t0, batch, tags, fields)
+        if ref_s is not None:
+            row["reference_s"] = ref_s
+        if timer is not None:  # read after the clock stopped (the device is synchronised)
+            row["host_launch_s"], row["device_time_s"] = t_launched - t1, timer.elapsed_s()
+        self.rows.append(row)
+        self.losses.append(loss)
+        return decide_s, tags, row
+
+    def block(self, n: int, **fields: Any) -> list[tuple[float, list[str], dict[str, Any]]]:
+        """:meth:`step` for ``n`` steps. With device events (a GPU) they run as one block: an
+        event at each step boundary, no synchronisation until the block's end, each step timed
+        by the clock that bounds the block (orchestrator.platform.block_timing), the host's
+        time kept beside it (``host_step_s``), the ranks' agreement taken after the end."""
+        bt = self.blocks
+        if bt is None:  # the CPU: synchronised step by step, as ever
+            return [self.step(**fields) for _ in range(n)]
+        bt.begin()
+        ran = []
+        for _ in range(n):
+            t0, t1, t_launched, batch, loss = self._launch(None)
+            bt.mark()
+            ran.append((t1 - t0, t_launched - t1, batch, loss, self._tags()))
+        times = bt.end()
+        own, word = times.step_s, times.timed_by
+        agreed = (self.agree.many(own, [r[4] for r in ran]) if self.agree is not None
+                  else [(t, r[4]) for t, r in zip(own, ran)])
+        out = []
+        for j, ((wait_s, launch_s, batch, loss, _), (decide_s, tags)) in enumerate(
+                zip(ran, agreed)):
+            row = self._row(own[j], wait_s, batch, tags, fields)
+            row.update(host_step_s=times.host_step_s[j], host_launch_s=launch_s,
+                       device_time_s=times.device_step_s[j], timed_by=word,
+                       device_block=self.block_count)
+            self.rows.append(row)
+            self.losses.append(loss)
+            out.append((decide_s, tags, row))
+        self.block_count += 1
+        return out
+
+    def _launch(self, timer: Any) -> tuple[float, float, float, Any, Any]:
+        """One step's batch and launch, no synchronisation: (start, batch in hand, launch
+        returned, the batch, the loss)."""
+        clock, first = self.clock, self.launched == 0
+        self.launched += 1
         t0 = clock()
         if self.first_step_at is None:
             self.first_step_at = time.time()
         batch = next(self.batches)
         t1 = clock()
-        timer = self.timer
         if timer is not None:
             timer.start()
         loss = self.trainer.train_step(batch)
-        if i == 0:  # e.g. workload.model.compile.visit_buckets: the other buckets' shapes
+        if first:  # e.g. workload.model.compile.visit_buckets: the other buckets' shapes
             self.trainer.visit_shapes()
         if timer is not None:
             timer.stop()
-            t_launched = clock()  # the host is done launching; the device may still run
-        devmod.synchronize(self.dev)
-        t2 = clock()
+        t_launched = clock()  # the host is done launching; the device may still run
+        return t0, t1, t_launched, batch, loss
+
+    def _tags(self) -> list[str]:
+        """The step's tags, read after its clock stopped: the recipe's, and ``compile``."""
         tags = list(self.trainer.step_tags())
         compiled_now = compile_stats.activity()  # this step compiled or recompiled: not steady
         if compiled_now != self.compiled_before:
             self.compiled_before = compiled_now
             if "compile" not in tags:
                 tags.append("compile")
-        decide_s, tags = self.agree(t2 - t0, tags) if self.agree is not None else (t2 - t0, tags)
-        row = {"step": i, "phase": "", "step_time_s": t2 - t0, "data_wait_s": t1 - t0,
-               "tokens": self.trainer.tokens_per_step, "samples": self.trainer.samples_per_step,
-               "batch_index": getattr(batch, "index", i), "tags": ";".join(tags), **fields,
-               **({"reference_s": ref_s} if self.ref is not None else {})}
-        if timer is not None:  # read after the clock stopped (the device is synchronised)
-            row["host_launch_s"], row["device_time_s"] = t_launched - t1, timer.elapsed_s()
-        self.rows.append(row)
-        self.losses.append(loss)
-        return decide_s, tags, row
+        return tags
+
+    def _row(self, step_s: float, wait_s: float, batch: Any, tags: list[str],
+             fields: dict[str, Any]) -> dict[str, Any]:
+        i = len(self.rows)
+        return {"step": i, "phase": "", "step_time_s": step_s, "data_wait_s": wait_s,
+                "tokens": self.trainer.tokens_per_step, "samples": self.trainer.samples_per_step,
+                "batch_index": getattr(batch, "index", i), "tags": ";".join(tags), **fields}
 
     def finish(self, ctx: Any) -> dict[str, Any]:
         """After the last timed step: losses read, and (distributed) every rank's step times
@@ -158,6 +224,21 @@ class Stepper:
                                [who[i] for i in measured_idx],
                                self.agree.cost_s if self.agree is not None else None,
                                nodes, [across[i] for i in measured_idx])
+
+
+def window_block(st: Stepper, measured_n: int, measured_s: float, steps: int, min_s: float,
+                 cap: int) -> int:
+    """How many steps the next :meth:`Stepper.block` of a one-arm trial's measured window
+    runs: one where steps are synchronised one by one (the CPU: the window ends on the very
+    step that fills it); with device events, the rest of ``steps``, then the steps the time
+    floor ``min_s`` still needs at the pace so far (at most ``cap`` in all)."""
+    if st.blocks is None:
+        return 1
+    if measured_n < steps:
+        return steps - measured_n
+    pace = measured_s / measured_n if measured_n else 0.0
+    need = math.ceil((min_s - measured_s) / pace) if pace > 0 else 1
+    return max(1, min(need, cap - measured_n))
 
 
 def build_trainer(spec: TrialSpec, worker: Any) -> tuple[Any, Any, float]:
@@ -237,7 +318,7 @@ def measured_record(b: Built, base: dict[str, Any], arm: ArmSteps, **more: Any) 
     rows = arm.rows
     peak, peak_source, mem_more = _memory_fields(dev, arm.memory, "pairing" in more)
     measured = [r["step_time_s"] for r in rows if r["phase"] == "measured"]
-    mem_more = {**mem_more, **_device_time_fields(rows)}
+    mem_more = {**mem_more, **_device_time_fields(rows), **clock_fields(st, rows)}
     median = statistics.median(measured)
     # one-off cost: warm-up steps and the steps that compiled (excluded from the steady state)
     warmup = [r["step_time_s"] for r in rows if r["phase"] == "warmup"
@@ -314,6 +395,30 @@ def _device_time_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     return {"device_time_median_s": statistics.median(r["device_time_s"] for r in timed),
             "host_launch_median_s": statistics.median(r["host_launch_s"] for r in timed)}
+
+
+def clock_fields(st: Stepper, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which clock timed the measured steps, why, and how the two clocks agreed: the device's
+    events where the device was busy for a whole block, the host's clock where the host was
+    the bottleneck (per block; the trial's word is the one most of its blocks took), or the
+    host's clock where there are no device events (the CPU)."""
+    timed = [r for r in rows if r["phase"] == "measured" and "timed_by" in r]
+    if not timed:
+        return {"timed_by": HOST_CLOCK, "timed_by_why": st.host_why,
+                "device_host_agreement": None, "device_block_steps": None}
+    blocks: dict[int, str] = {r["device_block"]: r["timed_by"] for r in timed}
+    sizes = [sum(1 for r in rows if r.get("device_block") == b) for b in blocks]
+    by_device = sum(1 for w in blocks.values() if w == DEVICE_EVENTS)
+    word = DEVICE_EVENTS if 2 * by_device >= len(blocks) else HOST_CLOCK
+    device = statistics.median(r["device_time_s"] for r in timed)
+    host = statistics.median(r["host_step_s"] for r in timed)
+    ms = (f"device {device * 1e3:.3g} ms per step, host {host * 1e3:.3g} ms to launch one "
+          f"(medians of {len(timed)} measured steps)")
+    why = (f"{by_device} of {len(blocks)} blocks device-bound: {ms}" if 0 < by_device < len(blocks)
+           else f"{'device' if by_device else 'host'}-bound: {ms}")
+    return {"timed_by": word, "timed_by_why": why,
+            "device_host_agreement": device / host if host > 0 else None,
+            "device_block_steps": max(sizes), "device_blocks": len(blocks)}
 
 
 def _utilization(b: Built, flops: float | None, median: float) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from orchestrator.worker.timing import (
     build_trainer,
     interference_fields,
     measured_record,
+    window_block,
 )
 
 
@@ -30,40 +31,16 @@ def measure_one(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) 
         return measure_external(spec, base, worker.trainer(spec.bucket))
     trainer, batches, build_s = build_trainer(spec, worker)
     policy = spec.warmup()
-    # time-based floor on the measured window (protocol.measured_min_s): short steps get more
-    # of them, up to a cap. Distributed: every decision below that changes how many steps run
-    # is taken on the numbers all ranks agree on after each step (distmod.StepAgreement)
-    min_s = spec.measured_min_s
-    cap = max(spec.measured_steps, MAX_MEASURED_STEPS) if min_s > 0 else spec.measured_steps
-    # a bound on tagged (excluded) steps, so a recipe that tags every step cannot loop forever
-    max_steps = policy.max_steps + 3 * spec.measured_steps + cap + 10
-    warm_times: list[float] = []
-    warm_done, settled = warmup_complete(warm_times, policy)
-    measured_n = 0
-    cs_start = cs_warm = compile_stats.snapshot()
-    warm_snapped = False
-    window = CpuWindow()
+    cs_start = compile_stats.snapshot()
     st = Stepper(spec, worker, trainer, batches)
-    measured_s = 0.0
-    while measured_n < spec.measured_steps or (measured_s < min_s and measured_n < cap):
-        if len(st.rows) >= max_steps:
-            raise RuntimeError(
-                f"{len(st.rows)} steps run but only {measured_n} of {spec.measured_steps} "
-                "measured: the recipe tags too many steps for exclusion")
-        if warm_done and not warm_snapped:  # compile counters at the end of the warm-up
-            cs_warm, warm_snapped = compile_stats.snapshot(), True
-            window.start()  # other processes' CPU time over the measured steps
-        decide_s, tags, row = st.step()
-        if tags:
-            row["phase"] = "excluded"
-        elif not warm_done:
-            row["phase"] = "warmup"
-            warm_times.append(decide_s)
-            warm_done, settled = warmup_complete(warm_times, policy)
-        else:
-            row["phase"] = "measured"
-            measured_n += 1
-            measured_s += decide_s
+    # Distributed: every decision below that changes how many steps run is taken on the
+    # numbers all ranks agree on (distmod.StepAgreement)
+    win = _Window(spec, policy)
+    warm_times, settled = win.warm_up(st)
+    cs_warm = compile_stats.snapshot()
+    window = CpuWindow()
+    window.start()  # other processes' CPU time over the measured steps
+    win.measure(st)
     cs_end = compile_stats.snapshot()
     interference = interference_fields(window, worker.world_size)
     dist_fields = st.finish(worker.group)
@@ -73,3 +50,49 @@ def measure_one(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) 
                                      interference, dist_fields, close=True))
 
 
+class _Window:
+    """One arm's steps in this process: the warm-up, step by step (it decides after each),
+    then the measured window, ``measured_steps`` at least and, with protocol.measured_min_s,
+    that much measured time (short steps get more of them, up to a cap); on a GPU the
+    measured steps run in blocks timed by device events (orchestrator.worker.timing)."""
+
+    def __init__(self, spec: TrialSpec, policy: Any) -> None:
+        self.spec, self.policy = spec, policy
+        self.min_s = spec.measured_min_s
+        self.cap = (max(spec.measured_steps, MAX_MEASURED_STEPS) if self.min_s > 0
+                    else spec.measured_steps)
+        # a bound on tagged (excluded) steps, so a recipe that tags every step cannot loop forever
+        self.max_steps = policy.max_steps + 3 * spec.measured_steps + self.cap + 10
+
+    def check_bound(self, st: Stepper, measured_n: int) -> None:
+        if len(st.rows) >= self.max_steps:
+            raise RuntimeError(
+                f"{len(st.rows)} steps run but only {measured_n} of {self.spec.measured_steps} "
+                "measured: the recipe tags too many steps for exclusion")
+
+    def warm_up(self, st: Stepper) -> tuple[list[float], bool]:
+        warm_times: list[float] = []
+        done, settled = warmup_complete(warm_times, self.policy)
+        while not done:
+            self.check_bound(st, 0)
+            decide_s, tags, row = st.step()
+            if tags:
+                row["phase"] = "excluded"
+            else:
+                row["phase"] = "warmup"
+                warm_times.append(decide_s)
+                done, settled = warmup_complete(warm_times, self.policy)
+        return warm_times, settled
+
+    def measure(self, st: Stepper) -> None:
+        steps, n, got_s = self.spec.measured_steps, 0, 0.0
+        while n < steps or (got_s < self.min_s and n < self.cap):
+            self.check_bound(st, n)
+            for decide_s, tags, row in st.block(window_block(st, n, got_s, steps, self.min_s,
+                                                             self.cap)):
+                if tags:
+                    row["phase"] = "excluded"
+                else:
+                    row["phase"] = "measured"
+                    n += 1
+                    got_s += decide_s
