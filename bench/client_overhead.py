@@ -9,7 +9,7 @@ that pairs two arms by steps. Printed per step:
 - inside a campaign, all included: the calls plus each block's round trip to the channel
   (one per ``block_steps + switch_warmup_steps`` steps), i.e. the wall time a trainer loses;
 - inside the timed window: what the client adds to every measured step time (the clock reads
-  and the device check), the bias a measurement could carry (the same for every arm).
+  alone: no device sync), the bias a measurement could carry (the same for every arm).
 
     .venv/bin/python bench/client_overhead.py [--steps 20000] [--block-steps 3]
 """

@@ -1,14 +1,14 @@
 """Your own training loop, paired by steps: the few calls a trainer makes so that a campaign can
 switch arms between its steps (``protocol.pairing=steps`` for a ``command`` workload).
 
-Standard library only at import time (torch is looked up, never imported, when a step's window
+Standard library only at import time (torch is looked up, never imported, when a block's end
 synchronises the device)::
 
     from orchestrator import client
 
     for step in client.steps(max_iters):          # in a campaign: as many as the plan needs
         knobs = client.params({"attn": "sdpa"})    # this arm's values; read it every step
-        with client.timed():                       # one step; the device synchronised at both ends
+        with client.timed():                       # this step's work (no device sync here)
             loss = train_step(batch, knobs)
         client.report(loss=loss)                   # optional; read outside the timed window
 
@@ -33,6 +33,17 @@ orchestrator can decide ahead (a whole number of cycles), so most steps see no m
 one-line note of which block starts. Which params the trainer read goes with them, so a
 param declared switchable but never read, or read but not declared, is refused instead of
 measuring the same code twice.
+
+Timing keeps the trainer's overlap: no window synchronises the device. The device (CUDA or
+MUSA, where torch has started it) is synchronised once at each block's boundary, the end of
+one block and the start of the next, before the block's times are read. Within the block the
+host's clock times each window on the CPU; on a GPU each window is timed by two device events
+recorded on the current stream at its ends (created once, reused block after block), read
+after the block's sync. A step's time is the sum of its windows between two ``steps()``
+iterations: with gradient accumulation, each micro-batch may have its own ``timed()`` window,
+and they add up to the one step; a window opened inside another is part of it and counts once.
+Every rank sends its own times; the orchestrator takes a step's slowest rank's as its time
+and keeps every rank's beside it (rank 0's among them), the skew and the slowest rank.
 """
 
 from __future__ import annotations
@@ -66,39 +77,37 @@ class ClientError(RuntimeError):
     told the reason before this is raised, so the trial's record carries it)."""
 
 
-def _sync() -> None:
-    """Wait for the device's queued work (CUDA or MUSA, where torch has started it)."""
+def _device() -> Any:
+    """The device module torch has started (``torch.cuda``, else ``torch.musa``), None when
+    neither is (then the host's clock times the windows and nothing is synchronised)."""
     torch = sys.modules.get("torch")
     if torch is None:
-        return
+        return None
     cuda = getattr(torch, "cuda", None)
     if cuda is not None and cuda.is_initialized():
-        cuda.synchronize()
+        return cuda
     musa = getattr(torch, "musa", None)
     if musa is not None and getattr(musa, "is_initialized", lambda: False)():
-        musa.synchronize()
+        return musa
+    return None
 
 
 class _Timed:
-    """``with client.timed():`` around one step's work."""
+    """``with client.timed():`` around a step's work (or one micro-batch's)."""
 
-    __slots__ = ("_session", "_t0")
+    __slots__ = ("_session",)
 
     def __init__(self, session: _Session | None) -> None:
         self._session = session
-        self._t0 = 0.0
 
     def __enter__(self) -> _Timed:
         if self._session is not None:
-            _sync()
-            self._t0 = time.perf_counter()
+            self._session.window_begin()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        s = self._session
-        if s is not None:
-            _sync()
-            s.timed_s(time.perf_counter() - self._t0)
+    def __exit__(self, *exc: object) -> None:
+        if self._session is not None:
+            self._session.window_end()
 
 
 class _Session:
@@ -116,12 +125,19 @@ class _Session:
         self.left = 0  # its steps still to run
         self.arm = ""
         self.values: dict[str, Any] = {}
-        self.rows: list[list[Any]] = []  # this block's [seconds, loss, tags] per step
+        # this block's [seconds, loss, tags, first event] per step: seconds on the host's
+        # clock (0.0 where device events time its windows), its first event's index or -1
+        self.rows: list[list[Any]] = []
         self.batch: list[dict[str, Any]] = []  # the blocks of this batch still to run
         self.done_blocks: list[list[Any]] | None = None  # [block, rows] run in this batch
         self.row: list[Any] | None = None
         self.read: set[str] = set()
         self.done = False
+        self.depth = 0  # timed windows open (one inside another counts once)
+        self.t0 = 0.0  # the host's clock at the outermost open window's start
+        self.dev: Any = None  # the device module whose events time the windows (None: host)
+        self.events: list[Any] = []  # its timing events, reused block after block
+        self.used = 0  # the events recorded in this block
 
     def _send(self, msg: dict[str, Any]) -> None:
         self.sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
@@ -148,17 +164,21 @@ class _Session:
         """Before each step: close the last one; at a block's end start the next block of the
         batch (telling the orchestrator which, without waiting), and at a batch's end hand its
         steps over and take the next batch. False when the plan is done."""
+        if self.depth:
+            raise self.fail(f"step {self.block}:{len(self.rows) - 1} ended with its "
+                            "client.timed() window open: close it (client.end()) in the step")
         if self.row is not None and self.row[0] is None:
             raise self.fail(f"step {self.block}:{len(self.rows) - 1} had no client.timed() "
                             "window: wrap each step's work in `with client.timed():`")
         while self.left == 0:
+            self._settle()  # the block's end and the next one's start: the one device sync
             if self.done_blocks is not None:
                 self.done_blocks.append([self.block, self.rows])
             if self.batch:  # the next block of this batch: no reply awaited
                 self._start(self.batch.pop(0))
                 self.sock.sendall(b'{"op":"at","rank":%d,"block":%d}\n' % (self.rank, self.block))
                 continue
-            reports = [[b, [[t, _number(loss), tags] for t, loss, tags in rows]]
+            reports = [[b, [[t, _number(loss), tags] for t, loss, tags, _ in rows]]
                        for b, rows in self.done_blocks or ()]
             reply = self._call({"op": "next", "rank": self.rank, "blocks": reports,
                                 "read": sorted(self.read)})
@@ -168,7 +188,7 @@ class _Session:
             self.done_blocks, self.batch = [], list(reply["blocks"])
             self._start(self.batch.pop(0))
         self.left -= 1
-        self.row = [None, None, ""]
+        self.row = [None, None, "", -1]
         self.rows.append(self.row)
         return True
 
@@ -177,10 +197,63 @@ class _Session:
         self.arm, self.values = str(blk["arm"]), dict(blk["params"])
         self.rows = []
 
-    def timed_s(self, seconds: float) -> None:
-        if self.row is None:
-            raise self.fail("client.timed() outside the client.steps() loop")
-        self.row[0] = seconds if self.row[0] is None else self.row[0] + seconds
+    def _settle(self) -> None:
+        """At a block's boundary: wait for the device's queued work, then add each step's
+        windows timed by device events to its seconds (the events are free again)."""
+        dev = self.dev if self.dev is not None else _device()
+        if dev is None:
+            return
+        dev.synchronize()
+        self.dev = dev
+        if not self.used:
+            return
+        ev, marked = self.events, [row for row in self.rows if row[3] >= 0]
+        for k, row in enumerate(marked):  # a step's events run up to the next step's first
+            stop = marked[k + 1][3] if k + 1 < len(marked) else self.used
+            row[0] += sum(ev[i].elapsed_time(ev[i + 1]) for i in range(row[3], stop, 2)) / 1e3
+        self.used = 0
+
+    def _event(self) -> Any:
+        """The next of this block's device events (one more is made only when a block records
+        more than any before it)."""
+        i = self.used
+        if i == len(self.events):
+            self.events.append(self.dev.Event(enable_timing=True))
+        self.used = i + 1
+        return self.events[i]
+
+    def window_begin(self) -> None:
+        """A timed window opens (one inside an open window only deepens it)."""
+        if self.depth == 0:
+            row = self.row
+            if row is None:
+                raise self.fail("client.timed() outside the client.steps() loop")
+            if self.dev is None:  # torch may start the device after the block's start
+                self.dev = _device()
+            if self.dev is not None:
+                if row[3] < 0:
+                    row[3] = self.used
+                self._event().record()
+            else:
+                self.t0 = time.perf_counter()
+        self.depth += 1
+
+    def window_end(self) -> None:
+        """A timed window closes; the outermost adds its time to the step's."""
+        if self.depth == 0:  # client.end() with no window open
+            return
+        self.depth -= 1
+        if self.depth:
+            return
+        row = self.row
+        assert row is not None  # a window opens only in a step, and the step outlasts it
+        if self.dev is not None:
+            self._event().record()
+            if row[0] is None:
+                row[0] = 0.0  # the events' time is added at the block's end
+        else:
+            dt = time.perf_counter() - self.t0
+            row[0] = dt if row[0] is None else row[0] + dt
 
     def params(self, defaults: dict[str, Any]) -> dict[str, Any]:
         if self.row is None:
@@ -336,29 +409,26 @@ def arm() -> str:
 
 
 def timed() -> _Timed:
-    """``with client.timed():`` around one step's work (forward, backward, optimizer step):
-    the device is synchronised at both ends and the time goes to the step's record. Outside a
-    campaign it does nothing."""
+    """``with client.timed():`` around a step's work (forward, backward, optimizer step): its
+    time goes to the step's record, with no device sync (module docstring). Several windows in
+    one step (a micro-batch each) add up to the step's time; a window inside another counts
+    once. Outside a campaign it does nothing."""
     return _Timed(_current())
-
-
-_open: _Timed | None = None
 
 
 def begin() -> None:
     """The start of a step's timed window, for a loop whose step body you would rather not
     re-indent under ``with client.timed():`` (then :func:`end` closes it)."""
-    global _open
-    _open = _Timed(_current())
-    _open.__enter__()
+    s = _current()
+    if s is not None:
+        s.window_begin()
 
 
 def end() -> None:
-    """The end of the window :func:`begin` opened (the device synchronised first)."""
-    global _open
-    if _open is not None:
-        _open.__exit__(None, None, None)
-        _open = None
+    """The end of the window :func:`begin` opened."""
+    s = _current()
+    if s is not None:
+        s.window_end()
 
 
 def report(loss: Any = None, tags: str = "") -> None:

@@ -10,6 +10,9 @@ tests). ``--mode``:
 - ``stop_early``: leaves the client.steps() loop after --at steps and exits 0;
 - ``dist``: torch.distributed (gloo) ranks, each step ``units`` all_reduces: ranks that left
   lockstep would run different numbers of collectives and fail;
+- ``ddp``: a tiny model trained by torch.distributed (gloo) ranks: the ranks meet at a barrier
+  before each step's window (outside it), then forward, backward, the gradients all-reduced,
+  an SGD step and ``units`` of work inside it; the loss reported as a tensor;
 - ``stray``: as ``ok``, but first a helper process that inherited the environment connects to
   the client channel twice as rank 0 (once raw, with no token; once through the client, with
   the token it inherited) and leaves; after the loop, a child prints whether it sees
@@ -23,13 +26,17 @@ tests). ``--mode``:
 The channel may be a Unix socket's path or ``tcp://HOST:PORT`` (``ORCH_CLIENT``); the helpers
 connect to either. ``--slow-rank R --slow-ms M``: rank R (``RANK``) sleeps M ms more at the end
 of each step's timed window (in ``ok`` mode the ranks meet only at the client's batch ends, so
-rank R's windows are the slower ones).
+rank R's windows are the slower ones). ``--ranks N``: this script starts itself N times as
+the ranks of one group on this machine (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT, as torchrun sets them, without torchrun's agent and its start-up) and exits with
+the first non-zero exit code of theirs.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -114,6 +121,62 @@ def long_line(mib: int) -> None:
         pass
 
 
+def spawn_ranks(n: int) -> int:
+    """Run this script's other arguments as ``n`` ranks on this machine; the first non-zero
+    exit code (the others then stopped), else 0."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    i = sys.argv.index("--ranks")
+    argv = [sys.executable, __file__, *sys.argv[1:i], *sys.argv[i + 2:]]
+    procs = [subprocess.Popen(argv, env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r),
+                                         "WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
+                                         "MASTER_PORT": str(port)}) for r in range(n)]
+    while True:
+        codes = [p.poll() for p in procs]
+        bad = [c for c in codes if c]
+        if bad or all(c == 0 for c in codes):
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+            return bad[0] if bad else 0
+        time.sleep(0.05)
+
+
+def ddp(args: argparse.Namespace, slow_s: float) -> None:
+    """The ``ddp`` mode's loop (module docstring)."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)  # its SGD by hand: torch.optim takes seconds to import
+    x, y = torch.randn(32, 16), torch.randn(32, 1)
+    world = dist.get_world_size()
+    for step in client.steps(args.steps):
+        units = client.params({"units": args.units})["units"]
+        dist.barrier()  # the ranks meet here, outside the window
+        with client.timed():
+            model.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    assert p.grad is not None
+                    dist.all_reduce(p.grad)
+                    p -= 0.01 * p.grad / world
+            work(units)
+            if slow_s:
+                time.sleep(slow_s)
+        client.report(loss=loss.detach())
+        print(f"step {step} | arm {client.arm()} | units {units} | rank {dist.get_rank()}",
+              flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", default="ok")
@@ -126,12 +189,18 @@ def main() -> int:
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-ms", type=float, default=0.0)
     ap.add_argument("--until-dropped", action="store_true", help="silent: wait until dropped")
+    ap.add_argument("--ranks", type=int, default=0, help="start this many ranks of this script")
     args = ap.parse_args()
+    if args.ranks:
+        return spawn_ranks(args.ranks)
     slow_s = args.slow_ms / 1e3 if int(os.environ.get("RANK", "0")) == args.slow_rank else 0.0
     if args.mode == "stray":
         stray_helper()
     if args.mode == "silent":
         silent_helper(args.until_dropped)
+    if args.mode == "ddp":
+        ddp(args, slow_s)
+        return 0
     if args.mode == "no_client":
         for step in range(args.steps):
             t0 = time.perf_counter()

@@ -9,9 +9,14 @@ up one step at a time to its own steady state, then cycles of one block per arm 
 protocol's order, each block ``switch_warmup_steps`` excluded steps and ``block_steps``
 measured ones, until every arm has its measured steps and seconds (an even number of cycles).
 So the ranks switch at the same step, and the decision is taken once. A step's time is its
-slowest rank's ``client.timed()`` window (the device synchronised at both ends), as for the
-in-process recipes; every rank's times are kept beside it (``step_time_rank<r>_s``, rank 0's
-among them), with the rank skew and which rank was slowest.
+slowest rank's ``client.timed()`` windows (each rank's windows of the step summed; the client
+synchronises the device at block boundaries only, :mod:`orchestrator.client`), as for the
+in-process recipes; every rank's times are kept beside it in steps.csv
+(``step_time_rank<r>_s``, rank 0's among them), with the rank skew (``rank_skew_s``, slowest
+minus fastest) and which rank was slowest (``slowest_rank``). The arm's record has the
+distributed fields of an in-process trial (:func:`orchestrator.platform.distributed.summary`:
+``world_size``, ``rank_skew_median_s``, ``rank_skew_max_s``, ``slowest_rank_counts``,
+``step_time_definition``) and each rank's median (``step_time_rank_medians_s``).
 
 The channel is a Unix socket in a temporary directory (``ORCH_CLIENT`` names its path) for a
 command on one machine. For one whose ranks span machines, the launcher sets
@@ -46,6 +51,7 @@ from orchestrator.core import blocks
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.core.results import INFRA_STATUS, Status, excluded_tags, trial_record, write_csv
 from orchestrator.core.steady import warmup_complete
+from orchestrator.platform import distributed as distmod
 from orchestrator.worker import nodes
 from orchestrator.worker.bootstrap import start_worker
 from orchestrator.worker.external import (
@@ -450,7 +456,6 @@ def ok_paired_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], a
         peak = (size, f"{source} (the paired command, all arms)")
     n_tokens, tokens_source = tokens or (trainer.tokens_per_step, trainer.tokens_source)
     useful = trainer.useful_flops_per_step()
-    skews = [r["rank_skew_s"] for r in measured if "rank_skew_s" in r]
     excluded = sum(1 for r in rows if r["phase"] == "excluded")
     return trial_record(
         **{**own, "measured_steps": len(times)},
@@ -470,7 +475,27 @@ def ok_paired_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], a
         nonfinite_loss_steps=[s for s, v in losses if not math.isfinite(v)],
         warmup_excess_s=sum(warm) - len(warm) * median,
         blocks=[{"cycle": c, "median_s": m} for c, m in sorted(meds.items())],
-        **({"rank_skew_median_s": statistics.median(skews)} if skews else {}),
+        **rank_fields(measured, plan.ranks),
         **(declared_utilization(spec, trainer, useful, median) if useful is not None else {}),
         **more,
     )
+
+
+CLIENT_STEP_TIME = ("per step, the slowest rank's client.timed() windows (each rank's windows "
+                    "of the step summed; the device synchronised at block boundaries, the "
+                    "windows timed by device events on a GPU, by the host's clock otherwise)")
+
+
+def rank_fields(measured: list[dict[str, Any]], ranks: list[int]) -> dict[str, Any]:
+    """The distributed fields of an arm's record from its measured rows: an in-process
+    distributed trial's (the command's backend and threads are its own: None), and each
+    rank's median step time; {} for one rank."""
+    if len(ranks) < 2 or not measured or "rank_skew_s" not in measured[0]:
+        return {}
+    ctx = distmod.DistContext(rank=0, world_size=len(ranks), local_rank=0, backend="",
+                              threads_per_rank=None)
+    out = distmod.summary(ctx, [r["rank_skew_s"] for r in measured],
+                          [r["slowest_rank"] for r in measured])  # ranks 0..world-1
+    return {**out, "dist_backend": None, "step_time_definition": CLIENT_STEP_TIME,
+            "step_time_rank_medians_s": {r: statistics.median(x[f"step_time_rank{r}_s"]
+                                                              for x in measured) for r in ranks}}
