@@ -112,6 +112,11 @@ class CommandLogConfig:
     # read this file (template, relative to cwd) instead of the command's stdout+stderr
     file: Optional[str] = None
     skip_steps: Optional[int] = None  # warm-up step lines skipped by count; None = protocol.warmup_steps
+    # the trainer logs one line per this many steps, averaged over them (Megatron-LM's
+    # --log-interval, torchtitan's metrics.log_freq): the first line's steps; later lines' come
+    # from their step numbers. None = the first line covers the steps since 0 (a run resumed
+    # from a checkpoint needs it; orchestrator.core.logparse)
+    log_interval: Optional[int] = None
 
 
 @workload_schema
@@ -153,6 +158,11 @@ class CommandWorkloadConfig(WorkloadConfig):
     switchable: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
+        li = self.log.log_interval
+        if li is not None and (isinstance(li, bool) or not isinstance(li, int) or li < 1):
+            raise ConfigError("workload.log.log_interval",
+                              f"must be a whole number of steps >= 1 (got {li!r}); give your "
+                              "trainer's logging interval, or leave it unset")
         if self.flops_per_step is not None:
             check_positive("workload.flops_per_step", self.flops_per_step)
         if not self.command.strip():

@@ -118,7 +118,8 @@ class CommandTrainer(TrainerHooks):
     def parse(self, lines: list[str]) -> list[StepRecord]:
         # torchtitan's tps needs the tokens of a step and the devices (core/logparse.py)
         return parse_steps(lines, self.workload.log.pattern, tokens_per_step=self.tokens_per_step,
-                           world_size=self.workload.world_size)
+                           world_size=self.workload.world_size,
+                           log_interval=self.workload.log.log_interval)
 
     def skip_steps(self, warmup_steps: int) -> int:
         skip = self.workload.log.skip_steps

@@ -107,8 +107,29 @@ def test_alternated_arms_name_a_missing_setting(tmp_path: Path) -> None:
 
 def test_the_command_recipe_gives_torchtitan_its_tokens_and_devices() -> None:
     workload = SimpleNamespace(tokens_per_step=TOKENS, world_size=WORLD, params={}, command="x",
-                               cwd=None, env={}, log=SimpleNamespace(pattern=None, skip_steps=None))
+                               cwd=None, env={}, log=SimpleNamespace(pattern=None, skip_steps=None,
+                                                             log_interval=None))
     bucket = SimpleNamespace(name="b", seq_len=4096, micro_batch=1)
     trainer = CommandTrainer(workload, bucket, "cpu")  # type: ignore[arg-type]
     recs = trainer.parse([titan(1, 9.0, 4096 / 16.0), titan(10, 8.0, 4096 / 0.5)])
     assert [(r.step, r.step_time_s, r.steps) for r in recs] == [(1, 16.0, 1), (10, 0.5, 9)]
+
+
+def test_a_resumed_megatron_run_takes_its_log_interval_from_the_workload() -> None:
+    """A run resumed at iteration 100 logs its first line at 110: without workload.log.
+    log_interval that line would be 110 steps; with it, its 10."""
+    from recipes.command.config import CommandLogConfig, CommandWorkloadConfig
+    from orchestrator.core.errors import ConfigError
+
+    lines = [megatron(110, 520.0, 8.0), megatron(120, 500.0, 7.9), megatron(130, 510.0, 7.8)]
+    bucket = SimpleNamespace(name="b", seq_len=4096, micro_batch=1)
+    for interval, first in ((None, 110), (10, 10)):
+        workload = CommandWorkloadConfig(command="{python} t.py",
+                                         log=CommandLogConfig(log_interval=interval))
+        workload.validate()
+        recs = CommandTrainer(workload, bucket, "cpu").parse(lines)  # type: ignore[arg-type]
+        assert [r.steps for r in recs] == [first, 10, 10]
+        assert [round(r.step_time_s, 3) for r in recs] == [0.52, 0.5, 0.51]
+    with pytest.raises(ConfigError, match="workload.log.log_interval"):
+        CommandWorkloadConfig(command="{python} t.py",
+                              log=CommandLogConfig(log_interval=0)).validate()
