@@ -42,7 +42,8 @@ def run_microbenchmarks(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                 planned.append(PlannedTrial(microbench_trial_id(b["name"], a.arm_id, rnd), pos,
                                             rnd, b["name"], a.arm_id))
                 pos += 1
-    settings = {"name": sweep.microbench, "calls": CALLS, "warmup_calls": WARMUP_CALLS}
+    settings = {"name": sweep.microbench, "calls": CALLS, "warmup_calls": WARMUP_CALLS,
+                "graph": bool(sweep.microbench_graph)}
     specs = [dataclasses.replace(s, kind="microbench", microbench=dict(settings))
              for s in make_specs(cfg, run_dir, list(arms), planned, pair=False) if s.trial_id not in done]
     if not specs:

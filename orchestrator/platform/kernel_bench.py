@@ -14,6 +14,13 @@ stopped.
 
 On the CPU the same loop runs with host timing, and the buffer is sized from the largest CPU
 cache ``/sys`` reports.
+
+With ``graph=True`` (a sweep's ``microbench_graph``) the op is captured once into a CUDA graph
+after its warm-up calls (on a side stream, as ``torch.cuda.graph`` wants) and each timed call is
+a replay, so launch overhead leaves the figure as it would under a trainer that replays graphs
+(``torch.compile(mode="reduce-overhead")``). An op that cannot be captured (a host sync, a
+dynamic shape, an allocation the capture refuses) is timed eagerly, and the record says why
+(``call_mode``); so is a device without CUDA graphs (the CPU, MUSA here).
 """
 
 from __future__ import annotations
@@ -90,6 +97,7 @@ class KernelTiming:
     rel_se: float  # the median's relative standard error when it stopped
     stopped_by: str  # "spread" | "time cap" | "call cap"
     clock: str  # "device events" | "host clock around a synchronisation"
+    mode: str  # "eager" | "graph replay" | "eager (graph replay ...: why not)"
     flush_bytes: int
     cache_bytes: int | None
     cache_source: str
@@ -124,11 +132,12 @@ def _quantile(sorted_times: list[float], q: float) -> float:
 
 def bench(fn: Callable[[], Any], dev: devmod.DeviceInfo, *, warmup_calls: int = 3,
           min_calls: int = 10, max_calls: int = 1000, target_rel_se: float = 0.005,
-          time_cap_s: float = 2.0, flush: bool = True,
-          clock: Callable[[], float] = time.perf_counter) -> KernelTiming:
+          time_cap_s: float = 2.0, flush: bool = True, graph: bool = False,
+          clock: Callable[[], float] = time.perf_counter, cuda: Any = None) -> KernelTiming:
     """Time ``fn`` call by call (see the module): at least ``min_calls``, then until the
     median's relative standard error is below ``target_rel_se``, ``time_cap_s`` of wall time
-    has passed, or ``max_calls``."""
+    has passed, or ``max_calls``. ``graph``: time replays of a CUDA graph of ``fn`` where it
+    can be captured (``cuda``: the module that captures, ``torch.cuda`` by default)."""
     import torch
 
     cache = device_cache(dev)
@@ -137,6 +146,10 @@ def bench(fn: Callable[[], Any], dev: devmod.DeviceInfo, *, warmup_calls: int = 
     for _ in range(warmup_calls):
         fn()
     devmod.synchronize(dev)
+    mode = "eager"
+    if graph:
+        fn, mode = graphed(fn, dev, cuda if cuda is not None else torch.cuda)
+        devmod.synchronize(dev)
     events = devmod.device_timer(dev) is not None
     times: list[float] = []
     t_end = clock() + time_cap_s
@@ -154,7 +167,29 @@ def bench(fn: Callable[[], Any], dev: devmod.DeviceInfo, *, warmup_calls: int = 
     return KernelTiming(times, {f"p{round(q * 100)}": _quantile(ordered, q) for q in QUANTILES},
                         rel_se_of_median(times), stopped,
                         "device events" if events else "host clock around a synchronisation",
-                        nbytes, cache.bytes, cache.source)
+                        mode, nbytes, cache.bytes, cache.source)
+
+
+def graphed(fn: Callable[[], Any], dev: devmod.DeviceInfo, cuda: Any
+            ) -> tuple[Callable[[], Any], str]:
+    """(what to time, the mode): the replay of a CUDA graph of ``fn`` (captured after a few
+    calls on a side stream, as ``torch.cuda.graph`` asks), or ``fn`` itself with why not."""
+    if dev.kind != "cuda":
+        return fn, f"eager (graph replay not offered on {dev.kind}: CUDA graphs only)"
+    try:
+        side = cuda.Stream()
+        side.wait_stream(cuda.current_stream())
+        with cuda.stream(side):
+            for _ in range(3):
+                fn()
+        cuda.current_stream().wait_stream(side)
+        g = cuda.CUDAGraph()
+        with cuda.graph(g):
+            fn()
+    except Exception as exc:  # noqa: BLE001 - not capturable: timed eagerly, and said so
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return fn, f"eager (graph capture failed: {type(exc).__name__}: {first[:200]})"
+    return g.replay, "graph replay"
 
 
 def _batch(fn: Callable[[], Any], dev: devmod.DeviceInfo, buf: Any, n: int, events: bool,

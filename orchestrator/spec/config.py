@@ -495,10 +495,10 @@ class SweepConfig:
     # what a profile must show for this sweep to be worth running (EVIDENCE_KINDS): advise
     # ranks the sweep by the Amdahl bound of that share of the step. [] = declares none
     evidence: list[str] = field(default_factory=list)
-    # a microbenchmark of the one operation the knob changes (a recipe's MICROBENCHMARKS name,
-    # e.g. attention: the op alone, forward and backward, at each bucket's shapes); run for
-    # every arm, its direction is checked against the end-to-end verdict. None = no check
+    # a microbenchmark of the op the knob changes (a recipe's MICROBENCHMARKS name, e.g. attention,
+    # fwd+bwd at each bucket's shapes), run per arm: its direction vs the verdict. None = none
     microbench: Optional[str] = None
+    microbench_graph: bool = False  # time CUDA graph replays of it where it can be captured
 
 
 # --------------------------------------------------------------------------- launcher

@@ -41,6 +41,7 @@ def run_microbench(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
                                 min_calls=int(m.get("calls", 10)),
                                 max_calls=int(m.get("max_calls", 1000)),
                                 target_rel_se=float(m.get("target_rel_se", 0.005)),
-                                time_cap_s=float(m.get("time_cap_s", 2.0)))
+                                time_cap_s=float(m.get("time_cap_s", 2.0)),
+                                graph=bool(m.get("graph", False)))
     return trial_record(**base, status=Status.OK, microbench=name, **timing.fields(),
                         device={"kind": dev.kind, "name": dev.name, "count": dev.count})

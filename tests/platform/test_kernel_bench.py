@@ -92,3 +92,67 @@ def test_a_time_cap_ends_a_noisy_kernel_and_the_flush_runs_on_the_cpu() -> None:
                    time_cap_s=0.5, clock=clock)
     assert got.stopped_by == "time cap" and 10 <= len(got.times_s) < 10_000
     assert got.flush_bytes == kb.flush_bytes(kb.cpu_cache())
+
+
+class _FakeCuda:
+    """torch.cuda's graph API as kernel_bench.graphed uses it: a capture records the calls made
+    under ``graph(g)``; ``g.replay`` repeats them."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.fail, self.capturing, self.replays = fail, False, 0
+
+    def Stream(self) -> Any:  # noqa: N802 - torch's name
+        return SimpleNamespace(wait_stream=lambda other: None)
+
+    def current_stream(self) -> Any:
+        return SimpleNamespace(wait_stream=lambda other: None)
+
+    def stream(self, s: Any) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def CUDAGraph(self) -> Any:  # noqa: N802
+        fake = self
+
+        class Graph:
+            def replay(self) -> None:
+                fake.replays += 1
+
+        return Graph()
+
+    def graph(self, g: Any) -> Any:
+        import contextlib
+
+        fake = self
+
+        @contextlib.contextmanager
+        def capture() -> Any:
+            if fake.fail is not None:
+                raise fake.fail
+            fake.capturing = True
+            yield
+            fake.capturing = False
+
+        return capture()
+
+
+def test_graph_replay_on_request_and_why_not() -> None:
+    """sweep.microbench_graph: the op captured once, each timed call a replay; an op the
+    capture refuses, or a device without CUDA graphs, timed eagerly with the reason."""
+    gpu = devmod.DeviceInfo("cuda", 0, "cuda:0", 1)
+    calls: list[bool] = []
+    cuda = _FakeCuda()
+    fn, mode = kb.graphed(lambda: calls.append(cuda.capturing), gpu, cuda)
+    assert mode == "graph replay" and calls == [False, False, False, True]  # 3 on a side stream
+    fn()
+    fn()
+    assert cuda.replays == 2 and len(calls) == 4  # replays, not calls of the op
+    bad = _FakeCuda(RuntimeError("operation not permitted when stream is capturing\nmore"))
+    fn, mode = kb.graphed(lambda: None, gpu, bad)
+    assert mode == ("eager (graph capture failed: RuntimeError: operation not permitted when "
+                    "stream is capturing)")
+    got = kb.bench(lambda: sum(range(100)), CPU, min_calls=10, max_calls=20, flush=False,
+                   graph=True)
+    assert got.mode == "eager (graph replay not offered on cpu: CUDA graphs only)"
+    assert got.fields()["call_mode"] == got.mode and len(got.times_s) >= 10
