@@ -135,9 +135,24 @@ def check_steps(records: Sequence[StepRecord], skip: int,
         notes.append(f"{dups} repeated step line(s) ignored (several ranks printing?)")
     p = policy or WarmupPolicy("fixed", skip)
     floor = lines_covering(kept, skip)
+    # a warm-up found from the steps never eats into the steps to measure: the command was
+    # asked for the fixed warm-up and the window; past that it is "not settled", not a failure
+    room, tail = 0, 0  # the most warm-up lines that leave MIN_MEASURED steps
+    for i in range(len(kept) - 1, -1, -1):
+        tail += kept[i].steps
+        if tail >= MIN_MEASURED:
+            room = i
+            break
+    room = max(room, floor)
+    cap = max(floor, min(lines_covering(kept, p.max_steps + 1) - 1, room))
     n, settled = warmup_from_series([r.step_time_s for r in kept], WarmupPolicy(
-        p.policy, floor, max(floor, lines_covering(kept, p.max_steps + 1) - 1), p.window,
-        p.tolerance))
+        p.policy, floor, cap, p.window, p.tolerance))
+    if p.policy == "auto" and n >= cap > floor and cap == room:
+        settled = False
+        notes.append(f"the step times had not settled after {step_count(kept[:n])} warm-up "
+                     f"step(s), the most the command's {step_count(kept)} steps allow while "
+                     f"leaving {MIN_MEASURED} to measure: ask it for more steps "
+                     "(protocol.warmup_steps, or a longer window)")
     warm, measured = kept[:n], kept[n:]
     if step_count(measured) < MIN_MEASURED:
         raise LogProblem(

@@ -50,3 +50,20 @@ def test_a_series_that_never_settles_stops_at_the_cap() -> None:
 def test_fixed_drops_the_count() -> None:
     times = [9.0] * 5 + [1.0] * 20
     assert warmup_from_series(times, WarmupPolicy("fixed", 3)) == (3, True)
+
+
+def test_a_warmup_longer_than_asked_for_never_fails_the_trial() -> None:
+    """A command asked for its 3 warm-up and 10 measured steps whose compile ran 8 steps: the
+    detected warm-up stops where MIN_MEASURED steps are left, unsettled and said so, instead of
+    failing the trial (a failed arm would be rejected on a harness problem)."""
+    from orchestrator.core.logparse import StepRecord
+    from orchestrator.worker.external import MIN_MEASURED, check_steps
+
+    times = [9.0] * 8 + [4.0, 2.0] + [1.0] * 3  # 13 lines: still slowing down after 10
+    recs = [StepRecord(step=i + 1, step_time_s=t) for i, t in enumerate(times)]
+    got = check_steps(recs, 3, AUTO)
+    assert sum(r.steps for r in got.measured) == MIN_MEASURED and len(got.warmup) == 10
+    assert got.warmup_settled is False and any("had not settled" in n for n in got.notes)
+    # the fixed policy is unchanged: its count only
+    fixed = check_steps(recs, 3, WarmupPolicy("fixed", 3))
+    assert len(fixed.warmup) == 3 and fixed.warmup_settled is True
