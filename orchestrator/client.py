@@ -181,7 +181,9 @@ class _Session:
             reports = [[b, [[t, _number(loss), tags] for t, loss, tags, _ in rows]]
                        for b, rows in self.done_blocks or ()]
             reply = self._call({"op": "next", "rank": self.rank, "blocks": reports,
-                                "read": sorted(self.read)})
+                                "read": sorted(self.read),
+                                "clock": "device events" if self.dev is not None
+                                else "host clock"})
             if reply.get("done"):
                 self.done, self.row = True, None
                 return False

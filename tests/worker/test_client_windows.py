@@ -125,6 +125,7 @@ def test_repeated_windows_of_a_step_are_one_step_and_a_nested_one_counts_once(
         clock.tick(1.0)
     rows = plan.rows()
     assert plan.done and len(rows) >= 2 * (2 + 6)
+    assert plan.clocks == {"host clock"}  # what the record's timed_by says (no device)
     assert [r["step_time_s"] for r in rows] == pytest.approx([0.020] * len(rows))
 
 
@@ -146,6 +147,10 @@ def test_the_device_syncs_at_block_boundaries_only_and_events_time_the_windows(
         clock.step += 1
     rows = plan.rows()
     assert plan.done and [r["step_time_s"] for r in rows] == pytest.approx([0.006] * len(rows))
+    from orchestrator.worker.pairing.client import client_clock_fields
+
+    assert plan.clocks == {"device events"}
+    assert client_clock_fields(plan.clocks)["timed_by"] == "device events"
     ends, n = [0], 0
     for blk in plan.blocks:
         n += blk["steps"]

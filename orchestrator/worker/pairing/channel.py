@@ -264,6 +264,8 @@ class Channel:
         with self.cond:
             self.pending.setdefault(batch, {})[rank] = list(msg.get("blocks") or [])
             self.reads.setdefault(batch, set()).update(msg.get("read") or [])
+            if isinstance(msg.get("clock"), str):
+                self.plan.clocks.add(msg["clock"])
             if len(self.pending[batch]) == self.world and self.error is None:
                 try:
                     self.replies[batch] = self.plan.take(self.pending.pop(batch),

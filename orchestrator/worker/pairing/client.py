@@ -103,6 +103,7 @@ class Plan:
         # the command's own step number or None)
         self.raw: list[tuple[Any, ...]] = []
         self.steps = 0
+        self.clocks: set[str] = set()  # what timed the ranks' windows (each batch's report)
         self.ranks: list[int] = [0]  # the ranks that reported (set by the channel)
         self.blocks: list[dict[str, Any]] = []  # per block: arm, kind, cycle, switch steps
         self.cycle = 0
@@ -476,9 +477,24 @@ def ok_paired_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], a
         warmup_excess_s=sum(warm) - len(warm) * median,
         blocks=[{"cycle": c, "median_s": m} for c, m in sorted(meds.items())],
         **rank_fields(measured, plan.ranks),
+        **client_clock_fields(plan.clocks),
         **(declared_utilization(spec, trainer, useful, median) if useful is not None else {}),
         **more,
     )
+
+
+def client_clock_fields(clocks: set[str]) -> dict[str, Any]:
+    """Which clock timed the client's windows, as an in-process trial's record says it
+    (``timed_by``); {} where no rank said (an older client)."""
+    if not clocks:
+        return {}
+    by = "device events" if "device events" in clocks else "host clock"
+    why = ("the client's windows: device events at each window's ends, read after the one "
+           "sync at each block's boundary" if by == "device events" else
+           "the client's windows: the host clock (no device started in the trainer)")
+    if len(clocks) > 1:
+        why += f"; the ranks differed ({', '.join(sorted(clocks))})"
+    return {"timed_by": by, "timed_by_why": why}
 
 
 CLIENT_STEP_TIME = ("per step, the slowest rank's client.timed() windows (each rank's windows "
