@@ -306,6 +306,7 @@ BOUNDS: dict[str, Bound] = {
     "CommandWorkloadConfig.flops_per_step": Bound(0.0, 1e21, lo_open=True,
                                                   why="a zettaFLOP a step"),
     "CommandLogConfig.skip_steps": _steps(),
+    "CommandLogConfig.log_interval": _steps(1),
 }
 
 # what a numeric field missing from BOUNDS gets at run time (a test makes sure none is)
