@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from orchestrator.core import reference as refmod
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.core.records import Status
 from orchestrator.core.results import excluded_tags, trial_record, write_csv
+from orchestrator.core.steady import WarmupPolicy, warmup_complete
 from orchestrator.platform import compile_stats
 from orchestrator.platform import device as devmod
 from orchestrator.platform import distributed as distmod
@@ -239,6 +241,25 @@ def window_block(st: Stepper, measured_n: int, measured_s: float, steps: int, mi
     pace = measured_s / measured_n if measured_n else 0.0
     need = math.ceil((min_s - measured_s) / pace) if pace > 0 else 1
     return max(1, min(need, cap - measured_n))
+
+
+def run_warmup(step: Callable[[], tuple[float, list[str], dict[str, Any]]],
+               check: Callable[[], None], policy: WarmupPolicy) -> tuple[list[float], bool]:
+    """Warm-up steps (``step``: :meth:`Stepper.step` with the caller's fields) until the
+    policy has seen enough: a step the recipe tags is excluded, the others' times feed the
+    rule; ``check`` before each (a bound on the steps run). (their times, settled)."""
+    times: list[float] = []
+    done, settled = warmup_complete(times, policy)
+    while not done:
+        check()
+        decide_s, tags, row = step()
+        if tags:
+            row["phase"] = "excluded"
+        else:
+            row["phase"] = "warmup"
+            times.append(decide_s)
+            done, settled = warmup_complete(times, policy)
+    return times, settled
 
 
 def build_trainer(spec: TrialSpec, worker: Any) -> tuple[Any, Any, float]:

@@ -63,3 +63,10 @@ def write_campaign(
     if commit:
         (run_dir / "source.txt").write_text(f"commit: {commit}\nbranch: main\ndirty: false\n")
     return run_dir
+
+
+def steps_cells(trial_dir: str | Path) -> list[dict[str, str]]:
+    """A trial's steps.csv as one dict of strings per row (the header's names)."""
+    rows = (Path(trial_dir) / "steps.csv").read_text().splitlines()
+    head = rows[0].split(",")
+    return [dict(zip(head, row.split(","))) for row in rows[1:]]

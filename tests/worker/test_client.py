@@ -24,6 +24,7 @@ from orchestrator.spec.sweep import alternates, pairing_obstacle, switch_obstacl
 from orchestrator.worker.trial import run_trial
 from recipes.command.config import CommandWorkloadConfig
 from tests.helpers.launching import in_dir
+from tests.helpers.rundirs import steps_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = "{python} tests/helpers/client_trainer.py --steps {steps} --nan-units 8 --mode "
@@ -309,9 +310,7 @@ def _shape(spec: TrialSpec, arms: list[PairedArm]) -> dict[str, Any]:
     for a in arms:
         r = recs[a.arm_id]
         assert r["status"] == "ok", r.get("error")
-        rows = (Path(a.trial_dir) / "steps.csv").read_text().splitlines()
-        head = rows[0].split(",")
-        cells = [dict(zip(head, row.split(","))) for row in rows[1:]]
+        cells = steps_cells(a.trial_dir)
         out[a.arm_id] = {
             "record": {**{k: r[k] for k in ("status", "pairing", "step_source", "cycles",
                                             "measured_steps_run", "excluded_tags")},
@@ -446,9 +445,7 @@ def test_the_slowest_rank_decides_a_step_time(tmp_path: Path) -> None:
     for a in arms:
         r = _records(arms)[a.arm_id]
         assert r["status"] == "ok", r.get("error")
-        rows = (Path(a.trial_dir) / "steps.csv").read_text().splitlines()
-        head = rows[0].split(",")
-        cells = [dict(zip(head, row.split(","))) for row in rows[1:]]
+        cells = steps_cells(a.trial_dir)
         measured = [c for c in cells if c["phase"] == "measured"]
         for c in cells:  # every step: its time is the slower rank's window
             t0, t1 = float(c["step_time_rank0_s"]), float(c["step_time_rank1_s"])

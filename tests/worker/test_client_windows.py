@@ -21,6 +21,7 @@ from orchestrator import client
 from orchestrator.spec.jobs import PairedArm, TrialSpec
 from orchestrator.worker.pairing.client import Channel, Plan
 from tests.worker.test_client import _paired, _records, _run
+from tests.helpers.rundirs import steps_cells
 
 
 class Clock:
@@ -178,9 +179,7 @@ def test_the_slowest_gloo_rank_sets_the_step_time(tmp_path: Path) -> None:
     for a in arms:
         r = _records(arms)[a.arm_id]
         assert r["status"] == "ok", r.get("error")
-        rows = (Path(a.trial_dir) / "steps.csv").read_text().splitlines()
-        head = rows[0].split(",")
-        cells = [dict(zip(head, row.split(","))) for row in rows[1:]]
+        cells = steps_cells(a.trial_dir)
         measured = [c for c in cells if c["phase"] == "measured"]
         assert len(measured) == r["measured_steps_run"] >= 6
         for c in cells:

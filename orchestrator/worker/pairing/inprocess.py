@@ -11,7 +11,6 @@ from typing import Any
 from orchestrator.core import blocks
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.core.results import INFRA_STATUS, trial_record
-from orchestrator.core.steady import warmup_complete
 from orchestrator.platform import compile_stats
 from orchestrator.platform import device as devmod
 from orchestrator.platform.interference import CpuWindow
@@ -28,6 +27,7 @@ from orchestrator.worker.timing import (
     interference_fields,
     measured_record,
     one_line,
+    run_warmup,
 )
 from recipes.registry import workload_from_dict
 
@@ -120,18 +120,8 @@ class _PairedRun:
 
     def warm_up(self, arm: str) -> None:
         self.trainer.switch(self.workloads[arm])
-        times: list[float] = []
-        done, settled = warmup_complete(times, self.policy)
-        while not done:
-            self.check_bound()
-            decide_s, tags, row = self.st.step(arm_id=arm, block=-1)
-            if tags:
-                row["phase"] = "excluded"
-            else:
-                row["phase"] = "warmup"
-                times.append(decide_s)
-                done, settled = warmup_complete(times, self.policy)
-        self.warm[arm] = (times, settled)
+        self.warm[arm] = run_warmup(lambda: self.st.step(arm_id=arm, block=-1),
+                                    self.check_bound, self.policy)
 
     def warm_up_all(self) -> None:
         for arm in self.ids:

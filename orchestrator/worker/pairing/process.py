@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.core.steady import warmup_complete
 from orchestrator.platform import compile_stats
 from orchestrator.platform.interference import CpuWindow
 from orchestrator.spec.jobs import TrialSpec
@@ -21,6 +20,7 @@ from orchestrator.worker.timing import (
     build_trainer,
     interference_fields,
     measured_record,
+    run_warmup,
     window_block,
 )
 
@@ -71,18 +71,7 @@ class _Window:
                 "measured: the recipe tags too many steps for exclusion")
 
     def warm_up(self, st: Stepper) -> tuple[list[float], bool]:
-        warm_times: list[float] = []
-        done, settled = warmup_complete(warm_times, self.policy)
-        while not done:
-            self.check_bound(st, 0)
-            decide_s, tags, row = st.step()
-            if tags:
-                row["phase"] = "excluded"
-            else:
-                row["phase"] = "warmup"
-                warm_times.append(decide_s)
-                done, settled = warmup_complete(warm_times, self.policy)
-        return warm_times, settled
+        return run_warmup(st.step, lambda: self.check_bound(st, 0), self.policy)
 
     def measure(self, st: Stepper) -> None:
         steps, n, got_s = self.spec.measured_steps, 0, 0.0
