@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,13 @@ def stop_busy(pid: int) -> None:
         pass
 
 
-BUSY_S = 0.5  # how long the neighbour is busy: most of a 0.6 s measured window
+BUSY_STEPS = 20  # how many steps the neighbour is busy for: the test's whole measured window
 
 
 class NoisyNeighbour(SyntheticTrainer):
     """The variant (more work units than the baseline) is the noisy one: from its 3rd step, for
-    BUSY_S seconds, a busy process shares the machine (by time, not steps: a step's length
-    depends on the machine)."""
+    BUSY_STEPS steps, a busy process shares the machine (counted in steps, so that it covers the
+    measured window however long a step takes on this machine)."""
 
     def train_step(self, batch: int) -> float:
         self._n = getattr(self, "_n", 0) + 1
@@ -46,8 +45,8 @@ class NoisyNeighbour(SyntheticTrainer):
         if self._n == 3 and self.units != self.base_units and not marker.exists():
             marker.write_text("busy once")
             self._busy = start_busy(30)
-            self._busy_until = time.monotonic() + BUSY_S
-        if getattr(self, "_busy", None) is not None and time.monotonic() >= self._busy_until:
+            self._busy_until = self._n + BUSY_STEPS
+        if getattr(self, "_busy", None) is not None and self._n > self._busy_until:
             stop_busy(self._busy)
             self._busy = None
         return super().train_step(batch)

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from orchestrator.core.errors import ConfigError
 from orchestrator.launch import device_probe
 from orchestrator.launch.inline import InlineLauncher
 from orchestrator.platform import device as devmod

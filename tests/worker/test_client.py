@@ -315,7 +315,7 @@ def _shape(spec: TrialSpec, arms: list[PairedArm]) -> dict[str, Any]:
             "record": {**{k: r[k] for k in ("status", "pairing", "step_source", "cycles",
                                             "measured_steps_run", "excluded_tags")},
                        "blocks": len(r["blocks"]), "keys": sorted(r)},
-            "columns": head,
+            "columns": list(cells[0]) if cells else [],
             "cycles": [(c["phase"], c["block"], c["prev_arm"]) for c in cells
                        if c["phase"] != "warmup"]}
     return out

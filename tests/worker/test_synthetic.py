@@ -200,7 +200,7 @@ def test_a_trial_measured_under_interference_is_re_run_not_pooled(
     cfg = compose(["workload=synthetic", "+sweep=calibrate", "protocol=quick", "launcher=local",
                    "workload.recipe=tests.helpers.noisy:build", "sweep.values=[0.5]",
                    "sweep.labels=[noisy]", "protocol.repeats=1", "protocol.max_rounds=1",
-                   "protocol.measured_steps=100", "protocol.measured_min_s=0.6",
+                   "protocol.measured_steps=20", "protocol.measured_min_s=0.05",
                    "protocol.warmup_policy=fixed", "protocol.warmup_steps=3"])
     run_campaign(cfg, run_dir)
     recs = {json.loads(p.read_text())["arm_label"]: json.loads(p.read_text())
