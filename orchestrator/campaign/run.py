@@ -305,7 +305,8 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     write_lineage(cfg, run_dir)
     run_gate(cfg, run_dir, arms, buckets, launcher)  # once per campaign, through its launcher
     # a command's trials sized by time from a pilot per bucket (before the first round)
-    sizing = size_trials(cfg, run_dir, running, buckets, planned, launcher, start.done)
+    sizing = size_trials(cfg, run_dir, running, buckets, planned, launcher, start.done,
+                         start.first_plan)
     if sizing is not None:
         _write_plan(ctx, spending=start.spending, sizing=sizing)
     rounds_done = p.repeats

@@ -13,7 +13,9 @@ every trial of the first rounds to
 
 (at least protocol.measured_steps, at most MAX_MEASURED_STEPS; MARGIN leaves room for a
 variant faster than the baseline), the same for every arm, so each trial does the same work.
-Adaptive rounds keep the floor from all trials' step times (campaign.lengths.trial_length). The
+Adaptive rounds keep the floor from all trials' step times (campaign.lengths.trial_length). A
+bucket whose baseline step time a fresh calibration record of this machine, workload and pairing
+holds (plan.json's ``first_plan``, campaign.calibration) is sized from it and runs no pilot. The
 sizing is recorded in plan.json (``sizing``) and said in decisions.md; a resume reads it back
 from the pilot records on disk. A command that does not take ``{steps}`` cannot be sized: the
 record says so and every trial measures what the command runs.
@@ -74,11 +76,25 @@ def sized_steps(sizing: dict[str, Any] | None) -> dict[str, int]:
                                                             ).items() if e.get("measured_steps")}
 
 
+def recorded_step_times(first_plan: dict[str, Any] | None) -> tuple[dict[str, float], str]:
+    """(bucket -> the baseline's step time a fresh calibration record kept, the record's line)
+    from plan.json's ``first_plan`` (campaign.lengths.first_round_plan): those buckets need no
+    pilot. A resume reads the same from its plan, so it runs the pilots its campaign ran."""
+    doc = first_plan or {}
+    got = {b: float(d["step_s"]) for b, d in (doc.get("buckets") or {}).items()
+           if isinstance(d, dict) and _number(d.get("step_s")) and float(d["step_s"]) > 0}
+    return got, str(doc.get("from") or "")
+
+
 def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
                 buckets: Sequence[dict[str, Any]], planned: list[PlannedTrial],
-                launcher: Launcher, done: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+                launcher: Launcher, done: dict[str, dict[str, Any]],
+                first_plan: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Run the pilots not yet on disk, size ``planned`` in place (trials the planner has not
-    set longer) and return plan.json's ``sizing`` record (None: nothing to size)."""
+    set longer) and return plan.json's ``sizing`` record (None: nothing to size). A bucket
+    whose baseline step time a fresh calibration record holds (``first_plan``) is sized from it,
+    without a pilot: the pilot is a whole process (its start-up, compile and warm-up) spent to
+    learn one number the record already has."""
     if not needs_sizing(cfg, running):
         return None
     p = cfg.protocol
@@ -90,8 +106,9 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
             "the command does not take {steps} (or {measured_steps}): its trials cannot be "
             "sized by time and measure what it runs; add --steps {steps} (or your trainer's "
             "flag) to the command")}
+    recorded, source = recorded_step_times(first_plan)
     pilots = [PlannedTrial(pilot_trial_id(b["name"]), -1 - i, 0, b["name"], base.arm_id)
-              for i, b in enumerate(buckets)]
+              for i, b in enumerate(buckets) if b["name"] not in recorded]
     specs = [dataclasses.replace(s, kind="pilot")
              for s in make_specs(cfg, run_dir, [base], pilots, pair=False)]
     todo = [s for s in specs if s.trial_id not in done]
@@ -109,7 +126,9 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
     steps: dict[str, int] = {}
     for b in buckets:
         name = b["name"]
-        entry = sized_bucket(records.get(pilot_trial_id(name), {}), p.measured_steps, target)
+        entry = (sized_from_record(recorded[name], source, p.measured_steps, target)
+                 if name in recorded else
+                 sized_bucket(records.get(pilot_trial_id(name), {}), p.measured_steps, target))
         doc["buckets"][name] = entry
         if entry.get("measured_steps"):
             steps[name] = int(entry["measured_steps"])
@@ -119,6 +138,30 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
     planned[:] = [t if t.bucket not in steps or (t.measured_steps or 0) >= steps[t.bucket]
                   else dataclasses.replace(t, measured_steps=steps[t.bucket]) for t in planned]
     return doc
+
+
+def _steps_for(step_s: float, floor_steps: int, target_s: float, where: str
+               ) -> tuple[int, str]:
+    """The measured steps a trial of ``step_s`` steps needs for ``target_s`` (x MARGIN, at least
+    ``floor_steps``, at most MAX_MEASURED_STEPS) and why; ``where``: whose step time it is."""
+    need = math.ceil(MARGIN * target_s / step_s)
+    n = min(max(need, floor_steps), MAX_MEASURED_STEPS)
+    if n == floor_steps:
+        return n, (f"{floor_steps} steps of {step_s * 1e3:.3g} ms already measure "
+                   f"{floor_steps * step_s:.2f} s >= {target_s:g} s")
+    return n, (f"{n} measured steps per trial: {step_s * 1e3:.3g} ms per step {where}, "
+               f"{n * step_s:.2f} s of steps for measured_min_s {target_s:g} s "
+               f"(x{MARGIN:g} margin)" + (f"; capped at {MAX_MEASURED_STEPS}"
+                                          if need > MAX_MEASURED_STEPS else ""))
+
+
+def sized_from_record(step_s: float, source: str, floor_steps: int, target_s: float
+                      ) -> dict[str, Any]:
+    """One bucket's sizing from the baseline step time a fresh calibration record kept (no
+    pilot ran)."""
+    n, why = _steps_for(step_s, floor_steps, target_s, "on record")
+    return {"pilot": None, "recorded_step_s": step_s, "measured_steps": n,
+            "why": f"{why}; no pilot: the step time is {source or 'a calibration record'}'s"}
 
 
 def sized_bucket(pilot: dict[str, Any], floor_steps: int, target_s: float) -> dict[str, Any]:
@@ -133,16 +176,7 @@ def sized_bucket(pilot: dict[str, Any], floor_steps: int, target_s: float) -> di
         return {"pilot": tid, "measured_steps": None, "pilot_step_s": pilot["step_time_median_s"],
                 "why": f"the pilot {pilot['steps_ignored']}; trials measure what it runs"}
     step_s = float(pilot["step_time_median_s"])
-    need = math.ceil(MARGIN * target_s / step_s)
-    n = min(max(need, floor_steps), MAX_MEASURED_STEPS)
-    if n == floor_steps:
-        why = (f"{floor_steps} steps of {step_s * 1e3:.3g} ms already measure "
-               f"{floor_steps * step_s:.2f} s >= {target_s:g} s")
-    else:
-        why = (f"{n} measured steps per trial: {step_s * 1e3:.3g} ms per step in the pilot, "
-               f"{n * step_s:.2f} s of steps for measured_min_s {target_s:g} s "
-               f"(x{MARGIN:g} margin)" + (f"; capped at {MAX_MEASURED_STEPS}"
-                                          if need > MAX_MEASURED_STEPS else ""))
+    n, why = _steps_for(step_s, floor_steps, target_s, "in the pilot")
     return {"pilot": tid, "pilot_step_s": step_s, "measured_steps": n, "why": why}
 
 
@@ -159,7 +193,8 @@ def sizing_lines(sizing: dict[str, Any] | None, records: Sequence[dict[str, Any]
                  "asked for more steps than that takes and stopped once its round was measured:"]
     else:
         lines = [f"A command is told its step count before it runs, so its trials are sized "
-                 f"from a pilot trial per bucket (never in the statistics) to measure at least "
+                 f"from the baseline's step time (a pilot trial per bucket, never in the "
+                 f"statistics, or a fresh calibration record's) to measure at least "
                  f"protocol.measured_min_s = {sizing['target_s']:g} s of steps:"]
     if sizing.get("why"):
         lines.append(f"- {sizing['why']}")

@@ -130,10 +130,13 @@ def test_the_aa_arm_runs_once_then_a_fresh_calibration_stands_in(
 
     from orchestrator.campaign import calibration
 
-    aa = [*FAST, "protocol.aa_arm=true"]
+    # trials sized by time (a command told its steps): a pilot learns the step time, unless a
+    # fresh record holds it
+    aa = [*FAST, "protocol.aa_arm=true", "protocol.measured_min_s=0.05"]
     first, second, third, fourth = (tmp_path / n for n in ("first", "second", "third", "fourth"))
     run_campaign(compose([*aa, f"run_dir='{first}'"]), first)
     assert len(_control_trials(first)) == 3  # no record yet: the A/A arm ran
+    assert [r["kind"] for r in _records(first)].count("pilot") == 1
     files = list(calibration.store_dir().glob("*.json"))
     assert len(files) == 1 and str(calibration.store_dir()) == os.environ["ORCH_CALIBRATION_DIR"]
     rec = json.loads(files[0].read_text())
@@ -152,12 +155,19 @@ def test_the_aa_arm_runs_once_then_a_fresh_calibration_stands_in(
     sized = plan["first_plan"]["buckets"][bucket]
     assert sized["choice"] >= 5 and "n* = " in sized["why"] or "spread is all step noise" in sized["why"]
     assert plan["first_plan"]["from"].startswith("the calibration of campaign first")
-    assert {t["measured_steps"] for t in plan["trials"] if t["round"] < 3} == {sized["choice"]}
-    assert all(r["measured_steps_run"] >= sized["choice"] for r in _records(second)
+    # ... and its step time sizes the trials without a pilot (the pilot's floor: 7 steps)
+    by_record = plan["sizing"]["buckets"][bucket]
+    assert by_record["pilot"] is None and by_record["recorded_step_s"] == comp["step_s"]
+    assert "no pilot: the step time is the calibration of campaign first" in by_record["why"]
+    n = max(sized["choice"], by_record["measured_steps"])
+    assert {t["measured_steps"] for t in plan["trials"] if t["round"] < 3} == {n}
+    assert all(r["measured_steps_run"] >= n for r in _records(second)
                if r.get("kind") == "timed")
     assert len(_records(second)) == 6 and result.verdicts[0].verdict in ("reject", "inconclusive")
+    assert not (second / "trials" / f"pilot-{bucket}").exists()
     md = (second / "decisions.md").read_text()
     assert "A/A control: not run in this campaign; relying on the calibration of campaign first" in md
+    assert "no pilot: the step time is the calibration of campaign first" in md
     # asked for every campaign, or a stale record: the A/A arm runs again
     run_campaign(compose([*aa, "protocol.calibration_max_age_h=0", f"run_dir='{third}'"]), third)
     assert len(_control_trials(third)) == 3
