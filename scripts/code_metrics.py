@@ -27,7 +27,7 @@ WORDS = {
     "timed", "profile", "microbench", "pilot",
 }
 # the modules that parse those words from text (JSON, configs) into members
-PARSING = {"orchestrator/rundir/records.py"}
+PARSING = {"orchestrator/core/records.py"}
 
 
 def _words(node: ast.AST) -> set[str]:
