@@ -5,13 +5,16 @@
 # are skipped with the reason, and so is a two-node one (scripts/slurm_twonode.sh, network
 # namespaces) for the multi-node tests. ORCH_SLURM=0 skips starting them. First, lint-imports checks that
 # imports run one way (the contracts in pyproject.toml; docs/architecture.md): a broken
-# contract fails the run; then mypy checks orchestrator/ (a type error fails it too).
+# contract fails the run; then mypy checks orchestrator/ (a type error fails it too), and ruff
+# every file for undefined and unused names.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/install_test_deps.sh
 .venv/bin/lint-imports --no-cache
 .venv/bin/mypy orchestrator  # the types the records and the config carry (pyproject's [tool.mypy])
+# names: an undefined or unused one anywhere, tests and benches included (mypy reads orchestrator/)
+.venv/bin/ruff check --quiet --select F821,F811,F401,F841 orchestrator recipes tests bench scripts
 stops=()
 cleanup() { for s in "${stops[@]}"; do bash "scripts/$s.sh" stop || true; done; }
 trap cleanup EXIT
