@@ -107,6 +107,8 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
             "sized by time and measure what it runs; add --steps {steps} (or your trainer's "
             "flag) to the command")}
     recorded, source = recorded_step_times(first_plan)
+    # a resume of a campaign whose pilot ran keeps the pilot's sizing
+    recorded = {b: t for b, t in recorded.items() if pilot_trial_id(b) not in done}
     pilots = [PlannedTrial(pilot_trial_id(b["name"]), -1 - i, 0, b["name"], base.arm_id)
               for i, b in enumerate(buckets) if b["name"] not in recorded]
     specs = [dataclasses.replace(s, kind="pilot")
