@@ -41,7 +41,7 @@ SWITCHABLE: dict[str, tuple[str, ...]] = {
     "gpt": ("workload.model.attention.backend", "workload.model.attention.block_q",
             "workload.model.attention.block_k", "workload.model.attention.sdpa_kernel",
             "workload.model.attention.num_warps", "workload.model.attention.num_stages"),
-    "synthetic": ("workload.extra_work_fraction",),
+    "synthetic": ("workload.extra_work_fraction", "workload.epoch_steps"),
     "muon_tp": ("workload.tp.mode",),
 }
 

@@ -50,7 +50,7 @@ class SyntheticTrainer(TrainerHooks):
         self.planted_fraction = self.units / self.base_units - 1
 
     def switch(self, workload: SyntheticWorkloadConfig) -> None:
-        """Another arm's planted effect, between steps (protocol.pairing=steps)."""
+        """Another arm's planted effect and epoch length, between steps (protocol.pairing=steps)."""
         self.workload = workload
         self._plant(workload.extra_work_fraction)
 
@@ -87,7 +87,7 @@ class SyntheticTrainer(TrainerHooks):
 
 @host_only_recipe  # runs on the host CPU; needs no torch device
 @unprobeable("a calibrated amount of host work per step: no model, optimizer or loss to compare")
-@switchable("workload.extra_work_fraction")
+@switchable("workload.extra_work_fraction", "workload.epoch_steps")
 def build(workload: SyntheticWorkloadConfig, bucket: BucketConfig, device: str) -> SyntheticTrainer:
     return SyntheticTrainer(workload, bucket, device)
 

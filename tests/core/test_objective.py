@@ -59,6 +59,10 @@ def _campaign(compose: Any, run_dir: Path, *extra: str) -> dict[str, Any]:
                    "workload.units_per_token=0.05", "sweep.variable=workload.epoch_steps",
                    "sweep.baseline=0", "sweep.baseline_label=no-boundaries", "sweep.values=[2]",
                    "sweep.labels=[boundary-every-2]", "protocol.measured_steps=12",
+                   # both arms in one process, block by block: a step lasts about a millisecond
+                   # and this machine's speed drifts by a third between trials, which one
+                   # arm per trial (three rounds) cannot tell from the boundaries' cost
+                   "protocol.measured_min_s=0.25", "protocol.pairing=steps",
                    "protocol.max_rounds=3", "protocol.interference_retries=0", *extra])
     campaign.run_campaign(cfg, run_dir)
     (line,) = [json.loads(x) for x in (run_dir / "decisions.jsonl").read_text().splitlines()
