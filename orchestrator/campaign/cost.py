@@ -234,14 +234,22 @@ def predict(cfg: Config, run_dir: Path, planned_left: Sequence[PlannedTrial],
             adaptive_left: int) -> Prediction | None:
     """The range from what timed processes cost so far (None: none has ended yet)."""
     spent = read_spent(run_dir)
-    timed = [s.node_s for s in spent if s.kind == TrialKind.TIMED and s.node_s > 0]
+    ran = [s for s in spent if s.kind == TrialKind.TIMED and s.node_s > 0]
+    timed = [s.node_s for s in ran]
     if not timed:
         return None
     total = sum(s.node_s for s in spent)
     n_left = processes(cfg, planned_left)
-    hi_each = max(timed)
     lo_each, basis = min(timed), f"from {len(timed)} timed process(es) of this campaign"
-    ran = [s for s in spent if s.kind == TrialKind.TIMED and s.node_s > 0]
+    # the campaign's first process also started what every later one finds running (the
+    # launcher's fork server, the page cache's first read of torch): once another has ended,
+    # the dearest of the others sets the upper end. The adaptive rounds' processes start with
+    # every arm's caches filled (compile_cache=arm): the dearest that reused them sets theirs
+    later = [s.node_s for s in ran[1:]] or timed
+    reused = [s.node_s for s in ran if s.fill == "reuses"]
+    hi_each, hi_adaptive = max(later), max(reused or later)
+    if timed[0] > hi_each:
+        basis += "; the upper end leaves out the first process's own start"
     if ran and all(s.fill == "fills" for s in ran):
         # every process so far filled its arm's caches: until an arm's second trial shows what
         # a warm start saves, the low end lets a warm cache skip all of a start-up
@@ -249,7 +257,7 @@ def predict(cfg: Config, run_dir: Path, planned_left: Sequence[PlannedTrial],
         basis += ("; each filled its arm's compile caches, so the low end assumes a warm "
                   "start could skip the whole start-up")
     lo = total + n_left * lo_each
-    hi = total + (n_left + adaptive_left) * hi_each
+    hi = total + n_left * hi_each + adaptive_left * hi_adaptive
     nodes = max((s.nodes for s in spent if s.kind == TrialKind.TIMED), default=1)
     par = max(1, int(getattr(cfg.launcher, "max_parallel", 1) or 1))
     return Prediction(total, lo, hi, (lo - total) / nodes / par, (hi - total) / nodes, (

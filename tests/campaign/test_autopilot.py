@@ -1,5 +1,5 @@
-"""The autopilot end to end on gpt_test: real profiles, campaigns and confirmations in fresh
-processes, two iterations, a SIGKILL in the middle of the first campaign and the resume; the
+"""The autopilot end to end on gpt_test: real profiles, campaigns and confirmations in a process
+of its own, two iterations, a SIGKILL in the middle of the first campaign and the resume; the
 budget stop, the refusal of other settings, and the sweep's baseline moved to the version."""
 
 from __future__ import annotations
@@ -66,7 +66,11 @@ def _steps(auto: Path) -> dict[str, dict[str, Any]]:
 def test_two_iterations_end_to_end_survive_a_kill(tmp_path: Path) -> None:
     assert baseline_main(["--baselines-dir", str(tmp_path / "baselines"), "init", *V0]) == 0
     auto = tmp_path / "auto"
+    # the profiles record one step, without the FLOP window (the 8x8 tiles' thousands of small
+    # ops made each profiled trial 10 to 16 s), and the trials run inside the autopilot's own
+    # process, which is killed and run again (a trial process's start is the launchers' tests')
     cmd = [sys.executable, "-m", "orchestrator.autopilot", "workload=gpt_test", *PROTO,
+           "profile.active_steps=1", "profile.with_flops=false", "launcher=inline",
            "--baselines-dir", str(tmp_path / "baselines"), "--dir", str(auto),
            "--max-campaigns", "2", "--sweeps", str(_tile_sweeps(tmp_path)),
            "--only", "tile64,tile32"]

@@ -101,6 +101,41 @@ def test_node_time_is_accounted_predicted_and_reported(compose: Any, run_dir: Pa
     assert "inside the range" in sec and "| as-is |" in sec and "| slower-5pct |" in sec
 
 
+def test_the_upper_end_leaves_out_the_first_process_own_start(compose: Any,
+                                                              tmp_path: Path) -> None:
+    """The campaign's first process also starts the fork server (measured: 6-8 s against
+    2.4 s for the other arm's first and 1.2-1.5 s for warm starts); the processes left are
+    bounded by the dearest of the others, the adaptive rounds' by the dearest warm start."""
+    from orchestrator.campaign import cost
+    from orchestrator.core.records import COSTS
+    from orchestrator.spec.plan import plan_rounds
+
+    cfg = compose([*FAST])
+
+    def costs(*rows: tuple[str, float, str]) -> None:
+        (tmp_path / COSTS).write_text("".join(json.dumps(
+            {"trial_ids": [f"t{i}"], "arm_ids": [arm], "kind": "timed", "nodes": 1,
+             "wall_s": wall, "steps_s": 0.2, "fill": fill}) + "\n"
+            for i, (arm, wall, fill) in enumerate(rows)))
+
+    left = plan_rounds(["a0", "a1"], ["b1"], range(2, 3))  # one more round: two processes
+    costs(("a0", 7.6, "fills"), ("a1", 2.4, "fills"), ("a1", 1.5, "reuses"))
+    got = cost.predict(cfg, tmp_path, left, 4)
+    assert got is not None
+    assert got.hi_node_s == pytest.approx(11.5 + 2 * 2.4 + 4 * 1.5)
+    assert got.lo_node_s == pytest.approx(11.5 + 2 * 1.5)
+    assert "leaves out the first process's own start" in got.basis
+    # one process so far: it is all there is to go by
+    costs(("a0", 7.6, "fills"))
+    got = cost.predict(cfg, tmp_path, left, 4)
+    assert got is not None and got.hi_node_s == pytest.approx(7.6 + 6 * 7.6)
+    assert "leaves out" not in got.basis
+    # a dearer later process (another job on the node, a cold arm) bounds the rest itself
+    costs(("a0", 2.0, "fills"), ("a1", 3.0, "fills"), ("a1", 1.0, "reuses"))
+    got = cost.predict(cfg, tmp_path, left, 4)
+    assert got is not None and got.hi_node_s == pytest.approx(6.0 + 2 * 3.0 + 4 * 1.0)
+
+
 def test_a_budget_smaller_than_the_campaign_stops_inside_it(compose: Any, run_dir: Path) -> None:
     from orchestrator.campaign.cost import read_spent
 
