@@ -322,12 +322,13 @@ def test_no_module_imports_another_modules_private_name() -> None:
     """A name with a leading underscore stays in its module (a module may be private, as
     core/_watchdog, which runs as a script, and cli/tools/_cli)."""
     bad = []
-    for mod, path in project_modules().items():
+    mods = project_modules()  # once: it walks the tree
+    for mod, path in mods.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PACKAGES:
                 for a in node.names:
                     target = f"{node.module}.{a.name}"
-                    is_module = target in project_modules()
+                    is_module = target in mods
                     if a.name.startswith("_") and not a.name.startswith("__") and not is_module:
                         bad.append(f"{mod} imports {target}")
     assert not bad, bad

@@ -239,14 +239,22 @@ def to_config(cfg: Any, need_sweep: bool = True) -> Any:
     return obj
 
 
+_REGISTERED: list[tuple[int, tuple[tuple[str, int], ...]]] = []  # what register_configs stored
+
+
 def register_configs() -> None:
     """Register every schema with Hydra's ConfigStore (idempotent): the core groups, and one
-    ``schema/workload/<kind>`` per registered workload kind (each recipe's own schema)."""
+    ``schema/workload/<kind>`` per registered workload kind (each recipe's own schema). Done
+    once per store and set of schemas: turning the dataclasses into configs is a quarter of a
+    composition's time (Hydra deep-copies what it loads, so the stored nodes stay as stored)."""
     from hydra.core.config_store import ConfigStore
 
     from recipes.registry import workload_kinds  # start-up cost: every recipe schema
 
     cs = ConfigStore.instance()
+    key = (id(cs), tuple((k, id(cfgmod.WORKLOAD_SCHEMAS[k])) for k in workload_kinds()))
+    if key in _REGISTERED:
+        return
     cs.store(name="base_config", node=cfgmod.Config)
     for kind in workload_kinds():
         cs.store(group="schema/workload", name=kind, node=cfgmod.WORKLOAD_SCHEMAS[kind])
@@ -256,6 +264,7 @@ def register_configs() -> None:
     cs.store(group="schema/launcher", name="launcher", node=cfgmod.LauncherConfig)
     cs.store(group="schema/hardware", name="hardware", node=cfgmod.HardwareConfig)
     cs.store(group="schema/profile", name="profile", node=cfgmod.ProfileConfig)
+    _REGISTERED[:] = [key]
 
 
 def compose(overrides: list[str], need_sweep: bool = True,
