@@ -112,10 +112,10 @@ def test_the_upper_end_leaves_out_the_first_process_own_start(compose: Any,
 
     cfg = compose([*FAST])
 
-    def costs(*rows: tuple[str, float, str]) -> None:
+    def costs(*rows: tuple[str, float, str], kind: str = "timed") -> None:
         (tmp_path / COSTS).write_text("".join(json.dumps(
-            {"trial_ids": [f"t{i}"], "arm_ids": [arm], "kind": "timed", "nodes": 1,
-             "wall_s": wall, "steps_s": 0.2, "fill": fill}) + "\n"
+            {"trial_ids": [f"t{i}"], "arm_ids": [arm], "nodes": 1, "wall_s": wall,
+             "steps_s": 0.2, "fill": fill, "kind": kind if i == 0 else "timed"}) + "\n"
             for i, (arm, wall, fill) in enumerate(rows)))
 
     left = plan_rounds(["a0", "a1"], ["b1"], range(2, 3))  # one more round: two processes
@@ -134,6 +134,11 @@ def test_the_upper_end_leaves_out_the_first_process_own_start(compose: Any,
     costs(("a0", 2.0, "fills"), ("a1", 3.0, "fills"), ("a1", 1.0, "reuses"))
     got = cost.predict(cfg, tmp_path, left, 4)
     assert got is not None and got.hi_node_s == pytest.approx(6.0 + 2 * 3.0 + 4 * 1.0)
+    # a pilot started first (cold caches, a command's sizing): the timed processes all count
+    costs(("a0", 3.0, ""), ("a0", 2.5, ""), ("a1", 2.0, ""), ("a1", 2.2, ""), kind="pilot")
+    got = cost.predict(cfg, tmp_path, left, 4)
+    assert got is not None and got.hi_node_s == pytest.approx(9.7 + 6 * 2.5)
+    assert "leaves out" not in got.basis
 
 
 def test_a_budget_smaller_than_the_campaign_stops_inside_it(compose: Any, run_dir: Path) -> None:
