@@ -8,8 +8,9 @@ every scope and how far apart two identical arms were, and (one arm per process)
 baseline's variance components and costs per bucket, from which the next campaign sizes its
 first rounds' trials (campaign.lengths.first_round_plan; used while fresh, A/A arm or not). The key is a hash (no host or user name
 in it) of the machine (this host's name, CPU model and count; on Slurm the partition and the
-device the probe job found), the device kind, the launcher, the pairing the planner chose and
-the baseline arm's resolved workload.
+device the probe job found), the device kind, the launcher, the pairing the planner chose, the
+compile-cache mode the trials run under (``protocol.compile_cache`` resolved: a cold cache's
+start-up cost and spread are not a warm one's) and the baseline arm's resolved workload.
 
 A later campaign with the same key whose record is younger than
 ``protocol.calibration_max_age_h`` and calibrated runs without the A/A arm (a third fewer
@@ -37,8 +38,9 @@ from typing import Any
 
 from orchestrator.core.results import atomic_write_json
 from orchestrator.core.sanitize import user_store
+from orchestrator.platform.compile_stats import resolve_mode
 from orchestrator.spec.config import Config
-from orchestrator.spec.sweep import ResolvedArm
+from orchestrator.spec.sweep import ResolvedArm, varies_compilation
 
 log = logging.getLogger("orchestrator.campaign.run")
 
@@ -72,6 +74,7 @@ def key_of(cfg: Config, arms: list[ResolvedArm], device: dict[str, Any] | None) 
     fields = {"v": VERSION, "where": where, "kind": dev.get("kind") or cfg.device,
               "launcher": cfg.launcher.name, "pairing": str(cfg.protocol.pairing),
               "affinity": cfg.launcher.cpu_affinity,
+              "cache": resolve_mode(str(cfg.protocol.compile_cache), varies_compilation(arms)),
               "workload": arms[0].workload if arms else None}
     blob = json.dumps(fields, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -232,6 +232,22 @@ def test_an_uncalibrated_record_is_not_relied_on(compose: Any, tmp_path: Path) -
     assert got is None and "not calibrated" in why
 
 
+def test_a_calibration_is_filed_per_compile_cache_mode(compose: Any) -> None:
+    """A cold cache recompiles in every trial, a warm one does not: their start-up costs and
+    spreads differ, so a record made under one is never reused under the other; ``auto`` files
+    under the mode it resolves to (``arm`` here: the arms do not differ in a compile setting)."""
+    from orchestrator.campaign import calibration
+    from orchestrator.spec.sweep import resolve_arms
+
+    dev = {"kind": "cpu", "name": "cpu"}
+    keys = {}
+    for mode in ("auto", "arm", "cold", "warm"):
+        cfg = compose([*FAST, "protocol.aa_arm=true", f"protocol.compile_cache={mode}"])
+        keys[mode] = calibration.key_of(cfg, resolve_arms(cfg), dev)
+    assert keys["auto"] == keys["arm"]
+    assert len({keys["arm"], keys["cold"], keys["warm"]}) == 3
+
+
 def test_the_first_rounds_are_sized_by_cost_from_recorded_components(compose: Any) -> None:
     """Kalibera and Jones from the first round: a dear start-up and little between-process
     variance make long trials; much between-process variance keeps the protocol's window; the
