@@ -132,14 +132,31 @@ class Host:
         """Run steps of the given nominal durations one after the other from now; returns the
         speed factor each step ran at (its start's state) and advances the clock."""
         m = self.model
-        out = np.empty(durations.size)
-        for i, d in enumerate(durations):
+        n = durations.size
+        out = np.empty(n)
+        if n <= 64:  # a block's few steps: one at a time (numpy's calls cost more here)
+            for j, d in enumerate(durations):
+                while self.t >= self.until:
+                    self.slow = not self.slow
+                    self.until += self.rng.exponential(m.mean_slow_s if self.slow
+                                                       else m.mean_fast_s)
+                f = m.slow_ratio if self.slow else 1.0
+                out[j] = f
+                self.t += d * f
+            return out
+        i = 0
+        while i < n:  # a run of steps in one state at a time, exactly as one step at a time:
             while self.t >= self.until:
                 self.slow = not self.slow
                 self.until += self.rng.exponential(m.mean_slow_s if self.slow else m.mean_fast_s)
             f = m.slow_ratio if self.slow else 1.0
-            out[i] = f
-            self.t += d * f
+            # each step's start, added in order (accumulate is sequential, as += was)
+            starts = np.add.accumulate(np.concatenate(([self.t], durations[i:] * f)))
+            over = np.flatnonzero(starts[1:n - i] >= self.until)
+            k = int(over[0]) + 1 if over.size else n - i  # the steps that start in this state
+            out[i:i + k] = f
+            self.t = starts[k]
+            i += k
         return out
 
     def idle(self, seconds: float) -> None:

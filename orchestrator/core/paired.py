@@ -36,6 +36,7 @@ reach a given precision is least at n* = sqrt(c0 sigma_w^2 / (t sigma_b^2)).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +69,8 @@ def t_cdf(x: float, df: int) -> float:
     return 0.5 + a / 2 if x >= 0 else 0.5 - a / 2
 
 
-def t_quantile(p: float, df: int) -> float:
+@functools.lru_cache(maxsize=4096)  # a pure function the analysis and the simulator call
+def t_quantile(p: float, df: int) -> float:  # with the same few (p, df) thousands of times
     """The p-quantile of Student's t with integer ``df`` (bisection on :func:`t_cdf`)."""
     if not 0 < p < 1:
         raise ValueError(f"p must lie in (0, 1), got {p}")
