@@ -120,8 +120,8 @@ def test_paired_processes_timed_longer_meet_the_targets_on_measured_paired_noise
     long_ = {c.planted: c for c in simulate.error_table(
         model, Protocol.default(pairing="steps", paired_min_s=2.0), planted, campaigns=120,
         seed=3)}
-    short = {c.planted: c for c in simulate.error_table(
-        model, Protocol.default(pairing="steps", paired_min_s=0.0), planted, campaigns=120,
+    short = {c.planted: c for c in simulate.error_table(  # A/A only: all it is compared on
+        model, Protocol.default(pairing="steps", paired_min_s=0.0), [1.0], campaigns=120,
         seed=3)}
     table = "\n".join(simulate.format_table(list(long_.values()))
                       + simulate.format_table(list(short.values())))
@@ -151,13 +151,15 @@ def test_the_rule_holds_under_a_variants_own_failure_modes() -> None:
     offset = dataclasses.replace(base, variant_process_sd_log=0.05)
     carry = dataclasses.replace(base, variant_carry_log=math.log(1 + 0.02 * 3))
 
-    def rate(model: NoiseModel, keys: tuple[str, ...], **rule: Any) -> float:
-        (cell,) = simulate.error_table(model, Protocol.default(**proto, **rule), [1.0], 150,
+    def rate(model: NoiseModel, keys: tuple[str, ...], n: int = 150, **rule: Any) -> float:
+        (cell,) = simulate.error_table(model, Protocol.default(**proto, **rule), [1.0], n,
                                        seed=5)
         return sum(cell.outcomes[k] for k in keys) / cell.n
 
-    # 150 campaigns a cell: 5 % +- 1.8 % binomial; bench/failure_modes.py measures over 1000
-    new_offset, old_offset = rate(offset, ("retain", "reject")), rate(offset, ("retain", "reject"), **earlier)
+    # 150 campaigns a cell for the rule: 5 % +- 1.8 % binomial; bench/failure_modes.py measures
+    # over 1000. The earlier rule's cells need only show it far off (about 22 % and 95 %): 40
+    new_offset = rate(offset, ("retain", "reject"))
+    old_offset = rate(offset, ("retain", "reject"), 40, **earlier)
     assert new_offset <= 0.075 and old_offset >= 2 * new_offset, (new_offset, old_offset)
-    new_carry, old_carry = rate(carry, ("reject",)), rate(carry, ("reject",), **earlier)
+    new_carry, old_carry = rate(carry, ("reject",)), rate(carry, ("reject",), 40, **earlier)
     assert new_carry <= 0.05 and old_carry >= 0.5, (new_carry, old_carry)
