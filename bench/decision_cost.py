@@ -87,7 +87,9 @@ def one(cell: str, setting: str, seed: int, args: argparse.Namespace, root: Path
             "node_s": node_s, "processes": len(spent), "measured_s": measured,
             "wall_s": time.time() - t0,
             "predicted": [first["lo_node_s"], first["hi_node_s"]] if first else None,
-            "inside": bool(first and first["lo_node_s"] <= node_s <= first["hi_node_s"] + 1e-6)}
+            "inside": bool(first and first["lo_node_s"] <= node_s <= first["hi_node_s"] + 1e-6),
+            # made before any process ran (from a calibration record's costs), or after some
+            "predicted_after": first.get("after_processes") if first else None}
 
 
 def table(rows: list[dict[str, Any]]) -> None:
@@ -117,6 +119,11 @@ def table(rows: list[dict[str, Any]]) -> None:
         b, a = per.get((cell, "before")), per.get((cell, "after"))
         if a and b:
             print(f"{cell}: node-s per correct decision, before / after = {b / a:.2f}x")
+    for setting in SETTINGS:
+        rs = [r for r in rows if r["setting"] == setting]
+        early = [r for r in rs if r.get("predicted_after") == 0]
+        print(f"{setting}: {len(early)} of {len(rs)} first predictions made before any process"
+              f" (a calibration record's costs), {sum(r['inside'] for r in early)} of them held")
 
 
 def main(argv: list[str] | None = None) -> int:

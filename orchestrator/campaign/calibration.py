@@ -94,6 +94,9 @@ class Calibration:
     # one arm per process: the baseline's variance components and costs per bucket (within and
     # between processes, step time, fixed cost: campaign.lengths), which size the first rounds
     components: dict[str, dict[str, float]] | None = None
+    # what its processes cost (campaign.cost.recorded_costs): the next campaign's prediction
+    # before any process of its own has run
+    costs: dict[str, float] | None = None
 
     def age_h(self, now: float | None = None) -> float:
         return ((now if now is not None else time.time()) - self.at) / 3600.0
@@ -152,10 +155,24 @@ def components(cfg: Config, key: str, now: float | None = None
     return rec.components, rec.line(now)
 
 
+def costs(cfg: Config, key: str, now: float | None = None
+          ) -> tuple[dict[str, float] | None, str]:
+    """(what a fresh record of ``key`` found its processes cost, the record's line), or (None,
+    ""): none, stale, or ``calibration_max_age_h=0`` (as :func:`components`)."""
+    max_age = float(cfg.protocol.calibration_max_age_h)
+    rec = find(key) if max_age > 0 else None
+    if rec is None or not rec.costs or rec.age_h(now) > max_age:
+        return None, ""
+    return rec.costs, (f"campaign {rec.campaign} ({rec.age_h(now):.1f} h old; calibration "
+                       f"record {rec.record_id})")
+
+
 def record(cfg: Config, run_dir: Path, key: str, analysis: Any, calibrated: bool,
-           comps: dict[str, dict[str, float]] | None = None) -> None:
+           comps: dict[str, dict[str, float]] | None = None,
+           spent: dict[str, float] | None = None) -> None:
     """After a campaign that ran the A/A arm: its check, filed under ``key`` (``comps``: the
-    variance components per bucket, where the planner could fit them)."""
+    variance components per bucket, where the planner could fit them; ``spent``: what its
+    processes cost)."""
     if analysis.control is None or not analysis.noise:
         return
     c = analysis.noise.get("mixture") or next(iter(analysis.noise.values()))
@@ -163,7 +180,7 @@ def record(cfg: Config, run_dir: Path, key: str, analysis: Any, calibrated: bool
         return
     rec = Calibration(key, time.time(), calibrated, c.noise_floor,
                       [c.estimate.low, c.estimate.high], c.paired_rounds, cfg.workload.name,
-                      str(cfg.protocol.pairing), run_dir.name, comps or None)
+                      str(cfg.protocol.pairing), run_dir.name, comps or None, spent or None)
     try:
         store_dir().mkdir(parents=True, exist_ok=True)
         atomic_write_json(_path(key), {"version": VERSION, **asdict(rec)})

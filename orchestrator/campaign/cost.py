@@ -265,6 +265,51 @@ def predict(cfg: Config, run_dir: Path, planned_left: Sequence[PlannedTrial],
         lo_each, hi_each), (n_left, n_left + adaptive_left), basis)
 
 
+def recorded_costs(spent: Sequence[Spent]) -> dict[str, float] | None:
+    """What a campaign's processes cost, for its calibration record (None: no timed process
+    ended): its first process (whatever its kind: it started what later ones find running),
+    the cheapest timed process, the dearest other than the first, the dearest that reused its
+    arm's caches, and the most nodes one used."""
+    ran = [s for s in spent if s.kind == TrialKind.TIMED and s.node_s > 0]
+    if not ran:
+        return None
+    later = [s.node_s for s in ran if s is not spent[0]] or [s.node_s for s in ran]
+    reused = [s.node_s for s in ran if s.fill == "reuses"]
+    return {"first_node_s": spent[0].node_s, "least_node_s": min(s.node_s for s in ran),
+            "dearest_node_s": max(later), "reuse_node_s": max(reused or later),
+            "nodes": float(max(s.nodes for s in ran))}
+
+
+def predict_from_record(cfg: Config, planned_left: Sequence[PlannedTrial], adaptive_left: int,
+                        costs: dict[str, float], source: str,
+                        shift: tuple[float, float] = (0.0, 0.0)) -> Prediction | None:
+    """Before any process of this campaign: the range from what the recorded campaign's
+    processes cost (:func:`recorded_costs`), each moved by ``shift`` (the least and most its
+    measured steps run longer here). The low end: every process as cheap as its cheapest; the
+    high end: a first process as dear as its first, every other as its dearest, the adaptive
+    rounds' as its dearest warm start."""
+    try:
+        first, least, dearest, reuse = (float(costs[k]) for k in (
+            "first_node_s", "least_node_s", "dearest_node_s", "reuse_node_s"))
+        nodes = max(1, int(costs.get("nodes") or 1))
+    except (KeyError, TypeError, ValueError):
+        return None
+    n_left = processes(cfg, planned_left)
+    if n_left <= 0:
+        return None
+    lo_each, hi_each = max(least + shift[0], 0.0), max(dearest + shift[1], 0.0)
+    lo = n_left * lo_each
+    hi = (max(first, dearest) + shift[1]) + (n_left - 1) * hi_each \
+        + adaptive_left * max(reuse + shift[1], 0.0)
+    par = max(1, int(getattr(cfg.launcher, "max_parallel", 1) or 1))
+    basis = (f"before any process of this campaign, from what the processes of {source} cost "
+             f"(its first {first:.1f} node-s)")
+    if shift != (0.0, 0.0):
+        basis += f"; this campaign's measured steps run {shift[0]:+.1f} to {shift[1]:+.1f} s longer"
+    return Prediction(0.0, lo, hi, lo / nodes / par, hi / nodes, (lo_each, hi_each),
+                      (n_left, n_left + adaptive_left), basis)
+
+
 def budget_s(cfg: Config) -> float:
     """protocol.budget_node_hours in node-seconds (0: no budget)."""
     return float(cfg.protocol.budget_node_hours) * 3600.0
@@ -355,7 +400,10 @@ def cost_section(cfg: Config, run_dir: Path, measured_s: dict[str, float],
     first = next((x for x in log_ if "lo_node_s" in x), None)
     if first is not None:
         inside = first["lo_node_s"] <= acc.total_node_s <= first["hi_node_s"] * 1.0001
-        lines.append(f"- Predicted after the first {first.get('after_processes')} process(es): "
+        when = (f"after the first {first.get('after_processes')} process(es)"
+                if first.get("after_processes") else
+                "before any process (from a calibration record's costs)")
+        lines.append(f"- Predicted {when}: "
                      f"{first['lo_node_s']:.0f}-{first['hi_node_s']:.0f} node-s; spent "
                      f"{acc.total_node_s:.0f} ({'inside' if inside else 'outside'} the range).")
     cap = budget_s(cfg)

@@ -314,6 +314,7 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     # raised as adaptive rounds extend it
     assert cfg.sweep is not None  # validate() refuses a campaign without one
     progress = Progress(cfg.sweep.name, len(planned))
+    _predict_from_record(ctx, max_rounds)
     try:
         _run_rounds(ctx, launcher, session, progress, rounds_done, max_rounds)
     finally:
@@ -413,6 +414,42 @@ def _predict(ctx: CampaignContext, rounds_done: int, max_rounds: int) -> None:
     ctx.cost_log.append({"after_processes": len(cost.read_spent(run_dir)),
                          **guess.to_dict()})
     _write_plan(ctx)
+
+
+def _predict_from_record(ctx: CampaignContext, max_rounds: int) -> None:
+    """Before the campaign's first process: its prediction from what the processes of the
+    campaign that filed a fresh calibration record of this machine, workload, pairing and cache
+    mode cost (none: the first prediction comes once a process of its own has ended)."""
+    cfg, run_dir = ctx.cfg, ctx.run_dir
+    if cost.read_spent(run_dir):  # a resume, or a pilot ran: the campaign's own costs decide
+        return
+    got, line = calibration.costs(cfg, calibration.key_of(cfg, ctx.arms, ctx.device))
+    if got is None:
+        return
+    left = _todo(cfg, run_dir, ctx.planned, drop=False)
+    more = cost.adaptive_processes(cfg, len(ctx.running), len(ctx.buckets), cfg.protocol.repeats)
+    guess = cost.predict_from_record(cfg, left, more if cfg.protocol.repeats < max_rounds else 0,
+                                     got, line, _step_shift(ctx))
+    if guess is None:
+        return
+    log.info("cost: %s; the protocol's margin: %g %%", guess.line(),
+             100 * cfg.protocol.min_effect)
+    ctx.cost_log.append({"after_processes": 0, **guess.to_dict()})
+    _write_plan(ctx)
+
+
+def _step_shift(ctx: CampaignContext) -> tuple[float, float]:
+    """How much longer (or shorter) this campaign's trials measure steps than the recorded
+    campaign's did (its components: median measured steps and step time per bucket), from the
+    steps the plan gives its trials (sized by cost or by time): the least and the most over
+    its trials, in seconds ((0, 0): none known)."""
+    comps = {b: d for b, d in ((ctx.first_plan or {}).get("buckets") or {}).items()
+             if isinstance(d, dict) and all(isinstance(d.get(k), (int, float))
+                                            for k in ("steps", "step_s"))}
+    shifts = [(t.measured_steps - float(comps[t.bucket]["steps"]))
+              * float(comps[t.bucket]["step_s"])
+              for t in ctx.planned if t.measured_steps and t.bucket in comps]
+    return (min(shifts), max(shifts)) if shifts else (0.0, 0.0)
 
 
 def _budget_stop(ctx: CampaignContext, why: str, rounds: list[int] | None = None) -> None:
@@ -609,7 +646,8 @@ def _file_calibration(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
     if cfg.protocol.pairing in (Pairing.process, Pairing.duet):  # what sizes the first rounds
         comps = components_of(trial_length(cfg, run_dir, analysis)[1])
     calibration.record(cfg, run_dir, key, analysis,
-                       not aa_calibration(analysis, cfg.protocol.aa_alpha), comps)
+                       not aa_calibration(analysis, cfg.protocol.aa_alpha), comps,
+                       cost.recorded_costs(cost.read_spent(run_dir)))
 
 
 def _read_plan(run_dir: Path) -> dict[str, Any]:

@@ -141,6 +141,39 @@ def test_the_upper_end_leaves_out_the_first_process_own_start(compose: Any,
     assert "leaves out" not in got.basis
 
 
+def test_a_calibration_record_s_costs_predict_before_any_process(compose: Any) -> None:
+    """What a calibrating campaign's processes cost (its first, its cheapest, the dearest of
+    the others, the dearest warm start) gives the next campaign a range before it starts one:
+    the low end every process at the cheapest, the high end a first as dear as the record's
+    first, the others as its dearest, the adaptive rounds' as its dearest warm start; a
+    longer measured window moves each process by what its steps add."""
+    from orchestrator.campaign import cost
+    from orchestrator.spec.plan import plan_rounds
+
+    cfg = compose([*FAST])
+    spent = [cost.Spent(("pilot-b1",), ("a0",), "pilot", 1, 6.0),
+             cost.Spent(("r0-a0",), ("a0",), "timed", 1, 2.4, fill="fills"),
+             cost.Spent(("r0-a1",), ("a1",), "timed", 1, 2.6, fill="fills"),
+             cost.Spent(("r1-a0",), ("a0",), "timed", 1, 1.2, fill="reuses"),
+             cost.Spent(("r1-a1",), ("a1",), "timed", 1, 1.5, fill="reuses")]
+    rec = cost.recorded_costs(spent)
+    assert rec == {"first_node_s": 6.0, "least_node_s": 1.2, "dearest_node_s": 2.6,
+                   "reuse_node_s": 1.5, "nodes": 1.0}
+    assert cost.recorded_costs(spent[:1]) is None  # no timed process: nothing to go by
+    left = plan_rounds(["a0", "a1"], ["b1"], range(0, 3))  # six processes, four adaptive
+    got = cost.predict_from_record(cfg, left, 4, rec, "campaign first")
+    assert got is not None and got.spent_node_s == 0 and got.processes_left == (6, 10)
+    assert got.lo_node_s == pytest.approx(6 * 1.2)
+    assert got.hi_node_s == pytest.approx(6.0 + 5 * 2.6 + 4 * 1.5)
+    assert got.basis.startswith("before any process of this campaign, from what the "
+                                "processes of campaign first cost")
+    longer = cost.predict_from_record(cfg, left, 4, rec, "campaign first", (0.5, 1.0))
+    assert longer is not None and longer.lo_node_s == pytest.approx(6 * 1.7)
+    assert longer.hi_node_s == pytest.approx(7.0 + 5 * 3.6 + 4 * 2.5)
+    assert "+0.5 to +1.0 s longer" in longer.basis
+    assert cost.predict_from_record(cfg, left, 4, {"least_node_s": 1.0}, "x") is None
+
+
 def test_a_budget_smaller_than_the_campaign_stops_inside_it(compose: Any, run_dir: Path) -> None:
     from orchestrator.campaign.cost import read_spent
 
@@ -205,6 +238,14 @@ def test_the_aa_arm_runs_once_then_a_fresh_calibration_stands_in(
                if r.get("kind") == "timed")
     assert len(_records(second)) == 6 and result.verdicts[0].verdict in ("reject", "inconclusive")
     assert not (second / "trials" / f"pilot-{bucket}").exists()
+    # ... and what its processes cost predicts this campaign's node time before it starts one
+    assert set(rec["costs"]) == {"first_node_s", "least_node_s", "dearest_node_s",
+                                 "reuse_node_s", "nodes"}
+    early = plan["cost"]["log"][0]
+    assert early["after_processes"] == 0 and early["spent_node_s"] == 0
+    assert early["processes_left"][0] == 6 and "campaign first" in early["basis"]
+    assert "Predicted before any process (from a calibration record's costs)" in (
+        second / "decisions.md").read_text()
     md = (second / "decisions.md").read_text()
     assert "A/A control: not run in this campaign; relying on the calibration of campaign first" in md
     assert "no pilot: the step time is the calibration of campaign first" in md
