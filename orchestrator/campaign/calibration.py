@@ -143,25 +143,30 @@ def reusable(cfg: Config, key: str, now: float | None = None) -> tuple[Calibrati
     return rec, ""
 
 
+def _fresh(cfg: Config, key: str, now: float | None) -> Calibration | None:
+    """The record of ``key`` while it is younger than ``calibration_max_age_h`` (0: never)."""
+    max_age = float(cfg.protocol.calibration_max_age_h)
+    rec = find(key) if max_age > 0 else None
+    return rec if rec is not None and rec.age_h(now) <= max_age else None
+
+
 def components(cfg: Config, key: str, now: float | None = None
                ) -> tuple[dict[str, dict[str, float]] | None, str]:
     """(the variance components a fresh record of ``key`` kept, the record's line), or (None,
     ""): none, stale, or ``calibration_max_age_h=0``. Used whether or not the A/A arm runs: the
     components describe the machine's noise, not the A/A check."""
-    max_age = float(cfg.protocol.calibration_max_age_h)
-    rec = find(key) if max_age > 0 else None
-    if rec is None or not rec.components or rec.age_h(now) > max_age:
+    rec = _fresh(cfg, key, now)
+    if rec is None or not rec.components:
         return None, ""
     return rec.components, rec.line(now)
 
 
 def costs(cfg: Config, key: str, now: float | None = None
           ) -> tuple[dict[str, float] | None, str]:
-    """(what a fresh record of ``key`` found its processes cost, the record's line), or (None,
-    ""): none, stale, or ``calibration_max_age_h=0`` (as :func:`components`)."""
-    max_age = float(cfg.protocol.calibration_max_age_h)
-    rec = find(key) if max_age > 0 else None
-    if rec is None or not rec.costs or rec.age_h(now) > max_age:
+    """(what a fresh record of ``key`` found its processes cost, the record's short name), or
+    (None, ""): none, stale, or ``calibration_max_age_h=0`` (as :func:`components`)."""
+    rec = _fresh(cfg, key, now)
+    if rec is None or not rec.costs:
         return None, ""
     return rec.costs, (f"campaign {rec.campaign} ({rec.age_h(now):.1f} h old; calibration "
                        f"record {rec.record_id})")

@@ -240,15 +240,15 @@ def predict(cfg: Config, run_dir: Path, planned_left: Sequence[PlannedTrial],
         return None
     total = sum(s.node_s for s in spent)
     n_left = processes(cfg, planned_left)
-    lo_each, basis = min(timed), f"from {len(timed)} timed process(es) of this campaign"
+    basis = f"from {len(timed)} timed process(es) of this campaign"
     # the campaign's first process also started what every later one finds running (the
     # launcher's fork server, the page cache's first read of torch): where a timed process
     # was that first one (no pilot or probe before it), once another has ended the dearest of
     # the others sets the upper end. The adaptive rounds' processes start with every arm's
     # caches filled (compile_cache=arm): the dearest that reused them sets theirs
-    later = [s.node_s for s in ran if s is not spent[0]] or timed
-    reused = [s.node_s for s in ran if s.fill == "reuses"]
-    hi_each, hi_adaptive = max(later), max(reused or later)
+    c = recorded_costs(spent)
+    assert c is not None  # a timed process has ended
+    lo_each, hi_each, hi_adaptive = c["least_node_s"], c["dearest_node_s"], c["reuse_node_s"]
     if max(timed) > hi_each:
         basis += "; the upper end leaves out the first process's own start"
     if ran and all(s.fill == "fills" for s in ran):

@@ -407,12 +407,16 @@ def _predict(ctx: CampaignContext, rounds_done: int, max_rounds: int) -> None:
     left = _todo(cfg, run_dir, ctx.planned, drop=False)
     more = cost.adaptive_processes(cfg, len(ctx.running), len(ctx.buckets), rounds_done)
     guess = cost.predict(cfg, run_dir, left, more if rounds_done < max_rounds else 0)
+    _log_prediction(ctx, guess, len(cost.read_spent(run_dir)))
+
+
+def _log_prediction(ctx: CampaignContext, guess: cost.Prediction | None, after: int) -> None:
+    """A prediction made after ``after`` processes: logged and kept (plan.json's cost)."""
     if guess is None:
         return
     log.info("cost: %s; the protocol's margin: %g %%", guess.line(),
-             100 * cfg.protocol.min_effect)
-    ctx.cost_log.append({"after_processes": len(cost.read_spent(run_dir)),
-                         **guess.to_dict()})
+             100 * ctx.cfg.protocol.min_effect)
+    ctx.cost_log.append({"after_processes": after, **guess.to_dict()})
     _write_plan(ctx)
 
 
@@ -430,12 +434,7 @@ def _predict_from_record(ctx: CampaignContext, max_rounds: int) -> None:
     more = cost.adaptive_processes(cfg, len(ctx.running), len(ctx.buckets), cfg.protocol.repeats)
     guess = cost.predict_from_record(cfg, left, more if cfg.protocol.repeats < max_rounds else 0,
                                      got, line, _step_shift(ctx))
-    if guess is None:
-        return
-    log.info("cost: %s; the protocol's margin: %g %%", guess.line(),
-             100 * cfg.protocol.min_effect)
-    ctx.cost_log.append({"after_processes": 0, **guess.to_dict()})
-    _write_plan(ctx)
+    _log_prediction(ctx, guess, 0)
 
 
 def _step_shift(ctx: CampaignContext) -> tuple[float, float]:
