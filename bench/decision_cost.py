@@ -88,8 +88,8 @@ def one(cell: str, setting: str, seed: int, args: argparse.Namespace, root: Path
             "wall_s": time.time() - t0,
             "predicted": [first["lo_node_s"], first["hi_node_s"]] if first else None,
             "inside": bool(first and first["lo_node_s"] <= node_s <= first["hi_node_s"] + 1e-6),
-            # made before any process ran (from a calibration record's costs), or after some
-            "predicted_after": first.get("after_processes") if first else None}
+            # made before any timed process (from a calibration record's costs), or after some
+            "predicted_early": bool(first and first.get("from_record"))}
 
 
 def table(rows: list[dict[str, Any]]) -> None:
@@ -121,8 +121,8 @@ def table(rows: list[dict[str, Any]]) -> None:
             print(f"{cell}: node-s per correct decision, before / after = {b / a:.2f}x")
     for setting in SETTINGS:
         rs = [r for r in rows if r["setting"] == setting]
-        early = [r for r in rs if r.get("predicted_after") == 0]
-        print(f"{setting}: {len(early)} of {len(rs)} first predictions made before any process"
+        early = [r for r in rs if r.get("predicted_early")]
+        print(f"{setting}: {len(early)} of {len(rs)} first predictions made before any timed process"
               f" (a calibration record's costs), {sum(r['inside'] for r in early)} of them held")
 
 

@@ -282,7 +282,8 @@ def recorded_costs(spent: Sequence[Spent]) -> dict[str, float] | None:
 
 def predict_from_record(cfg: Config, planned_left: Sequence[PlannedTrial], adaptive_left: int,
                         costs: dict[str, float], source: str,
-                        shift: tuple[float, float] = (0.0, 0.0)) -> Prediction | None:
+                        shift: tuple[float, float] = (0.0, 0.0),
+                        spent_node_s: float = 0.0) -> Prediction | None:
     """Before any process of this campaign: the range from what the recorded campaign's
     processes cost (:func:`recorded_costs`), each moved by ``shift`` (the least and most its
     measured steps run longer here). The low end: every process as cheap as its cheapest; the
@@ -298,15 +299,16 @@ def predict_from_record(cfg: Config, planned_left: Sequence[PlannedTrial], adapt
     if n_left <= 0:
         return None
     lo_each, hi_each = max(least + shift[0], 0.0), max(dearest + shift[1], 0.0)
-    lo = n_left * lo_each
-    hi = (max(first, dearest) + shift[1]) + (n_left - 1) * hi_each \
+    lo = spent_node_s + n_left * lo_each  # spent: a gate's probes, a pilot, before any trial
+    hi = spent_node_s + (max(first, dearest) + shift[1]) + (n_left - 1) * hi_each \
         + adaptive_left * max(reuse + shift[1], 0.0)
     par = max(1, int(getattr(cfg.launcher, "max_parallel", 1) or 1))
-    basis = (f"before any process of this campaign, from what the processes of {source} cost "
-             f"(its first {first:.1f} node-s)")
+    basis = (f"before any timed process of this campaign, from what the processes of {source} "
+             f"cost (its first {first:.1f} node-s)")
     if shift != (0.0, 0.0):
         basis += f"; this campaign's measured steps run {shift[0]:+.1f} to {shift[1]:+.1f} s longer"
-    return Prediction(0.0, lo, hi, lo / nodes / par, hi / nodes, (lo_each, hi_each),
+    return Prediction(spent_node_s, lo, hi, (lo - spent_node_s) / nodes / par,
+                      (hi - spent_node_s) / nodes, (lo_each, hi_each),
                       (n_left, n_left + adaptive_left), basis)
 
 
@@ -400,9 +402,9 @@ def cost_section(cfg: Config, run_dir: Path, measured_s: dict[str, float],
     first = next((x for x in log_ if "lo_node_s" in x), None)
     if first is not None:
         inside = first["lo_node_s"] <= acc.total_node_s <= first["hi_node_s"] * 1.0001
-        when = (f"after the first {first.get('after_processes')} process(es)"
-                if first.get("after_processes") else
-                "before any process (from a calibration record's costs)")
+        when = ("before any timed process (from a calibration record's costs)"
+                if first.get("from_record") else
+                f"after the first {first.get('after_processes')} process(es)")
         lines.append(f"- Predicted {when}: "
                      f"{first['lo_node_s']:.0f}-{first['hi_node_s']:.0f} node-s; spent "
                      f"{acc.total_node_s:.0f} ({'inside' if inside else 'outside'} the range).")

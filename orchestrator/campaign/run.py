@@ -410,13 +410,16 @@ def _predict(ctx: CampaignContext, rounds_done: int, max_rounds: int) -> None:
     _log_prediction(ctx, guess, len(cost.read_spent(run_dir)))
 
 
-def _log_prediction(ctx: CampaignContext, guess: cost.Prediction | None, after: int) -> None:
-    """A prediction made after ``after`` processes: logged and kept (plan.json's cost)."""
+def _log_prediction(ctx: CampaignContext, guess: cost.Prediction | None, after: int,
+                    from_record: bool = False) -> None:
+    """A prediction made after ``after`` processes (``from_record``: from a calibration
+    record's costs, before any timed process): logged and kept (plan.json's cost)."""
     if guess is None:
         return
     log.info("cost: %s; the protocol's margin: %g %%", guess.line(),
              100 * ctx.cfg.protocol.min_effect)
-    ctx.cost_log.append({"after_processes": after, **guess.to_dict()})
+    ctx.cost_log.append({"after_processes": after, **({"from_record": True} if from_record
+                                                      else {}), **guess.to_dict()})
     _write_plan(ctx)
 
 
@@ -425,7 +428,8 @@ def _predict_from_record(ctx: CampaignContext, max_rounds: int) -> None:
     campaign that filed a fresh calibration record of this machine, workload, pairing and cache
     mode cost (none: the first prediction comes once a process of its own has ended)."""
     cfg, run_dir = ctx.cfg, ctx.run_dir
-    if cost.read_spent(run_dir):  # a resume, or a pilot ran: the campaign's own costs decide
+    spent = cost.read_spent(run_dir)  # a gate's probes or a sizing pilot may have run
+    if any(s.kind == TrialKind.TIMED for s in spent):  # a resume: its own costs decide
         return
     got, line = calibration.costs(cfg, calibration.key_of(cfg, ctx.arms, ctx.device))
     if got is None:
@@ -433,8 +437,9 @@ def _predict_from_record(ctx: CampaignContext, max_rounds: int) -> None:
     left = _todo(cfg, run_dir, ctx.planned, drop=False)
     more = cost.adaptive_processes(cfg, len(ctx.running), len(ctx.buckets), cfg.protocol.repeats)
     guess = cost.predict_from_record(cfg, left, more if cfg.protocol.repeats < max_rounds else 0,
-                                     got, line, _step_shift(ctx))
-    _log_prediction(ctx, guess, 0)
+                                     got, line, _step_shift(ctx),
+                                     sum(s.node_s for s in spent))
+    _log_prediction(ctx, guess, len(spent), from_record=True)
 
 
 def _step_shift(ctx: CampaignContext) -> tuple[float, float]:

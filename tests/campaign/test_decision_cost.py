@@ -165,13 +165,18 @@ def test_a_calibration_record_s_costs_predict_before_any_process(compose: Any) -
     assert got is not None and got.spent_node_s == 0 and got.processes_left == (6, 10)
     assert got.lo_node_s == pytest.approx(6 * 1.2)
     assert got.hi_node_s == pytest.approx(6.0 + 5 * 2.6 + 4 * 1.5)
-    assert got.basis.startswith("before any process of this campaign, from what the "
+    assert got.basis.startswith("before any timed process of this campaign, from what the "
                                 "processes of campaign first cost")
     longer = cost.predict_from_record(cfg, left, 4, rec, "campaign first", (0.5, 1.0))
     assert longer is not None and longer.lo_node_s == pytest.approx(6 * 1.7)
     assert longer.hi_node_s == pytest.approx(7.0 + 5 * 3.6 + 4 * 2.5)
     assert "+0.5 to +1.0 s longer" in longer.basis
     assert cost.predict_from_record(cfg, left, 4, {"least_node_s": 1.0}, "x") is None
+    # a gate's probe ran first (a campaign of an embedded recipe): its node time counts
+    probed = cost.predict_from_record(cfg, left, 4, rec, "campaign first", spent_node_s=3.0)
+    assert probed is not None and probed.spent_node_s == 3.0
+    assert (probed.lo_node_s, probed.hi_node_s) == pytest.approx((3.0 + got.lo_node_s,
+                                                                  3.0 + got.hi_node_s))
 
 
 def test_a_budget_smaller_than_the_campaign_stops_inside_it(compose: Any, run_dir: Path) -> None:
@@ -242,9 +247,9 @@ def test_the_aa_arm_runs_once_then_a_fresh_calibration_stands_in(
     assert set(rec["costs"]) == {"first_node_s", "least_node_s", "dearest_node_s",
                                  "reuse_node_s", "nodes"}
     early = plan["cost"]["log"][0]
-    assert early["after_processes"] == 0 and early["spent_node_s"] == 0
+    assert early["from_record"] and early["after_processes"] == 0 and early["spent_node_s"] == 0
     assert early["processes_left"][0] == 6 and "campaign first" in early["basis"]
-    assert "Predicted before any process (from a calibration record's costs)" in (
+    assert "Predicted before any timed process (from a calibration record's costs)" in (
         second / "decisions.md").read_text()
     md = (second / "decisions.md").read_text()
     assert "A/A control: not run in this campaign; relying on the calibration of campaign first" in md
