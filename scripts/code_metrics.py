@@ -2,7 +2,10 @@
 
     python scripts/code_metrics.py [ROOT]
 
-- ``dict[str, Any]`` annotations;
+- ``dict[str, Any]`` annotations, and beside them the other spellings of an untyped record
+  (``Mapping[str, Any]``, ``MutableMapping[str, Any]``, ``dict[str, object]``,
+  ``Mapping[str, object]``), so that moving a record from one to another shows;
+- ``TypedDict`` record types declared;
 - status, verdict, pairing and trial-kind words compared as strings (``== "ok"``,
   ``in ("retain", ...)``, ``.kind == "timed"``) outside the record module's parsing;
 - the largest modules, the longest functions, functions with more than 8 parameters.
@@ -76,6 +79,8 @@ def main() -> int:
     root = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     files = sorted((root / "orchestrator").rglob("*.py"))
     anys = 0
+    others = 0
+    typed = 0
     compares: list[str] = []
     sizes: list[tuple[int, str]] = []
     funcs: list[tuple[int, str]] = []
@@ -83,7 +88,9 @@ def main() -> int:
     for f in files:
         rel = f.relative_to(root).as_posix()
         text = f.read_text()
-        anys += len(re.findall(r"dict\[str, Any\]", text))
+        anys += len(re.findall(r"(?<![A-Za-z])dict\[str, Any\]", text))
+        others += len(re.findall(r"(?:Mapping\[str, (?:Any|object)\]|dict\[str, object\])", text))
+        typed += len(re.findall(r"\(TypedDict\b|\bTypedDict\(", text))
         sizes.append((len(text.splitlines()), rel))
         tree = ast.parse(text)
         if rel not in PARSING:
@@ -95,6 +102,8 @@ def main() -> int:
     sizes.sort(reverse=True)
     funcs.sort(reverse=True)
     print(f"dict[str, Any]: {anys}")
+    print(f"other untyped records (Mapping[str, Any|object], dict[str, object]): {others}")
+    print(f"TypedDict record types: {typed}")
     print(f"status/verdict/pairing/kind words compared as strings: {len(compares)}")
     print(f"largest modules: " + ", ".join(f"{p} ({n})" for n, p in sizes[:3]))
     print(f"modules over 700 lines: {sum(1 for n, _ in sizes if n > 700)}")
