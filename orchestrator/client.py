@@ -54,7 +54,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 ENV = "ORCH_CLIENT"  # the channel: a Unix socket's path or tcp://HOST:PORT, set for the command
 TOKEN_ENV = "ORCH_CLIENT_TOKEN"  # the trial's token, which every hello must carry
@@ -70,6 +70,44 @@ PARAMS_ENV = "ORCH_CLIENT_PARAMS"
 PROTOCOL = 2  # 2: the hello carries the trial's token
 
 __all__ = ["ClientError", "active", "arm", "begin", "end", "params", "report", "steps", "timed"]
+
+
+class Message(TypedDict, total=False):
+    """A rank's message to the channel, one JSON line (``op``: hello, next, error or bye; the
+    channel reads only the keys its op carries)."""
+
+    op: str
+    protocol: int
+    rank: int
+    world: int
+    pid: int
+    token: str
+    # next: the batch's blocks, [block, [[seconds, loss, tags] per step]] each (mixed arrays)
+    blocks: list[list[Any]]
+    read: list[str]
+    clock: str
+    block: int  # at: the block rank 0 starts
+    message: str  # error: why this trainer cannot be measured
+
+
+class Block(TypedDict):
+    """One block of a batch that the channel hands every rank (a reply's ``blocks``)."""
+
+    block: int
+    arm: str
+    params: dict[str, Any]  # the arm's switchable params: the user's own values (any JSON)
+    steps: int
+
+
+class Reply(TypedDict, total=False):
+    """The channel's reply to a rank's message: the welcome to a hello (``switchable``,
+    ``world``), the next batch (``blocks``), the end (``done``), or a refusal (``error``)."""
+
+    switchable: list[str]
+    world: int
+    blocks: list[Block]
+    done: bool
+    error: str | None
 
 
 class ClientError(RuntimeError):
@@ -128,7 +166,7 @@ class _Session:
         # this block's [seconds, loss, tags, first event] per step: seconds on the host's
         # clock (0.0 where device events time its windows), its first event's index or -1
         self.rows: list[list[Any]] = []
-        self.batch: list[dict[str, Any]] = []  # the blocks of this batch still to run
+        self.batch: list[Block] = []  # the blocks of this batch still to run
         self.done_blocks: list[list[Any]] | None = None  # [block, rows] run in this batch
         self.row: list[Any] | None = None
         self.read: set[str] = set()
@@ -139,15 +177,15 @@ class _Session:
         self.events: list[Any] = []  # its timing events, reused block after block
         self.used = 0  # the events recorded in this block
 
-    def _send(self, msg: dict[str, Any]) -> None:
+    def _send(self, msg: Message) -> None:
         self.sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
 
-    def _call(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, msg: Message) -> Reply:
         self._send(msg)
         line = self.reader.readline()
         if not line:
             raise ClientError("the campaign's trial process closed the client channel")
-        reply: dict[str, Any] = json.loads(line)
+        reply: Reply = json.loads(line)
         if reply.get("error"):
             raise ClientError(str(reply["error"]))
         return reply
@@ -194,7 +232,7 @@ class _Session:
         self.rows.append(self.row)
         return True
 
-    def _start(self, blk: dict[str, Any]) -> None:
+    def _start(self, blk: Block) -> None:
         self.block, self.left = int(blk["block"]), int(blk["steps"])
         self.arm, self.values = str(blk["arm"]), dict(blk["params"])
         self.rows = []

@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -105,7 +105,8 @@ class Analysis:
     # extended past its last planned look cannot decide more on its data
     alpha_exhausted: bool = False
     carryover: dict[str, str] = field(default_factory=dict)  # bucket -> what the check found
-    fits: dict[str, Any] = field(default_factory=dict)  # bucket or "mixture" -> BlockFit
+    # bucket or "mixture" -> BlockFit (None: too few arms or no baseline cell to fit)
+    fits: dict[str, paired.BlockFit | None] = field(default_factory=dict)
     # no A/A arm ran: the calibration record the campaign relied on instead, in words
     calibration_note: str = ""
 
@@ -534,9 +535,33 @@ def duet_placement(trials: pd.DataFrame) -> dict[str, dict[tuple[int, str], int]
     return out
 
 
-def comparison_rows(analysis: Analysis) -> list[dict[str, Any]]:
+class ComparisonRow(TypedDict):
+    """A row of results.csv before the utilization columns: one bucket x arm."""
+
+    bucket: str
+    arm_id: str
+    arm_label: str
+    trials: int
+    ok: int
+    step_time_median_s: float | None
+    step_time_mad_s: float | None
+    mean_to_median: float | None
+    charged_steps: int
+    tokens_per_s: float | None
+    peak_mem_bytes: float | None
+    peak_mem_source: str | None
+    speedup: float | None
+    speedup_low: float | None
+    speedup_high: float | None
+    paired_rounds: int | None
+    rank_test_p: float | None
+    noise_floor: float | None
+    warnings: str
+
+
+def comparison_rows(analysis: Analysis) -> list[ComparisonRow]:
     """Flat rows (one per bucket x arm, the A/A control included) for results.csv."""
-    rows = []
+    rows: list[ComparisonRow] = []
     for (bucket, arm_id), s in analysis.summaries.items():
         c = analysis.comparisons.get((bucket, arm_id))
         if analysis.control and arm_id == analysis.control.arm_id:

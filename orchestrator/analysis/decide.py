@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.core import paired
 from orchestrator.core.records import VerdictKind
@@ -68,6 +68,20 @@ class Gate:
     detail: str = ""
 
 
+class VerdictDict(TypedDict):
+    """A :class:`Verdict` as plain data (a line of decisions.jsonl, the CLI's verdicts)."""
+
+    arm_id: str
+    label: str
+    verdict: str
+    headline: str
+    reasons: list[str]
+    warnings: list[str]
+    rounds_to_resolve: int | None
+    final: bool
+    futility_judged: bool
+
+
 @dataclass
 class Verdict:
     arm_id: str
@@ -85,7 +99,7 @@ class Verdict:
     # critical t far above the last look's, orchestrator.core.paired.look_power): rounds go on
     futility_judged: bool = True
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> VerdictDict:
         return {"arm_id": self.arm_id, "label": self.label, "verdict": self.verdict,
                 "headline": self.headline, "reasons": self.reasons, "warnings": self.warnings,
                 "rounds_to_resolve": self.rounds_to_resolve, "final": self.final,

@@ -17,9 +17,24 @@ from orchestrator.core.records import TrialKind, VerdictKind
 from orchestrator.core.results import Status
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
 FASTER, SLOWER, SAME = "faster", "slower", "same"
+
+
+class DirectionCheckDict(TypedDict):
+    """A :class:`DirectionCheck` as plain data (decisions.jsonl ``direction_check``)."""
+
+    arm_id: str
+    label: str
+    microbench: str
+    buckets: dict[str, float]
+    ratio: float | None
+    micro: str | None
+    e2e: str | None
+    verdict: str
+    agrees: bool | None
+    summary: str
 
 
 @dataclass
@@ -35,8 +50,8 @@ class DirectionCheck:
     agrees: bool | None = None  # None: nothing to compare
     summary: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> DirectionCheckDict:
+        return cast("DirectionCheckDict", asdict(self))
 
 
 def direction(ratio: float, tolerance: float) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from orchestrator.spec.config import EVIDENCE_KINDS
 
@@ -75,6 +75,20 @@ class Figure:
     absent: str | None = None  # why the profile cannot show it
 
 
+class AdviceDict(TypedDict):
+    """An :class:`Advice` as plain data (advice.json ``advice``, the autopilot's ranking)."""
+
+    rank: int
+    sweep: str
+    status: str
+    line: str
+    evidence: list[str]
+    bound_mixture: float | None
+    bound_buckets: dict[str, float]
+    shares: dict[str, float]
+    source: str
+
+
 @dataclass
 class Advice:
     rank: int
@@ -87,8 +101,8 @@ class Advice:
     shares: dict[str, float] = field(default_factory=dict)  # bucket -> summed evidence share
     source: str = "shipped"
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> AdviceDict:
+        return cast("AdviceDict", asdict(self))
 
 
 # --------------------------------------------------------------------------- evidence

@@ -513,7 +513,8 @@ def format_table(cells: Sequence[Cell]) -> list[str]:
     return out
 
 
-def summary(cells: Sequence[Cell]) -> dict[str, Any]:
+# planted effect -> counts of each verdict and outcome kind, trials and simulated time
+def summary(cells: Sequence[Cell]) -> dict[str, dict[str, float]]:
     return {f"{c.planted:g}": {"n": c.n, **dict(c.outcomes), "correct": c.kinds["correct"],
                                "wrong_direction": c.kinds["wrong-direction"],
                                "false_decision": c.kinds["false-decision"],

@@ -10,12 +10,15 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.core.records import TrialKind
 from orchestrator.platform.flops import utilization
 from orchestrator.core.logparse import TRAINER_MFU_LABEL
 from orchestrator.core.results import Status
+
+if TYPE_CHECKING:  # start-up cost: analyze imports pandas; only its row type is used here
+    from orchestrator.analysis.analyze import ComparisonRow
 
 
 @dataclass
@@ -198,7 +201,7 @@ def utilization_section(records: Sequence[dict[str, Any]], peaks: Sequence[PeakS
     return lines
 
 
-def add_utilization_columns(rows: list[dict[str, Any]], peaks: Sequence[PeakSummary],
+def add_utilization_columns(rows: list[ComparisonRow], peaks: Sequence[PeakSummary],
                             util: Sequence[UtilizationRow]) -> list[dict[str, Any]]:
     """results.csv rows (bucket x arm) with FLOPs, and per peak label its figure, its kind
     (datasheet / measured), MFU (useful FLOPs) and HFU (executed FLOPs), appended."""
@@ -208,7 +211,7 @@ def add_utilization_columns(rows: list[dict[str, Any]], peaks: Sequence[PeakSumm
     out = []
     for row in rows:
         u = by_key.get((row["bucket"], row["arm_id"]))
-        extra: dict[str, Any] = {
+        extra: dict[str, float | str | None] = {
             "useful_flops_per_step": u.useful_flops_per_step if u else None,
             "executed_flops_per_step": u.executed_flops_per_step if u else None,
             "executed_flop_coverage_time": u.executed_coverage_time if u else None,

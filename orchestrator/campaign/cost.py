@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict, cast
 
 from orchestrator.core.records import COSTS, STEPS, Pairing, TrialKind
 from orchestrator.core.section import Section
@@ -177,6 +177,20 @@ def _record_wall(record: dict[str, Any]) -> float:
 # --------------------------------------------------------------------------- the prediction
 
 
+class PredictionDict(TypedDict):
+    """A prediction as plan.json's ``cost.log`` records it (Prediction's fields, the tuples as
+    lists)."""
+
+    spent_node_s: float
+    lo_node_s: float
+    hi_node_s: float
+    lo_wall_s: float
+    hi_wall_s: float
+    per_process_s: list[float]
+    processes_left: list[int]
+    basis: str
+
+
 @dataclass(frozen=True)
 class Prediction:
     """Node time (and wall time) the campaign will have spent at its end, as a range: ``lo``
@@ -198,8 +212,9 @@ class Prediction:
                 f"more processes at {self.per_process_s[0]:.1f}-{self.per_process_s[1]:.1f} "
                 f"node-s each, {self.basis})")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+    def to_dict(self) -> PredictionDict:
+        return cast(PredictionDict,
+                    {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()})
 
 
 def _h(node_s: float) -> str:

@@ -27,25 +27,69 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from orchestrator.core.records import Pairing
 from orchestrator.core.section import Section
 from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
-from orchestrator.analysis.correctness.gate import ArmGate, evaluate
+from orchestrator.analysis.correctness.compare import ProbeDevice, ProbeRecord, ProbeTensors
+from orchestrator.analysis.correctness.gate import (
+    ArmGate,
+    ArmGateDict,
+    GateSummary,
+    NoiseFloorSummary,
+    TensorLoader,
+    WorstTensor,
+    evaluate,
+)
 from orchestrator.analysis.decide import Gate
 from orchestrator.spec.jobs import ProbeSpec, WorkerJob
 from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import Launcher
 from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, read_json, Status
-from orchestrator.spec.sweep import Arm, ResolvedArm, alternates
+from orchestrator.spec.sweep import Arm, Bucket, ResolvedArm, alternates
 from orchestrator.worker.bootstrap import load_recipe
 
 log = logging.getLogger(__name__)
 
 FILE = "correctness.json"
 DIR = "correctness"
+
+
+class ProbeBrief(TypedDict):
+    """A probe's outcome as correctness.json lists it (``probes.<probe>``), None where absent."""
+
+    status: str | None
+    error: str | None
+    device: ProbeDevice | None
+    torch_version: str | None
+    matmul_precision: str | None
+    pid: int | None
+
+
+class CorrectnessDoc(TypedDict, total=False):
+    """correctness.json: the gate per variant, tolerance, noise floor and cost; with the gate
+    off or not applicable only ``mode``, ``reason`` and ``arms`` (empty)."""
+
+    schema_version: int
+    mode: str
+    reason: str
+    fingerprint: str
+    precision: str
+    tolerance_key: str
+    tolerance: dict[str, float] | None  # the ToleranceConfig judged against
+    steps: int
+    in_process: bool
+    launcher: str
+    data_order_declared: bool
+    gate_seconds: float
+    probe_seconds: dict[str, float | None]
+    seconds_per_variant: float | None
+    probes: dict[str, ProbeBrief]
+    noise_floor: dict[str, NoiseFloorSummary]
+    evaluation_error: str
+    arms: dict[str, ArmGateDict]
 
 
 def data_order_declared(cfg: Config) -> bool:
@@ -87,7 +131,7 @@ def external_reason(cfg: Config, arms: Sequence[ResolvedArm]) -> str | None:
 
 
 def probe_specs(
-    cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm], buckets: Sequence[dict[str, Any]]
+    cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm], buckets: Sequence[Bucket]
 ) -> list[ProbeSpec]:
     root = run_dir / DIR
     steps = cfg.protocol.correctness.steps
@@ -118,10 +162,10 @@ def probe_specs(
     )
 
 
-def _loader(run_dir: Path) -> Any:
+def _loader(run_dir: Path) -> TensorLoader:
     import torch
 
-    def load(name: str, bucket: str) -> dict[str, Any] | None:
+    def load(name: str, bucket: str) -> ProbeTensors | None:
         path = run_dir / DIR / name / f"{bucket}.pt"
         if not path.exists():
             return None
@@ -142,9 +186,9 @@ def run_gate(
     cfg: Config,
     run_dir: Path,
     arms: Sequence[ResolvedArm],
-    buckets: Sequence[dict[str, Any]],
+    buckets: Sequence[Bucket],
     launcher: Launcher | None = None,
-) -> dict[str, Any]:
+) -> CorrectnessDoc:
     """Probe every arm once through the campaign's ``launcher`` (default: the one
     ``cfg.launcher`` names), judge, write correctness.json; reuse it on resume."""
     c = cfg.protocol.correctness
@@ -183,13 +227,13 @@ def run_gate(
     return doc
 
 
-def _write(path: Path, doc: dict[str, Any]) -> dict[str, Any]:
+def _write(path: Path, doc: CorrectnessDoc) -> CorrectnessDoc:
     doc = {"schema_version": SCHEMA_VERSION, **doc}
     atomic_write_json(path, doc)
     return doc
 
 
-def _reusable(path: Path, fp: str, mode: str) -> dict[str, Any] | None:
+def _reusable(path: Path, fp: str, mode: str) -> CorrectnessDoc | None:
     """A resume: the gate an earlier invocation ran for the same probes, else None."""
     if not path.exists():
         return None
@@ -202,12 +246,12 @@ def _reusable(path: Path, fp: str, mode: str) -> dict[str, Any] | None:
     return None
 
 
-def _run_probes(launcher: Launcher, specs: Sequence[Any], timeout_s: float) -> dict[str, dict[str, Any]]:
+def _run_probes(launcher: Launcher, specs: Sequence[Any], timeout_s: float) -> dict[str, ProbeRecord]:
     """Every probe through the launcher, one after another; probe name -> record."""
-    probes: dict[str, dict[str, Any]] = {}
+    probes: dict[str, ProbeRecord] = {}
 
-    def on_done(job: WorkerJob, rec: dict[str, Any]) -> None:
-        probes[job.job_id] = rec
+    def on_done(job: WorkerJob, rec: dict[str, Any]) -> None:  # launch.base.OnJobDone
+        probes[job.job_id] = cast(ProbeRecord, rec)  # a probe job's record: probe.json
         if rec.get("status") != Status.OK:
             log.warning("correctness probe %s: %s: %s", job.job_id, rec.get("status"),
                         rec.get("error"))
@@ -219,7 +263,7 @@ def _run_probes(launcher: Launcher, specs: Sequence[Any], timeout_s: float) -> d
 
 
 def _judge(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
-           probes: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[ArmGate]]:
+           probes: dict[str, ProbeRecord]) -> tuple[GateSummary, list[ArmGate]]:
     """The probes judged against the tolerances; a bug in judging errors the gate, never the
     campaign."""
     try:
@@ -232,9 +276,9 @@ def _judge(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                  for a in arms[1:]])
 
 
-def _gate_doc(cfg: Config, launcher: Launcher, probes: dict[str, dict[str, Any]],
-              summary: dict[str, Any], gates: list[ArmGate], fp: str, gate_s: float,
-              arms: Sequence[ResolvedArm]) -> dict[str, Any]:
+def _gate_doc(cfg: Config, launcher: Launcher, probes: dict[str, ProbeRecord],
+              summary: GateSummary, gates: list[ArmGate], fp: str, gate_s: float,
+              arms: Sequence[ResolvedArm]) -> CorrectnessDoc:
     """correctness.json: what was probed, how long it took, each arm's gate."""
     c = cfg.protocol.correctness
     secs = {n: p.get("process_seconds") for n, p in probes.items()}
@@ -254,11 +298,11 @@ def _gate_doc(cfg: Config, launcher: Launcher, probes: dict[str, dict[str, Any]]
         "probe_seconds": secs,  # wall time of each probe process, start-up included
         "seconds_per_variant": sum(var_secs) / len(var_secs) if var_secs else None,
         "probes": {
-            n: {k: p.get(k)
-                for k in ("status", "error", "device", "torch_version", "matmul_precision", "pid")}
+            n: cast(ProbeBrief, {k: p.get(k) for k in (
+                "status", "error", "device", "torch_version", "matmul_precision", "pid")})
             for n, p in probes.items()
         },
-        **{k: v for k, v in summary.items() if k != "tolerance_key"},
+        **cast(GateSummary, {k: v for k, v in summary.items() if k != "tolerance_key"}),
         "arms": {g.arm_id: g.to_dict() for g in gates},
     }
 
@@ -274,7 +318,7 @@ def load_gates(run_dir: Path, arms: Sequence[Arm], mode: str) -> dict[str, list[
     if not path.exists():
         why = "correctness.json is missing (the gate did not run; resume the campaign)"
         return {a.arm_id: [Gate("correctness", "error", why)] for a in arms[1:]}
-    doc = read_json(path)
+    doc: CorrectnessDoc = read_json(path)
     if doc.get("mode") in ("off", "not_applicable"):
         return {}
     out = {}
@@ -287,13 +331,14 @@ def load_gates(run_dir: Path, arms: Sequence[Arm], mode: str) -> dict[str, list[
     return out
 
 
-def _detail(g: dict[str, Any]) -> str:
+def _detail(g: ArmGateDict) -> str:
     if g["reasons"]:
         more = len(g["reasons"]) - 3
         return "; ".join(g["reasons"][:3]) + (f" (+{more} more)" if more > 0 else "")
-    worst = [
+    # the buckets that have a worst tensor (the filter: not None)
+    worst = cast("list[tuple[str, WorstTensor]]", [
         (b, f["worst_tensor"]) for b, f in g.get("buckets", {}).items() if f.get("worst_tensor")
-    ]
+    ])
     if not worst:
         return ""
     b, w = max(
@@ -307,7 +352,7 @@ def _detail(g: dict[str, Any]) -> str:
     return f"worst tensor {b} {w['name']} rel_l2 {_fmt(w['rel_l2'])} (limit {w['threshold']:.0e})"
 
 
-def _where(doc: dict[str, Any]) -> str:
+def _where(doc: CorrectnessDoc) -> str:
     if doc.get("in_process"):
         return "in-process (launcher=inline)"
     if doc.get("launcher") == "slurm":
@@ -325,7 +370,7 @@ def section(run_dir: Path) -> list[Section]:
     path = run_dir / FILE
     if not path.exists():
         return [Section("Correctness", ["Not run: correctness.json is missing."])]
-    doc = read_json(path)
+    doc: CorrectnessDoc = read_json(path)
     if doc.get("mode") == "off":
         return [Section("Correctness", ["Off (`protocol.correctness.mode=off`): variants were not "
                                  "checked for numerics or checkpoint compatibility."])]
@@ -345,7 +390,7 @@ def section(run_dir: Path) -> list[Section]:
     return [Section("Correctness", lines)]
 
 
-def _intro(doc: dict[str, Any]) -> str:
+def _intro(doc: CorrectnessDoc) -> str:
     """What the gate compared, at which tolerance and noise floor, and what it cost."""
     tol = doc.get("tolerance") or {}
     floor = doc.get("noise_floor", {})
@@ -362,7 +407,7 @@ def _intro(doc: dict[str, Any]) -> str:
     )
 
 
-def _row(g: dict[str, Any]) -> str:
+def _row(g: ArmGateDict) -> str:
     """One variant's row: its gate, worst tensor, trajectory, checkpoint, batches, reasons."""
     worst, traj, data = [], [], []
     for b, f in g.get("buckets", {}).items():

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from orchestrator.core.records import Pairing, TrialKind
 from orchestrator.analysis.analyze import (
@@ -23,6 +24,7 @@ from orchestrator.analysis.decide import MIN_STEPS_UNDER_LOAD, Rule
 from orchestrator.core import paired, stats
 from orchestrator.core.reference import normalise
 from orchestrator.core.results import Status, load_trials, read_json
+from orchestrator.campaign.plan_doc import FirstPlan, PlannerBucket, Sizing
 from orchestrator.spec.config import Config
 from orchestrator.worker.trial import MAX_MEASURED_STEPS
 
@@ -32,7 +34,7 @@ log = logging.getLogger("orchestrator.campaign.run")
 
 
 def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
-        dict[str, int], dict[str, Any]]:
+        dict[str, int], dict[str, PlannerBucket]]:
     """Measured steps per trial for the next rounds, per bucket, from the variance components
     of the rounds so far (orchestrator.core.paired.optimal_steps), and the planner's record for
     plan.json: the components, the measured fixed cost and step time, the choice and why."""
@@ -43,7 +45,7 @@ def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     ok = trials_df[(trials_df["status"] == Status.OK) & (trials_df.get("kind", TrialKind.TIMED) == TrialKind.TIMED)]
     sizing = read_sizing(run_dir) or {}
     steps: dict[str, int] = {}
-    doc: dict[str, Any] = {}
+    doc: dict[str, PlannerBucket] = {}
     for bucket in analysis.buckets:
         fit = analysis.fits.get(bucket)
         rows = ok[ok["bucket"] == bucket]
@@ -65,7 +67,7 @@ def trial_length(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
             "measured_steps") or 0))
         n, why = paired.optimal_steps(comp, min(floor, MAX_MEASURED_STEPS), MAX_MEASURED_STEPS)
         steps[bucket] = n
-        doc[bucket] = {"choice": n, "why": why, **comp.__dict__}
+        doc[bucket] = cast(PlannerBucket, {"choice": n, "why": why, **comp.__dict__})
         log.info("planner: %s: %d measured steps per trial (%s)", bucket, n, why)
     return steps, doc
 
@@ -75,7 +77,7 @@ MAX_PAIRED_MEASURED_S = 60.0
 
 
 def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
-        dict[str, int], dict[str, Any]]:
+        dict[str, int], dict[str, PlannerBucket]]:
     """pairing=steps: measured steps per arm (a whole number of cycles) for the next rounds,
     per bucket, by Kalibera and Jones over the paired design. A round's effect is the median of
     its cycles' log ratios (arm / baseline), so its variance is sigma_b^2 + (pi/2) sigma_w^2 / n
@@ -94,7 +96,7 @@ def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
     base = analysis.arms[0].arm_id
     k = cfg.protocol.block_steps
     steps: dict[str, int] = {}
-    doc: dict[str, Any] = {}
+    doc: dict[str, PlannerBucket] = {}
     for bucket in analysis.buckets:
         fit = analysis.fits.get(bucket)
         rows = ok[ok["bucket"] == bucket]
@@ -128,8 +130,9 @@ def cycles_per_round(cfg: Config, run_dir: Path, analysis: Analysis) -> tuple[
         n, why = paired.optimal_steps(comp, n_now, cap)
         n += n % 2  # an even number of cycles: every arm as often first as last
         steps[bucket] = n * k
-        doc[bucket] = {"choice_cycles": n, "choice": n * k, "why": why.replace(
-            "step ", "cycle ").replace("steps do not", "cycles do not"), **comp.__dict__}
+        doc[bucket] = cast(PlannerBucket, {
+            "choice_cycles": n, "choice": n * k, "why": why.replace(
+                "step ", "cycle ").replace("steps do not", "cycles do not"), **comp.__dict__})
         log.info("planner: %s: %d cycles of %d steps per arm (%s)", bucket, n, k, doc[bucket]["why"])
     return steps, doc
 
@@ -189,9 +192,9 @@ def _plan_section(run_dir: Path, key: str) -> dict[str, Any] | None:
     return got if isinstance(got, dict) else None
 
 
-def read_sizing(run_dir: Path) -> dict[str, Any] | None:
+def read_sizing(run_dir: Path) -> Sizing | None:
     """plan.json's ``sizing`` (a command's trials sized by time), or None."""
-    return _plan_section(run_dir, "sizing")
+    return cast("Sizing | None", _plan_section(run_dir, "sizing"))
 
 
 def read_spending(run_dir: Path) -> list[list[float]] | None:
@@ -199,10 +202,12 @@ def read_spending(run_dir: Path) -> list[list[float]] | None:
     return [[int(r), float(a)] for r, a in got["looks"]] if got is not None else None
 
 
-COMPONENT_FIELDS = ("sigma_within", "sigma_between", "steps", "step_s", "fixed_s")
+ComponentField = Literal["sigma_within", "sigma_between", "steps", "step_s", "fixed_s"]
+COMPONENT_FIELDS: tuple[ComponentField, ...] = ("sigma_within", "sigma_between", "steps", "step_s",
+                                               "fixed_s")
 
 
-def components_of(planner: dict[str, Any]) -> dict[str, dict[str, float]]:
+def components_of(planner: Mapping[str, PlannerBucket]) -> dict[str, dict[str, float]]:
     """The variance components per bucket of a :func:`trial_length` record (buckets it could
     not fit are left out), for a calibration record."""
     return {b: {k: float(doc[k]) for k in COMPONENT_FIELDS}
@@ -226,7 +231,7 @@ def rounds_at_margin(cfg: Config, comp: paired.Components, n: int) -> int | None
 
 
 def first_round_plan(cfg: Config, components: dict[str, dict[str, float]] | None,
-                     source: str) -> tuple[dict[str, int], dict[str, Any]]:
+                     source: str) -> tuple[dict[str, int], FirstPlan]:
     """One arm per process: the first rounds' measured steps per bucket by Kalibera and Jones
     from the start, from the variance components and costs a calibration record of this
     machine, workload and pairing kept (``source`` names it), and the rounds a decision at the
@@ -244,7 +249,7 @@ def first_round_plan(cfg: Config, components: dict[str, dict[str, float]] | None
                            "record yet: the first rounds run the protocol's window; the "
                            "planner sizes the next rounds from them"}
     steps: dict[str, int] = {}
-    doc: dict[str, Any] = {"from": source, "buckets": {}}
+    doc: FirstPlan = {"from": source, "buckets": {}}
     for bucket, fields in components.items():
         comp = paired.Components(**{k: float(fields[k]) for k in COMPONENT_FIELDS})
         floor = paired.window_floor(p.measured_steps, p.measured_min_s, comp.step_s)
@@ -252,14 +257,14 @@ def first_round_plan(cfg: Config, components: dict[str, dict[str, float]] | None
         rounds = rounds_at_margin(cfg, comp, n)
         per_process_s = comp.fixed_s + n * comp.step_s
         steps[bucket] = n
-        doc["buckets"][bucket] = {
+        doc["buckets"][bucket] = cast(PlannerBucket, {
             "choice": n, "why": why, **fields,
             "expected_rounds": rounds, "process_s": round(per_process_s, 3),
             "rounds_why": (f"an effect at the margin ({100 * p.min_effect:g} %) is resolved "
                            f"after {rounds} round(s) of one process per arm, the recorded "
                            "noise holding" if rounds is not None else
                            f"an effect at the margin ({100 * p.min_effect:g} %) is not "
-                           "expected to be resolved within protocol.max_rounds at this noise")}
+                           "expected to be resolved within protocol.max_rounds at this noise")})
         log.info("planner: %s: first rounds %d measured steps per trial (%s); %s", bucket, n,
                  why, doc["buckets"][bucket]["rounds_why"])
     return steps, doc

@@ -27,6 +27,7 @@ from typing import Any
 import orchestrator
 from orchestrator.core.section import Section
 from orchestrator.core.convert import to_dict
+from orchestrator.platform.env_record import EnvironmentReport
 from orchestrator.platform.environment import compare, fingerprint, gather
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.results import atomic_write_json, atomic_write_text, read_json
@@ -198,7 +199,7 @@ def write_environment(run_dir: Path, records: Sequence[dict[str, Any]], device: 
     from. The report is gathered once, in one arm's trial; ``arm_env`` (every arm's env.*
     switches) is added as ``env_switches_by_arm`` so an environment-switch sweep shows each
     arm's value, not only the reporting arm's."""
-    def extra(report: dict[str, Any], arm: Any) -> dict[str, Any]:
+    def extra(report: EnvironmentReport, arm: Any) -> EnvironmentReport:
         if arm_env is not None:
             report["env_switches_by_arm"] = arm_env
             if arm is not None:

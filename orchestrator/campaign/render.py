@@ -12,12 +12,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.core.records import TrialKind, VerdictKind
 from orchestrator.analysis import contamination
 from orchestrator.analysis.analyze import Analysis, comparison_rows, step_times_by_trial
 from orchestrator.analysis.decide import Verdict
+from orchestrator.analysis.direction import DirectionCheck
 from orchestrator.analysis.decisions_md import (
     DecisionsInputs,
     render_decisions,
@@ -57,6 +58,24 @@ from recipes.registry import report_sections
 
 
 
+class SpeedupInterval(TypedDict):
+    """A speedup with its interval, as decisions.jsonl's ``speedups`` and ``aa_control[].aa``
+    record it per bucket and the mixture."""
+
+    speedup: float
+    low: float
+    high: float
+    confidence: float
+
+
+class NoiseEntry(TypedDict):
+    """One scope of decisions.jsonl's ``aa_control``: the A/A noise floor and its interval."""
+
+    noise_floor: float | None
+    paired_rounds: int
+    aa: SpeedupInterval | None
+
+
 @dataclass
 class Outcome:
     """What the campaign decided from the records on disk, and what its sections read."""
@@ -66,7 +85,7 @@ class Outcome:
     trials_df: Any
     steps_df: Any
     records: list[dict[str, Any]]
-    directions: dict[str, Any]
+    directions: dict[str, DirectionCheck]
     peaks: list[Any]
     util: list[Any]
 
@@ -99,9 +118,9 @@ def env_line(trials: list[dict[str, Any]]) -> str:
     return ", ".join([head, *([f"torch {torch}"] if torch else []), f"python {python}"])
 
 
-def speedup_table(analysis: Analysis, arm_id: str) -> dict[str, Any]:
+def speedup_table(analysis: Analysis, arm_id: str) -> dict[str, SpeedupInterval | None]:
     """Per bucket (and the mixture): speedup with its interval, for the decision log."""
-    out: dict[str, Any] = {}
+    out: dict[str, SpeedupInterval | None] = {}
     for (bucket, aid), c in analysis.comparisons.items():
         if aid == arm_id:
             e = c.estimate
@@ -110,10 +129,10 @@ def speedup_table(analysis: Analysis, arm_id: str) -> dict[str, Any]:
     return out
 
 
-def noise_table(analysis: Analysis) -> dict[str, Any]:
+def noise_table(analysis: Analysis) -> dict[str, NoiseEntry]:
     """Per bucket (and the mixture): the A/A noise floor and the A/A interval it comes from;
     empty without an A/A control arm. Written to decisions.jsonl for the reports."""
-    out: dict[str, Any] = {}
+    out: dict[str, NoiseEntry] = {}
     for scope, c in analysis.noise.items():
         e = c.estimate
         out[scope] = {"noise_floor": c.noise_floor, "paired_rounds": c.paired_rounds,

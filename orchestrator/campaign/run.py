@@ -16,10 +16,12 @@ import logging
 import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.core.records import Pairing, TrialKind
 from orchestrator.campaign import calibration, cost, provenance, revisions
+from orchestrator.campaign.plan_doc import (AdaptiveRound, CalibrationDoc, CostLogEntry, FirstPlan,
+                                            PairingDoc, PlanDoc, PlannerBucket, Sizing)
 from orchestrator.platform import compile_stats, rundir
 from orchestrator.analysis.analyze import Analysis, analyze
 from orchestrator.spec.ledger import LINEAGE_FILE, Ledger, lineage
@@ -58,7 +60,8 @@ from orchestrator.core.results import (
 )
 from orchestrator.campaign.resume import check_same_plan
 from orchestrator.core.sanitize import Sanitizer
-from orchestrator.spec.sweep import ResolvedArm, choose_pairing, like, resolve_arms, selected_buckets
+from orchestrator.spec.sweep import (Bucket, ResolvedArm, choose_pairing, like, resolve_arms,
+                                     selected_buckets)
 from orchestrator.campaign.sizing import size_trials, sized_steps
 from orchestrator.analysis.utilization import campaign_utilization
 from orchestrator.campaign.lengths import (
@@ -150,9 +153,9 @@ class Start:
     initial plan (already checked against a resumed run directory's), the trials on disk and
     the machine's load."""
 
-    pairing: dict[str, Any]
+    pairing: PairingDoc
     running: list[ResolvedArm]
-    buckets: list[dict[str, Any]]
+    buckets: list[Bucket]
     planned: list[PlannedTrial]
     done: dict[str, dict[str, Any]]
     machine: dict[str, Any] | None
@@ -160,8 +163,8 @@ class Start:
     # what device= resolved to and where (plan.json's device_resolved; launch.device_probe)
     device: dict[str, Any] | None = None
     # the calibration record relied on instead of an A/A arm (campaign.calibration)
-    calibration: dict[str, Any] | None = None
-    first_plan: dict[str, Any] | None = None  # the first rounds' lengths and why (plan.json)
+    calibration: CalibrationDoc | None = None
+    first_plan: FirstPlan | None = None  # the first rounds' lengths and why (plan.json)
 
 
 @dataclass(frozen=True)
@@ -177,15 +180,15 @@ class CampaignContext:
     run_dir: Path
     arms: list[ResolvedArm]
     running: list[ResolvedArm]
-    buckets: list[dict[str, Any]]
+    buckets: list[Bucket]
     planned: list[PlannedTrial]
-    adaptive_log: list[dict[str, Any]]
-    pairing: dict[str, Any] | None = None
+    adaptive_log: list[AdaptiveRound]
+    pairing: PairingDoc | None = None
     device: dict[str, Any] | None = None  # plan.json's device_resolved
     # what the campaign predicted it would spend, when, and a budget's stop (plan.json's cost)
-    cost_log: list[dict[str, Any]] = field(default_factory=list)
-    calibration: dict[str, Any] | None = None  # relied on instead of an A/A arm
-    first_plan: dict[str, Any] | None = None  # the first rounds' lengths and why
+    cost_log: list[CostLogEntry] = field(default_factory=list)
+    calibration: CalibrationDoc | None = None  # relied on instead of an A/A arm
+    first_plan: FirstPlan | None = None  # the first rounds' lengths and why
 
 
 def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
@@ -202,13 +205,13 @@ def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
                                                  device_kind=device.get("kind"))
     p.pairing = pairing_choice
     reused = _calibration(cfg, run_dir, arms, device)  # may turn protocol.aa_arm off
-    pairing_doc = {"mode": pairing_choice, "why": pairing_why,
+    pairing_doc = cast(PairingDoc, {"mode": pairing_choice, "why": pairing_why,
                    **({"block_steps": p.block_steps, "switch_warmup_steps": p.switch_warmup_steps}
                       if pairing_choice == Pairing.steps else {}),
                    **({"slices": duet_slices(p, len(with_control(cfg, arms)),
                                              cfg.launcher.cpu_affinity),
                        "placement": "arm i of a round on slice (i + round) mod slices"}
-                      if pairing_choice == Pairing.duet else {})}
+                      if pairing_choice == Pairing.duet else {})})
     running = with_control(cfg, arms)
     buckets = selected_buckets(cfg)
     first_steps, first = _first_plan(cfg, run_dir, arms, device)
@@ -228,7 +231,7 @@ def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
 
 
 def _first_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
-                device: dict[str, Any]) -> tuple[dict[str, int], dict[str, Any]]:
+                device: dict[str, Any]) -> tuple[dict[str, int], FirstPlan]:
     """The first rounds' measured steps per bucket, sized by cost from a calibration record's
     variance components (lengths.first_round_plan), and plan.json's record of it. A resume
     follows its plan's."""
@@ -239,13 +242,13 @@ def _first_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
             return {}, {"why": "a resume of a campaign planned without first_plan"}
         buckets = got.get("buckets") or {}
         return ({b: int(d["choice"]) for b, d in buckets.items()
-                 if isinstance(d, dict) and d.get("choice")}, got)
+                 if isinstance(d, dict) and d.get("choice")}, cast(FirstPlan, got))
     comps, line = calibration.components(cfg, calibration.key_of(cfg, arms, device))
     return first_round_plan(cfg, comps, line)
 
 
 def _calibration(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
-                 device: dict[str, Any]) -> dict[str, Any] | None:
+                 device: dict[str, Any]) -> CalibrationDoc | None:
     """protocol.aa_arm with a fresh calibration record of this machine, workload and pairing:
     the record (the A/A arm is turned off for this campaign), else None. A resume follows its
     plan: the record it relied on, or the control arm it planned."""
@@ -257,7 +260,7 @@ def _calibration(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
         got = doc.get("calibration")
         if isinstance(got, dict) and not doc.get("control_arm"):
             cfg.protocol.aa_arm = False
-            return got
+            return cast(CalibrationDoc, got)
         return None
     rec, why = calibration.reusable(cfg, calibration.key_of(cfg, arms, device))
     if rec is None:
@@ -266,7 +269,7 @@ def _calibration(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
         return None
     cfg.protocol.aa_arm = False
     log.info("A/A control: not run; relying on %s", rec.line())
-    return {**asdict(rec), "line": rec.line()}
+    return cast(CalibrationDoc, {**asdict(rec), "line": rec.line()})
 
 
 def _planned_device(run_dir: Path) -> dict[str, Any] | None:
@@ -334,6 +337,7 @@ def _run_rounds(ctx: CampaignContext, launcher: Launcher, session: provenance.Se
     cfg, run_dir, arms, running, planned = ctx.cfg, ctx.run_dir, ctx.arms, ctx.running, ctx.planned
     adaptive_log, bucket_names = ctx.adaptive_log, [b["name"] for b in ctx.buckets]
     p = cfg.protocol
+    planner: dict[str, PlannerBucket] | dict[str, str]  # per bucket, or why none
     while True:
         _write_plan(ctx, check=not adaptive_log)
         session.sanitize_files(run_dir, ("config.json", "plan.json"))
@@ -364,8 +368,9 @@ def _run_rounds(ctx: CampaignContext, launcher: Launcher, session: provenance.Se
                               else ({}, {}))
         else:
             steps, planner = (cycles_per_round(cfg, run_dir, analysis) if p.plan_cycles
-                              else ({}, {"why": "protocol.plan_cycles is off: every round keeps "
-                                            "measured_steps / measured_min_s per arm"}))
+                              else ({}, cast("dict[str, str]", {
+                                  "why": "protocol.plan_cycles is off: every round keeps "
+                                         "measured_steps / measured_min_s per arm"})))
             # alternated commands are asked for their steps: every round keeps the pilot's
             steps = {**sized_steps(read_sizing(run_dir)), **steps}
         more = plan_rounds(keep, bucket_names, rounds,
@@ -418,8 +423,8 @@ def _log_prediction(ctx: CampaignContext, guess: cost.Prediction | None, after: 
         return
     log.info("cost: %s; the protocol's margin: %g %%", guess.line(),
              100 * ctx.cfg.protocol.min_effect)
-    ctx.cost_log.append({"after_processes": after, **({"from_record": True} if from_record
-                                                      else {}), **guess.to_dict()})
+    ctx.cost_log.append(cast(CostLogEntry, {"after_processes": after, **(
+        {"from_record": True} if from_record else {}), **guess.to_dict()}))
     _write_plan(ctx)
 
 
@@ -465,14 +470,15 @@ def _budget_stop(ctx: CampaignContext, why: str, rounds: list[int] | None = None
     _write_plan(ctx)
 
 
-def _earlier_cost_log(run_dir: Path) -> list[dict[str, Any]]:
+def _earlier_cost_log(run_dir: Path) -> list[CostLogEntry]:
     """A resume's: what earlier invocations predicted (plan.json's cost)."""
     try:
         doc = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
         got = doc.get("cost", {}).get("log", [])
     except (OSError, ValueError, AttributeError):
         return []
-    return [x for x in got if isinstance(x, dict)] if isinstance(got, list) else []
+    return cast("list[CostLogEntry]",
+                [x for x in got if isinstance(x, dict)] if isinstance(got, list) else [])
 
 
 def kill_orphans(run_dir: Path) -> None:
@@ -487,12 +493,12 @@ def kill_orphans(run_dir: Path) -> None:
 
 
 def _plan_doc(ctx: CampaignContext, spending: list[list[float]] | None = None,
-              sizing: dict[str, Any] | None = None) -> dict[str, Any]:
+              sizing: Sizing | None = None) -> PlanDoc:
     cfg, arms, running, pairing = ctx.cfg, ctx.arms, ctx.running, ctx.pairing
     assert cfg.sweep is not None
     p = cfg.protocol
     control = [a for a in running if a not in arms]
-    return {
+    return cast(PlanDoc, {
             "schema_version": SCHEMA_VERSION,
             "sweep": cfg.sweep.name,
             "arms": [a.plan_dict() for a in arms],
@@ -518,12 +524,12 @@ def _plan_doc(ctx: CampaignContext, spending: list[list[float]] | None = None,
             # node time: the budget, each prediction and a budget's stop (campaign.cost)
             "cost": {"budget_node_hours": p.budget_node_hours, "log": ctx.cost_log},
             "trials": [t.to_dict() for t in ctx.planned],
-    }
+    })
 
 
 def _write_plan(ctx: CampaignContext, check: bool = False,
                 spending: list[list[float]] | None = None,
-                sizing: dict[str, Any] | None = None) -> None:
+                sizing: Sizing | None = None) -> None:
     run_dir = ctx.run_dir
     plan_doc = _plan_doc(ctx, spending or read_spending(run_dir), sizing or read_sizing(run_dir))
     if check:  # checked by prepare() before the first write; here for callers that skip it

@@ -33,16 +33,17 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.core.records import Pairing, TrialKind
 from orchestrator.core.results import Status
 from orchestrator.core.section import Section
+from orchestrator.campaign.plan_doc import BucketSizing, FirstPlan, Sizing
 from orchestrator.launch.base import Launcher
 from orchestrator.spec.config import Config
 from orchestrator.spec.jobs import TrialSpec, make_specs
 from orchestrator.spec.plan import PlannedTrial, slug
-from orchestrator.spec.sweep import ResolvedArm, alternates
+from orchestrator.spec.sweep import Bucket, ResolvedArm, alternates
 from orchestrator.worker.trial import MAX_MEASURED_STEPS
 
 log = logging.getLogger(__name__)
@@ -70,13 +71,13 @@ def target_s(cfg: Config, arms: Sequence[ResolvedArm]) -> float:
     return p.measured_min_s
 
 
-def sized_steps(sizing: dict[str, Any] | None) -> dict[str, int]:
+def sized_steps(sizing: Sizing | None) -> dict[str, int]:
     """bucket -> the measured steps its pilot sized (plan.json's ``sizing``)."""
-    return {name: int(e["measured_steps"]) for name, e in ((sizing or {}).get("buckets") or {}
+    return {name: int(cast(int, e["measured_steps"])) for name, e in ((sizing or {}).get("buckets") or {}
                                                             ).items() if e.get("measured_steps")}
 
 
-def recorded_step_times(first_plan: dict[str, Any] | None) -> tuple[dict[str, float], str]:
+def recorded_step_times(first_plan: FirstPlan | None) -> tuple[dict[str, float], str]:
     """(bucket -> the baseline's step time a fresh calibration record kept, the record's line)
     from plan.json's ``first_plan`` (campaign.lengths.first_round_plan): those buckets need no
     pilot. A resume reads the same from its plan, so it runs the pilots its campaign ran."""
@@ -87,9 +88,9 @@ def recorded_step_times(first_plan: dict[str, Any] | None) -> tuple[dict[str, fl
 
 
 def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
-                buckets: Sequence[dict[str, Any]], planned: list[PlannedTrial],
+                buckets: Sequence[Bucket], planned: list[PlannedTrial],
                 launcher: Launcher, done: dict[str, dict[str, Any]],
-                first_plan: dict[str, Any] | None = None) -> dict[str, Any] | None:
+                first_plan: FirstPlan | None = None) -> Sizing | None:
     """Run the pilots not yet on disk, size ``planned`` in place (trials the planner has not
     set longer) and return plan.json's ``sizing`` record (None: nothing to size). A bucket
     whose baseline step time a fresh calibration record holds (``first_plan``) is sized from it,
@@ -123,8 +124,8 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
             records[spec.trial_id] = record
 
         launcher.run(todo, on_done, p.trial_timeout_s)
-    doc: dict[str, Any] = {"target_s": target, "margin": MARGIN, "buckets": {},
-                           "alternated": alternated}
+    doc: Sizing = {"target_s": target, "margin": MARGIN, "buckets": {},
+                   "alternated": alternated}
     steps: dict[str, int] = {}
     for b in buckets:
         name = b["name"]
@@ -133,7 +134,7 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
                  sized_bucket(records.get(pilot_trial_id(name), {}), p.measured_steps, target))
         doc["buckets"][name] = entry
         if entry.get("measured_steps"):
-            steps[name] = int(entry["measured_steps"])
+            steps[name] = int(cast(int, entry["measured_steps"]))
         log.info("sizing: %s: %s", name, entry["why"])
     # the pilot's length is a floor: a planner's longer trials (the first rounds sized by cost
     # from a calibration record) keep theirs
@@ -158,7 +159,7 @@ def _steps_for(step_s: float, floor_steps: int, target_s: float, where: str
 
 
 def sized_from_record(step_s: float, source: str, floor_steps: int, target_s: float
-                      ) -> dict[str, Any]:
+                      ) -> BucketSizing:
     """One bucket's sizing from the baseline step time a fresh calibration record kept (no
     pilot ran)."""
     n, why = _steps_for(step_s, floor_steps, target_s, "on record")
@@ -166,7 +167,7 @@ def sized_from_record(step_s: float, source: str, floor_steps: int, target_s: fl
             "why": f"{why}; no pilot: the step time is {source or 'a calibration record'}'s"}
 
 
-def sized_bucket(pilot: dict[str, Any], floor_steps: int, target_s: float) -> dict[str, Any]:
+def sized_bucket(pilot: dict[str, Any], floor_steps: int, target_s: float) -> BucketSizing:
     """One bucket's sizing from its pilot record: the measured steps and why."""
     tid = pilot.get("trial_id")
     if pilot.get("status") != Status.OK or not pilot.get("step_time_median_s"):
@@ -182,7 +183,7 @@ def sized_bucket(pilot: dict[str, Any], floor_steps: int, target_s: float) -> di
     return {"pilot": tid, "pilot_step_s": step_s, "measured_steps": n, "why": why}
 
 
-def sizing_lines(sizing: dict[str, Any] | None, records: Sequence[dict[str, Any]]) -> list[str]:
+def sizing_lines(sizing: Sizing | None, records: Sequence[dict[str, Any]]) -> list[str]:
     """decisions.md: how trials were sized and what each measured (steps and seconds), and
     any trial whose command did not follow its step count."""
     if not sizing:
@@ -228,7 +229,7 @@ def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def sizing_section(sizing: dict[str, Any] | None, records: Sequence[dict[str, Any]]
+def sizing_section(sizing: Sizing | None, records: Sequence[dict[str, Any]]
                    ) -> list[Section]:
     lines = sizing_lines(sizing, records)
     return [Section("Trial length", lines)] if lines else []

@@ -21,7 +21,7 @@ import functools
 import math
 import random
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 
 SWITCH_TAG = "switch"  # the excluded steps after an arm switch
 
@@ -84,7 +84,7 @@ def ordered(arms: Sequence[str], index: int, order: str = "balanced", seed: str 
     return block_order(arms, index)
 
 
-def live_arms(ids: Sequence[str], baseline: str, failed: Mapping[str, object]) -> list[str]:
+def live_arms(ids: Sequence[str], baseline: str, failed: Container[str]) -> list[str]:
     """The arms still in a paired process's rotation: none once the baseline failed."""
     return [] if baseline in failed else [a for a in ids if a not in failed]
 

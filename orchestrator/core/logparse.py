@@ -72,7 +72,7 @@ import statistics
 import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict, cast
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 # a number or a non-finite float as Python prints it (nan, inf, -inf; any case)
@@ -173,6 +173,19 @@ class _NeedsSetting(Exception):
         self.why = why
 
 
+class StepRecordDict(TypedDict):
+    """A :class:`StepRecord` as plain data."""
+
+    step: int
+    step_time_s: float
+    loss: float | None
+    tokens: int | None
+    samples: int | None
+    reported_mfu: float | None
+    steps: int
+    interval: bool
+
+
 @dataclass(frozen=True)
 class StepRecord:
     step: int
@@ -186,8 +199,8 @@ class StepRecord:
     steps: int = 1
     interval: bool = False  # a line averaged since the previous one (steps set by parse_steps)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    def to_dict(self) -> StepRecordDict:
+        return cast("StepRecordDict", dict(self.__dict__))
 
 
 def _shown(value: Any) -> str:
@@ -233,7 +246,16 @@ def _mfu_from_mapping(d: dict[str, Any]) -> float | None:
     return None
 
 
-def reported_mfu(records: Sequence[StepRecord]) -> dict[str, Any]:
+class ReportedMfu(TypedDict, total=False):
+    """trial.json's ``trainer_reported_mfu_*`` fields (none when the trainer logged no MFU)."""
+
+    trainer_reported_mfu_median: float | None
+    trainer_reported_mfu_steps: int
+    trainer_reported_mfu_left_out: int
+    trainer_reported_mfu_label: str
+
+
+def reported_mfu(records: Sequence[StepRecord]) -> ReportedMfu:
     """The trainer's own MFU over ``records`` (pure): the median of the values it logged, each
     line weighed as its steps, labelled as its claim. Negative or non-finite values are left
     out and counted: nanoGPT logs -100 % until it has measured. Empty when the trainer logged
@@ -393,7 +415,7 @@ def _from_kv(line: str) -> StepRecord | None:
           for m in _kv_matches(line)}
     if "step" not in kv and "iter" not in kv:
         return None
-    d: dict[str, Any] = {}
+    d: dict[str, str | float] = {}  # a key's text, or step_time_s
     unitless: dict[str, str] = {}
     for key, (val, unit) in kv.items():
         if key in _TIME_KEYS_S + _TIME_KEYS_MS or key in ("time", "dt"):

@@ -43,7 +43,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional, TypedDict, cast
 
 from orchestrator.core.errors import ConfigError
 from orchestrator.launch.slurm import (
@@ -77,27 +77,70 @@ def _err(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[-1] if text else ''}".rstrip(": ")
 
 
-def describe(requested: str = "auto") -> dict[str, Any]:
+class _DeviceDescriptionBase(TypedDict):
+    kinds: list[str]
+    kind: str | None
+    name: str | None
+    count: int | None
+    torch: str | None
+
+
+class DeviceDescription(_DeviceDescriptionBase, total=False):
+    """What :func:`describe` prints (after :data:`MARK`): what a process sees of a device;
+    the probe job adds ``node_id`` and ``slurm_job_id``."""
+
+    error: str
+    faked: list[str]  # the kinds ORCH_FAKE_DEVICE_KINDS faked
+    attention: dict[str, Any] | None  # attention_target()'s facts
+    node_id: str
+    slurm_job_id: str
+
+
+class _DeviceResolvedBase(TypedDict):
+    requested: str
+    where: str
+
+
+class DeviceResolved(_DeviceResolvedBase, total=False):
+    """plan.json ``device_resolved``: what ``device=`` resolved to and where it was decided
+    (the keys of :class:`DeviceDescription` the probe gave)."""
+
+    kind: str | None
+    name: str | None
+    count: int | None
+    kinds: list[str]
+    torch: str | None
+    error: str
+    faked: list[str]
+    attention: dict[str, Any] | None  # attention_target()'s facts
+    node_id: str
+    slurm_job_id: str
+
+
+def describe(requested: str = "auto") -> DeviceDescription:
     """What this process sees of ``requested`` (run where the trials run): the kinds
     available, the resolved device's kind, name and count, torch's version and the attention
     pre-flight's facts (:func:`orchestrator.platform.device.attention_target`). Never raises:
     what could not be asked is said in ``error``."""
-    out: dict[str, Any] = {"kinds": ["cpu"], "kind": None, "name": None, "count": None,
-                           "torch": None}
+    out: DeviceDescription = {"kinds": ["cpu"], "kind": None, "name": None, "count": None,
+                              "torch": None}
     try:
         kinds = devmod.available_kinds()
     except Exception as exc:  # noqa: BLE001 - a vendor stack can raise anything here
         out["error"] = _err(exc)
         return out
     kind = kinds[0] if requested == "auto" else requested.partition(":")[0]
-    out.update(kinds=kinds, kind=kind)
+    # mypy checks no TypedDict.update(**kw)
+    cast("dict[str, str | list[str] | int | None]", out).update(kinds=kinds, kind=kind)
     faked = devmod.fake_kinds()
     if kind in faked:  # the test seam: nothing of this device can be asked of torch
-        out.update(name=f"{kind} (faked by {devmod.FAKE_KINDS_VAR})", faked=faked)
+        cast("dict[str, str | list[str] | int | None]", out).update(
+            name=f"{kind} (faked by {devmod.FAKE_KINDS_VAR})", faked=faked)
     else:
         try:
             info = devmod.resolve(requested)
-            out.update(kind=info.kind, name=info.name, count=info.count)
+            cast("dict[str, str | list[str] | int | None]", out).update(
+                kind=info.kind, name=info.name, count=info.count)
         except Exception as exc:  # noqa: BLE001 - the trials will record it as unavailable
             out["error"] = _err(exc)
     try:
@@ -112,7 +155,8 @@ def describe(requested: str = "auto") -> dict[str, Any]:
     return out
 
 
-def describe_in(python: str, requested: str, timeout_s: float = CHILD_TIMEOUT_S) -> dict[str, Any]:
+def describe_in(python: str, requested: str,
+                timeout_s: float = CHILD_TIMEOUT_S) -> DeviceDescription:
     """:func:`describe` in a fresh ``python`` (``python -m orchestrator.launch.device_probe``),
     with this process's environment; ProbeFailed when it gives no answer."""
     try:
@@ -125,7 +169,7 @@ def describe_in(python: str, requested: str, timeout_s: float = CHILD_TIMEOUT_S)
         if line.startswith(MARK):
             doc = json.loads(line[len(MARK):])
             assert isinstance(doc, dict)
-            return doc
+            return cast("DeviceDescription", doc)
     tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
     raise ProbeFailed(f"{python} -m {MODULE} gave no answer ({tail})")
 
@@ -137,14 +181,14 @@ class ProbeJob:
     requested: str
     python: Optional[str] = None
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> DeviceDescription:
         doc = describe_in(self.python or sys.executable, self.requested)
         doc["node_id"] = node_id()
         return doc
 
 
 def probe_slurm(cfg: SlurmLauncherConfig, requested: str, folder: Path,
-                python: Optional[str] = None, wait_s: float = PROBE_WAIT_S) -> dict[str, Any]:
+                python: Optional[str] = None, wait_s: float = PROBE_WAIT_S) -> DeviceDescription:
     """Submit :class:`ProbeJob` with the trials' Slurm settings (files under ``folder``), wait
     for it (squeue, as the launcher does) and return its answer with ``slurm_job_id``.
     ProbeFailed (one line) when it fails, ends without a result or outlasts ``wait_s``; the
@@ -173,7 +217,7 @@ def probe_slurm(cfg: SlurmLauncherConfig, requested: str, folder: Path,
     return doc
 
 
-def _wait(job: Any, cfg: SlurmLauncherConfig, wait_s: float) -> dict[str, Any]:
+def _wait(job: Any, cfg: SlurmLauncherConfig, wait_s: float) -> DeviceDescription:
     jid = str(job.job_id)
     end = time.time() + wait_s
     gone_since: Optional[float] = None
@@ -186,7 +230,7 @@ def _wait(job: Any, cfg: SlurmLauncherConfig, wait_s: float) -> dict[str, Any]:
                 raise ProbeFailed(f"probe job {jid} failed: {_err(exc)}") from None
             if not isinstance(doc, dict):
                 raise ProbeFailed(f"probe job {jid} returned {type(doc).__name__}, not a dict")
-            return doc
+            return cast("DeviceDescription", doc)  # ProbeJob's answer
         states = squeue_states()
         if states is not None:
             state = job_state(states, jid)
@@ -221,9 +265,14 @@ def _probe_folder(cfg: SlurmLauncherConfig, run_dir: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=".orch-device-probe-", dir=base))
 
 
-def _record(requested: str, doc: dict[str, Any], where: str) -> dict[str, Any]:
-    keep = ("kind", "name", "count", "kinds", "torch", "error", "faked", "attention",
-            "node_id", "slurm_job_id")
+_DescriptionKey = Literal["kind", "name", "count", "kinds", "torch", "error", "faked",
+                         "attention", "node_id", "slurm_job_id"]
+
+
+def _record(requested: str, doc: DeviceDescription, where: str) -> dict[str, Any]:
+    keep: tuple[_DescriptionKey, ...] = (
+        "kind", "name", "count", "kinds", "torch", "error", "faked", "attention", "node_id",
+        "slurm_job_id")
     return {"requested": requested, **{k: doc[k] for k in keep if k in doc}, "where": where}
 
 
@@ -270,7 +319,7 @@ def resolve_device(cfg: Config, run_dir: Path,
     return _record(requested, describe(requested), "this host")
 
 
-def device_line(doc: Optional[dict[str, Any]]) -> str:
+def device_line(doc: Optional[DeviceResolved]) -> str:
     """decisions.md's line: what device= resolved to and where ("" without a record)."""
     if not isinstance(doc, dict) or not doc.get("requested"):
         return ""

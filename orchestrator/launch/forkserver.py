@@ -37,12 +37,13 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import IO, TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import IO, TYPE_CHECKING, Mapping, Optional, Sequence
 
 from orchestrator.platform.children import GRACE_S, signal_group, start_child
 from recipes.registry import REGISTRY
 
 if TYPE_CHECKING:
+    from orchestrator.launch.zygote import ForkReply, ForkRequest, RecipeFacts
     from orchestrator.spec.jobs import WorkerJob
 
 START_METHODS = ("auto", "spawn", "forkserver")
@@ -100,7 +101,7 @@ class ForkServerLost(ForkServerError):
     """The fork server died while its child ran (the child died with it)."""
 
 
-def _recv(sock: socket.socket, timeout_s: Optional[float]) -> Optional[dict[str, Any]]:
+def _recv(sock: socket.socket, timeout_s: Optional[float]) -> Optional[ForkReply]:
     """One message; None on EOF (the server is gone). Raises socket.timeout."""
     sock.settimeout(timeout_s)
     data = sock.recv(1 << 20)
@@ -138,7 +139,7 @@ class ForkServer:
             os.close(fd)
         self.sock = mine
         self.pid = self.proc.pid
-        self.recipes: dict[str, dict[str, Any]] = {}
+        self.recipes: dict[str, RecipeFacts] = {}
         self.hazard: Optional[str] = None
         self.threads: Optional[int] = None
         # the server stops when its end of the socket sees EOF: closing ours (or our exit) is
@@ -156,7 +157,7 @@ class ForkServer:
         except OSError:
             return ""
 
-    def _request(self, msg: dict[str, Any], fds: Sequence[int]) -> socket.socket:
+    def _request(self, msg: ForkRequest, fds: Sequence[int]) -> socket.socket:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             with self._lock:
@@ -203,8 +204,8 @@ class ForkServer:
         process group is killed then). Any exception while waiting (Ctrl-C) kills it too and is
         re-raised. Raises :class:`ForkServerError` when nothing was forked,
         :class:`ForkServerLost` when the server died under the child."""
-        msg = {"op": "run", "module": module, "argv": argv, "env": dict(env),
-               "cwd": cwd or os.getcwd(), "ignore_job_signals": ignore_job_signals}
+        msg: ForkRequest = {"op": "run", "module": module, "argv": argv, "env": dict(env),
+                            "cwd": cwd or os.getcwd(), "ignore_job_signals": ignore_job_signals}
         start = time.monotonic()
         with self._request(msg, (stdout.fileno(), stderr.fileno())) as sock:
             try:

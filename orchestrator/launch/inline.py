@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 from orchestrator.worker.probe import run_probe
 from orchestrator.core.envvars import env_overrides
@@ -72,7 +72,7 @@ def _run_in_process(job: WorkerJob) -> dict[str, Any]:
             assert isinstance(job, ProbeSpec)
             record = run_probe(job)
             record["process_seconds"] = time.perf_counter() - t0
-            return record
+            return cast("dict[str, Any]", record)  # a ProbeRecord, handed on as any job's record
     finally:
         dynamo = sys.modules.get("torch._dynamo")
         if dynamo is not None:  # compiled code cached by a job must not serve later trials

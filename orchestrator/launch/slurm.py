@@ -44,7 +44,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, TypedDict
 
 from orchestrator.spec.config import SlurmLauncherConfig
 from orchestrator.spec.jobs import JOB_KINDS, TrialSpec, WorkerJob, job_from_payload
@@ -232,6 +232,20 @@ def rank_env(spec: WorkerJob, env: Any, rank: int, port: int) -> dict[str, str]:
 # --------------------------------------------------------------------------- the job body
 
 
+class _TaskResult(TypedDict):
+    node_id: str
+    rank: int
+    hostname: str
+
+
+class TaskResult(_TaskResult, total=False):
+    """What one task of a group job returns (submitit's result pickle, deleted once read):
+    its anonymous node id and the host name for the sanitizer."""
+
+    attempt: int
+    step: str  # a job step's id (launcher.slurm.allocation=campaign)
+
+
 @dataclass
 class GroupJob:
     """What one Slurm job runs: the arms of one (round, bucket), one after another (or the
@@ -250,7 +264,7 @@ class GroupJob:
     extra: dict[str, Any] = field(default_factory=dict)
     start_method: str = "spawn"  # "auto": the job's own fork server where sound (off: see above)
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> TaskResult:
         import submitit  # start-up cost: only a Slurm job (or launcher=slurm) imports submitit
 
         env = submitit.JobEnvironment()
@@ -533,6 +547,13 @@ ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", 
                  "REQUEUE_FED", "RESV_DEL_HOLD", "PREEMPTED")
 
 
+class LiveJob(TypedDict):
+    """One entry of ``slurm/jobs.json``'s ``live`` map (job id -> this)."""
+
+    trials: list[str]
+    submitted_at: float
+
+
 class JobLedger:
     """``<run dir>/slurm/jobs.json``: the job ids this campaign submitted and has not collected,
     with their trials. A killed orchestrator leaves its live jobs here; the resume cancels them
@@ -542,7 +563,7 @@ class JobLedger:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self) -> dict[str, LiveJob]:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -43,7 +43,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Optional, Sequence
+from typing import IO, Any, Optional, Sequence, TypedDict
 
 from orchestrator.core.paths import package_root
 from orchestrator.core.results import Status, atomic_write_json
@@ -62,6 +62,7 @@ from orchestrator.launch.slurm import (
     ACTIVE_STATES,
     GroupJob,
     SlurmLauncher,
+    TaskResult,
     executor_parameters,
     job_state,
     node_id,
@@ -167,9 +168,20 @@ def client_env() -> dict[str, str]:
     return env
 
 
-def plan_entry(lc: Any) -> dict[str, Any]:
+class _LauncherEntry(TypedDict):
+    name: str
+
+
+class LauncherEntry(_LauncherEntry, total=False):
     """plan.json's ``launcher``: the launcher's name and, for Slurm, how its jobs run."""
-    doc: dict[str, Any] = {"name": str(lc.name)}
+
+    slurm_allocation: str
+    how: str
+
+
+def plan_entry(lc: Any) -> LauncherEntry:
+    """plan.json's ``launcher``: the launcher's name and, for Slurm, how its jobs run."""
+    doc: LauncherEntry = {"name": str(lc.name)}
     if str(lc.name) == "slurm":
         mode = allocation_mode(lc.slurm)
         doc["slurm_allocation"] = mode
@@ -224,7 +236,7 @@ class StepJob(GroupJob):
     from :class:`StepEnvironment`. No requeue: an ended allocation's trials are re-run by the
     campaign in a new one."""
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> TaskResult:
         env = StepEnvironment()
         rank = env.global_rank
         python = self.python or sys.executable

@@ -42,7 +42,7 @@ import socket
 import sys
 import threading
 import traceback
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from orchestrator.platform import device as devmod
 from orchestrator.platform.children import die_with_parent, signal_group
@@ -83,7 +83,42 @@ def hazard() -> Optional[str]:
     return devmod.fork_safety()
 
 
-def send(sock: socket.socket, msg: dict[str, Any]) -> None:
+class ForkRequest(TypedDict, total=False):
+    """A launcher's request to the fork server (JSON over its socket): ``preload`` recipes,
+    or ``run`` one job as ``python -m module argv``."""
+
+    op: str  # preload | run
+    recipes: list[str]
+    module: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    ignore_job_signals: bool
+
+
+class RecipeFacts(TypedDict, total=False):
+    """What the fork server's import of one recipe told (``error``: its import failed)."""
+
+    host_only: bool
+    external: bool
+    error: str
+
+
+class ForkReply(TypedDict, total=False):
+    """One message of the fork server to a launcher (JSON over the request's reply socket):
+    a preload's answer, a fork's pid or refusal, or the forked job's exit code."""
+
+    recipes: dict[str, RecipeFacts]
+    hazard: str | None
+    threads: int
+    base_errors: dict[str, str]  # module -> why its import failed
+    pid: int
+    refused: str
+    server_threads: int
+    exit: int
+
+
+def send(sock: socket.socket, msg: ForkReply) -> None:
     try:
         sock.send(json.dumps(msg).encode())
     except OSError:  # the launcher stopped waiting (interrupted): nothing to tell
@@ -118,8 +153,8 @@ def preload_base() -> dict[str, str]:
     return errors
 
 
-def preload_recipes(names: list[str]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def preload_recipes(names: list[str]) -> dict[str, RecipeFacts]:
+    out: dict[str, RecipeFacts] = {}
     for name in names:
         try:
             recipe = load_recipe(name)
@@ -183,7 +218,7 @@ class Server:
                     print(f"fork server: request failed: {exc!r}", file=sys.stderr, flush=True)
             self.reap()
 
-    def handle(self, msg: dict[str, Any], fds: list[int]) -> None:
+    def handle(self, msg: ForkRequest, fds: list[int]) -> None:
         reply = socket.socket(fileno=fds[0])
         if msg.get("op") == "preload":
             recipes = preload_recipes(list(msg.get("recipes", [])))
@@ -241,7 +276,7 @@ class Server:
             except ChildProcessError:
                 pass
 
-    def become_child(self, msg: dict[str, Any], reply: socket.socket, out_fd: int,
+    def become_child(self, msg: ForkRequest, reply: socket.socket, out_fd: int,
                      err_fd: int) -> None:
         """Turn this forked process into ``python -m MODULE ARGV`` for one job, then exit."""
         server_pid = os.getppid()

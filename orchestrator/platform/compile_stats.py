@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.core.envvars import env_overrides
 from orchestrator.core.records import CACHES
@@ -170,8 +170,23 @@ def activity() -> tuple[float, ...]:
             float(spent.get("total_wall_time", 0.0)))
 
 
+class CompileFields(TypedDict):
+    """trial.json's compile fields: totals over the trial, and what leaked into the measured
+    steps (:func:`trial_fields`)."""
+
+    compile_time_s: float
+    compile_time_in_measured_s: float
+    graph_breaks: int
+    graph_break_reasons: list[str]
+    recompiles: int
+    recompiles_in_measured: int
+    compiled_frames: int
+    compile_cache_hits: int
+    compile_cache_misses: int
+
+
 def trial_fields(start: CompileSnapshot, after_warmup: CompileSnapshot,
-                 end: CompileSnapshot) -> dict[str, Any]:
+                 end: CompileSnapshot) -> CompileFields:
     """Fields for trial.json: totals over the trial, and what leaked into the measured steps."""
     total = end.minus(start)
     measured = end.minus(after_warmup)

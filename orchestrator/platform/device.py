@@ -30,6 +30,16 @@ from types import ModuleType
 from typing import Any
 
 from orchestrator.platform import fabric
+from orchestrator.platform.env_record import (
+    BackendAutoload,
+    CudaFacts,
+    DeviceFacts,
+    DeviceProperties,
+    DistributedBackends,
+    MusaFacts,
+    MusaTopology,
+    TorchBuild,
+)
 from orchestrator.platform.block_timing import DeviceTimer
 from orchestrator.core.errors import BackendUnavailable
 
@@ -90,7 +100,7 @@ def _torch() -> ModuleType:
     return torch
 
 
-def backend_autoload() -> dict[str, Any]:
+def backend_autoload() -> BackendAutoload:
     """Whether ``import torch`` loads out-of-tree backends here, and which: the variable as
     set, torch's reading of it, the ``torch.backends`` entry points installed (from package
     metadata, without importing them) and the failure seen in this process, if any."""
@@ -342,7 +352,7 @@ def _call(fn: Any, *args: Any) -> tuple[Any, str | None]:
         return None, _err(exc)
 
 
-def torch_build() -> dict[str, Any]:
+def torch_build() -> TorchBuild:
     """torch's version and the accelerator stacks it was compiled against."""
     torch = _torch()
     _torch_musa()  # importing torch_musa is what sets torch.version.musa
@@ -358,7 +368,7 @@ def torch_build() -> dict[str, Any]:
     }
 
 
-def _properties(mod: Any, index: int) -> dict[str, Any]:
+def _properties(mod: Any, index: int) -> DeviceProperties:
     p = mod.get_device_properties(index)
     major, minor = getattr(p, "major", None), getattr(p, "minor", None)
     total = getattr(p, "total_memory", None)
@@ -373,7 +383,7 @@ def _properties(mod: Any, index: int) -> dict[str, Any]:
     }
 
 
-def _devices(mod: Any, out: dict[str, Any]) -> None:
+def _devices(mod: Any, out: DeviceFacts) -> None:
     avail, err = _call(mod.is_available)
     out["available"] = bool(avail) if err is None else False
     if err:
@@ -389,12 +399,12 @@ def _devices(mod: Any, out: dict[str, Any]) -> None:
         out["devices"].append(props if err is None else {"index": i, "error": err})
 
 
-def musa_facts() -> dict[str, Any]:
+def musa_facts() -> MusaFacts:
     """What this process sees of MUSA: ``status`` is ``absent`` (torch_musa not installed),
     ``broken`` (installed but importing it or registering ``torch.musa`` failed) or ``present``.
     Device facts come from ``torch.musa`` itself, never from shell variables."""
-    out: dict[str, Any] = {"status": "absent", "available": False, "device_count": 0,
-                           "devices": [], "errors": {}}
+    out: MusaFacts = {"status": "absent", "available": False, "device_count": 0,
+                      "devices": [], "errors": {}}
     tm = _torch_musa()
     if tm is None:
         broken = bool(musa_import_error and "import failed" in musa_import_error)
@@ -446,7 +456,7 @@ def musa_facts() -> dict[str, Any]:
     return out
 
 
-def musa_topology(count: int) -> dict[str, Any]:
+def musa_topology(count: int) -> MusaTopology:
     """MtLink domain of each visible MUSA device and MTML's topology level between each pair
     (pymtml; None where it is absent or a query fails)."""
     return {"source": "pymtml (MTML)",
@@ -455,11 +465,11 @@ def musa_topology(count: int) -> dict[str, Any]:
                                for a in range(count) for b in range(a + 1, count)}}
 
 
-def cuda_facts() -> dict[str, Any]:
+def cuda_facts() -> CudaFacts:
     """What this process sees of CUDA (or ROCm, which torch exposes as torch.cuda)."""
     torch = _torch()
-    out: dict[str, Any] = {"built": bool(torch.version.cuda or getattr(torch.version, "hip", None)),
-                           "available": False, "device_count": 0, "devices": [], "errors": {}}
+    out: CudaFacts = {"built": bool(torch.version.cuda or getattr(torch.version, "hip", None)),
+                      "available": False, "device_count": 0, "devices": [], "errors": {}}
     if not out["built"]:
         return out
     _devices(torch.cuda, out)
@@ -478,9 +488,9 @@ def cuda_facts() -> dict[str, Any]:
     return out
 
 
-def distributed_backends() -> dict[str, Any]:
+def distributed_backends() -> DistributedBackends:
     """Process-group backends compiled into this torch (mccl: registered by torch_musa)."""
-    out: dict[str, Any] = {}
+    out: DistributedBackends = {}
     try:
         import torch.distributed as dist
     except Exception as exc:

@@ -15,7 +15,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from orchestrator.platform import device as devmod
 
@@ -175,13 +175,37 @@ def combine(per_rank: list[list[float]]) -> tuple[list[float], list[float], list
     return slowest, skew, who
 
 
+class _DistSummary(TypedDict, total=False):
+    step_agreement_median_s: float | None
+    world_size: int
+    dist_backend: str
+    step_time_definition: str
+    rank_skew_median_s: float | None
+    rank_skew_max_s: float | None
+    slowest_rank_counts: dict[int, int]  # rank -> measured steps it was the slowest in
+    threads_per_rank: int | None
+
+
+class DistNodes(TypedDict, total=False):
+    """The node fields of :class:`DistSummary` (only with ``nodes``)."""
+
+    nodes: int
+    rank_nodes: list[int]
+    node_skew_median_s: float | None
+    slowest_node_counts: dict[int, int]  # node -> measured steps its slowest rank was on it
+
+
+class DistSummary(_DistSummary, DistNodes, total=False):
+    """The distributed fields of trial.json (:func:`summary`; none for a one-process trial)."""
+
+
 def summary(ctx: DistContext, skew_measured_s: list[float],
             who_measured: list[int], agree_cost_s: list[float] | None = None,
             nodes: list[int] | None = None,
-            node_skew_measured_s: list[float] | None = None) -> dict[str, Any]:
+            node_skew_measured_s: list[float] | None = None) -> DistSummary:
     """The distributed fields of trial.json (``nodes``: each rank's machine, gather_nodes)."""
     counts = {r: who_measured.count(r) for r in range(ctx.world_size)}
-    spans = {} if not nodes else {
+    spans: DistNodes = {} if not nodes else {
         "nodes": len(set(nodes)), "rank_nodes": nodes,
         "node_skew_median_s": (statistics.median(node_skew_measured_s)
                                if node_skew_measured_s else None),

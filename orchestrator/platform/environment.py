@@ -29,11 +29,26 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from orchestrator import __version__
 from orchestrator.core import musa_rules
 from orchestrator.platform import device as devmod
+from orchestrator.platform.env_record import (
+    AttentionReport,
+    CompileFacts,
+    ContainerFacts,
+    CpuFacts,
+    DeviceEvents,
+    DistributedBackends,
+    EnvironmentReport,
+    Fingerprint,
+    FlashAttnFacts,
+    SelectedDevice,
+    TorchReport,
+    TorchRuntime,
+    Versions,
+)
 from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -86,7 +101,7 @@ def _read(path: str) -> str | None:
 # --------------------------------------------------------------------------- host
 
 
-def cpu_facts() -> dict[str, Any]:
+def cpu_facts() -> CpuFacts:
     info = _read("/proc/cpuinfo") or ""
     cores = {(m.group(1), m.group(2)) for m in re.finditer(
         r"physical id\s*:\s*(\d+).*?core id\s*:\s*(\d+)", info, re.DOTALL)}
@@ -119,13 +134,13 @@ def _public_image(ref: str) -> str:
     return ref
 
 
-def container_facts() -> dict[str, Any]:
+def container_facts() -> ContainerFacts:
     evidence = [p for p in ("/.dockerenv", "/run/.containerenv") if os.path.exists(p)]
     cgroup = _read("/proc/1/cgroup") or ""
     for word in ("docker", "kubepods", "containerd", "libpod", "lxc"):
         if word in cgroup:
             evidence.append(f"cgroup:{word}")
-    out: dict[str, Any] = {"detected": bool(evidence), "evidence": evidence,
+    out: ContainerFacts = {"detected": bool(evidence), "evidence": evidence,
                            "image": None, "image_digest": None}
     podman = _read("/run/.containerenv") or ""
     m = re.search(r'^image="([^"]*)"', podman, re.MULTILINE)
@@ -189,7 +204,7 @@ SELECTORS = {
 }
 
 
-def attention_backends(dev: devmod.DeviceInfo) -> dict[str, Any]:
+def attention_backends(dev: devmod.DeviceInfo) -> AttentionReport:
     """Which attention kernels actually run forward and backward here, per dtype. On MUSA a
     forced kernel torch_musa's selector cannot run is a configuration error (not an absent
     kernel), and its math kernel is muDNN's."""
@@ -199,8 +214,8 @@ def attention_backends(dev: devmod.DeviceInfo) -> dict[str, Any]:
 
     dtypes = [torch.float32, torch.bfloat16] if dev.kind == "cpu" else \
         [torch.bfloat16, torch.float16, torch.float32]
-    out: dict[str, Any] = {"device": dev.torch_device, "selector": SELECTORS.get(dev.kind),
-                           "sdpa": {}}
+    out: AttentionReport = {"device": dev.torch_device, "selector": SELECTORS.get(dev.kind),
+                            "sdpa": {}}
     for kernel, attr in (("math", "MATH"), ("flash", "FLASH_ATTENTION"),
                          ("efficient", "EFFICIENT_ATTENTION"), ("cudnn", "CUDNN_ATTENTION")):
         backend = getattr(SDPBackend, attr, None)
@@ -258,7 +273,7 @@ def _distribution_version(module: Any, package: str) -> tuple[list[str], str | N
     return dists, version
 
 
-def _flash_attn(dev: devmod.DeviceInfo) -> dict[str, Any]:
+def _flash_attn(dev: devmod.DeviceInfo) -> FlashAttnFacts:
     """The ``flash_attn`` package: who made it (Dao-AILab's flash-attn, or MATE's
     mate-flash-attention on MUSA), its version, which entry points it exports, and whether the
     dense ``flash_attn_func`` runs forward and backward on ``dev``."""
@@ -272,15 +287,17 @@ def _flash_attn(dev: devmod.DeviceInfo) -> dict[str, Any]:
         return {"installed": True, "usable": False, "error": _err(exc)}
     dists, version = _distribution_version(flash_attn, "flash_attn")
     exports = {n: callable(getattr(flash_attn, n, None)) for n in musa_rules.FLASH_ATTN_ENTRY_POINTS}
-    out: dict[str, Any] = {"installed": True, "version": version, "distributions": dists,
+    out: FlashAttnFacts = {"installed": True, "version": version, "distributions": dists,
                            "provider": musa_rules.flash_attn_provider(dists), "exports": exports}
     if dev.kind == "cpu":
-        out.update(usable=False, error="flash-attn needs a cuda or musa device")
+        cast("dict[str, bool | str]", out).update(  # mypy checks no TypedDict.update(**kw)
+            usable=False, error="flash-attn needs a cuda or musa device")
         return out
     if not exports["flash_attn_func"]:
         have = [n for n, ok in exports.items() if ok]
-        out.update(usable=False, error=(f"no flash_attn_func (this flash_attn exports "
-                                        f"{', '.join(have) or 'none of the known entry points'})"))
+        cast("dict[str, bool | str]", out).update(
+            usable=False, error=(f"no flash_attn_func (this flash_attn exports "
+                                 f"{', '.join(have) or 'none of the known entry points'})"))
         return out
     try:
         import torch
@@ -290,11 +307,11 @@ def _flash_attn(dev: devmod.DeviceInfo) -> dict[str, Any]:
         flash_attn.flash_attn_func(q, q, q, causal=True).sum().backward()
         out["usable"] = True
     except Exception as exc:
-        out.update(usable=False, error=_err(exc)[:160])
+        cast("dict[str, bool | str]", out).update(usable=False, error=_err(exc)[:160])
     return out
 
 
-def _flash_attn_interface() -> dict[str, Any]:
+def _flash_attn_interface() -> FlashAttnFacts:
     """The FlashAttention-3 layout (``flash_attn_interface``; MATE ships its wrapper so from
     v0.2, as ``flash_attn_3``): installed, version, exports. Not probed."""
     import importlib.util
@@ -312,7 +329,7 @@ def _flash_attn_interface() -> dict[str, Any]:
                         for n in musa_rules.FLASH_ATTN_ENTRY_POINTS}}
 
 
-def compile_facts() -> dict[str, Any]:
+def compile_facts() -> CompileFacts:
     """What sets compile-time figures: Inductor's ``compile_threads`` (torch_musa's
     ``_inductor/__init__.py`` forces 1), read where Inductor's config is loaded in this process
     (it is once anything compiled, and wherever torch_musa is imported), and Triton: its
@@ -322,7 +339,7 @@ def compile_facts() -> dict[str, Any]:
     from importlib import metadata
 
     cfg = sys.modules.get("torch._inductor.config")
-    out: dict[str, Any] = {"inductor_compile_threads": getattr(cfg, "compile_threads", None)}
+    out: CompileFacts = {"inductor_compile_threads": getattr(cfg, "compile_threads", None)}
     if cfg is None:
         out["inductor_note"] = ("torch._inductor is not loaded in this process (nothing "
                                 "compiled here), so its compile_threads is not read")
@@ -362,10 +379,10 @@ def gloo_probe() -> str:
     return "ok" if float(x.sum()) == 4.0 else f"wrong result {x.tolist()}"
 
 
-def torch_runtime() -> dict[str, Any]:
+def torch_runtime() -> TorchRuntime:
     import torch
 
-    out: dict[str, Any] = {"threads": torch.get_num_threads(),
+    out: TorchRuntime = {"threads": torch.get_num_threads(),
                            "interop_threads": torch.get_num_interop_threads()}
     cap = getattr(torch.backends.cpu, "get_cpu_capability", None)
     out["cpu_capability"] = cap() if cap else None
@@ -376,7 +393,7 @@ def torch_runtime() -> dict[str, Any]:
 # --------------------------------------------------------------------------- products
 
 
-def _selected(device: str) -> dict[str, Any]:
+def _selected(device: str) -> SelectedDevice:
     try:
         d = devmod.resolve(device)
     except Exception as exc:  # BackendUnavailable: the report says so and goes on
@@ -384,7 +401,7 @@ def _selected(device: str) -> dict[str, Any]:
     return {"requested": device, "kind": d.kind, "index": d.index, "name": d.name, "count": d.count}
 
 
-def _versions() -> dict[str, Any]:
+def _versions() -> Versions:
     from importlib import metadata
 
     try:
@@ -393,12 +410,12 @@ def _versions() -> dict[str, Any]:
         return {"orchestrator": __version__, "note": "not installed; version from the source"}
 
 
-def fingerprint(device: str = "auto") -> dict[str, Any]:
+def fingerprint(device: str = "auto") -> Fingerprint:
     """The facts two comparable measurements must share. Cheap: no subprocess, no probe."""
     torch = devmod._torch()  # a broken autoloaded extension: one line, not a second import
     sel = _selected(device)
     kind = sel.get("kind")
-    fp: dict[str, Any] = {
+    fp: Fingerprint = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "device_kind": kind or f"unavailable ({device})",
@@ -406,16 +423,18 @@ def fingerprint(device: str = "auto") -> dict[str, Any]:
     build = devmod.torch_build()
     for k in ("cuda", "hip", "musa"):
         if build.get(k):
-            fp[f"torch_{k}"] = build[k]
+            cast("dict[str, str | None]", fp)[f"torch_{k}"] = build[k]  # torch_cuda|hip|musa
     drivers = driver_versions()
     if kind == "musa":
         m = devmod.musa_facts()
-        fp.update(torch_musa=m.get("torch_musa_version"), mudnn=m.get("mudnn_version"),
-                  mccl=m.get("mccl_version"), driver=drivers["musa"])
+        cast("dict[str, str | int | None]", fp).update(  # mypy checks no TypedDict.update(**kw)
+            torch_musa=m.get("torch_musa_version"), mudnn=m.get("mudnn_version"),
+            mccl=m.get("mccl_version"), driver=drivers["musa"])
         devices = m.get("devices", [])
     elif kind == "cuda":
         c = devmod.cuda_facts()
-        fp.update(cudnn=c.get("cudnn_version"), nccl=c.get("nccl_version"), driver=drivers["cuda"])
+        cast("dict[str, str | int | None]", fp).update(
+            cudnn=c.get("cudnn_version"), nccl=c.get("nccl_version"), driver=drivers["cuda"])
         devices = c.get("devices", [])
     else:
         devices = []
@@ -428,7 +447,7 @@ def fingerprint(device: str = "auto") -> dict[str, Any]:
     return fp
 
 
-def compare(fingerprints: Iterable[tuple[str, dict[str, Any] | None]]) -> list[str]:
+def compare(fingerprints: Iterable[tuple[str, Fingerprint | dict[str, Any] | None]]) -> list[str]:
     """One line per fact that differs across trials: ``key: value (n trials), value (m)``.
     Trials without a fingerprint (a process that died early) are left out, not guessed."""
     values: dict[str, dict[str, int]] = {}
@@ -444,7 +463,7 @@ def compare(fingerprints: Iterable[tuple[str, dict[str, Any] | None]]) -> list[s
             for k, vs in values.items() if len(vs) > 1]
 
 
-def _device_events(sel: dict[str, Any]) -> dict[str, Any]:
+def _device_events(sel: SelectedDevice) -> DeviceEvents:
     """Whether torch.profiler records the selected device's events in this build."""
     kind = sel.get("kind")
     if kind is None:
@@ -454,11 +473,11 @@ def _device_events(sel: dict[str, Any]) -> dict[str, Any]:
             "why": why}
 
 
-def gather(device: str = "auto", gathered_in: str = "trial process") -> dict[str, Any]:
+def gather(device: str = "auto", gathered_in: str = "trial process") -> EnvironmentReport:
     """The full environment report. Never raises: a failing probe is recorded in ``errors``."""
     t0 = time.perf_counter()
     errors: dict[str, str] = {}
-    report: dict[str, Any] = {
+    report: EnvironmentReport = {
         "schema_version": SCHEMA_VERSION,
         "gathered_in": gathered_in,
         "gathered_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -469,7 +488,7 @@ def gather(device: str = "auto", gathered_in: str = "trial process") -> dict[str
         "cpu": _probe("cpu", cpu_facts, errors),
         "versions": _probe("versions", _versions, errors),
     }
-    report["torch"] = _probe("torch", devmod.torch_build, errors) or {}
+    report["torch"] = cast("TorchReport", _probe("torch", devmod.torch_build, errors) or {})
 
     def with_torch(name: str, fn: Callable[[], Any]) -> Any:
         # `import torch` failed in an autoloaded extension: a second import would fail
@@ -497,7 +516,9 @@ def gather(device: str = "auto", gathered_in: str = "trial process") -> dict[str
         report["musa"]["toolkit_version"] = (tools.get("musa_toolkits_version") or {}).get("version")
         report["musa"]["runtime_version"] = (tools.get("musa_runtime_version") or {}).get("version")
         report["musa"]["mudnn_tool_version"] = (tools.get("mudnn_version") or {}).get("version")
-    dist = with_torch("distributed", devmod.distributed_backends) or {}
+    # or Skipped, whose only key is not gloo
+    dist = cast("DistributedBackends",
+                with_torch("distributed", devmod.distributed_backends) or {})
     if dist.get("gloo") is True:
         dist["gloo_probe"] = _probe("gloo_probe", gloo_probe, errors)
     report["distributed"] = dist

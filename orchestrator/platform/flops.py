@@ -23,7 +23,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from orchestrator.platform import device as devmod
 from orchestrator.platform import hardware as hw
@@ -122,6 +122,18 @@ def extra_flop_formulas() -> dict[Any, Callable[..., int]]:
     return out
 
 
+class ExecutedFlopsDict(TypedDict):
+    """An :class:`ExecutedFlops` as plain data."""
+
+    flops: int
+    by_op: dict[str, int]  # op -> FLOPs
+    coverage_time: float
+    coverage_ops: float
+    uncovered_top: list[tuple[str, float]]  # (op, share of op time)
+    uncovered_ops: list[str]
+    definition: str
+
+
 @dataclass
 class ExecutedFlops:
     flops: int
@@ -132,8 +144,8 @@ class ExecutedFlops:
     uncovered_ops: list[str] = field(default_factory=list)  # every compute op without a formula
     definition: str = DEFINITIONS[EXECUTED]
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> ExecutedFlopsDict:
+        return cast("ExecutedFlopsDict", asdict(self))
 
 
 def count_executed_flops(step: Callable[[], Any], sync: Callable[[], None] | None = None) -> ExecutedFlops:
@@ -185,6 +197,17 @@ def count_executed_flops(step: Callable[[], Any], sync: Callable[[], None] | Non
 # --------------------------------------------------------------------------- profiler FLOPs
 
 
+class ProfiledFlopsDict(TypedDict):
+    """A :class:`ProfiledFlops` as plain data (a profiled trial's ``flops``)."""
+
+    flops_per_step: float
+    steps: int
+    by_op: dict[str, int]  # op -> FLOPs
+    coverage_time: float
+    time_basis: str
+    definition: str
+
+
 @dataclass
 class ProfiledFlops:
     flops_per_step: float
@@ -194,8 +217,8 @@ class ProfiledFlops:
     time_basis: str  # "device" (kernel time) or "cpu" (op self time on the host)
     definition: str = DEFINITIONS[PROFILER]
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> ProfiledFlopsDict:
+        return cast("ProfiledFlopsDict", asdict(self))
 
 
 def profiler_attributed_flops(
@@ -248,11 +271,52 @@ def profile_trainer_flops(trainer: Any, dev: Any, *, steps: int = 2, warmup: int
 # --------------------------------------------------------------------------- in a trial
 
 
-def utilization_entry(peak: dict[str, Any], useful: float | None, executed: float | None,
-                      step_time_s: float | None) -> dict[str, Any]:
+class UtilizationEntry(TypedDict):
+    """trial.json ``utilization[]``: MFU and HFU against one peak."""
+
+    peak: str
+    peak_kind: str
+    peak_tflops: float | None
+    dtype: str
+    mfu: float | None
+    hfu: float | None
+    note: str | None
+
+
+class FlopsFacts(TypedDict, total=False):
+    """trial.json ``flops``: useful and executed FLOPs per step, with their definitions."""
+
+    useful_per_step: float | None
+    useful_definition: str
+    executed_per_step: int | None
+    executed_definition: str
+    executed_by_op: dict[str, int]  # op -> FLOPs
+    executed_coverage_time: float
+    executed_coverage_ops: float
+    executed_uncovered_top: list[tuple[str, float]]  # (op, share of op time)
+    executed_note: str
+
+
+class PeaksAndUtilization(TypedDict):
+    """The trial.json keys of :func:`peaks_and_utilization`."""
+
+    matmul_dtype: str | None  # None: a host-only recipe (no torch)
+    matmul_dtype_why: str
+    peaks: list[hw.PeakRefDict]
+    utilization: list[UtilizationEntry]
+
+
+class TrialFlops(PeaksAndUtilization):
+    """The trial.json keys of :func:`trial_flops`."""
+
+    flops: FlopsFacts
+
+
+def utilization_entry(peak: hw.PeakRefDict, useful: float | None, executed: float | None,
+                      step_time_s: float | None) -> UtilizationEntry:
     """MFU and HFU against one peak, with the reason when either cannot be given."""
     p = peak.get("peak_tflops")
-    reasons = [peak["reason"]] if peak.get("reason") else []
+    reasons = [cast(str, peak["reason"])] if peak.get("reason") else []
     ok_time = step_time_s is not None and step_time_s > 0
     mfu = utilization(useful, step_time_s, p) if (p and useful is not None and ok_time) else None  # type: ignore[arg-type]
     hfu = utilization(executed, step_time_s, p) if (p and executed is not None and ok_time) else None  # type: ignore[arg-type]
@@ -263,7 +327,7 @@ def utilization_entry(peak: dict[str, Any], useful: float | None, executed: floa
 
 
 def trial_flops(trainer: Any, batches: Iterable[Any], dev: Any, hardware: dict[str, Any],
-                precision: str, step_time_s: float) -> dict[str, Any]:
+                precision: str, step_time_s: float) -> TrialFlops:
     """FLOPs, peaks and utilization of a trial, measured after its timed steps. ``trainer``
     has the recipe hooks (recipes.base.TrainerHooks: useful_flops_per_step and its definition).
 
@@ -271,7 +335,7 @@ def trial_flops(trainer: Any, batches: Iterable[Any], dev: Any, hardware: dict[s
     ``hardware.count_executed_flops`` is false) and the peak calibration where asked. A
     failure of either becomes a stated reason in the record, never a failed trial."""
     useful = trainer.useful_flops_per_step()
-    flops: dict[str, Any] = {
+    flops: FlopsFacts = {
         "useful_per_step": useful,
         "useful_definition": trainer.useful_flops_definition
         or (DEFINITIONS[USEFUL] + " (the recipe states no formula)"),
@@ -283,10 +347,12 @@ def trial_flops(trainer: Any, batches: Iterable[Any], dev: Any, hardware: dict[s
             batch = next(iter(batches))
             ex = count_executed_flops(lambda: trainer.train_step(batch),
                                       None if dev.kind == "cpu" else lambda: devmod.synchronize(dev))
-            flops.update(executed_per_step=ex.flops, executed_by_op=ex.by_op,
-                         executed_coverage_time=ex.coverage_time,
-                         executed_coverage_ops=ex.coverage_ops,
-                         executed_uncovered_top=ex.uncovered_top)
+            # mypy checks no TypedDict.update(**kw)
+            cast("dict[str, int | float | dict[str, int] | list[tuple[str, float]]]", flops).update(
+                executed_per_step=ex.flops, executed_by_op=ex.by_op,
+                executed_coverage_time=ex.coverage_time,
+                executed_coverage_ops=ex.coverage_ops,
+                executed_uncovered_top=ex.uncovered_top)
         except Exception as exc:  # noqa: BLE001 - a failed count is a stated reason, not a failed trial
             flops["executed_note"] = f"not counted: {type(exc).__name__}: {exc}"
     else:
@@ -297,7 +363,7 @@ def trial_flops(trainer: Any, batches: Iterable[Any], dev: Any, hardware: dict[s
 
 def peaks_and_utilization(dev: Any, hardware: dict[str, Any], precision: str,
                           useful: float | None, executed: float | None,
-                          step_time_s: float | None) -> dict[str, Any]:
+                          step_time_s: float | None) -> PeaksAndUtilization:
     """The peaks of ``dev`` (a DeviceInfo) at the workload's precision, and MFU/HFU against
     each: registry entry, ``hardware=`` SKU, or a calibration run here (see
     :func:`orchestrator.platform.hardware.resolve_peaks`)."""

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from orchestrator.platform import device as devmod
 from orchestrator.core.errors import ConfigError
@@ -83,10 +83,31 @@ class HardwareEntry:
     def peak(self, dtype: str) -> float | None:
         return self.peak_tflops.get(dtype)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+    def to_dict(self) -> HardwareEntryDict:
+        d = cast("HardwareEntryDict", asdict(self))
         d["match"], d["exclude"] = list(self.match), list(self.exclude)
         return d
+
+
+class HardwareEntryDict(TypedDict):
+    """A :class:`HardwareEntry` as plain data (``match``/``exclude`` as lists)."""
+
+    name: str
+    description: str
+    vendor: str
+    device_kind: str
+    match: list[str]
+    exclude: list[str]
+    calibrate: bool
+    peak_tflops: dict[str, float | None]  # dtype -> TFLOP/s
+    memory_bandwidth_gbps: float | None
+    intra_domain_bandwidth_gbps: float | None
+    inter_domain_bandwidth_gbps: float | None
+    collective_latency_us: float | None
+    domain_size: int | None
+    figure_kind: Any  # as HardwareEntry.figure_kind: a kind, or a mapping figure -> kind
+    sources: dict[str, str]  # figure -> where it comes from
+    notes: str | None
 
 
 def registry_dir() -> Path:
@@ -230,6 +251,29 @@ def validate_hardware(hw: Any) -> None:
 # --------------------------------------------------------------------------- peaks
 
 
+class Calibration(TypedDict):
+    """A peak calibration run (trial.json ``peaks[].calibration``): see :func:`calibrate_peak`."""
+
+    tflops: float
+    median_tflops: float
+    runs: int
+    matmul: str
+    device: str
+
+
+class PeakRefDict(TypedDict):
+    """trial.json ``peaks[]``: a :class:`PeakRef` as plain data."""
+
+    label: str
+    kind: str
+    hardware: str
+    dtype: str
+    peak_tflops: float | None
+    source: str
+    reason: str | None
+    calibration: Calibration | None
+
+
 @dataclass
 class PeakRef:
     """One peak a utilization figure is relative to; ``peak_tflops`` None comes with a reason."""
@@ -241,10 +285,10 @@ class PeakRef:
     peak_tflops: float | None
     source: str
     reason: str | None = None  # why there is no figure, or a caveat that goes with it
-    calibration: dict[str, Any] | None = None
+    calibration: Calibration | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> PeakRefDict:
+        return cast("PeakRefDict", asdict(self))
 
 
 def matmul_dtype(precision: str, device_kind: str) -> tuple[str, str]:
@@ -264,7 +308,7 @@ def matmul_dtype(precision: str, device_kind: str) -> tuple[str, str]:
     return "fp32", f"fp32 matmuls: {why}"
 
 
-def calibrate_peak(dev: Any, dtype: str, size: int = 0, min_s: float = 0.2) -> dict[str, Any]:
+def calibrate_peak(dev: Any, dtype: str, size: int = 0, min_s: float = 0.2) -> Calibration:
     """Measure the best achieved throughput of a square matmul at ``dtype`` on ``dev``.
 
     Runs in the calling (trial) process with its precision settings, device synchronised around
@@ -306,7 +350,7 @@ def resolve_peaks(
     device_kind: str,
     device_name: str,
     dtype: str,
-    measure: Callable[[], dict[str, Any]] | None,
+    measure: Callable[[], Calibration] | None,
     registry: dict[str, HardwareEntry] | None = None,
 ) -> list[PeakRef]:
     """The peaks a trial's utilization is reported against (pure but for ``measure``).

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 _CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # /proc/stat counts in ticks (10 ms at 100 Hz, on every core): over a shorter window one tick
@@ -84,6 +84,19 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+class _CpuWindowFigures(TypedDict):
+    others_cpu_s: float | None
+    others_cores: float | None
+
+
+class CpuWindowFigures(_CpuWindowFigures, total=False):
+    """Other processes' CPU time over a window (:meth:`CpuWindow.stop`; trial.json's
+    interference fields, without ``wall_s`` where a multi-rank trial measures none)."""
+
+    wall_s: float
+    note: str
+
+
 class CpuWindow:
     """Other processes' CPU time over a window of this process's life (call :meth:`start`,
     then :meth:`stop`)."""
@@ -94,7 +107,7 @@ class CpuWindow:
     def start(self) -> None:
         self._busy0, self._own0, self._t0 = _busy_s(), _own_cpu_s(), time.perf_counter()
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> CpuWindowFigures:
         """{others_cpu_s, others_cores, wall_s}; others_* None where /proc/stat is missing or
         the window is too short for its tick resolution (then ``note`` says so)."""
         busy, own, t = _busy_s(), _own_cpu_s(), time.perf_counter()

@@ -106,8 +106,8 @@ class KernelTiming:
     def median_s(self) -> float:
         return self.quantiles_s["p50"]
 
-    def fields(self) -> dict[str, Any]:
-        """The record's fields (``call_*``)."""
+    def fields(self) -> dict[str, float | int | str | list[float] | None]:
+        """The record's fields (``call_*``; named after the quantiles and dataclass fields)."""
         d = asdict(self)
         return {"call_times_s": d.pop("times_s"), "call_time_median_s": self.median_s,
                 **{f"call_time_{k}_s": v for k, v in self.quantiles_s.items()},

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.core.errors import ConfigError
 
@@ -33,7 +33,14 @@ def _devices(text: str) -> list[str]:
     return [d.strip() for d in str(text).split(",") if d.strip()]
 
 
-def duet_slices(p: Any, n_arms: int, pinned: Sequence[int] | None = None) -> list[dict[str, Any]]:
+class Slice(TypedDict):
+    """One duet slice (plan.json ``pairing.slices[]``): its cores and visible devices."""
+
+    cpus: list[int]
+    devices: str | None  # "0" or "0,1"; None: the devices are not split
+
+
+def duet_slices(p: Any, n_arms: int, pinned: Sequence[int] | None = None) -> list[Slice]:
     """The slices of protocol ``p`` for ``n_arms`` arms: [{"cpus": [...], "devices": "0" or
     None}, ...]. Declared ones (``duet_cpus``, ``duet_devices``) are checked, else this
     process's cores (``pinned``: launcher.cpu_affinity) are split into ``n_arms`` contiguous
@@ -117,7 +124,7 @@ def placement(n_arms: int, n_slices: int, round_: int) -> list[int]:
     return [(i + round_) % n_slices for i in range(n_arms)]
 
 
-def slice_env(sl: dict[str, Any]) -> dict[str, str]:
+def slice_env(sl: Slice) -> dict[str, str]:
     """The environment of a process on slice ``sl``: thread pools sized to its cores, its
     devices visible (CUDA and MUSA alike)."""
     n = str(len(sl["cpus"]))

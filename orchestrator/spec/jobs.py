@@ -28,9 +28,10 @@ from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
 from orchestrator.spec.plan import PlannedTrial
 from orchestrator.core.steady import WarmupPolicy
-from orchestrator.platform.slices import duet_slices, placement
+from orchestrator.platform.slices import Slice, duet_slices, placement
 from orchestrator.platform import compile_stats
-from orchestrator.spec.sweep import ResolvedArm, alternates, selected_buckets, varies_compilation
+from orchestrator.spec.sweep import (Bucket, ResolvedArm, alternates, selected_buckets,
+                                     varies_compilation)
 
 # set by the launcher just before it starts the process: start-to-first-step is measured from it
 LAUNCH_T0_VAR = "ORCHESTRATOR_LAUNCH_T0"
@@ -92,7 +93,7 @@ class DuetPart:
     """protocol.pairing=duet: the paired arms run at the same time, each on its slice
     (orchestrator.worker.pairing.duet)."""
 
-    slices: list[dict[str, Any]]  # {"cpus": [...], "devices": [...]} (orchestrator.platform.slices)
+    slices: list[Slice]  # {"cpus": [...], "devices": [...]} (orchestrator.platform.slices)
     placement: list[int]  # the slice of each paired arm, in paired_arms' order
 
 
@@ -118,7 +119,7 @@ class TrialSpec(WorkerJob):
 
     trial_id: str
     trial_dir: str
-    bucket: dict[str, Any]
+    bucket: Bucket
     arm_id: str
     arm_label: str
     is_baseline: bool
@@ -220,7 +221,7 @@ class ProbeSpec(WorkerJob):
     role: str  # baseline | variant | baseline_repeat
     probe_dir: str
     workload: dict[str, Any]
-    buckets: list[dict[str, Any]]
+    buckets: list[Bucket]
     init_checkpoint: str  # written by the baseline, loaded by every arm
     batch_dir: str  # the baseline's probe batch per bucket
     device: str = "auto"
@@ -335,7 +336,7 @@ def _paired(members: Sequence[TrialSpec]) -> list[PairedArm]:
                       dict(m.env), dict(m.code)) for m in members]
 
 
-def duet_specs(specs: Sequence[TrialSpec], slices: list[dict[str, Any]]) -> list[TrialSpec]:
+def duet_specs(specs: Sequence[TrialSpec], slices: list[Slice]) -> list[TrialSpec]:
     """protocol.pairing=duet: one spec per round and bucket whose arms run at the same time,
     arm i of the round on slice (i + round) mod slices (orchestrator.platform.slices). The
     arms run side by side, so the limit stays one trial's."""

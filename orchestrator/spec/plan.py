@@ -19,11 +19,22 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TypedDict, cast
 
 from orchestrator.core.records import VerdictKind
 from orchestrator.core.blocks import ordered
 from orchestrator.spec.sweep import Arm
+
+
+class PlannedTrialDict(TypedDict):
+    """A planned trial as plan.json's ``trials`` records it (PlannedTrial's fields)."""
+
+    trial_id: str
+    position: int
+    round: int
+    bucket: str
+    arm_id: str
+    measured_steps: int | None
 
 
 @dataclass(frozen=True)
@@ -37,8 +48,8 @@ class PlannedTrial:
     # None: the protocol's measured_steps / measured_min_s
     measured_steps: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> PlannedTrialDict:
+        return cast(PlannedTrialDict, asdict(self))
 
 
 def slug(text: str) -> str:

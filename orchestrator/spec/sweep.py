@@ -16,7 +16,7 @@ import copy
 import difflib
 from dataclasses import dataclass, field
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from orchestrator.core.records import Pairing
 from orchestrator.spec.config import EVIDENCE_KINDS, Config, SweepConfig, WorkloadConfig
@@ -32,6 +32,27 @@ ENV_PREFIX = "env."
 REVISION = "source.revision"
 
 
+class Bucket(TypedDict):
+    """A workload bucket as plain data (spec.config.BucketConfig; plan.json's ``buckets``, a
+    trial spec's ``bucket``)."""
+
+    name: str
+    seq_len: int
+    micro_batch: int
+    weight: float
+
+
+class ArmPlan(TypedDict):
+    """An arm as plan.json records it (``arms``, ``control_arm``)."""
+
+    arm_id: str
+    label: str
+    value: Any  # the sweep's value for the arm: any JSON value a sweep file gives
+    is_baseline: bool
+    overrides: dict[str, Any]  # workload.* paths -> value (free-form, as the sweep sets them)
+    env: dict[str, str]
+
+
 @dataclass(frozen=True)
 class Arm:
     arm_id: str  # a0 = baseline, a1.. = variants, in sweep order
@@ -41,7 +62,7 @@ class Arm:
     overrides: dict[str, Any] = field(default_factory=dict)  # workload.* paths -> value
     env: dict[str, str] = field(default_factory=dict)
 
-    def plan_dict(self) -> dict[str, Any]:
+    def plan_dict(self) -> ArmPlan:
         """The arm as plan.json records it (what a resume must find unchanged)."""
         return {"arm_id": self.arm_id, "label": self.label, "value": self.value,
                 "is_baseline": self.is_baseline, "overrides": self.overrides, "env": self.env}
@@ -352,8 +373,8 @@ def check_sweep(cfg: Config) -> None:
                 )
 
 
-def selected_buckets(cfg: Config) -> list[dict[str, Any]]:
-    buckets = [to_dict(b) for b in cfg.workload.buckets]
+def selected_buckets(cfg: Config) -> list[Bucket]:
+    buckets = cast("list[Bucket]", [to_dict(b) for b in cfg.workload.buckets])
     if cfg.sweep is not None and cfg.sweep.buckets is not None:
         buckets = [b for b in buckets if b["name"] in cfg.sweep.buckets]
     return buckets

@@ -24,6 +24,7 @@ from orchestrator.platform import device as devmod
 from orchestrator.platform.children import die_with_parent
 from orchestrator.platform import distributed as distmod
 from orchestrator.spec.config import BucketConfig, WorkloadConfig
+from orchestrator.spec.sweep import Bucket
 from orchestrator.core.convert import from_dict
 from orchestrator.core.errors import BackendUnavailable
 from recipes.base import Recipe
@@ -52,7 +53,7 @@ class Worker:
         """The recipe runs on the host CPU and needs no torch device (no torch import)."""
         return self.recipe.host_only
 
-    def trainer(self, bucket: BucketConfig | dict[str, Any]) -> Any:
+    def trainer(self, bucket: BucketConfig | Bucket) -> Any:
         """The recipe's trainer for one bucket, on this worker's device, with every optional
         hook of :class:`recipes.base.TrainerHooks` (its own, or the declared default)."""
         if isinstance(bucket, dict):

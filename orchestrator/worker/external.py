@@ -46,18 +46,26 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.client import PARAMS_ENV
 from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
-from orchestrator.platform.flops import DEFINITIONS, EXECUTED, peaks_and_utilization
+from orchestrator.platform.flops import (
+    DEFINITIONS,
+    EXECUTED,
+    FlopsFacts,
+    UtilizationEntry,
+    peaks_and_utilization,
+)
+from orchestrator.platform.hardware import PeakRefDict
 from orchestrator.core.logparse import (
     lines_covering,
     LogParseError,
     MalformedStepLine,
     MissingSetting,
     StepRecord,
+    StepRecordDict,
     is_long_line,
     long_lines_note,
     reported_mfu,
@@ -75,6 +83,39 @@ _TAIL_LINES = 30
 _TAIL_LINE_CHARS = 2000  # a failed record's log tail: each line at most this long
 
 
+class WarmupFields(TypedDict):
+    """A command trial's warm-up fields of its trial.json (in steps)."""
+
+    warmup_policy: str
+    warmup_steps_floor: int
+    warmup_steps_used: int
+    warmup_steps_detected: int | None
+    warmup_settled: bool
+    excluded_steps: int
+    excluded_tags: dict[str, int]
+
+
+class StepsFollowed(TypedDict, total=False):
+    """The step lines a command was asked for and logged (trial.json), and
+    ``steps_ignored`` where it did not follow its ``{steps}`` placeholder."""
+
+    steps_asked: int | None
+    steps_logged: int
+    steps_ignored: str
+
+
+class DeclaredUtilization(TypedDict, total=False):
+    """A command trial's FLOP fields of trial.json from its declared useful FLOPs (the peaks
+    and utilization, or ``peaks_note`` where the device cannot be resolved here)."""
+
+    flops: FlopsFacts
+    matmul_dtype: str | None
+    matmul_dtype_why: str
+    peaks: list[PeakRefDict]
+    utilization: list[UtilizationEntry]
+    peaks_note: str
+
+
 class LogProblem(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -90,7 +131,7 @@ class CheckedSteps:
     warmup_floor: int = 0  # the fixed count, in steps
     warmup_settled: bool = True
 
-    def warmup_fields(self) -> dict[str, Any]:
+    def warmup_fields(self) -> WarmupFields:
         """The trial record's warm-up fields (in steps; no tagged steps are excluded)."""
         used = step_count(self.warmup)
         return {"warmup_policy": self.warmup_policy, "warmup_steps_floor": self.warmup_floor,
@@ -437,7 +478,7 @@ def _node_report(trainer: Any, lines: list[str], tdir: Path, where: nodes.NodePl
                  own_log: bool, stopped_by: int | None = None) -> dict[str, Any] | None:
     """Node k > 0: its report for node 0 (status, exit code, its step lines where it has any);
     its record when it failed (left as trial.rank<k>.json), else None."""
-    steps: list[dict[str, Any]] = []
+    steps: list[StepRecordDict] = []
     note = None
     if outcome is None and own_log:
         try:
@@ -455,7 +496,7 @@ def _node_report(trainer: Any, lines: list[str], tdir: Path, where: nodes.NodePl
     return outcome
 
 
-def steps_followed(spec: Any, trainer: Any, checked: CheckedSteps) -> dict[str, Any]:
+def steps_followed(spec: Any, trainer: Any, checked: CheckedSteps) -> StepsFollowed:
     """The step lines the command was asked for and logged, and a note where it did not follow
     its ``{steps}`` (then trials cannot be sized by time: the length is the command's own)."""
     asked = trainer.workload.steps_asked(spec.warmup_steps, spec.measured_steps)
@@ -463,7 +504,7 @@ def steps_followed(spec: Any, trainer: Any, checked: CheckedSteps) -> dict[str, 
     if asked is None:
         return {"steps_asked": None, "steps_logged": logged}
     n, exact = asked
-    out: dict[str, Any] = {"steps_asked": n, "steps_logged": logged}
+    out: StepsFollowed = {"steps_asked": n, "steps_logged": logged}
     if logged < n or (exact and logged > n + 1):
         out["steps_ignored"] = (f"asked for {n} step(s) through the command's step placeholder, "
                                 f"its log has {logged}: it does not follow it, so its trials "
@@ -537,11 +578,12 @@ def ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: CheckedS
     )
 
 
-def declared_utilization(spec: Any, trainer: Any, useful: float, median_s: float) -> dict[str, Any]:
+def declared_utilization(spec: Any, trainer: Any, useful: float, median_s: float
+                         ) -> DeclaredUtilization:
     """FLOPs, peaks and MFU for declared useful FLOPs (workload.flops_per_step). The peak is the
     one of the device this process resolves for ``device=`` (the command must train there), at
     workload.precision; a device this process cannot see is a stated reason, not a failure."""
-    flops = {"useful_per_step": useful, "useful_definition": trainer.useful_flops_definition,
+    flops: FlopsFacts = {"useful_per_step": useful, "useful_definition": trainer.useful_flops_definition,
              "executed_per_step": None, "executed_definition": DEFINITIONS[EXECUTED],
              "executed_note": "not counted: the command trains in another program"}
     try:

@@ -24,9 +24,9 @@ import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
-from orchestrator.core.logparse import StepRecord
+from orchestrator.core.logparse import StepRecord, StepRecordDict
 from orchestrator.core.results import Status, atomic_write_json
 
 NODE_GRACE_S = 60.0  # after node 0's command ended, how long the other nodes' reports may take
@@ -82,7 +82,7 @@ class NodeReport:
     error: str | None = None
     returncode: int | None = None
     wall_s: float | None = None
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[StepRecordDict] = field(default_factory=list)
     note: str | None = None
     at: float = 0.0
     launch: str = ""
@@ -182,12 +182,21 @@ def node_failure(reports: dict[int, NodeReport], missing: list[int], waited_s: f
     return None
 
 
-def steps_of(records: list[StepRecord]) -> list[dict[str, Any]]:
+def steps_of(records: list[StepRecord]) -> list[StepRecordDict]:
     return [r.to_dict() for r in records]
 
 
+class NodeStepFields(TypedDict):
+    """A multi-node command trial's fields of its trial.json on the nodes' step lines."""
+
+    nodes_logging_steps: list[int]
+    node_skew_median_s: float | None
+    slowest_node_counts: dict[str, int] | None  # node -> the steps it was slowest in
+    step_time_from: str
+
+
 def merge_steps(own: list[StepRecord], reports: dict[int, NodeReport],
-                ) -> tuple[list[StepRecord], dict[str, Any], dict[int, dict[int, float]]]:
+                ) -> tuple[list[StepRecord], NodeStepFields, dict[int, dict[int, float]]]:
     """(the trial's step records, node fields of its record, each node's time per step).
 
     A step's time is the slowest node's among the nodes that logged it (a synchronous
@@ -217,7 +226,7 @@ def merge_steps(own: list[StepRecord], reports: dict[int, NodeReport],
         if len(times) > 1:
             skews.append(max(times.values()) - min(times.values()))
             slowest[str(worst)] = slowest.get(str(worst), 0) + 1
-    fields: dict[str, Any] = {
+    fields: NodeStepFields = {
         "nodes_logging_steps": sorted(per_node),
         "node_skew_median_s": statistics.median(skews) if skews else None,
         "slowest_node_counts": slowest or None,

@@ -37,7 +37,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from orchestrator.core.records import Status
 from orchestrator.platform import device as devmod
@@ -49,6 +49,18 @@ from orchestrator.spec.jobs import ProbeSpec
 from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json
 from orchestrator.worker.bootstrap import Worker, start_worker, worker_main
 from recipes.base import probe_hooks_missing
+
+# the record types (probe.json); mypy takes no keywords in a TypedDict's update(), so those
+# calls below say type: ignore[call-arg]
+if TYPE_CHECKING:  # start-up cost: the comparisons (and torch) load only where a probe runs
+    import torch
+
+    from orchestrator.analysis.correctness.compare import (
+        CrossLoad,
+        ProbeBucket,
+        ProbeRecord,
+        StepTensors,
+    )
 
 
 
@@ -74,7 +86,7 @@ def _load(path: str | Path, device: Any) -> Any:
 # --------------------------------------------------------------------------- batches
 
 
-def batch_tensors(batch: Any) -> dict[str, Any]:
+def batch_tensors(batch: Any) -> dict[str, torch.Tensor]:
     """The tensors of a batch by field name (dataclass, mapping, tuple or one tensor)."""
     import torch
 
@@ -91,7 +103,7 @@ def batch_tensors(batch: Any) -> dict[str, Any]:
     return {k: v for k, v in items.items() if isinstance(v, torch.Tensor)}
 
 
-def with_tensors(batch: Any, tensors: dict[str, Any]) -> Any:
+def with_tensors(batch: Any, tensors: dict[str, torch.Tensor]) -> Any:
     """``batch`` with its tensor fields replaced (same structure, same device as ``batch``)."""
     own = batch_tensors(batch)
     moved = {k: tensors[k].to(own[k].device) for k in own}
@@ -187,8 +199,8 @@ def probe_bucket(
     worker: Worker,
     bucket: BucketConfig,
     first: bool,
-    record: dict[str, Any],
-) -> dict[str, Any]:
+    record: ProbeRecord,
+) -> ProbeBucket:
     """One bucket's probe: from the baseline's initial weights and batch, the outputs, loss,
     gradients and update of one step, a loss trajectory, a checkpoint round trip, and (first
     bucket) the checkpoint facts and cross-loads; the tensors go to ``<bucket>.pt``."""
@@ -232,7 +244,7 @@ def probe_bucket(
 
 
 def _shared_start(spec: ProbeSpec, trainer: Any, bucket: BucketConfig, first: bool,
-                  record: dict[str, Any], writer: bool, dev: Any) -> tuple[Any, dict[str, Any]]:
+                  record: ProbeRecord, writer: bool, dev: Any) -> tuple[Any, ProbeBucket]:
     """The baseline writes its initial weights and its batch; every arm loads both (an
     incompatible checkpoint is a finding, not a crash). Returns (batch, the bucket's result)."""
     init_path = Path(spec.init_checkpoint)
@@ -248,7 +260,7 @@ def _shared_start(spec: ProbeSpec, trainer: Any, bucket: BucketConfig, first: bo
         )
     _barrier()
     batch = with_tensors(own_batch, _load(batch_path, "cpu"))
-    res: dict[str, Any] = {"bucket": bucket.name}
+    res: ProbeBucket = {"bucket": bucket.name}
     init = _load(init_path, dev.torch_device)
     if first:
         record["checkpoint"]["signature"] = signature(trainer.state_dict())
@@ -262,8 +274,8 @@ def _shared_start(spec: ProbeSpec, trainer: Any, bucket: BucketConfig, first: bo
     return batch, res
 
 
-def _one_step(trainer: Any, params: dict[str, Any], p0: dict[str, Any], batch: Any, seed: int,
-              res: dict[str, Any]) -> dict[str, Any]:
+def _one_step(trainer: Any, params: dict[str, torch.Tensor], p0: dict[str, torch.Tensor],
+              batch: Any, seed: int, res: ProbeBucket) -> StepTensors:
     """Outputs (twice: the forward's own repeatability), loss, gradients and the optimizer's
     update of one step; a sharded tensor as the whole one (``full_tensor``)."""
     import torch  # start-up cost: torch only where a probe runs
@@ -291,9 +303,9 @@ def _one_step(trainer: Any, params: dict[str, Any], p0: dict[str, Any], batch: A
             "grads": grads, "update": update}
 
 
-def _trajectory(spec: ProbeSpec, worker: Worker, trainer: Any, params: dict[str, Any],
-                p0: dict[str, Any], fresh_opt: Any, bucket: BucketConfig, seed: int,
-                res: dict[str, Any]) -> list[float]:
+def _trajectory(spec: ProbeSpec, worker: Worker, trainer: Any, params: dict[str, torch.Tensor],
+                p0: dict[str, torch.Tensor], fresh_opt: Any, bucket: BucketConfig, seed: int,
+                res: ProbeBucket) -> list[float]:
     """From the same initial weights and a fresh optimizer: ``spec.steps`` losses and the
     batches seen, a checkpoint at step k = steps/2, and a fresh trainer that resumes from it
     and replays the rest (the round trip)."""
@@ -320,7 +332,7 @@ def _trajectory(spec: ProbeSpec, worker: Worker, trainer: Any, params: dict[str,
         {"model": trainer.state_dict(), "optimizer": trainer.optimizer.state_dict()}, resume_path
     )
     losses += _steps(trainer, tracked, k, spec.steps, seed)
-    res.update(batch_hashes=hashes, batch_ids=ids, losses=losses)
+    res.update(batch_hashes=hashes, batch_ids=ids, losses=losses)  # type: ignore[call-arg]
     fresh = worker.trainer(bucket)
     assert worker.device is not None
     state = _load(resume_path, worker.device.torch_device)
@@ -335,7 +347,7 @@ def _trajectory(spec: ProbeSpec, worker: Worker, trainer: Any, params: dict[str,
     return losses
 
 
-def _cross_load(trainer: Any, path: str, batch: Any, seed: int, dev: Any) -> dict[str, Any]:
+def _cross_load(trainer: Any, path: str, batch: Any, seed: int, dev: Any) -> CrossLoad:
     """Load a variant's final weights into this (baseline) trainer; its loss on the probe batch."""
     import torch
 
@@ -359,11 +371,11 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
 
 
-def run_probe(spec: ProbeSpec) -> dict[str, Any]:
+def run_probe(spec: ProbeSpec) -> ProbeRecord:
     """Run the probe and write probe.json. Never raises for a failure of the workload."""
     t0 = time.perf_counter()
     Path(spec.probe_dir).mkdir(parents=True, exist_ok=True)
-    record: dict[str, Any] = {
+    record: ProbeRecord = {
         "schema_version": SCHEMA_VERSION,
         "name": spec.name,
         "arm_id": spec.arm_id,
@@ -384,7 +396,7 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
                               "there is no model in this process to probe")
         if ctx is not None:
             record["world_size"] = ctx.world_size
-        record.update(
+        record.update(  # type: ignore[call-arg]
             device={"kind": dev.kind, "name": dev.name},
             torch_version=torch.__version__,
             python_version=platform.python_version(),
@@ -396,13 +408,13 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
         record["matmul_precision"] = matmul_precision()
         record["status"] = Status.OK
     except BackendUnavailable as exc:
-        record.update(status="unavailable", error=str(exc))
+        record.update(status="unavailable", error=str(exc))  # type: ignore[call-arg]
     except Unsupported as exc:
-        record.update(status="unsupported", error=str(exc))
+        record.update(status="unsupported", error=str(exc))  # type: ignore[call-arg]
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
-        record.update(
+        record.update(  # type: ignore[call-arg]
             status="oom" if devmod.is_oom(exc) else "failed",
             error=_one_line(exc),
             traceback=traceback.format_exc(limit=8),
@@ -417,7 +429,9 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     return worker_main(argv, "orchestrator.worker.probe",
-                       lambda path: run_probe(ProbeSpec.from_file(path)), "probe", "name",
+                       # worker_main takes any worker's record, as a plain dict
+                       lambda path: cast("dict[str, Any]", run_probe(ProbeSpec.from_file(path))),
+                       "probe", "name",
                        (Status.OK, Status.UNAVAILABLE, "unsupported"), distributed_fails=True)
 
 

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.core import reference as refmod
 from orchestrator.core.errors import BackendUnavailable
@@ -32,12 +32,31 @@ from orchestrator.platform import compile_stats
 from orchestrator.platform import device as devmod
 from orchestrator.platform import distributed as distmod
 from orchestrator.platform.block_timing import DEVICE_EVENTS, HOST_CLOCK, BlockTimer
-from orchestrator.platform.flops import trial_flops
-from orchestrator.platform.interference import CpuWindow
+from orchestrator.platform.flops import TrialFlops, trial_flops
+from orchestrator.platform.interference import CpuWindow, CpuWindowFigures
 from orchestrator.spec.jobs import TrialSpec
 
 # the most measured steps protocol.measured_min_s may ask for
 MAX_MEASURED_STEPS = 2000
+
+
+class StepFields(TypedDict):
+    """An in-process trial's measured-window fields of its trial.json (median and spread, the
+    clock, the speed reference, the warm-up and the excluded steps)."""
+
+    step_time_median_s: float
+    step_time_mad_s: float
+    clock: str
+    measured_steps_run: int
+    speed_reference: bool
+    speed_reference_why: str
+    reference_median_s: float | None
+    warmup_policy: str
+    warmup_steps_used: int
+    warmup_settled: bool
+    excluded_steps: int
+    excluded_tags: dict[str, int]
+    compile_steps: int
 
 
 def one_line(exc: BaseException) -> str:
@@ -199,7 +218,7 @@ class Stepper:
                 "tokens": self.trainer.tokens_per_step, "samples": self.trainer.samples_per_step,
                 "batch_index": getattr(batch, "index", i), "tags": ";".join(tags), **fields}
 
-    def finish(self, ctx: Any) -> dict[str, Any]:
+    def finish(self, ctx: Any) -> distmod.DistSummary:
         """After the last timed step: losses read, and (distributed) every rank's step times
         gathered into rank 0's rows (the slowest rank's time per step); the distributed
         summary fields."""
@@ -294,7 +313,7 @@ def _memory_fields(dev: Any, memory: dict[str, int] | None,
     return peak, source, {k: v for k, v in (figures or {}).items() if k != "peak_mem_bytes"}
 
 
-def interference_fields(window: CpuWindow, world: int) -> dict[str, Any]:
+def interference_fields(window: CpuWindow, world: int) -> CpuWindowFigures:
     if world <= 1:
         return window.stop()
     return {"others_cpu_s": None, "others_cores": None,
@@ -322,9 +341,9 @@ class ArmSteps:
     rows: list[dict[str, Any]]
     warm_times: list[float]
     settled: bool
-    compile_fields: dict[str, Any]
-    interference: dict[str, Any]
-    dist_fields: dict[str, Any]
+    compile_fields: compile_stats.CompileFields
+    interference: CpuWindowFigures
+    dist_fields: distmod.DistSummary
     close: bool  # the batch stream is done with (stops DataLoader workers)
     trial_dir: str | None = None
     memory: dict[str, int] | None = None  # this arm's allocator figures in a paired process
@@ -390,7 +409,7 @@ def measured_record(b: Built, base: dict[str, Any], arm: ArmSteps, **more: Any) 
     )
 
 
-def _step_fields(b: Built, arm: ArmSteps, measured: list[float], median: float) -> dict[str, Any]:
+def _step_fields(b: Built, arm: ArmSteps, measured: list[float], median: float) -> StepFields:
     """The measured window: its median and spread, the clock, the speed reference, the
     warm-up and the excluded steps."""
     rows, st = arm.rows, b.st
@@ -442,7 +461,7 @@ def clock_fields(st: Stepper, rows: list[dict[str, Any]]) -> dict[str, Any]:
             "device_block_steps": max(sizes), "device_blocks": len(blocks)}
 
 
-def _utilization(b: Built, flops: float | None, median: float) -> dict[str, Any]:
+def _utilization(b: Built, flops: float | None, median: float) -> TrialFlops:
     """FLOPs and utilization after the timed steps (an extra counted step); a host-only
     (numpy) recipe: torch's FLOP counter and peak table do not apply, torch stays out."""
     if b.worker.host_only:

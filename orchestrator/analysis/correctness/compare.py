@@ -16,9 +16,100 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import torch
+
+
+# ----------------------------------------------------------------- probe.json (worker.probe)
+# written by orchestrator.worker.probe, which sits above this layer: declared here, beside the
+# comparisons that read it (orchestrator.analysis.correctness.gate)
+
+
+class CrossLoad(TypedDict, total=False):
+    """A variant's final checkpoint loaded into the baseline (probe.json ``cross_loads``)."""
+
+    ok: bool
+    error: str
+    eval_loss: float
+
+
+class ProbeCheckpoint(TypedDict, total=False):
+    """The checkpoint facts of a probe (probe.json ``checkpoint``)."""
+
+    # state_dict key -> [shape, dtype]: a list of ints and a string
+    signature: dict[str, list[Any]]
+    load_baseline_error: str
+    final: str
+
+
+class RoundTrip(TypedDict):
+    """The resumed trainer's losses from ``resume_step`` on (probe.json bucket ``round_trip``)."""
+
+    resume_step: int
+    losses: list[float]
+
+
+class ProbeBucket(TypedDict, total=False):
+    """One bucket's facts in a probe (probe.json ``buckets.<bucket>``)."""
+
+    bucket: str
+    from_baseline_weights: bool
+    forward_repeat_rel_l2: float
+    params_without_grad: list[str]
+    batch_hashes: list[str]
+    batch_ids: list[Any]  # the batches' ``index`` attribute: whatever the recipe gives, or None
+    losses: list[float]
+    round_trip: RoundTrip
+    final_eval_loss: float
+    tensors: str
+
+
+class ProbeDevice(TypedDict):
+    """The device a probe ran on (probe.json ``device``)."""
+
+    kind: str
+    name: str
+
+
+class ProbeRecord(TypedDict, total=False):
+    """One probe's record (``correctness/<probe>/probe.json``); a failed probe has few keys."""
+
+    schema_version: int
+    name: str
+    arm_id: str
+    arm_label: str
+    role: str
+    pid: int
+    checkpoint: ProbeCheckpoint
+    buckets: dict[str, ProbeBucket]
+    cross_loads: dict[str, CrossLoad]
+    world_size: int
+    device: ProbeDevice
+    torch_version: str
+    python_version: str
+    precision: str
+    matmul_precision: str
+    status: str
+    error: str
+    traceback: str
+    probe_seconds: float
+    process_seconds: float  # the probe process's wall time, added by the launcher
+
+
+class StepTensors(TypedDict):
+    """One step's outputs, loss, gradients and update, as a probe takes them."""
+
+    outputs: torch.Tensor
+    loss: torch.Tensor
+    grads: dict[str, torch.Tensor]
+    update: dict[str, torch.Tensor]
+
+
+class ProbeTensors(StepTensors):
+    """A probe's tensors for one bucket (``correctness/<probe>/<bucket>.pt``)."""
+
+    trajectory: torch.Tensor
 
 
 class Tolerance(Protocol):
@@ -47,7 +138,8 @@ class TensorDiff:
     passed: bool = True
     why: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    # the fields by name (numbers, flags, the name and why), a non-finite float as text
+    def to_dict(self) -> dict[str, float | str]:
         return {k: _jsonable(v) for k, v in asdict(self).items()}
 
 
@@ -161,7 +253,7 @@ def relative_series(variant: list[float], baseline: list[float]) -> list[float]:
     return out
 
 
-def signature_diff(variant: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
+def signature_diff(variant: dict[str, list[Any]], baseline: dict[str, list[Any]]) -> list[str]:
     """Differences between two state_dict signatures ({key: [shape, dtype]}), one line each."""
     only_v = sorted(set(variant) - set(baseline))
     only_b = sorted(set(baseline) - set(variant))

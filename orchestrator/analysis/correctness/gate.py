@@ -18,10 +18,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
+
+import torch
 
 from orchestrator.core.records import Status
 from orchestrator.analysis.correctness.compare import (
+    ProbeBucket,
+    ProbeRecord,
+    ProbeTensors,
     TensorDiff,
     Tolerance,
     characterize,
@@ -30,8 +35,115 @@ from orchestrator.analysis.correctness.compare import (
     signature_diff,
 )
 
+
+# ----------------------------------------------------------------- correctness.json (the facts)
+
+
+class NoiseFloor(TypedDict):
+    """The baseline against its repeat on one bucket."""
+
+    tensors: dict[str, float]
+    trajectory_max_rel: float
+    forward_repeat_rel_l2: float
+
+
+class NoiseFloorSummary(NoiseFloor):
+    """A bucket's noise floor as correctness.json shows it (``noise_floor.<bucket>``)."""
+
+    max_tensor_rel_l2: float
+
+
+class GateSummary(TypedDict, total=False):
+    """What :func:`evaluate` found beside the gates: tolerance and noise floor, or the error
+    that stopped it (merged into correctness.json)."""
+
+    tolerance_key: str
+    noise_floor: dict[str, NoiseFloorSummary]
+    evaluation_error: str
+
+
+class DataFacts(TypedDict):
+    """Whether a variant saw the baseline's batches (correctness.json bucket ``data``)."""
+
+    same_batches: bool
+    first_difference_step: int | None
+    variant_ids: list[Any] | None  # ProbeBucket.batch_ids
+    baseline_ids: list[Any] | None
+    declared_variable: bool
+
+
+class RoundTripFacts(TypedDict):
+    """The variant's checkpoint round trip (correctness.json bucket ``round_trip``)."""
+
+    resume_step: int
+    max_rel: float | str  # a non-finite figure as its string
+    threshold: float
+    passed: bool
+
+
+class ForwardRepeatFacts(TypedDict):
+    """Two forwards of one batch (correctness.json bucket ``forward_repeat``)."""
+
+    rel_l2: float | str
+    threshold: float
+
+
+class TrajectoryFacts(TypedDict):
+    """The variant's losses against the baseline's (correctness.json bucket ``trajectory``)."""
+
+    variant: list[float]
+    baseline: list[float]
+    rel: list[float | str]
+    max_rel: float | str
+    threshold: float
+    passed: bool
+    judged: bool
+
+
+class WorstTensor(TypedDict):
+    """The tensor furthest past its threshold (correctness.json bucket ``worst_tensor``)."""
+
+    name: str
+    rel_l2: float | str
+    threshold: float
+
+
+class BucketFacts(TypedDict, total=False):
+    """One variant on one bucket (correctness.json ``arms.<arm>.buckets.<bucket>``)."""
+
+    data: DataFacts
+    round_trip: RoundTripFacts
+    numerics: str
+    forward_repeat: ForwardRepeatFacts
+    trajectory: TrajectoryFacts
+    worst_tensor: WorstTensor | None
+    tensors: list[dict[str, float | str]]  # TensorDiff.to_dict per tensor
+
+
+class CheckpointFacts(TypedDict, total=False):
+    """A variant's checkpoint against the baseline's (correctness.json ``arms.<arm>.checkpoint``)."""
+
+    loads_baseline: bool
+    baseline_loads_variant: bool | None
+    cross_eval_loss_rel: float | str
+    problems: list[str]
+    passed: bool
+
+
+class ArmGateDict(TypedDict):
+    """One variant's gate (correctness.json ``arms.<arm>``)."""
+
+    arm_id: str
+    label: str
+    status: str
+    reasons: list[str]
+    probe_seconds: float | None
+    checkpoint: CheckpointFacts
+    buckets: dict[str, BucketFacts]
+
+
 # (probe name, bucket) -> {"outputs", "loss", "grads", "update", "trajectory"}, None if absent
-TensorLoader = Callable[[str, str], dict[str, Any] | None]
+TensorLoader = Callable[[str, str], ProbeTensors | None]
 # [(severity, reason)]: the gate lists its reasons worst first
 Reasons = list[tuple[float, str]]
 
@@ -42,8 +154,11 @@ class ArmGate:
     label: str
     status: str  # pass | fail | error
     reasons: list[str] = field(default_factory=list)  # failures first, worst first
-    buckets: dict[str, Any] = field(default_factory=dict)
-    checkpoint: dict[str, Any] = field(default_factory=dict)
+    buckets: dict[str, BucketFacts] = field(default_factory=dict)
+    # an empty CheckpointFacts (all its keys are optional): dict, typed as its factory
+    checkpoint: CheckpointFacts = field(
+        default_factory=cast("Callable[[], CheckpointFacts]", dict)
+    )
     probe_seconds: float | None = None
 
     def detail(self, limit: int = 3) -> str:
@@ -52,7 +167,7 @@ class ArmGate:
         more = len(self.reasons) - limit
         return "; ".join(self.reasons[:limit]) + (f" (+{more} more)" if more > 0 else "")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ArmGateDict:
         return {
             "arm_id": self.arm_id,
             "label": self.label,
@@ -64,14 +179,14 @@ class ArmGate:
         }
 
 
-def tolerance_key(precision: str, probes: Sequence[Mapping[str, Any]]) -> str:
+def tolerance_key(precision: str, probes: Sequence[ProbeRecord]) -> str:
     """fp32 with TF32 matmuls in any arm is judged as tf32; else the workload's precision."""
     if precision == "fp32" and any(p.get("matmul_precision") == "tf32" for p in probes):
         return "tf32"
     return precision
 
 
-def _tensor_items(t: Mapping[str, Any]) -> list[tuple[str, Any]]:
+def _tensor_items(t: ProbeTensors) -> list[tuple[str, torch.Tensor]]:
     items = [("outputs", t["outputs"]), ("loss", t["loss"])]
     items += [(f"grad/{n}", g) for n, g in t["grads"].items()]
     items += [(f"update/{n}", u) for n, u in t["update"].items()]
@@ -83,17 +198,17 @@ def _stage(name: str) -> int:
     return {"outputs": 0, "loss": 1, "grad": 2, "update": 3}.get(name.split("/")[0], 4)
 
 
-def _masks(base: Mapping[str, Any], tol: Tolerance) -> dict[str, Any]:
+def _masks(base: ProbeTensors, tol: Tolerance) -> dict[str, torch.Tensor]:
     return {f"update/{n}": noise_level_mask(g, tol) for n, g in base["grads"].items()}
 
 
 def noise_floor(
-    base: Mapping[str, Any],
-    repeat: Mapping[str, Any],
-    base_rec: Mapping[str, Any],
-    rep_rec: Mapping[str, Any],
+    base: ProbeTensors,
+    repeat: ProbeTensors,
+    base_rec: ProbeBucket,
+    rep_rec: ProbeBucket,
     tol: Tolerance,
-) -> dict[str, Any]:
+) -> NoiseFloor:
     """Baseline vs its own repeat: how far apart two runs of the same code land on this device."""
     zero = _Zero(0.0, tol.atol, tol.rtol, tol.trajectory_rtol, 0.0)
     masks = _masks(base, tol)
@@ -132,8 +247,8 @@ def _finite(x: float) -> float | str:
 
 
 def _judge_data(
-    bucket: str, var_rec: Mapping[str, Any], base_rec: Mapping[str, Any], data_declared: bool
-) -> tuple[dict[str, Any], Reasons]:
+    bucket: str, var_rec: ProbeBucket, base_rec: ProbeBucket, data_declared: bool
+) -> tuple[DataFacts, Reasons]:
     """Whether the variant saw the baseline's batches in the baseline's order."""
     same = list(var_rec["batch_hashes"]) == list(base_rec["batch_hashes"])
     first = next(
@@ -146,7 +261,7 @@ def _judge_data(
         ),
         None,
     )
-    facts = {
+    facts: DataFacts = {
         "same_batches": same,
         "first_difference_step": first,
         "variant_ids": var_rec.get("batch_ids"),
@@ -169,14 +284,14 @@ def _judge_data(
 
 
 def _judge_round_trip(
-    bucket: str, var_rec: Mapping[str, Any], tol: Tolerance
-) -> tuple[dict[str, Any], Reasons]:
+    bucket: str, var_rec: ProbeBucket, tol: Tolerance
+) -> tuple[RoundTripFacts, Reasons]:
     """Whether resuming from the variant's checkpoint continues its own loss trajectory."""
     rt = var_rec["round_trip"]
     k = rt["resume_step"]
     rt_rel = relative_series(rt["losses"], list(var_rec["losses"])[k:])
     rt_max = max(rt_rel, default=0.0)
-    facts = {
+    facts: RoundTripFacts = {
         "resume_step": k,
         "max_rel": _finite(rt_max),
         "threshold": tol.trajectory_rtol,
@@ -197,12 +312,12 @@ def _judge_round_trip(
 
 
 def _judge_forward_repeat(
-    bucket: str, var_rec: Mapping[str, Any], floor: Mapping[str, Any], tol: Tolerance
-) -> tuple[dict[str, Any], Reasons]:
+    bucket: str, var_rec: ProbeBucket, floor: NoiseFloor, tol: Tolerance
+) -> tuple[ForwardRepeatFacts, Reasons]:
     """Whether two forwards of the same batch agree (no dropout or other random op)."""
     rep_thr = max(tol.rel_l2, floor["forward_repeat_rel_l2"])
     rep = var_rec.get("forward_repeat_rel_l2", 0.0)
-    facts = {"rel_l2": _finite(rep), "threshold": rep_thr}
+    facts: ForwardRepeatFacts = {"rel_l2": _finite(rep), "threshold": rep_thr}
     bad: Reasons = []
     if not rep <= rep_thr:
         bad.append(
@@ -220,18 +335,18 @@ def _judge_forward_repeat(
 
 def _judge_trajectory(
     bucket: str,
-    var_rec: Mapping[str, Any],
-    base_rec: Mapping[str, Any],
-    floor: Mapping[str, Any],
+    var_rec: ProbeBucket,
+    base_rec: ProbeBucket,
+    floor: NoiseFloor,
     tol: Tolerance,
     data_declared: bool,
-) -> tuple[dict[str, Any], Reasons]:
+) -> tuple[TrajectoryFacts, Reasons]:
     """The variant's losses against the baseline's, step by step; judged only on the same data
     (other data, other losses: reported only)."""
     traj = relative_series(list(var_rec["losses"]), list(base_rec["losses"]))
     t_max = max(traj, default=0.0)
     t_thr = max(tol.trajectory_rtol, floor["trajectory_max_rel"])
-    facts = {
+    facts: TrajectoryFacts = {
         "variant": var_rec["losses"],
         "baseline": base_rec["losses"],
         "rel": [_finite(x) for x in traj],
@@ -257,9 +372,9 @@ def _judge_trajectory(
 
 def _compare_tensors(
     bucket: str,
-    var_t: Mapping[str, Any] | None,
-    base_t: Mapping[str, Any],
-    floor: Mapping[str, Any],
+    var_t: ProbeTensors | None,
+    base_t: ProbeTensors,
+    floor: NoiseFloor,
     tol: Tolerance,
 ) -> tuple[list[TensorDiff], Reasons]:
     """(one characterisation per tensor both arms have, a reason per tensor the variant lacks);
@@ -296,7 +411,7 @@ def _tensor_reasons(bucket: str, diffs: Sequence[TensorDiff]) -> Reasons:
     return bad
 
 
-def _worst_tensor(diffs: Sequence[TensorDiff]) -> dict[str, Any] | None:
+def _worst_tensor(diffs: Sequence[TensorDiff]) -> WorstTensor | None:
     """The tensor furthest past its threshold, None when none was compared."""
     worst = max(diffs, key=lambda d: d.rel_l2 / max(d.threshold_rel_l2, 1e-300), default=None)
     if worst is None:
@@ -310,16 +425,16 @@ def _worst_tensor(diffs: Sequence[TensorDiff]) -> dict[str, Any] | None:
 
 def judge_bucket(
     bucket: str,
-    var_rec: Mapping[str, Any],
-    base_rec: Mapping[str, Any],
-    var_t: Mapping[str, Any] | None,
-    base_t: Mapping[str, Any],
-    floor: Mapping[str, Any],
+    var_rec: ProbeBucket,
+    base_rec: ProbeBucket,
+    var_t: ProbeTensors | None,
+    base_t: ProbeTensors,
+    floor: NoiseFloor,
     tol: Tolerance,
     data_declared: bool,
-) -> tuple[dict[str, Any], Reasons]:
+) -> tuple[BucketFacts, Reasons]:
     """(facts for correctness.json, [(severity, reason)]) for one variant on one bucket."""
-    out: dict[str, Any] = {}
+    out: BucketFacts = {}
     out["data"], bad = _judge_data(bucket, var_rec, base_rec, data_declared)
     out["round_trip"], rt_bad = _judge_round_trip(bucket, var_rec, tol)
     bad += rt_bad
@@ -339,11 +454,11 @@ def judge_bucket(
 
 def judge_checkpoint(
     arm_id: str,
-    var: Mapping[str, Any],
-    base: Mapping[str, Any],
-    repeat: Mapping[str, Any],
+    var: ProbeRecord,
+    base: ProbeRecord,
+    repeat: ProbeRecord,
     tol: Tolerance,
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[CheckpointFacts, list[str]]:
     problems = signature_diff(
         var["checkpoint"].get("signature", {}), base["checkpoint"].get("signature", {})
     )
@@ -351,7 +466,7 @@ def judge_checkpoint(
     if err:
         problems.append(f"the baseline's checkpoint does not load into the variant: {err}")
     cross = repeat.get("cross_loads", {}).get(arm_id)
-    facts: dict[str, Any] = {"loads_baseline": not err, "baseline_loads_variant": None}
+    facts: CheckpointFacts = {"loads_baseline": not err, "baseline_loads_variant": None}
     if cross is None:
         problems.append("the baseline did not try the variant's checkpoint")
     elif not cross["ok"]:
@@ -369,7 +484,7 @@ def judge_checkpoint(
     return facts, problems
 
 
-def cross_eval_reason(facts: Mapping[str, Any], tol: Tolerance) -> str | None:
+def cross_eval_reason(facts: CheckpointFacts, tol: Tolerance) -> str | None:
     """The variant's final weights, evaluated by the baseline's code, should give the loss the
     variant's own code gives: else the two compute different functions of the same weights."""
     rel = facts.get("cross_eval_loss_rel")
@@ -388,15 +503,15 @@ class _Baseline:
     per bucket, the tolerance, the tensor loader and whether data order is the swept variable."""
 
     arm_id: str
-    probe: Mapping[str, Any]
-    repeat: Mapping[str, Any]
-    floors: Mapping[str, Any]
+    probe: ProbeRecord
+    repeat: ProbeRecord
+    floors: Mapping[str, NoiseFloor]
     tol: Tolerance
     load: TensorLoader
     data_declared: bool
 
 
-def _baseline_blocked(base: Mapping[str, Any], repeat: Mapping[str, Any]) -> str | None:
+def _baseline_blocked(base: ProbeRecord, repeat: ProbeRecord) -> str | None:
     """Why no variant can be judged when the baseline probe or its repeat did not end ok."""
     if base.get("status") != Status.OK:
         return f"the baseline probe {base.get('status')}: {base.get('error', 'no record')}"
@@ -410,14 +525,14 @@ def _baseline_blocked(base: Mapping[str, Any], repeat: Mapping[str, Any]) -> str
 
 def _noise_floors(
     base_id: str,
-    base: Mapping[str, Any],
-    repeat: Mapping[str, Any],
+    base: ProbeRecord,
+    repeat: ProbeRecord,
     load: TensorLoader,
     tol: Tolerance,
-) -> tuple[dict[str, Any], str | None]:
+) -> tuple[dict[str, NoiseFloor], str | None]:
     """(noise floor per bucket, why no variant can be judged): the floors up to the first
     bucket whose baseline tensors are missing, which blocks the gate."""
-    floors: dict[str, Any] = {}
+    floors: dict[str, NoiseFloor] = {}
     for bucket, brec in base["buckets"].items():
         bt, rt = load(base_id, bucket), load(f"{base_id}-repeat", bucket)
         if bt is None or rt is None:
@@ -426,7 +541,7 @@ def _noise_floors(
     return floors, None
 
 
-def _unjudged(var: Mapping[str, Any], blocked: str | None) -> tuple[str, str] | None:
+def _unjudged(var: ProbeRecord, blocked: str | None) -> tuple[str, str] | None:
     """(gate status, reason) when the variant's numerics cannot be compared: the gate is
     blocked, or the variant's probe did not end ok; None when they can."""
     status = var.get("status")
@@ -442,10 +557,10 @@ def _unjudged(var: Mapping[str, Any], blocked: str | None) -> tuple[str, str] | 
 
 
 def _judge_buckets(
-    arm_id: str, var: Mapping[str, Any], ref: _Baseline
-) -> tuple[dict[str, Any], Reasons]:
+    arm_id: str, var: ProbeRecord, ref: _Baseline
+) -> tuple[dict[str, BucketFacts], Reasons]:
     """(facts per bucket, [(severity, reason)]) for one variant over the baseline's buckets."""
-    buckets: dict[str, Any] = {}
+    buckets: dict[str, BucketFacts] = {}
     bad: Reasons = []
     for bucket, brec in ref.probe["buckets"].items():
         vrec = var["buckets"].get(bucket)
@@ -469,7 +584,7 @@ def _judge_buckets(
     return buckets, bad
 
 
-def _gate_arm(arm: Any, var: Mapping[str, Any], ref: _Baseline, blocked: str | None) -> ArmGate:
+def _gate_arm(arm: Any, var: ProbeRecord, ref: _Baseline, blocked: str | None) -> ArmGate:
     """One variant's gate: its checkpoint, then its numerics bucket by bucket."""
     g = ArmGate(arm.arm_id, arm.label, "pass", probe_seconds=var.get("probe_seconds"))
     unjudged = _unjudged(var, blocked)
@@ -492,12 +607,12 @@ def _gate_arm(arm: Any, var: Mapping[str, Any], ref: _Baseline, blocked: str | N
 
 def evaluate(
     arms: Sequence[Any],
-    probes: Mapping[str, Mapping[str, Any]],
+    probes: Mapping[str, ProbeRecord],
     load: TensorLoader,
     tolerances: Mapping[str, Tolerance],
     precision: str,
     data_declared: bool = False,
-) -> tuple[dict[str, Any], list[ArmGate]]:
+) -> tuple[GateSummary, list[ArmGate]]:
     """(summary: tolerance and noise floor, one gate per variant). ``probes`` maps probe names
     (``a0``, ``a1``, ..., ``a0-repeat``) to their probe.json records."""
     base_arm = arms[0]
@@ -505,9 +620,9 @@ def evaluate(
     repeat = probes.get(f"{base_arm.arm_id}-repeat", {"status": "missing"})
     key = tolerance_key(precision, [p for p in probes.values() if p.get("status") == Status.OK])
     tol = tolerances.get(key) or tolerances[precision]
-    summary: dict[str, Any] = {"tolerance_key": key, "noise_floor": {}}
+    summary: GateSummary = {"tolerance_key": key, "noise_floor": {}}
     blocked = _baseline_blocked(base, repeat)
-    floors: dict[str, Any] = {}
+    floors: dict[str, NoiseFloor] = {}
     if blocked is None:
         floors, blocked = _noise_floors(base_arm.arm_id, base, repeat, load, tol)
         summary["noise_floor"] = {

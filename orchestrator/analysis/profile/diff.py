@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.analysis.profile import trace_stats as A
 from orchestrator.analysis.profile.trace import events_frame, load_trace
+from orchestrator.analysis.profile.trace_stats import OpChange, PhaseChange
 
 
-def diff_frames(base: Any, variant: Any, top: int | None = None) -> dict[str, Any]:
+class TraceDiff(TypedDict):
+    """Baseline vs variant of two framework traces (the Profiles section's operator changes)."""
+
+    ops: list[OpChange]
+    phases: list[PhaseChange]
+    temporal_delta: dict[str, float]  # <category>_us: variant minus baseline
+
+
+def diff_frames(base: Any, variant: Any, top: int | None = None) -> TraceDiff:
     """Operator/kernel and phase differences of two event frames (pure)."""
     nb = max(len(A.step_windows(base)), 1)
     nv = max(len(A.step_windows(variant)), 1)
@@ -22,6 +31,6 @@ def diff_frames(base: Any, variant: Any, top: int | None = None) -> dict[str, An
 
 
 def diff_traces(base_path: str | os.PathLike[str], variant_path: str | os.PathLike[str],
-                top: int | None = None) -> dict[str, Any]:
+                top: int | None = None) -> TraceDiff:
     return diff_frames(events_frame(load_trace(base_path)), events_frame(load_trace(variant_path)),
                        top)

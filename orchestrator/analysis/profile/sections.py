@@ -12,13 +12,14 @@ from orchestrator.core.records import TrialKind
 from orchestrator.platform.flops import utilization
 from orchestrator.core import phases as ph
 from orchestrator.analysis.profile.diff import diff_traces
+from orchestrator.analysis.profile.trace_stats import FrameworkSummary, PhaseShare
 from orchestrator.core.sanitize import VENDOR_REPORT_SUFFIXES
 from orchestrator.core.results import Status
 
 TOP_CHANGES = 5
 
 
-def _load(path: Path) -> dict[str, Any] | None:
+def _load(path: Path) -> FrameworkSummary | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
     except (OSError, ValueError):
@@ -37,7 +38,7 @@ def _link(text: str, rel: str) -> str:
     return f"[{text}]({quote(rel)})"
 
 
-def _cell(phase_row: dict[str, Any] | None) -> str:
+def _cell(phase_row: PhaseShare | None) -> str:
     if not phase_row:
         return "—"
     share = phase_row.get("share")
@@ -45,13 +46,13 @@ def _cell(phase_row: dict[str, Any] | None) -> str:
     return f"{phase_row['time_s'] * 1e3:.2f}{pct}"
 
 
-def phase_table(summaries: Sequence[tuple[str, dict[str, Any] | None]],
+def phase_table(summaries: Sequence[tuple[str, FrameworkSummary | None]],
                 timed_s: Sequence[float | None]) -> list[str]:
     """Phase breakdown of each arm side by side (ms per profiled step and share of it), then
     the timed median and the profiler's overhead against it."""
     labels = [label for label, _ in summaries]
     out = ["| phase | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
-    rows: dict[str, list[dict[str, Any] | None]] = {}
+    rows: dict[str, list[PhaseShare | None]] = {}
     order: list[str] = []
     for i, (_, s) in enumerate(summaries):
         table = dict((s or {}).get("phases", {}))
@@ -75,7 +76,7 @@ def phase_table(summaries: Sequence[tuple[str, dict[str, Any] | None]],
     return out
 
 
-def _changes(run_dir: Path, base: dict[str, Any], var: dict[str, Any]) -> str:
+def _changes(run_dir: Path, base: FrameworkSummary, var: FrameworkSummary) -> str:
     d = diff_traces(run_dir / "profiles" / "framework" / base["trace"],
                     run_dir / "profiles" / "framework" / var["trace"], top=TOP_CHANGES)
     parts = [f"`{r['name']}` {r['delta_us'] / 1e3:+.2f} ms"
@@ -88,7 +89,7 @@ def _g(x: Any) -> str:
     return f"{x / 1e9:.4g} GFLOP" if isinstance(x, (int, float)) else "—"
 
 
-def flops_lines(sums: Sequence[tuple[str, dict[str, Any] | None]],
+def flops_lines(sums: Sequence[tuple[str, FrameworkSummary | None]],
                 timed_s: Sequence[float | None], peaks: Sequence[Any]) -> list[str]:
     """Each arm's FLOPs per step by kind, and its **profiler-attributed utilization** (never
     called MFU): profiler FLOPs from the profiled run over the timed median step of the

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -18,6 +18,194 @@ from orchestrator.analysis.profile import patterns
 from orchestrator.core import phases
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+# --------------------------------------------------------------------------- records
+
+
+class PhaseTime(TypedDict):
+    """A row of :func:`phase_breakdown` before its share is added."""
+
+    phase: str
+    time_us: float
+
+
+class PhaseCheck(TypedDict):
+    """Whether the named phases add up to the step (framework summary ``phase_check``)."""
+
+    named_phases_us: float
+    step_us: float
+    covered: float
+    tolerance: float
+    ok: bool
+
+
+class RegionTime(TypedDict):
+    """One marked region per step (framework summary ``regions.<region>``)."""
+
+    time_s: float
+    share: float | None
+    ranges_per_step: float
+
+
+class AllocatorCalls(TypedDict, total=False):
+    """Driver-level allocator calls per step (framework summary ``allocator``); a CPU trace
+    has only ``applicable`` (false) and ``note``."""
+
+    applicable: bool
+    note: str
+    calls_per_step: float
+    time_us_per_step: float
+    share: float | None
+
+
+class HostGaps(TypedDict, total=False):
+    """The device waiting for the host (framework summary ``host_gaps``); a CPU trace has
+    only ``applicable`` (false) and ``note``."""
+
+    applicable: bool
+    note: str
+    min_gap_us: float
+    gaps_per_step: float
+    idle_us_per_step: float
+    largest_gap_us: float
+
+
+class OpRow(TypedDict):
+    """A row of :func:`op_breakdown` (framework summary ``top_ops``)."""
+
+    name: str
+    category: str
+    count_per_step: float
+    self_us_per_step: float
+    total_us_per_step: float
+    share: float
+
+
+class SyncRow(TypedDict):
+    """A row of :func:`synchronisations` (framework summary ``synchronisations``)."""
+
+    name: str
+    phase: str
+    count: int
+
+
+class MemoryRow(TypedDict):
+    """A row of :func:`memory_by_phase` (framework summary ``memory_by_phase``)."""
+
+    phase: str
+    device_type: Any  # the trace's ``Device Type`` argument, as the profiler wrote it
+    peak_allocated_bytes: float
+
+
+class OpChange(TypedDict):
+    """A row of :func:`op_diff` (a trace diff's ``ops``)."""
+
+    name: str
+    category: str
+    self_us_per_step_base: float
+    self_us_per_step_variant: float
+    count_per_step_base: float
+    count_per_step_variant: float
+    delta_us: float
+    change: str  # changed | added | removed
+
+
+class PhaseChange(TypedDict):
+    """A row of :func:`phase_diff` (a trace diff's ``phases``)."""
+
+    phase: str
+    time_us_base: float
+    share_base: float
+    time_us_variant: float
+    share_variant: float
+    delta_us: float
+
+
+class PhaseShare(TypedDict):
+    """One phase per profiled step (framework summary ``phases.<phase>``)."""
+
+    time_s: float
+    share: float
+
+
+class UsefulFlops(TypedDict, total=False):
+    """The recipe's analytic FLOPs per step (framework summary ``flops.useful``); every key is
+    written, read back as possibly absent."""
+
+    kind: str
+    per_step: float | None
+    definition: str
+
+
+class ProfilerFlops(TypedDict, total=False):
+    """The profiler-attributed FLOPs (framework summary ``flops.profiler_attributed``); every
+    key is written, read back as possibly absent."""
+
+    kind: str
+    per_step: float
+    definition: str
+    utilization_name: str
+    ratio_to_useful: float | None
+    coverage_time: float
+    coverage_time_basis: str
+    ops_with_formula: list[str]
+    steps: int
+
+
+class FlopsSummary(TypedDict, total=False):
+    """A profiled trial's FLOPs by kind (framework summary ``flops``)."""
+
+    useful: UsefulFlops
+    profiler_attributed: ProfilerFlops | None
+    profiler_attributed_note: str
+
+
+class ProfileDevice(TypedDict):
+    """The device of a profiled trial (framework summary ``device``)."""
+
+    kind: str
+    name: str
+
+
+class ProfileSchedule(TypedDict):
+    """The profiler's schedule (framework summary ``schedule``)."""
+
+    protocol_warmup_steps: int
+    wait: int
+    warmup: int
+    active: int
+
+
+class FrameworkSummary(TypedDict, total=False):
+    """A framework-layer profiled trial's summary (``profiles/framework/<trial>.summary.json``),
+    written by orchestrator.worker.profile.framework."""
+
+    steps_in_trace: int
+    phases: dict[str, PhaseShare]
+    trace_step_s: float
+    phase_check: PhaseCheck
+    top_ops: list[OpRow]
+    # :func:`temporal_breakdown`: per-category times and shares, the timeline's name, steps
+    temporal: dict[str, float | str | None]
+    host_gaps: HostGaps
+    regions: dict[str, RegionTime]
+    allocator: AllocatorCalls
+    synchronisations: list[SyncRow]
+    memory_by_phase: list[MemoryRow]
+    flops: FlopsSummary
+    per_rank: list[dict[str, float | str | None]]  # rank, temporal_breakdown, skew_vs_fastest
+    world_size: int
+    schema_version: int
+    trial_id: str
+    arm_id: str
+    arm_label: str
+    bucket: str
+    layer: str
+    device: ProfileDevice
+    schedule: ProfileSchedule
+    trace: str
+    profiled_step_median_s: float
 
 
 # --------------------------------------------------------------------------- selections
@@ -79,7 +267,7 @@ def phase_breakdown(df: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.D
                & df["name"].str.startswith(phases.PREFIX)]
     clipped = _in_windows(marks, steps)
     per = clipped.groupby("name")["dur"].sum() / n if len(clipped) else pd.Series(dtype=float)
-    rows: list[dict[str, Any]] = [{"phase": phases.short(p), "time_us": float(per.get(p, 0.0))}
+    rows: list[PhaseTime] = [{"phase": phases.short(p), "time_us": float(per.get(p, 0.0))}
             for p in [*phases.ALL, *sorted(set(per.index) - set(phases.ALL))]
             if p in per.index or p in phases.ALL[:5]]
     named = sum(r["time_us"] for r in rows)
@@ -90,7 +278,7 @@ def phase_breakdown(df: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.D
     return out
 
 
-def phase_sum_check(breakdown: pd.DataFrame, tolerance: float) -> dict[str, Any]:
+def phase_sum_check(breakdown: pd.DataFrame, tolerance: float) -> PhaseCheck:
     """Do the named phases add up to the step? They must cover at least ``1 - tolerance`` of it
     and never exceed it (more than the step means overlapping ranges)."""
     step = float(breakdown.loc[breakdown["phase"] == "step", "time_us"].iloc[0])
@@ -112,7 +300,7 @@ def _union_us(starts: np.ndarray, ends: np.ndarray) -> float:
     return float(total)
 
 
-def region_breakdown(df: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict[str, Any]:
+def region_breakdown(df: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict[str, RegionTime]:
     """Time per marked region (``region/*``: one operation, forward and backward) per step
     (mean over the profiled steps) and its share of the step. Regions overlap the phases, so
     they are not part of :func:`phase_breakdown`; each region's ranges are merged first."""
@@ -121,7 +309,7 @@ def region_breakdown(df: pd.DataFrame, steps: pd.DataFrame | None = None) -> dic
     step_us = float(steps["dur"].sum()) / n if len(steps) else 0.0
     marks = df[(df["ph"] == "X") & df["cat"].isin(patterns.ANNOTATION_CATS)
                & df["name"].str.startswith(phases.REGION_PREFIX)]
-    out: dict[str, Any] = {}
+    out: dict[str, RegionTime] = {}
     if marks.empty or steps.empty:
         return out
     clipped = _in_windows(marks, steps)
@@ -134,7 +322,7 @@ def region_breakdown(df: pd.DataFrame, steps: pd.DataFrame | None = None) -> dic
     return out
 
 
-def allocator_calls(df: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict[str, Any]:
+def allocator_calls(df: pd.DataFrame, steps: pd.DataFrame | None = None) -> AllocatorCalls:
     """Device allocator calls that reach the driver (cudaMalloc/cudaFree, musaMalloc/musaFree):
     the caching allocator's churn, per step. Not applicable to a CPU-only trace."""
     steps = step_windows(df) if steps is None else steps
@@ -259,7 +447,7 @@ def per_rank(frames: Mapping[int, pd.DataFrame]) -> pd.DataFrame:
 
 
 def host_gaps(df: pd.DataFrame, steps: pd.DataFrame | None = None,
-              min_gap_us: float = 10.0) -> dict[str, Any]:
+              min_gap_us: float = 10.0) -> HostGaps:
     """Time the device sat idle waiting for the host inside the profiled steps: gaps of at
     least ``min_gap_us`` between device work. Not applicable to a CPU-only trace."""
     steps = step_windows(df) if steps is None else steps

@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from orchestrator import client as wire
 from orchestrator.core.errors import ConfigError
@@ -37,6 +37,22 @@ CLOSE_WAIT_S = 2.0  # at the end, for the connections still open to end and be r
 
 class ChannelError(Exception):
     """The trainer's use of the client cannot be measured (the reason is the message)."""
+
+
+class Peer(TypedDict, total=False):
+    """Who opened a connection: its process's pid on a Unix socket, its peer's address over
+    TCP (the start of a ``client_strays`` entry)."""
+
+    pid: int | None
+    peer: str
+
+
+class Stray(Peer, total=False):
+    """A refused connection, an entry of the record's ``client_strays``."""
+
+    rank: Any  # the rank it claimed, as it sent it (any JSON value, or None)
+    why: str
+    more: int  # the last entry kept: how many more were refused past MAX_STRAYS_KEPT
 
 
 
@@ -75,9 +91,9 @@ class Channel:
         self.cond = threading.Condition()
         self.pending: dict[int, dict[int, list[list[Any]]]] = {}
         self.reads: dict[int, set[str]] = {}
-        self.replies: dict[int, dict[str, Any]] = {}
+        self.replies: dict[int, wire.Reply] = {}
         self.owner: dict[int, int] = {}  # rank -> the connection that runs it
-        self.strays: list[dict[str, Any]] = []  # refused connections: pid or peer, rank, why
+        self.strays: list[Stray] = []  # refused connections: pid or peer, rank, why
         self.open: dict[socket.socket, threading.Thread] = {}  # connections being served
         self.left: set[int] = set()
         self.error: str | None = None
@@ -97,7 +113,7 @@ class Channel:
                 self.error, self.error_kind = message, kind
             self.cond.notify_all()
 
-    def stray(self, who: dict[str, Any], rank: Any, why: str) -> dict[str, str]:
+    def stray(self, who: Peer, rank: Any, why: str) -> wire.Reply:
         """Record a refused connection (``who``: its process's pid, or its peer's address);
         the reply that tells it why."""
         with self.cond:
@@ -125,7 +141,7 @@ class Channel:
                 self.open[conn] = thread
             thread.start()
 
-    def _serve(self, conn: socket.socket, who: dict[str, Any]) -> None:
+    def _serve(self, conn: socket.socket, who: Peer) -> None:
         rank: int | None = None  # the rank this connection said hello as (token checked)
         bye = False
         batches = 0
@@ -177,8 +193,8 @@ class Channel:
                 if not bye and not self.plan.done:  # the others must not wait for it
                     self.cond.notify_all()
 
-    def _read(self, reader: Any, conn: socket.socket, rank: int | None, who: dict[str, Any]
-              ) -> dict[str, Any] | None:
+    def _read(self, reader: Any, conn: socket.socket, rank: int | None, who: Peer
+              ) -> wire.Message | None:
         """The connection's next message; None at its end, or when it sent what no client
         sends (a rank's fault; before its hello, a stray's, recorded and told)."""
         # a connection not yet known gets a short line: a stray cannot fill memory
@@ -203,7 +219,7 @@ class Channel:
         except ValueError:
             msg = None
         if isinstance(msg, dict):
-            return msg
+            return cast(wire.Message, msg)  # a JSON object: its keys are checked where read
         why = ("a line that is not a JSON object" if line.endswith(b"\n") or len(line) <= limit
                else f"a message of more than {limit} bytes without a newline (the client "
                "sends one JSON object per line)")
@@ -214,7 +230,7 @@ class Channel:
         return None
 
     @staticmethod
-    def _reply(conn: socket.socket, reply: dict[str, Any]) -> bool:
+    def _reply(conn: socket.socket, reply: wire.Reply) -> bool:
         try:
             conn.sendall(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
             return True
@@ -226,8 +242,8 @@ class Channel:
         with self.cond:
             return self.owner.setdefault(rank, conn) == conn
 
-    def _hello(self, who: dict[str, Any], msg: dict[str, Any]
-               ) -> tuple[int | None, dict[str, Any]]:
+    def _hello(self, who: Peer, msg: wire.Message
+               ) -> tuple[int | None, wire.Reply]:
         token = msg.get("token")
         if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
             why = ("no token" if not token else "a wrong token") + (
@@ -259,7 +275,7 @@ class Channel:
         self.fail("client", why)
         return None, {"error": why}
 
-    def _next(self, rank: int, batch: int, msg: dict[str, Any]) -> dict[str, Any]:
+    def _next(self, rank: int, batch: int, msg: wire.Message) -> wire.Reply:
         """Rank ``rank``'s report of batch ``batch``; the next batch once every rank's is in."""
         with self.cond:
             self.pending.setdefault(batch, {})[rank] = list(msg.get("blocks") or [])
@@ -362,7 +378,7 @@ def _tcp_listener(listen: str) -> tuple[socket.socket, str]:
     return sock, tcp_endpoint(shown, int(sock.getsockname()[1]))
 
 
-def _tcp_peer(conn: socket.socket, peer: Any) -> dict[str, Any]:
+def _tcp_peer(conn: socket.socket, peer: Any) -> Peer:
     """A TCP connection's peer, as its stray record names it; Nagle off (one small reply per
     message) and keep-alive on, so that a rank on a node that died ends its connection."""
     try:

@@ -44,7 +44,7 @@ import statistics
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator import client as wire
 from orchestrator.core import blocks
@@ -73,6 +73,39 @@ MAX_MEASURED_STEPS = 2000  # as in-process: the most measured steps measured_min
 MAX_BATCH_CYCLES = 16  # the most cycles one reply hands out (the rest after the report)
 
 
+class _ArmFailureCore(TypedDict):
+    """The fields every :class:`ArmFailure` has."""
+
+    status: str
+    error: str
+
+
+class ArmFailure(_ArmFailureCore, total=False):
+    """An arm that failed in a paired process or command: its trial.json's failure fields
+    (``status`` and ``error`` always; the failure kind, or an in-process traceback)."""
+
+    failure_kind: str
+    traceback: str
+
+
+class PlanBlock(TypedDict):
+    """One block of a :class:`Plan`: its arm, ``warmup`` or ``cycle``, the cycle (-1 for a
+    warm-up), its excluded steps after the switch, and all its steps."""
+
+    arm: str
+    kind: str
+    cycle: int
+    switch: int
+    steps: int
+
+
+class ClientClockFields(TypedDict, total=False):
+    """Which clock timed a client-paired arm's windows (its trial.json's ``timed_by``)."""
+
+    timed_by: str
+    timed_by_why: str
+
+
 class Plan:
     """The blocks of one paired command, decided once for every rank: warm-ups, then cycles
     of one block per live arm until each has its measured steps and seconds. ``take`` folds a
@@ -98,14 +131,14 @@ class Plan:
         self.got_s = dict.fromkeys(self.ids, 0.0)
         # each arm's last step times (how many steps its measured_min_s still needs)
         self.recent: dict[str, deque[float]] = {a: deque(maxlen=9) for a in self.ids}
-        self.failed: dict[str, dict[str, Any]] = {}
+        self.failed: dict[str, ArmFailure] = {}
         # per step: (arm, cycle, previous arm, phase, seconds, tags, loss, every rank's seconds,
         # the command's own step number or None)
         self.raw: list[tuple[Any, ...]] = []
         self.steps = 0
         self.clocks: set[str] = set()  # what timed the ranks' windows (each batch's report)
         self.ranks: list[int] = [0]  # the ranks that reported (set by the channel)
-        self.blocks: list[dict[str, Any]] = []  # per block: arm, kind, cycle, switch steps
+        self.blocks: list[PlanBlock] = []  # per block: arm, kind, cycle, switch steps
         self.cycle = 0
         self.folded = 0  # blocks whose steps are in
         self.at = 0  # the block the command is in (rank 0's "at" notes)
@@ -113,7 +146,7 @@ class Plan:
         self.read: set[str] = set()
         self.done = False
 
-    def running(self) -> dict[str, Any] | None:
+    def running(self) -> PlanBlock | None:
         """The block the command was in (the arm that was running, should it die)."""
         if self.done or not self.blocks:
             return None
@@ -126,7 +159,7 @@ class Plan:
         return blocks.needs_more(self.n[a], self.got_s[a], self.spec.measured_steps,
                                  self.min_s, self.cap)
 
-    def take(self, per_rank: dict[int, list[list[Any]]], read: set[str]) -> dict[str, Any]:
+    def take(self, per_rank: dict[int, list[list[Any]]], read: set[str]) -> wire.Reply:
         """Fold the last batch's blocks in (rank -> [[block, [[seconds, loss, tags] per step]]
         ...]; a step may carry a fourth item, the command's own step number); the next batch
         for every rank, or the end. Raises ChannelError."""
@@ -173,7 +206,7 @@ class Plan:
         del self.blocks[self.folded:]
         self.done = True
 
-    def _batch(self) -> list[dict[str, Any]]:
+    def _batch(self) -> list[PlanBlock]:
         """The next blocks: a warm-up block (the steps the policy needs at least before it can
         say done), or whole cycles, as many as the arms' step times so far say they still need
         (ending on an even number of cycles); [] when the plan is done."""
@@ -193,7 +226,7 @@ class Plan:
             return []
         cycles = self._cycles_needed(alive)
         cycles += (self.cycle + cycles) % 2  # end on an even number of cycles
-        out = []
+        out: list[PlanBlock] = []
         switch = self.lead + self.spec.switch_warmup_steps  # a pause's split step, then these
         per = switch + self.spec.block_steps
         for c in range(self.cycle, self.cycle + cycles):
@@ -218,7 +251,7 @@ class Plan:
             need = max(need, math.ceil(steps / self.spec.block_steps))
         return min(need, MAX_BATCH_CYCLES)
 
-    def _fold(self, blk: dict[str, Any], per_rank: dict[int, list[list[Any]]]) -> None:
+    def _fold(self, blk: PlanBlock, per_rank: dict[int, list[list[Any]]]) -> None:
         """One block's steps in: phases, the arm's counts, warm-up and failure (the rows kept
         compact here, on the path between two batches; :meth:`rows` builds them). A step's
         time is its slowest rank's window (the lowest rank's loss and tags)."""
@@ -327,7 +360,7 @@ def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
         return client_nodes.run_other_node(spec, inv, where)
     listen = client_nodes.listen_for(where, inv.launch_env, listen.strip())
     channel = Channel(plan, max(1, int(trainer.workload.world_size)), listen or None)
-    node_outcome, node_fields = None, dict[str, Any]()
+    node_outcome, node_fields = None, client_nodes.NodeFields()
     try:
         if where.multi:
             client_nodes.publish(tdir, channel.env())
@@ -367,7 +400,7 @@ def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
 
 
 def _outcome(plan: Plan, channel: Channel, rc: int | None, start_error: str | None,
-             limit_s: float | None) -> dict[str, Any] | None:
+             limit_s: float | None) -> client_nodes.Outcome | None:
     """How the command ended when it did not finish the plan cleanly: {status, failure_kind,
     error, culprit (the arm whose block was running, or None: every arm's)}; None when it
     did."""
@@ -412,7 +445,7 @@ def _outcome(plan: Plan, channel: Channel, rc: int | None, start_error: str | No
 
 
 def _arm_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: str,
-                outcome: dict[str, Any] | None, tail: str) -> dict[str, Any]:
+                outcome: client_nodes.Outcome | None, tail: str) -> dict[str, Any]:
     rows = plan.rows(arm)
     if rows:
         Path(own_dir := _dir_of(spec, arm)).mkdir(parents=True, exist_ok=True)
@@ -483,7 +516,7 @@ def ok_paired_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], a
     )
 
 
-def client_clock_fields(clocks: set[str]) -> dict[str, Any]:
+def client_clock_fields(clocks: set[str]) -> ClientClockFields:
     """Which clock timed the client's windows, as an in-process trial's record says it
     (``timed_by``); {} where no rank said (an older client)."""
     if not clocks:

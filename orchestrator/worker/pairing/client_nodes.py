@@ -17,7 +17,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.core.results import Status, trial_record
 from orchestrator.platform.children import COMMAND_SESSION
@@ -99,8 +99,25 @@ def run_other_node(spec: Any, inv: Any, where: nodes.NodePlace,
     return [(rec, a.trial_dir) for a in spec.paired_arms]
 
 
-def other_nodes_outcome(tdir: Path, where: nodes.NodePlace, common: dict[str, Any],
-                        wall_s: float | None = None) -> dict[str, Any] | None:
+class Outcome(TypedDict):
+    """How a paired command's round ended when not cleanly (the arms' status, failure_kind
+    and error in their trial.json; ``culprit``: the arm whose block was running, or None:
+    every arm's)."""
+
+    status: str
+    failure_kind: str
+    culprit: str | None
+    error: str
+
+
+class NodeFields(TypedDict, total=False):
+    """The other nodes' fields of a multi-node round's records (trial.json)."""
+
+    node_wall_s: dict[str, float | None]  # node -> its command's wall time (None: not known)
+
+
+def other_nodes_outcome(tdir: Path, where: nodes.NodePlace, common: NodeFields,
+                        wall_s: float | None = None) -> Outcome | None:
     """Node 0, its command ended: the round's outcome decided by another node (failed, or
     sent nothing: infra_failed), in the form of client._outcome's; None when they all ended
     well."""

@@ -13,9 +13,11 @@ from orchestrator.core.errors import BackendUnavailable
 from orchestrator.core.results import INFRA_STATUS, trial_record
 from orchestrator.platform import compile_stats
 from orchestrator.platform import device as devmod
-from orchestrator.platform.interference import CpuWindow
+from orchestrator.platform.distributed import DistSummary
+from orchestrator.platform.interference import CpuWindow, CpuWindowFigures
 from orchestrator.spec.jobs import TrialSpec
 from orchestrator.worker.bootstrap import start_worker
+from orchestrator.worker.pairing.client import ArmFailure
 from orchestrator.worker.timing import (
     MAX_MEASURED_STEPS,
     ArmSteps,
@@ -76,7 +78,7 @@ class _PairedRun:
         self.policy = spec.warmup()
         self.st = Stepper(spec, worker, self.trainer, self.batches)
         self.one_rank = worker.group is None  # several ranks: a failure anywhere fails all
-        self.failed: dict[str, dict[str, Any]] = {}
+        self.failed: dict[str, ArmFailure] = {}
         self.warm: dict[str, tuple[list[float], bool]] = {}
         self.running = Path(spec.trial_dir) / "running.json"  # which arm, should it die
         self.running.unlink(missing_ok=True)  # an earlier attempt's
@@ -169,8 +171,8 @@ class _PairedRun:
         return blocks.ordered(self.alive(), self.cycle, self.spec.order, self.spec.order_seed)
 
     def arm_record(self, i: int, base: dict[str, Any], launch_t0: float | None,
-                   compile_fields: dict[str, Any], interference: dict[str, Any],
-                   dist_fields: dict[str, Any]) -> tuple[dict[str, Any], str]:
+                   compile_fields: compile_stats.CompileFields, interference: CpuWindowFigures,
+                   dist_fields: DistSummary) -> tuple[dict[str, Any], str]:
         """Arm ``i``'s (record, trial dir): failed, not measured (the baseline failed), or its
         measured steps with their blocks."""
         spec, a = self.spec, self.arms[i]

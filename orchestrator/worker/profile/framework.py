@@ -16,16 +16,41 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
-from orchestrator.platform.flops import DEFINITIONS, PROFILER, USEFUL, profile_trainer_flops
+from orchestrator.platform.flops import (
+    DEFINITIONS,
+    PROFILER,
+    USEFUL,
+    ProfiledFlopsDict,
+    profile_trainer_flops,
+)
 from orchestrator.analysis.profile.trace import events_frame, load_trace, save_trace
 from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, trial_record, write_csv, Status
 from orchestrator.worker.bootstrap import start_worker
 
+# the summary's record types; mypy takes no keywords in a TypedDict's update(), so that call
+# below says type: ignore[call-arg]
+if TYPE_CHECKING:  # start-up cost: pandas is imported when a trace is summarised
+    from orchestrator.analysis.profile.trace_stats import FlopsSummary, FrameworkSummary
+
 log = logging.getLogger(__name__)
+
+
+class _StepRowBase(TypedDict):
+    """The columns every row of ``profile_steps.csv`` has."""
+
+    step: int
+    profiler: str  # wait | warmup | active
+    step_time_s: float
+
+
+class ProfileStepRow(_StepRowBase, total=False):
+    """A row of a profiled trial's ``profile_steps.csv`` (``rank``: a distributed trial's)."""
+
+    rank: int
 
 # the named phases must cover at least 1 - this share of the profiled step
 PHASE_TOLERANCE = 0.10
@@ -58,7 +83,7 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
     tmp = out_dir / f".{spec.trial_id}.rank{rank}.raw.json"
     rows, loss = _profiled_steps(p, trainer, batches, dev, out_dir, tmp)
     losses_ok = bool(torch.isfinite(loss).all())
-    captured: dict[str, Any] = {}
+    captured: dict[str, ProfiledFlopsDict] = {}  # "flops": the profiler's count, if asked
     active = int(p["active_steps"])
     if p["with_flops"]:  # the FLOPs issue's counter, in its own untimed window after the trace
         captured["flops"] = profile_trainer_flops(trainer, dev, steps=active, warmup=0).to_dict()
@@ -76,7 +101,8 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
             dist.barrier()
             return trial_record(**base, status=Status.OK,
                                 artifacts=[str(Path("profiles", "framework", trace_path.name))])
-        rows = [{**r, "rank": k} for k, rr in enumerate(gathered) for r in rr]
+        rows = cast("list[ProfileStepRow]",  # every rank's rows, each with its rank
+                    [{**r, "rank": k} for k, rr in enumerate(gathered) for r in rr])
     write_csv(Path(spec.trial_dir) / "profile_steps.csv", rows)
     summary, rank_traces, summary_path = _summary(spec, trainer, trace, trace_path, rows,
                                                   captured, ctx, dev, out_dir)
@@ -100,7 +126,7 @@ def run_framework(spec: Any, base: dict[str, Any]) -> dict[str, Any]:
 
 
 def _profiled_steps(p: dict[str, Any], trainer: Any, batches: Any, dev: Any, out_dir: Path,
-                    tmp: Path) -> tuple[list[dict[str, Any]], Any]:
+                    tmp: Path) -> tuple[list[ProfileStepRow], Any]:
     """The profiler's schedule (wait, warm-up, active steps), each step timed; the trace goes
     to ``tmp``. Returns the step rows and the last loss."""
     from torch.profiler import profile, schedule
@@ -111,7 +137,7 @@ def _profiled_steps(p: dict[str, Any], trainer: Any, batches: Any, dev: Any, out
         out_dir.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(tmp))
 
-    rows: list[dict[str, Any]] = []
+    rows: list[ProfileStepRow] = []
     sync, clock = devmod.synchronize, time.perf_counter
     with profile(
         activities=devmod.profiler_activities_for(dev),
@@ -131,9 +157,9 @@ def _profiled_steps(p: dict[str, Any], trainer: Any, batches: Any, dev: Any, out
     return rows, loss
 
 
-def _summary(spec: Any, trainer: Any, trace: Any, trace_path: Path, rows: list[dict[str, Any]],
-             captured: dict[str, Any], ctx: Any, dev: Any,
-             out_dir: Path) -> tuple[dict[str, Any], list[Path], Path]:
+def _summary(spec: Any, trainer: Any, trace: Any, trace_path: Path, rows: list[ProfileStepRow],
+             captured: dict[str, ProfiledFlopsDict], ctx: Any, dev: Any,
+             out_dir: Path) -> tuple[FrameworkSummary, list[Path], Path]:
     """The trial's framework summary (written beside its traces), the rank traces, its path."""
     p = spec.profile
     active = int(p["active_steps"])
@@ -149,7 +175,7 @@ def _summary(spec: Any, trainer: Any, trace: Any, trace_path: Path, rows: list[d
         rank_traces = [out_dir / trace_name(spec.trial_id, k) for k in range(ctx.world_size)]
         summary["per_rank"] = per_rank_summary(rank_traces)
         summary["world_size"] = ctx.world_size
-    summary.update(
+    summary.update(  # type: ignore[call-arg]
         schema_version=SCHEMA_VERSION, trial_id=spec.trial_id, arm_id=spec.arm_id,
         arm_label=spec.arm_label, bucket=spec.bucket["name"], layer="framework",
         device={"kind": dev.kind, "name": dev.name},
@@ -162,7 +188,7 @@ def _summary(spec: Any, trainer: Any, trace: Any, trace_path: Path, rows: list[d
     return summary, rank_traces, summary_path
 
 
-def per_rank_summary(traces: list[Path]) -> list[dict[str, Any]]:
+def per_rank_summary(traces: list[Path]) -> list[dict[str, float | str | None]]:
     """One row per rank from its own trace: the temporal breakdown and the rank's profiled
     step relative to the fastest rank (skew)."""
     # start-up cost: pandas is imported when a trace is summarised, not by every trial process
@@ -173,9 +199,9 @@ def per_rank_summary(traces: list[Path]) -> list[dict[str, Any]]:
     return json.loads(json.dumps(table.to_dict("records"), default=_jsonable))
 
 
-def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | None,
+def summarize(trace: dict[str, Any], active_steps: int, flops: ProfiledFlopsDict | None,
               analytic_flops_per_step: float | None,
-              useful_definition: str | None = None) -> dict[str, Any]:
+              useful_definition: str | None = None) -> FrameworkSummary:
     """The summary of one framework trace (pure apart from pandas)."""
     # start-up cost: pandas is imported when a trace is summarised, not by every trial process
     from orchestrator.analysis.profile import trace_stats as A
@@ -186,7 +212,7 @@ def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | 
     phases = A.phase_breakdown(df, steps)
     ops = A.op_breakdown(df, n)
     step_us = float(phases.loc[phases["phase"] == "step", "time_us"].iloc[0])
-    out: dict[str, Any] = {
+    out: FrameworkSummary = {
         "steps_in_trace": len(steps),
         # named phases plus `unattributed`: they add up to the step (seconds per profiled step)
         "phases": {r.phase: {"time_s": r.time_us / 1e6, "share": r.share}
@@ -206,12 +232,12 @@ def summarize(trace: dict[str, Any], active_steps: int, flops: dict[str, Any] | 
     return json.loads(json.dumps(out, default=_jsonable))
 
 
-def flops_summary(flops: dict[str, Any] | None, analytic_flops_per_step: float | None,
-                  useful_definition: str | None = None) -> dict[str, Any]:
+def flops_summary(flops: ProfiledFlopsDict | None, analytic_flops_per_step: float | None,
+                  useful_definition: str | None = None) -> FlopsSummary:
     """The profiled trial's FLOPs, each labelled by its kind (orchestrator.platform.flops): the
     recipe's ``useful`` (analytic) count and the ``profiler-attributed`` count with its
     coverage. Keyed by kind, so no figure is ever read without its definition."""
-    out: dict[str, Any] = {
+    out: FlopsSummary = {
         "useful": {"kind": USEFUL, "per_step": analytic_flops_per_step,
                    "definition": useful_definition or DEFINITIONS[USEFUL]},
         "profiler_attributed": None,
