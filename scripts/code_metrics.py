@@ -18,17 +18,17 @@ import re
 import sys
 from pathlib import Path
 
-WORDS = {
-    # Status
-    "ok", "failed", "unavailable", "oom", "timeout", "crashed", "killed", "infra_failed",
-    "skipped",
-    # VerdictKind
-    "retain", "reject", "equivalent", "inconclusive", "invalid",
-    # Pairing
-    "process", "steps", "duet", "auto",
-    # trial kinds
-    "timed", "profile", "microbench", "pilot",
+# each family's words, and what the other side of a comparison must name for it to be that
+# family's word (a device kind "auto" or a speed reference's mode "auto" is not a pairing)
+FAMILIES = {
+    "status": ({"ok", "failed", "unavailable", "oom", "timeout", "crashed", "killed",
+                "infra_failed", "skipped"}, re.compile(r"status")),
+    "verdict": ({"retain", "reject", "equivalent", "inconclusive", "invalid"},
+                re.compile(r"verdict")),
+    "pairing": ({"process", "steps", "duet", "auto"}, re.compile(r"pairing")),
+    "trial kind": ({"timed", "profile", "microbench", "pilot"}, re.compile(r"kind")),
 }
+WORDS = set().union(*(words for words, _ in FAMILIES.values()))
 # the modules that parse those words from text (JSON, configs) into members
 PARSING = {"orchestrator/core/records.py"}
 
@@ -44,20 +44,19 @@ def _words(node: ast.AST) -> set[str]:
     return set()
 
 
-# the other side of the comparison names what is compared (a record's status, a verdict,
-# the pairing, a trial's kind): ``rec.get("status") == "ok"``, ``p.pairing != "steps"``
-SUBJECT = re.compile(r"status|verdict|pairing|kind|mode")
-
-
 def string_compares(tree: ast.AST) -> list[tuple[int, str]]:
+    """Comparisons of a family's word with an expression that names the family
+    (``rec.get("status") == "ok"``, ``p.pairing != "steps"``, ``t["kind"] == "pilot"``)."""
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             for op, right in zip(node.ops, node.comparators):
                 if isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
-                    hit = _words(right) | _words(node.left)
-                    other = node.left if _words(right) else right
-                    if hit and SUBJECT.search(ast.unparse(other)):
+                    words = _words(right) | _words(node.left)
+                    other = ast.unparse(node.left if _words(right) else right)
+                    hit = {w for fam, (ws, subject) in FAMILIES.items() if subject.search(other)
+                           for w in words & ws}
+                    if hit:
                         out.append((node.lineno, ",".join(sorted(hit))))
     return out
 
@@ -76,7 +75,8 @@ def functions(tree: ast.AST) -> list[tuple[str, int, int, int]]:
 
 
 def main() -> int:
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    args = [a for a in sys.argv[1:] if not a.startswith("-")]
+    root = Path(args[0] if args else ".")
     files = sorted((root / "orchestrator").rglob("*.py"))
     anys = 0
     others = 0
