@@ -21,9 +21,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
-from orchestrator.analysis.rank import Advice, rank, render, top_candidate
+from orchestrator.analysis.direction import DirectionCheckDict
+from orchestrator.analysis.rank import Advice, AdviceDict, rank, render, top_candidate
 from orchestrator.campaign.advise.load import load_sweeps, read_profile, sets_env
 from orchestrator.campaign.advise.profile import profile_baseline
 from orchestrator.campaign.promote import confirm, read_campaign
@@ -54,6 +55,84 @@ Compose = Callable[[list[str], bool], Config]
 Runner = Callable[[Config, Path], Any]
 
 
+class SettingsDict(TypedDict):
+    """autopilot.json's ``settings``: :class:`Settings` as plain data."""
+
+    workload: str
+    overrides: list[str]
+    sweeps_dirs: list[str]
+    baselines_dir: str
+    max_campaigns: int
+    budget_s: float
+    min_effect: float | None
+    only: list[str]
+
+
+class CampaignVerdict(TypedDict):
+    """One variant's verdict in a campaign step's ``verdicts`` (autopilot.json)."""
+
+    label: str
+    verdict: str
+    headline: str
+    direction: DirectionCheckDict | None
+
+
+class StepResult(TypedDict, total=False):
+    """A step's ``result`` in autopilot.json; which keys a step has depends on its kind
+    (profile, advise, campaign, promote, confirm); {} while it runs."""
+
+    summary: str
+    run_dir: str | None
+    path: str  # profile, campaign: where it ran
+    reused: bool  # profile: an earlier profile of the same version serves
+    top: str | None  # advise: the sweep to run next
+    file: str  # advise: the advice's markdown
+    ranking: list[AdviceDict]
+    sweep: str  # campaign
+    rebased: str
+    verdicts: list[CampaignVerdict]
+    retained: str
+    flagged: str
+    promoted: str | None  # promote, confirm: the version written
+
+
+class _StepRecordBase(TypedDict):
+    key: str
+    kind: str
+    against: str
+    status: str
+    started_at: str
+    elapsed_s: float
+    resumed: int
+    result: StepResult
+
+
+class StepRecord(_StepRecordBase, total=False):
+    """One entry of autopilot.json's ``steps``."""
+
+    finished_at: str
+
+
+class Stopped(TypedDict):
+    """autopilot.json's ``stopped``: why the loop ended."""
+
+    reason: str
+    at: str
+    iteration: int
+
+
+class AutopilotState(TypedDict):
+    """autopilot.json: the settings, every step, why it stopped."""
+
+    schema_version: int
+    kind: str
+    settings: SettingsDict
+    started_at: str
+    invocations: int
+    steps: list[StepRecord]
+    stopped: Stopped | None
+
+
 @dataclass
 class Settings:
     workload: str
@@ -65,7 +144,7 @@ class Settings:
     min_effect: float | None = None  # None: the protocol's
     only: list[str] = field(default_factory=list)  # consider only these sweeps ([] = all)
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, str | list[str]]:
         """What a resumed autopilot must share with the one it resumes (budgets may change)."""
         return {"workload": self.workload, "overrides": self.overrides,
                 "sweeps_dirs": self.sweeps_dirs, "baselines_dir": self.baselines_dir,
@@ -110,7 +189,7 @@ class Autopilot:
         root.mkdir(parents=True, exist_ok=True)
         path = root / STATE
         if path.is_file():
-            self.state = read_json(path)
+            self.state: AutopilotState = read_json(path)
             old = self.state.get("settings", {})
             mine = settings.identity()
             if {k: old.get(k) for k in mine} != mine:
@@ -118,12 +197,13 @@ class Autopilot:
                 raise ConfigError("--dir", f"{display_path(root)} holds an autopilot started with "
                                   f"other settings ({diff}); resume it with the same arguments "
                                   "or choose another --dir")
-            self.state["settings"] = dataclasses.asdict(settings)
+            self.state["settings"] = cast(SettingsDict, dataclasses.asdict(settings))
             self.state["stopped"] = None
             self.state["invocations"] = int(self.state.get("invocations", 1)) + 1
         else:
             self.state = {"schema_version": SCHEMA_VERSION, "kind": "autopilot",
-                          "settings": dataclasses.asdict(settings), "started_at": utc_now(),
+                          "settings": cast(SettingsDict, dataclasses.asdict(settings)),
+                          "started_at": utc_now(),
                           "invocations": 1, "steps": [], "stopped": None}
         self._save()
 
@@ -133,10 +213,10 @@ class Autopilot:
         atomic_write_json(self.root / STATE, self.state)
         (self.root / LOG).write_text("\n".join(log_lines(self.state)) + "\n", encoding="utf-8")
 
-    def _rec(self, key: str) -> dict[str, Any] | None:
+    def _rec(self, key: str) -> StepRecord | None:
         return next((s for s in self.state["steps"] if s["key"] == key), None)
 
-    def done(self, key: str) -> dict[str, Any] | None:
+    def done(self, key: str) -> StepResult | None:
         rec = self._rec(key)
         return rec["result"] if rec and rec["status"] == "done" else None
 
@@ -154,8 +234,8 @@ class Autopilot:
         if kind == "campaign" and self.campaigns() >= s.max_campaigns:
             raise Stop(f"campaign budget spent: {self.campaigns()} of {s.max_campaigns}")
 
-    def step(self, key: str, kind: str, against: str, fn: Callable[[], dict[str, Any]],
-             budgeted: bool = True) -> dict[str, Any]:
+    def step(self, key: str, kind: str, against: str, fn: Callable[[], StepResult],
+             budgeted: bool = True) -> StepResult:
         """Run ``fn`` once as step ``key``; a step recorded as done returns its result."""
         got = self.done(key)
         if got is not None:
@@ -177,7 +257,8 @@ class Autopilot:
         finally:
             rec["elapsed_s"] = float(rec["elapsed_s"]) + time.monotonic() - t0
             self._save()
-        rec.update(status="done", finished_at=utc_now(), result=result)
+        # (mypy's TypedDict.update takes no keywords; these are StepRecord's keys)
+        rec.update(status="done", finished_at=utc_now(), result=result)  # type: ignore[call-arg]
         self._save()
         log.info("autopilot: %s: %s", key, result.get("summary", ""))
         return result
@@ -231,7 +312,8 @@ class Autopilot:
         if adv["top"] is None:
             raise Stop(adv["summary"])
         camp = self.step(f"{k}/campaign", "campaign", version.id,
-                         lambda: self._campaign(adv["top"], version, self.root / f"{k}-{adv['top']}"))
+                         lambda: self._campaign(cast(str, adv["top"]), version,
+                                                self.root / f"{k}-{adv['top']}"))
         label = camp.get("retained")
         if not label:
             return
@@ -245,7 +327,7 @@ class Autopilot:
 
     # ----------------------------------------------------------------- the steps
 
-    def _profile(self, version: Version, out: Path) -> dict[str, Any]:
+    def _profile(self, version: Version, out: Path) -> StepResult:
         cfg = self._against(self.compose(self._base(), False), version, out)
         self.profiler(cfg, out)
         p = read_profile(out)
@@ -259,7 +341,7 @@ class Autopilot:
                 if s["kind"] == "campaign" and s["status"] == "done"
                 and s["against"] == version.id}
 
-    def _advise(self, version: Version, prof_dir: Path, k: str) -> dict[str, Any]:
+    def _advise(self, version: Version, prof_dir: Path, k: str) -> StepResult:
         p = read_profile(prof_dir)
         sweeps = load_sweeps([Path(d) for d in self.settings.sweeps_dirs])
         excluded = {s.name: "sets an environment switch (env.*), which the baseline ledger does "
@@ -280,8 +362,8 @@ class Autopilot:
                             "no sweep left to run whose bound reaches min_effect: "
                             + _why_none(advice))}
 
-    def _campaign(self, name: str, version: Version, out: Path) -> dict[str, Any]:
-        res: dict[str, Any] = {"sweep": name, "run_dir": None, "path": str(out)}
+    def _campaign(self, name: str, version: Version, out: Path) -> StepResult:
+        res: StepResult = {"sweep": name, "run_dir": None, "path": str(out)}
         try:
             cfg = self.compose([*self._base(), f"+sweep={name}"], True)
             moved = rebase(cfg, version)
@@ -292,13 +374,14 @@ class Autopilot:
             res["rebased"] = moved
         self.runner(cfg, out)
         ev = read_campaign(out)
-        verdicts = [{"label": d.label, "verdict": d.verdict.value, "headline": d.headline,
+        verdicts: list[CampaignVerdict] = [{"label": d.label, "verdict": d.verdict.value, "headline": d.headline,
                      "direction": d.get("direction_check")} for d in ev.decisions]
         retained = sorted((d for d in ev.decisions if d.verdict is VerdictKind.RETAIN
                            and d.final),
                           key=lambda d: -float((objective(d.get("speedups")) or ("", {}))[1]
                                                .get("speedup", 0.0)))
-        res.update(run_dir=display_path(out), verdicts=verdicts,
+        # (mypy's TypedDict.update takes no keywords; these are StepResult's keys)
+        res.update(run_dir=display_path(out), verdicts=verdicts,  # type: ignore[call-arg]
                    summary=f"+sweep={name}: " + "; ".join(
                        f"{v['label']} {v['verdict']}" for v in verdicts))
         if retained:
@@ -312,7 +395,7 @@ class Autopilot:
         return res
 
     def _confirm(self, run_dir: Path, label: str, version: Version,
-                 out: Path) -> dict[str, Any]:
+                 out: Path) -> StepResult:
         latest = self.ledger.latest()
         if latest is not None and latest.id != version.id:  # killed after the version was written
             runs = [j.get("run_dir") for j in latest.data.get("justification", [])]
@@ -343,7 +426,7 @@ def _why_none(advice: Sequence[Advice]) -> str:
     return f"the best is +sweep={best.sweep} ({best.status.replace('_', ' ')}): {best.line}"
 
 
-def log_lines(state: dict[str, Any]) -> list[str]:
+def log_lines(state: AutopilotState) -> list[str]:
     """decisions.md of an autopilot: its settings, every step, why it stopped."""
     s = state["settings"]
     me = "the protocol's" if s["min_effect"] is None else f"{s['min_effect']:g}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.core import records
 from orchestrator.core.records import RecordError, RunDirectory
@@ -25,17 +25,58 @@ log = logging.getLogger(__name__)
 INDEX_VERSION = 1
 
 
+class TrialCounts(TypedDict):
+    """An index entry's ``trials``: planned, recorded, and the records by status."""
+
+    planned: int | None
+    recorded: int
+    by_status: dict[str, int]
+
+
+class IndexVerdict(TypedDict):
+    """One variant's verdict in an index entry's ``verdicts``."""
+
+    label: str
+    verdict: str
+    reasons: list[str]
+
+
+class _IndexEntryBase(TypedDict):
+    run_dir: str
+
+
+class IndexEntry(_IndexEntryBase, total=False):
+    """One campaign of a multirun's index.json (``campaigns``)."""
+
+    workload: str | None
+    sweep: str | None
+    launcher: str | None
+    device: str | None
+    config_error: str
+    trials: TrialCounts
+    state: str
+    verdicts: list[IndexVerdict]
+
+
+class MultirunIndex(TypedDict):
+    """A multirun's index.json: every campaign under the sweep directory."""
+
+    index_version: int
+    campaigns: list[IndexEntry]
+
+
 def _campaign_dirs(sweep_dir: Path) -> list[Path]:
     dirs = [p.parent for p in sweep_dir.glob("*/plan.json")]
     return sorted(dirs, key=lambda p: (len(p.name.split("_", 1)[0]), p.name))
 
 
-def campaign_entry(sweep_dir: Path, run_dir: Path) -> dict[str, Any]:
+def campaign_entry(sweep_dir: Path, run_dir: Path) -> IndexEntry:
     """What one campaign run dir says about itself (never raises on a broken campaign)."""
-    entry: dict[str, Any] = {"run_dir": str(run_dir.relative_to(sweep_dir))}
+    entry: IndexEntry = {"run_dir": str(run_dir.relative_to(sweep_dir))}
     try:
         cfg = read_json(run_dir / records.CONFIG)
-        entry.update(workload=cfg.get("workload", {}).get("name"),
+        # (mypy's TypedDict.update takes no keywords; these are IndexEntry's keys)
+        entry.update(workload=cfg.get("workload", {}).get("name"),  # type: ignore[call-arg]
                      sweep=(cfg.get("sweep") or {}).get("name"),
                      launcher=cfg.get("launcher", {}).get("name"), device=cfg.get("device"))
     except (OSError, ValueError):
@@ -50,7 +91,7 @@ def campaign_entry(sweep_dir: Path, run_dir: Path) -> dict[str, Any]:
     )
     entry["trials"] = {"planned": planned, "recorded": sum(statuses.values()),
                        "by_status": dict(sorted(statuses.items()))}
-    verdicts = []
+    verdicts: list[IndexVerdict] = []
     path = run_dir / records.DECISIONS
     if path.exists():
         try:
@@ -65,13 +106,13 @@ def campaign_entry(sweep_dir: Path, run_dir: Path) -> dict[str, Any]:
     return entry
 
 
-def build_index(sweep_dir: Path) -> dict[str, Any]:
+def build_index(sweep_dir: Path) -> MultirunIndex:
     sweep_dir = Path(sweep_dir)
     return {"index_version": INDEX_VERSION,
             "campaigns": [campaign_entry(sweep_dir, d) for d in _campaign_dirs(sweep_dir)]}
 
 
-def render_index(index: dict[str, Any]) -> str:
+def render_index(index: MultirunIndex) -> str:
     lines = ["# Campaigns of this multirun", "",
              "| campaign | workload | sweep | trials (ok/planned) | verdicts |",
              "|---|---|---|---|---|"]
@@ -84,7 +125,7 @@ def render_index(index: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_index(sweep_dir: Path) -> dict[str, Any]:
+def write_index(sweep_dir: Path) -> MultirunIndex:
     index = build_index(sweep_dir)
     atomic_write_json(Path(sweep_dir) / "index.json", index)
     atomic_write_text(Path(sweep_dir) / "index.md", render_index(index))

@@ -20,22 +20,38 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from orchestrator.campaign.render import SpeedupInterval
 from orchestrator.campaign.run import run_campaign
 from orchestrator.campaign.validate import validate
 from orchestrator.core import records
 from orchestrator.core.convert import from_dict
 from orchestrator.core.errors import ConfigError
-from orchestrator.core.records import Decision, PlanDoc, RecordError, RunDirectory, VerdictKind
+from orchestrator.core.trial_record import Fingerprint
+from orchestrator.core.records import (
+    Decision,
+    PlanDoc,
+    RecordError,
+    RunDirectory,
+    VerdictKind,
+)
 from orchestrator.platform.environment import compare
 from orchestrator.report.load import Campaign, load_campaign
 from orchestrator.spec.config import Config, SweepConfig
 from orchestrator.spec.ledger import (
     LEDGER_SCHEMA,
     LINEAGE_FILE,
+    BucketThroughput,
+    Justification,
     Ledger,
+    LedgerRecord,
+    LineageDoc,
+    MixtureThroughput,
+    StepSpeedup,
+    Throughput,
     Version,
+    VersionDoc,
     apply_baseline,
     display_path,
     fmt_speedup,
@@ -64,8 +80,8 @@ class Evidence:
     reads it (orchestrator.report.load), and what only a promotion needs beside it."""
 
     campaign: Campaign
-    fingerprint: dict[str, Any] | None
-    lineage: dict[str, Any] | None
+    fingerprint: Fingerprint | None
+    lineage: LineageDoc | None
     missing_trials: list[str] = field(default_factory=list)
 
     @property
@@ -99,10 +115,10 @@ class Evidence:
     def arm(self, arm_id: str) -> Mapping[str, Any]:
         return self.plan.arm(arm_id)
 
-    def throughput(self, arm_id: str) -> dict[str, Any]:
+    def throughput(self, arm_id: str) -> Throughput:
         """Tokens/s and median step time per bucket, and the mixture's tokens/s (total work /
         total time at the buckets' weights), of one arm (results.csv, plan.json)."""
-        buckets: dict[str, Any] = {}
+        buckets: dict[str, BucketThroughput] = {}
         for r in self.campaign.results.to_dict("records"):
             if r.get("arm_id") == arm_id and r.get("tokens_per_s") == r.get("tokens_per_s") \
                     and r.get("tokens_per_s"):  # (NaN: not given)
@@ -117,7 +133,7 @@ class Evidence:
             w = float(b.get("weight", 1.0))
             work += w * b["seq_len"] * b["micro_batch"]
             time += w * got["step_time_median_s"]
-        mixture = {"tokens_per_s": work / time} if time > 0 else None
+        mixture: MixtureThroughput | None = {"tokens_per_s": work / time} if time > 0 else None
         return {"buckets": buckets, "mixture": mixture, "run_dir": display_path(self.run_dir)}
 
 
@@ -232,7 +248,8 @@ def check_promotable(ev: Evidence, ledger: Ledger, label: str | None,
     if ev.against is None:
         raise ConfigError("baseline", f"{ev.run_dir.name} ran against no baseline version; "
                           f"re-run the sweep with baseline=latest (now {latest.id}), then promote")
-    if ev.against != latest.id or (ev.lineage or {}).get("digest") not in (None, latest.digest):
+    if ev.against != latest.id or cast(LineageDoc, ev.lineage or {}).get("digest") not in (
+            None, latest.digest):
         raise ConfigError("baseline", f"{ev.run_dir.name} was measured against {ev.against}, but "
                           f"the ledger's latest is {latest.id}; re-run the sweep with "
                           "baseline=latest, then promote that campaign")
@@ -240,7 +257,7 @@ def check_promotable(ev: Evidence, ledger: Ledger, label: str | None,
     return d, gate
 
 
-def ledger_fingerprint(ledger: Ledger) -> tuple[str, dict[str, Any]] | None:
+def ledger_fingerprint(ledger: Ledger) -> tuple[str, Fingerprint] | None:
     """The environment the ledger was measured in: its latest measured version's."""
     for v in reversed(ledger.versions()):
         if v.fingerprint:
@@ -248,7 +265,7 @@ def ledger_fingerprint(ledger: Ledger) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def check_environment(fp: dict[str, Any] | None, ledger: Ledger, what: str) -> None:
+def check_environment(fp: Fingerprint | None, ledger: Ledger, what: str) -> None:
     known = ledger_fingerprint(ledger)
     if known is None:
         return  # v0 is declared, not measured: the first promotion sets the environment
@@ -275,7 +292,7 @@ def config_of(ev: Evidence) -> Config:
     return cfg
 
 
-def justification(ev: Evidence, d: Decision, role: str, gate: str) -> dict[str, Any]:
+def justification(ev: Evidence, d: Decision, role: str, gate: str) -> Justification:
     return {"role": role, "run_dir": display_path(ev.run_dir), "sweep": ev.plan.get("sweep"),
             "variant": d.label, "verdict": d.verdict.value, "headline": d.headline,
             "speedups": d.get("speedups"), "against": ev.against, "correctness_gate": gate,
@@ -324,7 +341,7 @@ def confirm(run_dir: Path, ledger_root: Path, label: str | None, out_dir: Path,
                                                     reason), reason)
     overrides = pinned(ev, arm)
     change = {k: v for k, v in overrides.items() if parent.overrides.get(k) != v}
-    data = {
+    data: VersionDoc = {
         "schema_version": LEDGER_SCHEMA, "workload": ev.workload, "version": ledger.next_id(),
         "parent": parent.id, "created_at": utc_now(), "status": "promoted",
         "change": {"label": str(arm["label"]), "sweep": ev.plan.get("sweep"),
@@ -341,12 +358,13 @@ def confirm(run_dir: Path, ledger_root: Path, label: str | None, out_dir: Path,
     return Outcome(ledger.write_version(data), out_dir)
 
 
-def _step(d: Decision, ev: Evidence, against: str | None) -> dict[str, Any] | None:
+def _step(d: Decision, ev: Evidence, against: str | None) -> StepSpeedup | None:
     got = objective(d.get("speedups"))
     if got is None:
         return None
     scope, e = got
-    return {"scope": scope, **e, "against": against, "run_dir": display_path(ev.run_dir)}
+    return {"scope": scope, **cast(SpeedupInterval, e), "against": against,
+            "run_dir": display_path(ev.run_dir)}
 
 
 def _experimental(ledger: Ledger, parent: Version, ev: Evidence, d: Decision, gate: str,
@@ -382,7 +400,7 @@ def verify_sweep(v0: Version, latest: Version) -> SweepConfig:
 
 
 def verify(cfg: Config, ledger_root: Path, out_dir: Path,
-           runner: Runner = _default_runner) -> tuple[Path, dict[str, Any]]:
+           runner: Runner = _default_runner) -> tuple[Path, LedgerRecord]:
     """Run the latest version against v0 (``cfg``: the workload and protocol composed by the
     caller) and record the cumulative speedup under ``verify/``."""
     ledger = Ledger(ledger_root, cfg.workload.name)
@@ -400,10 +418,11 @@ def verify(cfg: Config, ledger_root: Path, out_dir: Path,
     check_environment(ev.fingerprint, ledger, out_dir.name)
     d = ev.decisions[0]
     got = objective(d.get("speedups"))
-    record: dict[str, Any] = {"workload": ledger.workload, "version": latest.id, "against": "v0",
+    record: LedgerRecord = {"workload": ledger.workload, "version": latest.id, "against": "v0",
               "at": utc_now(), "run_dir": display_path(out_dir), "verdict": d.verdict.value,
               "headline": d.headline,
-              "speedup": None if got is None else {"scope": got[0], **got[1]},
+              "speedup": None if got is None else {"scope": got[0],
+                                                   **cast(SpeedupInterval, got[1])},
               "speedups": d.get("speedups"),
               "throughput": ev.throughput(d.arm_id),
               "v0_throughput": ev.throughput(ev.plan.arms[0]["arm_id"]),

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.core import records
 from orchestrator.core.errors import ConfigError
@@ -66,18 +66,43 @@ def revision_sweep(base: str, head: str, name: str = "check") -> SweepConfig:
                        baseline_label=f"base {_short(base)}", labels=[f"head {_short(head)}"])
 
 
+class JudgementDict(TypedDict):
+    """A :class:`Judgement` as plain data: a bisect.json step's ``judgement``."""
+
+    outcome: str
+    line: str
+    verdict: VerdictKind | None
+    speedup: Mapping[str, float] | None
+    exit_code: int
+
+
+class BisectResult(TypedDict, total=False):
+    """What a bisection found: :meth:`Bisection.run`'s result, bisect.json's ``result``."""
+
+    outcome: str  # found | no_regression | inconclusive | invalid
+    culprit: str | None
+    subject: str
+    last_good: str
+    evidence: str
+    run_dir: str
+    line: str
+    at: str  # where it stopped
+    range: list[str]  # the commits between which the first slower one lies
+    tested: list[str]
+
+
 @dataclass
 class Judgement:
     outcome: str  # ok | regression | inconclusive | invalid
     line: str  # one line: what was found, with the interval
     verdict: VerdictKind | None = None
-    speedup: dict[str, Any] | None = None
+    speedup: Mapping[str, float] | None = None  # the head's interval at the objective's scope
 
     @property
     def exit_code(self) -> int:
         return EXIT[self.outcome]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JudgementDict:
         return {"outcome": self.outcome, "line": self.line, "verdict": self.verdict,
                 "speedup": self.speedup, "exit_code": self.exit_code}
 
@@ -234,7 +259,7 @@ class Bisection:
         raise _Stop("inconclusive", index, f"still inconclusive after {self.retries + 1} "
                     f"comparison(s): {j.line}")
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> BisectResult:
         commits = self.state["commits"]
         lo, hi = -1, len(commits) - 1  # good at lo (-1: the good end), bad at hi
         try:
@@ -250,7 +275,7 @@ class Bisection:
             culprit = commits[hi]
             step = next(s for s in reversed(self.state["steps"])
                         if s["commit"] == culprit and s["status"] == "done")
-            result = {"outcome": "found", "culprit": culprit,
+            result: BisectResult = {"outcome": "found", "culprit": culprit,
                       "subject": self.state["subjects"].get(culprit, ""),
                       "last_good": self.state["good"] if lo < 0 else commits[lo],
                       "evidence": step["judgement"]["line"], "run_dir": step["run_dir"],

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from orchestrator.core.records import TrialKind, VerdictKind
 from orchestrator.analysis import contamination
@@ -48,7 +48,7 @@ from orchestrator.launch.base import INFRA_STATUS
 from orchestrator.launch.device_probe import device_line
 from orchestrator.launch.slurm_alloc import slurm_line
 from orchestrator.spec.config import Config
-from orchestrator.spec.ledger import LINEAGE_FILE, lineage_lines
+from orchestrator.spec.ledger import LINEAGE_FILE, LineageDoc, lineage_lines
 from orchestrator.spec.sweep import ResolvedArm
 
 # verdicts that decide a variant (the cost per decision counts these)
@@ -143,7 +143,7 @@ def noise_table(analysis: Analysis) -> dict[str, NoiseEntry]:
 
 def lineage_section(run_dir: Path) -> list[Section]:
     doc = read_optional(run_dir / LINEAGE_FILE)
-    return [Section("Baseline lineage", lineage_lines(doc))] if doc else []
+    return [Section("Baseline lineage", lineage_lines(cast(LineageDoc, doc)))] if doc else []
 
 
 def write_tables(run_dir: Path, arms: list[ResolvedArm], out: Outcome) -> None:

@@ -34,7 +34,7 @@ import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.core.convert import to_dict
 from orchestrator.core.errors import ConfigError
@@ -42,7 +42,7 @@ from orchestrator.core.results import atomic_write_json, read_json
 from orchestrator.core.section import Section
 from orchestrator.platform import git
 from orchestrator.spec.config import WORKTREE, Config
-from orchestrator.spec.sweep import REVISION, ResolvedArm, arm_key, revision_of
+from orchestrator.spec.sweep import REVISION, ArmCode, ResolvedArm, arm_key, revision_of
 from recipes.registry import REGISTRY
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,33 @@ log = logging.getLogger(__name__)
 FILE = "code.json"
 WORKTREES = "worktrees"
 SHOWN_FILES = 8  # changed files named per arm in decisions.md
+
+
+class CodeStarted(TypedDict):
+    """code.json's ``started``: the checkout's state when the campaign started."""
+
+    commit: str | None
+    branch: str | None
+    dirty: bool | None
+    diff_sha256: str | None
+
+
+class CodeArm(ArmCode):
+    """One entry of code.json's ``arms`` (by arm id): the arm's label and its code."""
+
+    label: str
+
+
+class CodeDoc(TypedDict):
+    """code.json: the repository, the commit each revision resolved to, the branches that
+    moved since, the checkout's state at the start, and each arm's code."""
+
+    repo: str | None
+    commits: dict[str, str]  # revision asked -> commit
+    moved: list[str]
+    started: CodeStarted
+    keep_worktrees: bool
+    arms: dict[str, CodeArm]
 
 
 # --------------------------------------------------------------------------- where the code is
@@ -93,7 +120,7 @@ def repo_of(cfg: Config) -> Path | None:
     return git.toplevel(f) if f is not None else None
 
 
-def relocate(workload: dict[str, Any], repo: Path, tree: Path, here: Path) -> dict[str, Any]:
+def relocate(workload: dict[str, Any], repo: Path, tree: Path, here: Path) -> dict[str, str]:
     """The workload.* overrides that run a command workload from ``tree`` (a worktree of
     ``repo``) instead: its cwd at the same place inside the worktree (``here``, the current
     directory, when it has none), and every path into the repository in its command, its
@@ -104,7 +131,7 @@ def relocate(workload: dict[str, Any], repo: Path, tree: Path, here: Path) -> di
     def move(text: str) -> str:
         return pattern.sub(lambda _: dst, text)
 
-    out: dict[str, Any] = {}
+    out: dict[str, str] = {}
     cwd = workload.get("cwd")
     if cwd is None or _template_free(cwd):
         p = Path(os.path.realpath(here / cwd if cwd else here))
@@ -252,7 +279,7 @@ def _link_missing(src: Path, dst: Path) -> list[str]:
 
 
 def _code_of(state: git.GitState, repo: Path, revision: str | None, commit: str | None,
-             branch: str | None, worktree: str | None) -> dict[str, Any]:
+             branch: str | None, worktree: str | None) -> ArmCode:
     return {"repo": _display(repo), "revision": revision, "commit": commit,
             "branch": branch, "dirty": state.dirty, "diff_sha256": state.diff_sha256,
             "worktree": worktree}
@@ -279,11 +306,11 @@ def materialize(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
         return arms, running
     path = run_dir / FILE
     recorded = read_json(path) if path.is_file() else {}
-    commits: dict[str, Any] = dict(recorded.get("commits") or {})  # revision asked -> commit
+    commits: dict[str, str] = dict(recorded.get("commits") or {})  # revision asked -> commit
     moved: list[str] = []
     outside = not_code(cfg, run_dir)
     state = git.git_state(repo, exclude=outside)
-    by_rev: dict[str | None, tuple[dict[str, Any], dict[str, Any]]] = {}
+    by_rev: dict[str | None, tuple[ArmCode, dict[str, str]]] = {}
     for arm in running:
         rev = revision_of(arm, cfg.source.revision)
         if rev in by_rev:
@@ -312,9 +339,9 @@ def materialize(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
     return [with_code(a) for a in arms], [with_code(a) for a in running]
 
 
-def _worktree_arm(cfg: Config, run_dir: Path, repo: Path, rev: str, commits: dict[str, Any],
+def _worktree_arm(cfg: Config, run_dir: Path, repo: Path, rev: str, commits: dict[str, str],
                   moved: list[str], state: git.GitState, outside: Sequence[Path],
-                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+                  ) -> tuple[ArmCode, dict[str, str]]:
     """(the code record, the job overrides) of the arms at revision ``rev``: its commit
     (``commits``: what an earlier invocation resolved, kept; a branch that moved since is
     added to ``moved``), its worktree added (or kept) and the shared paths linked into it."""
@@ -347,7 +374,7 @@ def _worktree_arm(cfg: Config, run_dir: Path, repo: Path, rev: str, commits: dic
     return code, relocate(_plain(cfg.workload), repo, tree, Path.cwd())
 
 
-def _module_file(cfg: Config, repo: Path) -> dict[str, Any]:
+def _module_file(cfg: Config, repo: Path) -> ArmCode:
     """An import-path recipe's module file: its path in the repository and the SHA-256 of its
     contents as the trials import it (what a diff hash of the whole tree would not pin)."""
     f = recipe_file(str(cfg.workload.recipe))
@@ -411,7 +438,7 @@ def _frozen_hits(files: Sequence[str], patterns: Sequence[str]) -> list[str]:
                                     for p in patterns)]
 
 
-def _arm_line(c: dict[str, Any]) -> str:
+def _arm_line(c: CodeArm) -> str:
     state = ("dirty, diff sha256 " + str(c.get("diff_sha256"))[:16]) if c.get("dirty") \
         else "clean" if c.get("dirty") is False else "unknown"
     where = f"worktree `{c['worktree']}`" if c.get("worktree") else "the checkout in place"
@@ -428,7 +455,7 @@ def _arm_line(c: dict[str, Any]) -> str:
     return line
 
 
-def _changes(cfg: Config, repo: Path, base: dict[str, Any], c: dict[str, Any],
+def _changes(cfg: Config, repo: Path, base: CodeArm, c: CodeArm,
              verdict: Any) -> list[str]:
     """The files arm ``c``'s commit changes against the baseline's; a frozen one makes its
     verdict invalid (in place)."""
@@ -456,7 +483,7 @@ def _changes(cfg: Config, repo: Path, base: dict[str, Any], c: dict[str, Any],
     return out
 
 
-def _changed_checkout(cfg: Config, run_dir: Path, repo: Path, started: dict[str, Any],
+def _changed_checkout(cfg: Config, run_dir: Path, repo: Path, started: CodeStarted,
                       verdicts: Sequence[Any]) -> list[str]:
     """A warning (in every verdict too) when the checkout the trials ran in place changed."""
     now = git.git_state(repo, exclude=not_code(cfg, run_dir))
@@ -481,7 +508,7 @@ def code_section(cfg: Config, run_dir: Path, verdicts: Sequence[Any]) -> list[Se
     if not path.is_file():
         return []
     try:
-        doc = read_json(path)
+        doc: CodeDoc = read_json(path)
     except (OSError, ValueError):
         return []
     arms = doc.get("arms") or {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.core.records import Pairing, TrialKind
 from orchestrator.analysis import contamination
@@ -259,13 +259,15 @@ def paired_records(spec: TrialSpec, record: dict[str, Any]) -> list[tuple[TrialS
                    is_baseline=m.is_baseline, position=spec.position, pairing="steps",
                    paired_process=spec.trial_id)
         if culprit == m.arm_id:
-            rec = trial_record(**own, status=record.get("status"), error=record.get("error"),
-                               stderr_tail=record.get("stderr_tail"))
+            rec = cast("dict[str, Any]", trial_record(  # the launcher's callbacks: untyped still
+                **own, status=record.get("status"), error=record.get("error"),
+                stderr_tail=record.get("stderr_tail")))
         else:
             why = (f"the paired process ended {record.get('status')} in arm {culprit}'s block"
                    if culprit else f"the paired process ended {record.get('status')}")
-            rec = trial_record(**own, status=INFRA_STATUS, infra_reason=why,
-                               error=f"not measured: {why} ({record.get('error')})")
+            rec = cast("dict[str, Any]", trial_record(
+                **own, status=INFRA_STATUS, infra_reason=why,
+                error=f"not measured: {why} ({record.get('error')})"))
         atomic_write_json(path, rec)
         out.append((m, rec))
     if culprit is not None and culprit != members[0].arm_id and record.get("status") != Status.OK \

@@ -20,11 +20,14 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.spec.ledger import (
     Ledger,
+    StepSpeedup,
+    Throughput,
     Version,
+    VersionDoc,
     flatten,
     fmt_speedup,
     lineage,
@@ -94,7 +97,7 @@ def cmd_init(root: Path, overrides: list[str]) -> int:
     cfg = compose([o for o in overrides if not o.startswith(("baseline=", "+sweep"))],
                   need_sweep=False)
     ledger = Ledger(root, cfg.workload.name)
-    data = {"schema_version": 1, "workload": cfg.workload.name, "version": "v0",
+    data: VersionDoc = {"schema_version": 1, "workload": cfg.workload.name, "version": "v0",
             "parent": None, "created_at": utc_now(), "status": "declared",
             "change": None, "overrides": flatten(to_dict(cfg.workload)),
             "justification": [], "step_speedup": None, "throughput": None,
@@ -157,7 +160,7 @@ def _version_lines(v: Version) -> list[str]:
                                               for k, x in ch["overrides"].items()))
     if v.step:
         lines.append(f"  step over {v.parent}: {fmt_speedup(v.step)} ({v.step.get('scope')})")
-    tp = (v.data.get("throughput") or {}).get("mixture")
+    tp = cast(Throughput, v.data.get("throughput") or {}).get("mixture")
     if tp:
         lines.append(f"  throughput (mixture): {tp['tokens_per_s']:,.0f} tokens/s")
     for j in v.data.get("justification") or []:
@@ -205,7 +208,8 @@ def cmd_verify(root: Path, overrides: list[str], out_arg: str | None) -> int:
     out = Path(out_arg) if out_arg else Path("outputs") / "baseline_verify" / _stamp()
     path, rec = verify(cfg, root, out, runner=_run)
     print(f"verify: {rec['version']} against v0: {fmt_speedup(rec['speedup'])} "
-          f"({(rec['speedup'] or {}).get('scope')}, {rec['verdict']}) measured in {out}; "
+          f"({cast(StepSpeedup, rec['speedup'] or {}).get('scope')}, {rec['verdict']}) "
+          f"measured in {out}; "
           f"recorded in {path}")
     return 0
 

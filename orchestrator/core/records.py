@@ -25,7 +25,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from orchestrator.core.trial_record import TrialRecordDict
 
 # the version of every record format a run directory holds (trial.json, plan.json, config.json,
 # decisions.jsonl, correctness.json, probe.json, environment.json, utilization.json ...): the
@@ -254,7 +256,7 @@ class TrialRecord:
     trial_id: str
     status: Status
     kind: TrialKind
-    data: Mapping[str, Any] = field(repr=False)
+    data: TrialRecordDict = field(repr=False)
 
     @classmethod
     def parse(cls, path: str | os.PathLike[str], data: Any) -> TrialRecord:
@@ -262,7 +264,8 @@ class TrialRecord:
         _version(path, d)
         return cls(Path(path), _str(path, d, "trial_id"),
                    Status.parse(d.get("status"), path, "status"),
-                   TrialKind.parse(d.get("kind", TrialKind.TIMED), path, "kind"), d)
+                   TrialKind.parse(d.get("kind", TrialKind.TIMED), path, "kind"),
+                   cast(TrialRecordDict, d))
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> TrialRecord:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import pandas as pd
 
 from orchestrator.core.records import TrialKind
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.core.records import (  # noqa: F401  (moved there; importers follow)
     ARMS_FAILURES,
     FINAL,
@@ -35,9 +36,9 @@ FAILED_STATUSES = tuple(s.value for s in Status if s in ARMS_FAILURES)
 VERDICTS = tuple(v.value for v in VerdictKind)
 
 
-def trial_record(**fields: Any) -> dict[str, Any]:
+def trial_record(**fields: Any) -> TrialRecordDict:
     """A trial.json body; every record carries the schema version."""
-    return {"schema_version": SCHEMA_VERSION, **fields}
+    return cast(TrialRecordDict, {"schema_version": SCHEMA_VERSION, **fields})
 
 
 def excluded_tags(rows: list[dict[str, Any]]) -> dict[str, int]:

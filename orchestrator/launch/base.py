@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import signal
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, cast
 
 from orchestrator.core.records import Status
 from orchestrator.spec.jobs import ProbeSpec, TrialSpec, WorkerJob
@@ -118,7 +118,7 @@ def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> di
     ranked = rank_failure(spec) if status == Status.CRASHED else None
     if ranked is not None:  # a non-zero rank said why it failed: keep its status (oom, failed)
         status, error = ranked["status"], f"rank {ranked.get('rank')}: {ranked.get('error')}"
-    return trial_record(
+    return cast("dict[str, Any]", trial_record(  # launchers hand records on untyped still
         trial_id=spec.trial_id,
         kind=spec.kind,
         bucket=spec.bucket["name"],
@@ -134,7 +134,7 @@ def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> di
         error=error,
         stderr_tail=tail,
         **({"code": spec.code} if spec.code else {}),
-    )
+    ))
 
 
 # What a distributed trial's log shows when it died in the harness rather than on the variant's

@@ -49,7 +49,7 @@ class InlineLauncher(Launcher):
                 on_done(spec, record)
                 continue
             with env_overrides(spec.env):
-                record = run_trial(spec, launch_t0=time.time())
+                record = cast("dict[str, Any]", run_trial(spec, launch_t0=time.time()))
             on_done(spec, record)
 
     def run_jobs(self, jobs: Sequence[WorkerJob], on_done: OnJobDone, timeout_s: float) -> None:
@@ -68,7 +68,7 @@ def _run_in_process(job: WorkerJob) -> dict[str, Any]:
     try:
         with env_overrides(job.env):
             if isinstance(job, TrialSpec):
-                return run_trial(job, launch_t0=time.time())
+                return cast("dict[str, Any]", run_trial(job, launch_t0=time.time()))
             assert isinstance(job, ProbeSpec)
             record = run_probe(job)
             record["process_seconds"] = time.perf_counter() - t0

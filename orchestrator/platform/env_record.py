@@ -7,6 +7,7 @@ whole report); types only, standard library only."""
 from __future__ import annotations
 
 from typing import Any, TypedDict
+from orchestrator.core.trial_record import Fingerprint  # noqa: F401  (moved to core)
 
 
 class BackendAutoload(TypedDict):
@@ -226,27 +227,6 @@ class Versions(_VersionsBase, total=False):
     """environment.json ``versions``: this orchestrator's version."""
 
     note: str
-
-
-class _FingerprintBase(TypedDict):
-    python: str
-    torch: str
-    device_kind: str
-
-
-class Fingerprint(_FingerprintBase, total=False):
-    """trial.json ``environment`` (and environment.json ``fingerprint``): the facts two
-    comparable measurements must share."""
-
-    torch_cuda: str | None
-    torch_hip: str | None
-    torch_musa: str | None  # torch_musa's version on MUSA, else torch's compiled MUSA version
-    mudnn: Any  # as musa_facts() reads it
-    mccl: Any  # as musa_facts() reads it
-    cudnn: int | None
-    nccl: Any  # as cuda_facts() reads it
-    driver: str | None
-    devices: list[str]
 
 
 class DeviceEvents(TypedDict):

@@ -27,6 +27,7 @@ from typing import Any, TypedDict, cast
 
 from orchestrator.platform import device as devmod
 from orchestrator.platform import hardware as hw
+from orchestrator.core.trial_record import FlopsFacts, UtilizationEntry  # noqa: F401  (moved to core)
 
 log = logging.getLogger(__name__)
 
@@ -269,32 +270,6 @@ def profile_trainer_flops(trainer: Any, dev: Any, *, steps: int = 2, warmup: int
 
 
 # --------------------------------------------------------------------------- in a trial
-
-
-class UtilizationEntry(TypedDict):
-    """trial.json ``utilization[]``: MFU and HFU against one peak."""
-
-    peak: str
-    peak_kind: str
-    peak_tflops: float | None
-    dtype: str
-    mfu: float | None
-    hfu: float | None
-    note: str | None
-
-
-class FlopsFacts(TypedDict, total=False):
-    """trial.json ``flops``: useful and executed FLOPs per step, with their definitions."""
-
-    useful_per_step: float | None
-    useful_definition: str
-    executed_per_step: int | None
-    executed_definition: str
-    executed_by_op: dict[str, int]  # op -> FLOPs
-    executed_coverage_time: float
-    executed_coverage_ops: float
-    executed_uncovered_top: list[tuple[str, float]]  # (op, share of op time)
-    executed_note: str
 
 
 class PeaksAndUtilization(TypedDict):

@@ -33,6 +33,7 @@ from typing import Any, TypedDict, cast
 from orchestrator.platform import device as devmod
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.paths import conf_dir
+from orchestrator.core.trial_record import Calibration, PeakRefDict  # noqa: F401  (moved to core)
 
 log = logging.getLogger(__name__)
 
@@ -249,29 +250,6 @@ def validate_hardware(hw: Any) -> None:
 
 
 # --------------------------------------------------------------------------- peaks
-
-
-class Calibration(TypedDict):
-    """A peak calibration run (trial.json ``peaks[].calibration``): see :func:`calibrate_peak`."""
-
-    tflops: float
-    median_tflops: float
-    runs: int
-    matmul: str
-    device: str
-
-
-class PeakRefDict(TypedDict):
-    """trial.json ``peaks[]``: a :class:`PeakRef` as plain data."""
-
-    label: str
-    kind: str
-    hardware: str
-    dtype: str
-    peak_tflops: float | None
-    source: str
-    reason: str | None
-    calibration: Calibration | None
 
 
 @dataclass

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import TypedDict
+from orchestrator.core.trial_record import CpuWindowFigures  # noqa: F401  (moved to core)
 
 _CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # /proc/stat counts in ticks (10 ms at 100 Hz, on every core): over a shorter window one tick
@@ -82,19 +82,6 @@ def _own_cpu_s() -> float:
 
 def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-class _CpuWindowFigures(TypedDict):
-    others_cpu_s: float | None
-    others_cores: float | None
-
-
-class CpuWindowFigures(_CpuWindowFigures, total=False):
-    """Other processes' CPU time over a window (:meth:`CpuWindow.stop`; trial.json's
-    interference fields, without ``wall_s`` where a multi-rank trial measures none)."""
-
-    wall_s: float
-    note: str
 
 
 class CpuWindow:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import Any
 
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.trial_record import Slice  # noqa: F401  (moved to core)
 
 
 def machine_cpus() -> list[int]:
@@ -31,13 +32,6 @@ def _cores(cpus: Sequence[int]) -> str:
 
 def _devices(text: str) -> list[str]:
     return [d.strip() for d in str(text).split(",") if d.strip()]
-
-
-class Slice(TypedDict):
-    """One duet slice (plan.json ``pairing.slices[]``): its cores and visible devices."""
-
-    cpus: list[int]
-    devices: str | None  # "0" or "0,1"; None: the devices are not split
 
 
 def duet_slices(p: Any, n_arms: int, pinned: Sequence[int] | None = None) -> list[Slice]:

@@ -20,14 +20,15 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.trial_record import Fingerprint
 from orchestrator.core.results import atomic_write_json, read_json
 from orchestrator.core.sanitize import Sanitizer
 from orchestrator.spec.sweep import REVISION, Arm, apply_overrides, arm_key
@@ -37,6 +38,161 @@ LEDGER_SCHEMA = 1
 VERSION_RE = re.compile(r"^v(\d+)$")
 MIXTURE = "mixture"
 LINEAGE_FILE = "lineage.json"  # in a run directory: the version it ran against, its lineage
+
+
+class _StepSpeedupBase(TypedDict):
+    scope: str  # the objective: the mixture, else the single bucket
+    speedup: float
+    low: float
+    high: float
+    confidence: float
+
+
+class StepSpeedup(_StepSpeedupBase, total=False):
+    """A measured speedup with its interval at the objective's scope: vN.json's
+    ``step_speedup`` (over the parent), a verify record's ``speedup`` (against v0)."""
+
+    against: str | None
+    run_dir: str
+
+
+class _VersionChangeBase(TypedDict):
+    label: str
+    overrides: dict[str, Any]  # workload.* paths -> value (free-form, as the sweep sets them)
+
+
+class VersionChange(_VersionChangeBase, total=False):
+    """vN.json's ``change`` (what it changes over its parent), an experimental record's."""
+
+    sweep: str | None
+    variable: str | None
+
+
+class Justification(TypedDict):
+    """One campaign of vN.json's ``justification`` (the discovery, the confirmation)."""
+
+    role: str
+    run_dir: str
+    sweep: str | None
+    variant: str
+    verdict: str
+    headline: str
+    speedups: dict[str, dict[str, float] | None] | None  # decisions.jsonl's, per scope
+    against: str | None
+    correctness_gate: str
+    decided_at: float
+
+
+class BucketThroughput(TypedDict):
+    """One bucket of a :class:`Throughput`."""
+
+    tokens_per_s: float
+    step_time_median_s: float
+
+
+class MixtureThroughput(TypedDict):
+    """The mixture of a :class:`Throughput`: total work / total time at the buckets' weights."""
+
+    tokens_per_s: float
+
+
+class Throughput(TypedDict):
+    """One arm's measured throughput (vN.json's ``throughput``, ``parent_throughput``; a
+    verify record's ``throughput``, ``v0_throughput``)."""
+
+    buckets: dict[str, BucketThroughput]
+    mixture: MixtureThroughput | None
+    run_dir: str
+
+
+class _VersionDocBase(TypedDict):
+    schema_version: int
+    workload: str
+    version: str
+    parent: str | None
+    created_at: str
+    status: str  # declared (v0) | promoted
+    change: VersionChange | None
+    overrides: dict[str, Any]  # the whole workload as dotted paths -> value (free-form)
+    justification: list[Justification]
+    step_speedup: StepSpeedup | None
+    throughput: Throughput | None
+    fingerprint: Fingerprint | None
+
+
+class VersionDoc(_VersionDocBase, total=False):
+    """``vN.json``: one version of the ledger."""
+
+    parent_throughput: Throughput
+    digest: str
+    note: str
+
+
+class VerifyStep(TypedDict):
+    """One entry of a verify record's ``steps``: a version and its step over its parent."""
+
+    version: str
+    step_speedup: StepSpeedup | None
+
+
+class LedgerRecord(TypedDict, total=False):
+    """A record under ``experimental/`` (a change that did not repeat) or ``verify/`` (an end
+    to end measurement of a version against v0): the keys of either kind; ``schema_version``
+    as written, ``file`` as :meth:`Ledger.records` reads it back."""
+
+    schema_version: int
+    file: str
+    workload: str
+    at: str
+    status: str  # experimental
+    on_top_of: str
+    change: VersionChange
+    why: str
+    justification: list[Justification]
+    version: str  # verify
+    against: str
+    run_dir: str
+    verdict: str
+    headline: str
+    speedup: StepSpeedup | None
+    speedups: dict[str, dict[str, float] | None] | None
+    throughput: Throughput
+    v0_throughput: Throughput
+    fingerprint: Fingerprint | None
+    steps: list[VerifyStep]
+
+
+class LineageStep(TypedDict):
+    """One version of lineage.json's ``versions``."""
+
+    version: str
+    parent: str | None
+    digest: str
+    change: VersionChange | None
+    step_speedup: StepSpeedup | None
+    cumulative: StepSpeedup | None  # verify's measurement of it against v0
+    created_at: str | None
+    evidence: list[str | None]  # the justifying campaigns' run directories
+
+
+class LineageCumulative(TypedDict):
+    """lineage.json's ``cumulative``: the newest verify measurement of the version."""
+
+    speedup: StepSpeedup | None
+    run_dir: str | None
+    at: str | None
+    verdict: str | None
+
+
+class LineageDoc(TypedDict):
+    """``lineage.json`` in a run directory: the version it ran against and its lineage."""
+
+    schema_version: int
+    workload: str
+    version: str
+    digest: str
+    versions: list[LineageStep]
+    cumulative: LineageCumulative | None
 
 
 def utc_now() -> str:
@@ -54,7 +210,7 @@ def flatten(tree: Any, prefix: str = "workload") -> dict[str, Any]:
     return {prefix: tree}
 
 
-def digest(data: dict[str, Any]) -> str:
+def digest(data: VersionDoc) -> str:
     """A short content hash of a version (without its own ``digest``)."""
     body = {k: v for k, v in data.items() if k != "digest"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -72,7 +228,7 @@ def display_path(path: str | os.PathLike[str]) -> str:
 
 @dataclass(frozen=True)
 class Version:
-    data: dict[str, Any]
+    data: VersionDoc
     path: Path
 
     @property
@@ -92,11 +248,11 @@ class Version:
         return dict(self.data.get("overrides") or {})
 
     @property
-    def change(self) -> dict[str, Any] | None:
+    def change(self) -> VersionChange | None:
         return self.data.get("change")
 
     @property
-    def fingerprint(self) -> dict[str, Any] | None:
+    def fingerprint(self) -> Fingerprint | None:
         return self.data.get("fingerprint")
 
     @property
@@ -104,7 +260,7 @@ class Version:
         return str(self.data.get("digest") or digest(self.data))
 
     @property
-    def step(self) -> dict[str, Any] | None:
+    def step(self) -> StepSpeedup | None:
         """The measured speedup of this version over its parent (its objective scope)."""
         return self.data.get("step_speedup")
 
@@ -175,7 +331,7 @@ class Ledger:
             cur = v.parent
         return out[::-1]
 
-    def write_version(self, data: dict[str, Any]) -> Version:
+    def write_version(self, data: VersionDoc) -> Version:
         """Write ``vN.json`` once: whole or not at all, never over an existing version."""
         data = {**data, "digest": digest(data)}
         path = self.dir / f"{data['version']}.json"
@@ -199,15 +355,15 @@ class Ledger:
                 pass
         return Version(data, path)
 
-    def write_record(self, kind: str, name: str, data: dict[str, Any]) -> Path:
+    def write_record(self, kind: str, name: str, data: LedgerRecord) -> Path:
         """``experimental/<name>.json`` or ``verify/<name>.json``, atomically."""
         path = self.dir / kind / f"{name}.json"
         atomic_write_json(path, {"schema_version": LEDGER_SCHEMA, **data})
         return path
 
-    def records(self, kind: str) -> list[dict[str, Any]]:
+    def records(self, kind: str) -> list[LedgerRecord]:
         d = self.dir / kind
-        out = []
+        out: list[LedgerRecord] = []
         for p in sorted(d.glob("*.json")) if d.is_dir() else []:
             try:
                 out.append({**read_json(p), "file": f"{kind}/{p.name}"})
@@ -215,7 +371,7 @@ class Ledger:
                 continue
         return sorted(out, key=lambda r: str(r.get("at", "")))
 
-    def verification(self, vid: str) -> dict[str, Any] | None:
+    def verification(self, vid: str) -> LedgerRecord | None:
         """The newest end-to-end measurement of ``vid`` against v0 (``verify``)."""
         got = [r for r in self.records("verify") if r.get("version") == vid]
         return got[-1] if got else None
@@ -274,7 +430,8 @@ def check_baseline_arm(cfg: Config, arms: Sequence[Arm]) -> None:
 # --------------------------------------------------------------------------- lineage
 
 
-def objective(speedups: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | None:
+def objective(speedups: Mapping[str, Mapping[str, float] | None] | None,
+              ) -> tuple[str, Mapping[str, float]] | None:
     """(scope, estimate) of the objective: the mixture, else the single bucket."""
     sp = {k: v for k, v in (speedups or {}).items() if v}
     if MIXTURE in sp:
@@ -284,18 +441,18 @@ def objective(speedups: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | N
     return None
 
 
-def fmt_speedup(e: dict[str, Any] | None) -> str:
+def fmt_speedup(e: StepSpeedup | Mapping[str, float] | None) -> str:
     if not e:
         return "—"
     return f"{e['speedup']:.3f}x [{e['low']:.3f}, {e['high']:.3f}]"
 
 
-def lineage(ledger: Ledger, ref: str) -> dict[str, Any]:
+def lineage(ledger: Ledger, ref: str) -> LineageDoc:
     """What a campaign against ``ref`` records (``lineage.json``): v0 ... ref, each step's
     measured speedup over its parent, and the measured end-to-end speedup against v0 when
     ``verify`` has measured it (never a product of the steps)."""
     chain = ledger.chain(ref)
-    steps = []
+    steps: list[LineageStep] = []
     for v in chain:
         ver = ledger.verification(v.id) if v.parent else None
         steps.append({"version": v.id, "parent": v.parent, "digest": v.digest,
@@ -305,20 +462,21 @@ def lineage(ledger: Ledger, ref: str) -> dict[str, Any]:
                       "evidence": [j.get("run_dir") for j in v.data.get("justification") or []]})
     last = chain[-1]
     ver = ledger.verification(last.id)
-    cumulative = None if ver is None else {
+    cumulative: LineageCumulative | None = None if ver is None else {
         "speedup": ver.get("speedup"), "run_dir": ver.get("run_dir"), "at": ver.get("at"),
         "verdict": ver.get("verdict")}
     return {"schema_version": LEDGER_SCHEMA, "workload": ledger.workload, "version": last.id,
             "digest": last.digest, "versions": steps, "cumulative": cumulative}
 
 
-def lineage_path(doc: dict[str, Any]) -> str:
+def lineage_path(doc: LineageDoc) -> str:
     """``v0 -> v1 (+128x64) -> v2 (+compile)``."""
-    return " -> ".join(s["version"] + (f" (+{s['change']['label']})" if s.get("change") else "")
+    return " -> ".join(s["version"] + (f" (+{cast(VersionChange, s['change'])['label']})"
+                                       if s.get("change") else "")
                        for s in doc.get("versions", []))
 
 
-def lineage_lines(doc: dict[str, Any]) -> list[str]:
+def lineage_lines(doc: LineageDoc) -> list[str]:
     """Markdown for decisions.md and ``show``: the path, then one row per version."""
     lines = [(f"Ran against `{doc.get('version')}` of the `{doc.get('workload')}` ledger "
               f"(digest `{doc.get('digest')}`): {lineage_path(doc)}"), "",
@@ -330,7 +488,7 @@ def lineage_lines(doc: dict[str, Any]) -> list[str]:
         what = "—" if not ch else f"+{ch['label']}: " + ", ".join(
             f"{k}={json.dumps(v)}" for k, v in (ch.get("overrides") or {}).items())
         step = s.get("step_speedup")
-        where = (step or {}).get("run_dir") or "—"
+        where = cast(StepSpeedup, step or {}).get("run_dir") or "—"
         scope = f" ({step['scope']})" if step and step.get("scope") else ""
         lines.append(f"| {s['version']} | {what} | {fmt_speedup(step)}{scope} | {where} "
                      f"| {fmt_speedup(s.get('cumulative'))} |")
@@ -339,7 +497,7 @@ def lineage_lines(doc: dict[str, Any]) -> list[str]:
     if cum and cum.get("speedup"):
         lines.append(f"Cumulative, measured end to end ({doc.get('version')} against v0): "
                      f"**{fmt_speedup(cum['speedup'])}**"
-                     f"{' (' + cum['speedup']['scope'] + ')' if cum['speedup'].get('scope') else ''}"
+                     f"{' (' + cum['speedup']['scope'] + ')' if cum['speedup'].get('scope') else ''}"  # type: ignore[index,union-attr]  # cum['speedup'] is set: checked above
                      f", `verify` at {cum.get('at')} in {cum.get('run_dir')}.")
     elif len(doc.get("versions", [])) > 1:
         lines.append(f"Cumulative against v0: not measured yet (steps are not multiplied); run "

@@ -42,6 +42,22 @@ class Bucket(TypedDict):
     weight: float
 
 
+class ArmCode(TypedDict, total=False):
+    """The user's code one arm runs (orchestrator.campaign.revisions): code.json's ``arms``
+    entries and a trial record's ``code``; {} when none is known."""
+
+    repo: str | None
+    revision: str | None  # the revision asked for (None: the checkout in place)
+    commit: str | None
+    branch: str | None
+    dirty: bool | None
+    diff_sha256: str | None
+    worktree: str | None  # relative to the run directory
+    snapshot_of: str | None  # WORKTREE: the commit the uncommitted changes lie on
+    recipe_file: str  # an import-path recipe's module, relative to the repository
+    recipe_file_sha256: str
+
+
 class ArmPlan(TypedDict):
     """An arm as plan.json records it (``arms``, ``control_arm``)."""
 
@@ -76,17 +92,19 @@ class ResolvedArm(Arm):
     workload_config: WorkloadConfig | None = None  # the same, as its kind's dataclass
     # the user's code this arm runs (orchestrator.campaign.revisions): its repository's commit,
     # branch, dirty flag and diff hash, the revision asked for, the worktree; {} = none known
-    code: dict[str, Any] = field(default_factory=dict)
+    # ({} fits the total=False ArmCode; mypy types a dict() default as dict[Never, Never])
+    code: ArmCode = field(default_factory=dict)  # type: ignore[assignment]
     # workload.* paths a job of this arm runs with instead (its cwd and command moved into the
     # arm's worktree); the workload above stays the configuration the sweep compares
-    job_overrides: dict[str, Any] = field(default_factory=dict)
+    job_overrides: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, arm: Arm, workload: dict[str, Any], config: WorkloadConfig,
-           code: dict[str, Any] | None = None,
-           job_overrides: dict[str, Any] | None = None) -> ResolvedArm:
+           code: ArmCode | None = None,
+           job_overrides: dict[str, str] | None = None) -> ResolvedArm:
         return cls(arm.arm_id, arm.label, arm.value, arm.is_baseline, dict(arm.overrides),
-                   dict(arm.env), workload, config, dict(code or {}), dict(job_overrides or {}))
+                   dict(arm.env), workload, config, cast(ArmCode, dict(code or {})),
+                   dict(job_overrides or {}))
 
     def job_workload(self) -> dict[str, Any]:
         """The workload a trial or probe of this arm runs (a copy): the configuration with the

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.client import PARAMS_ENV
 from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
@@ -332,7 +333,7 @@ def read_lines(path: Path) -> list[str]:
         return []
 
 
-def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str, Any]:
+def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> TrialRecordDict:
     """Run one external trial and build its record (statuses instead of exceptions). Over
     several machines (orchestrator.worker.nodes) node 0 writes the record from every node's
     report, the others leave their report."""
@@ -360,7 +361,7 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
     tail = _redact("\n".join(out_lines[-_TAIL_LINES:]), str(tdir))
     common.update(command_wall_s=wall, returncode=rc)
 
-    def failed(kind: str, error: str, status: str = "failed") -> dict[str, Any]:
+    def failed(kind: str, error: str, status: str = "failed") -> TrialRecordDict:
         return trial_record(**common, status=status, failure_kind=kind, error=error,
                             stderr_tail=tail)
 
@@ -393,7 +394,7 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> dict[str,
 
 
 def _outcome(start_error: str | None, rc: int | None, inv: Any, trainer: Any,
-             lines: list[str], failed: Any) -> dict[str, Any] | None:
+             lines: list[str], failed: Any) -> TrialRecordDict | None:
     """The record of a command that could not start, timed out or exited non-zero; None when
     it exited 0."""
     if start_error:
@@ -439,7 +440,7 @@ def _read_steps(spec: Any, trainer: Any, lines: list[str], where: nodes.NodePlac
 
 
 def _other_nodes(tdir: Path, where: nodes.NodePlace, wall: float,
-                 outcome: dict[str, Any] | None, common: dict[str, Any],
+                 outcome: TrialRecordDict | None, common: dict[str, Any],
                  ) -> tuple[dict[int, nodes.NodeReport], tuple[str, str, str] | None]:
     """Node 0, its command ended: the other nodes' reports, and (failure kind, error, status)
     when they decide the trial's failure (a node that failed while node 0 did not, or one that
@@ -474,8 +475,8 @@ def _steps_or_none(trainer: Any, lines: list[str]) -> list[StepRecord]:
 
 
 def _node_report(trainer: Any, lines: list[str], tdir: Path, where: nodes.NodePlace,
-                 outcome: dict[str, Any] | None, rc: int | None, wall: float,
-                 own_log: bool, stopped_by: int | None = None) -> dict[str, Any] | None:
+                 outcome: TrialRecordDict | None, rc: int | None, wall: float,
+                 own_log: bool, stopped_by: int | None = None) -> TrialRecordDict | None:
     """Node k > 0: its report for node 0 (status, exit code, its step lines where it has any);
     its record when it failed (left as trial.rank<k>.json), else None."""
     steps: list[StepRecordDict] = []
@@ -540,7 +541,7 @@ def _per_step(records: Sequence[StepRecord], value: Any) -> list[Any]:
 
 
 def ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: CheckedSteps,
-              per_node: dict[int, dict[int, float]] | None = None) -> dict[str, Any]:
+              per_node: dict[int, dict[int, float]] | None = None) -> TrialRecordDict:
     rows = step_rows(checked)
     nodes.node_columns(rows, per_node or {})
     write_csv(Path(spec.trial_dir) / "steps.csv", rows)

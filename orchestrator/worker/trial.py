@@ -16,8 +16,9 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.core.records import Status, TrialKind
 from orchestrator.core.results import atomic_write_json, trial_record
@@ -37,7 +38,7 @@ from orchestrator.worker.timing import MAX_MEASURED_STEPS, compile_hint, one_lin
 # moved to orchestrator.worker.timing
 
 
-def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> dict[str, Any]:
+def run_trial(spec: TrialSpec, launch_t0: float | None = None) -> TrialRecordDict:
     """Run the trial and write trial.json and steps.csv atomically. Never raises for a failure
     of the workload itself: the failure becomes the record's status."""
     tdir = Path(spec.trial_dir)
@@ -114,9 +115,9 @@ def _base_fields(spec: TrialSpec) -> dict[str, Any]:
 
 
 def _run_kind(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None,
-              ) -> tuple[dict[str, Any], list[tuple[dict[str, Any], str]]]:
+              ) -> tuple[TrialRecordDict, list[tuple[TrialRecordDict, str]]]:
     """(the process's record, each paired arm's (record, trial dir) or []) by trial kind."""
-    records: list[tuple[dict[str, Any], str]] = []
+    records: list[tuple[TrialRecordDict, str]] = []
     if spec.kind == TrialKind.PROFILE:
         record = run_profiled(spec, base)
     elif spec.kind == TrialKind.MICROBENCH:
@@ -146,7 +147,7 @@ def _cache_fills(spec: TrialSpec) -> dict[str, str]:
             for arm, env in envs.items()}
 
 
-def _write_records(spec: TrialSpec, records: list[tuple[dict[str, Any], str]], rank: int) -> None:
+def _write_records(spec: TrialSpec, records: list[tuple[TrialRecordDict, str]], rank: int) -> None:
     """Each record with its facts, the first last: the launcher reads it as the process's own;
     distributed, rank 0 is the only writer and other ranks leave only their failures (a
     command's node k > 0, ``rank`` -k, leaves its node report instead)."""
@@ -164,7 +165,7 @@ def _write_records(spec: TrialSpec, records: list[tuple[dict[str, Any], str]], r
 
 def _run_file(path: str) -> dict[str, Any]:
     t0 = os.environ.get(LAUNCH_T0_VAR)
-    return run_trial(TrialSpec.from_file(path), float(t0) if t0 else None)
+    return cast("dict[str, Any]", run_trial(TrialSpec.from_file(path), float(t0) if t0 else None))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,12 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.core.records import Pairing
 from orchestrator.spec.jobs import TrialSpec
 from orchestrator.worker.pairing import alternation, client, duet, inprocess, process
 from recipes.registry import workload_from_dict
 
-Records = list[tuple[dict[str, Any], str]]  # one (record, trial dir) per arm, in spec order
+Records = list[tuple[TrialRecordDict, str]]  # one (record, trial dir) per arm, in spec order
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from collections import Counter
 from pathlib import Path
 from typing import IO, Any
 
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.client import PARAMS_ENV
 from orchestrator.core import blocks
 from orchestrator.core.logparse import (
@@ -553,7 +554,7 @@ class _Alternation:
         return [[rec.step_time_s, rec.loss, tag, rec.step] for rec, tag in got]
 
 
-def measure_alternated(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+def measure_alternated(spec: Any, base: dict[str, Any]) -> list[tuple[TrialRecordDict, str]]:
     """Every arm of ``spec.paired_arms`` as a process of its own, the arms taking turns block
     by block (module docstring); one (record, trial dir) per arm, in the spec's order."""
     asked = asked_steps(spec)
@@ -576,7 +577,7 @@ def _end(runs: list[ArmRun]) -> None:
         r.reap(deadline)
 
 
-def _record(spec: Any, base: dict[str, Any], alt: _Alternation, r: ArmRun) -> dict[str, Any]:
+def _record(spec: Any, base: dict[str, Any], alt: _Alternation, r: ArmRun) -> TrialRecordDict:
     a, plan = r.arm, alt.plan
     view = ArmView(spec, a)
     own = command_fields(view, {**base, "trial_id": a.trial_id, "arm_id": a.arm_id,

@@ -46,6 +46,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, TypedDict
 
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator import client as wire
 from orchestrator.core import blocks
 from orchestrator.core.errors import BackendUnavailable
@@ -325,7 +326,7 @@ class Plan:
         return out
 
 
-def measure(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+def measure(spec: Any, base: dict[str, Any]) -> list[tuple[TrialRecordDict, str]]:
     """The round's arms through one run of the command (its trainer built with the
     baseline's workload); one (record, trial dir) per arm, in the spec's order."""
     base_arm = next((a for a in spec.paired_arms if a.is_baseline), spec.paired_arms[0])
@@ -338,7 +339,7 @@ def measure(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, Any], str]]
 
 
 def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
-                          listen: str | None = None) -> list[tuple[dict[str, Any], str]]:
+                          listen: str | None = None) -> list[tuple[TrialRecordDict, str]]:
     """Every arm of ``spec.paired_arms`` through one run of the command (built with the
     baseline's workload); one (record, trial dir) per arm, in the spec's order. ``listen``:
     where the channel listens over TCP (``HOST`` or ``HOST:PORT``); None: as
@@ -445,7 +446,7 @@ def _outcome(plan: Plan, channel: Channel, rc: int | None, start_error: str | No
 
 
 def _arm_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: str,
-                outcome: client_nodes.Outcome | None, tail: str) -> dict[str, Any]:
+                outcome: client_nodes.Outcome | None, tail: str) -> TrialRecordDict:
     rows = plan.rows(arm)
     if rows:
         Path(own_dir := _dir_of(spec, arm)).mkdir(parents=True, exist_ok=True)
@@ -475,7 +476,7 @@ def _dir_of(spec: Any, arm: str) -> str:
 def ok_paired_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: str,
                      rows: list[dict[str, Any]], peak: tuple[int, str] | None = None,
                      tokens: tuple[int | None, str] | None = None,
-                     **more: Any) -> dict[str, Any]:
+                     **more: Any) -> TrialRecordDict:
     """An arm's ok record from its paired steps: ``peak`` (bytes, source) where the arm's own
     peak is known (else the command's, all arms), ``tokens`` (per step, source) where its log
     says (else the workload's figure); ``more``: fields of its own."""

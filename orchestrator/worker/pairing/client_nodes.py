@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, TypedDict
 
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.core.results import Status, trial_record
 from orchestrator.platform.children import COMMAND_SESSION
 from orchestrator.worker import nodes
@@ -67,7 +68,7 @@ def await_channel(tdir: Path, limit_s: float = WAIT_S) -> dict[str, str] | None:
 
 
 def run_other_node(spec: Any, inv: Any, where: nodes.NodePlace,
-                   ) -> list[tuple[dict[str, Any], str]]:
+                   ) -> list[tuple[TrialRecordDict, str]]:
     """Node k > 0 of a client round: its command with node 0's channel, its report. Its
     records are not written (node 0 writes every arm's); they only end this process."""
     tdir = Path(spec.trial_dir)

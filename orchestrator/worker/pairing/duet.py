@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.core.logparse import (
     LogParseError,
     MalformedStepLine,
@@ -179,7 +180,7 @@ def _interval(rec: StepRecord, ends: dict[int, float]) -> tuple[float, float] | 
     return None if end is None else (end - rec.step_time_s * rec.steps, end)  # a line of k steps
 
 
-def measure_duet(spec: Any, base: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+def measure_duet(spec: Any, base: dict[str, Any]) -> list[tuple[TrialRecordDict, str]]:
     """Run a round's arms side by side (module docstring); one (record, trial_dir) per arm."""
     arms = _arms(spec)
     try:
@@ -262,7 +263,7 @@ def _inside(r: _Arm, c: CheckedSteps, window: tuple[float, float]
 
 def _record(spec: Any, base: dict[str, Any], r: _Arm, c: CheckedSteps | None,
             failures: dict[str, tuple[str, str, str]], window: tuple[float, float] | None,
-            arms: list[_Arm]) -> tuple[dict[str, Any], str]:
+            arms: list[_Arm]) -> tuple[TrialRecordDict, str]:
     a = r.arm
     own_spec = ArmView(spec, a)
     common = command_fields(own_spec, {**base, "trial_id": a.trial_id, "arm_id": a.arm_id,

@@ -8,6 +8,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.core import blocks
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.core.results import INFRA_STATUS, trial_record
@@ -35,7 +36,7 @@ from recipes.registry import workload_from_dict
 
 
 def measure_inprocess(spec: TrialSpec, base: dict[str, Any],
-                      launch_t0: float | None) -> list[tuple[dict[str, Any], str]]:
+                      launch_t0: float | None) -> list[tuple[TrialRecordDict, str]]:
     """protocol.pairing=steps: every arm of ``spec.paired_arms`` in this one process (see
     orchestrator.core.blocks). Each arm warms up to its own steady state; then cycles of one block
     per arm (order reversed every cycle, an even number of cycles), each block
@@ -172,7 +173,7 @@ class _PairedRun:
 
     def arm_record(self, i: int, base: dict[str, Any], launch_t0: float | None,
                    compile_fields: compile_stats.CompileFields, interference: CpuWindowFigures,
-                   dist_fields: DistSummary) -> tuple[dict[str, Any], str]:
+                   dist_fields: DistSummary) -> tuple[TrialRecordDict, str]:
         """Arm ``i``'s (record, trial dir): failed, not measured (the baseline failed), or its
         measured steps with their blocks."""
         spec, a = self.spec, self.arms[i]
