@@ -21,6 +21,7 @@ from orchestrator.core.section import Section
 from orchestrator.spec.config import WORKLOAD_SCHEMAS, WorkloadConfig
 from orchestrator.core.convert import from_dict
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.trial_record import TrialRecordDict
 
 # the order messages list the bundled kinds in (the default workload's first); kinds registered
 # by one's own code follow in the order they were registered
@@ -103,7 +104,7 @@ def check_import_path(target: str) -> str | None:
     return None
 
 
-def report_sections(kind: str, records: list[dict[str, Any]]) -> list[Section]:
+def report_sections(kind: str, records: list[TrialRecordDict]) -> list[Section]:
     target = REPORTS.get(kind)
     if target is None:
         return []

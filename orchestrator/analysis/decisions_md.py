@@ -12,6 +12,7 @@ from orchestrator.core.section import Section
 from orchestrator.analysis.analyze import Analysis, ArmSummary
 from orchestrator.analysis.decide import RULE, Verdict
 from orchestrator.core.results import Status
+from orchestrator.core.trial_record import TrialRecordDict
 
 
 def _ms(x: float | None) -> str:
@@ -178,7 +179,7 @@ def mixture_table(
     return lines
 
 
-def start_method_line(records: Sequence[dict[str, Any]]) -> str:
+def start_method_line(records: Sequence[TrialRecordDict]) -> str:
     """How the trial processes started: forked from the fork server or spawned (with why),
     counted over the records that say (the local and Slurm launchers' trials)."""
     counts: dict[tuple[str, str], int] = {}
@@ -270,7 +271,7 @@ def render_decisions(
     inputs: DecisionsInputs,
     analysis: Analysis,
     verdicts: Sequence[Verdict],
-    failures: Sequence[dict[str, Any]],
+    failures: Sequence[TrialRecordDict],
     extra_sections: Sequence[Section] = (),
 ) -> str:
     """decisions.md: the campaign and its rule, the verdicts, a table per bucket (and the
@@ -405,7 +406,7 @@ def _verdict_lines(verdicts: Sequence[Verdict]) -> list[str]:
     return out
 
 
-def _failure_lines(failures: Sequence[dict[str, Any]]) -> list[str]:
+def _failure_lines(failures: Sequence[TrialRecordDict]) -> list[str]:
     """## Failed trials: each with its status, error, stderr's last lines and its log."""
     if not failures:
         return []

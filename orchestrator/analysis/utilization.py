@@ -16,6 +16,7 @@ from orchestrator.core.records import TrialKind
 from orchestrator.platform.flops import utilization
 from orchestrator.core.logparse import TRAINER_MFU_LABEL
 from orchestrator.core.results import Status
+from orchestrator.core.trial_record import PeakRefDict, TrialRecordDict
 
 if TYPE_CHECKING:  # start-up cost: analyze imports pandas; only its row type is used here
     from orchestrator.analysis.analyze import ComparisonRow
@@ -47,20 +48,20 @@ class UtilizationRow:
     hfu: dict[str, float | None] = field(default_factory=dict)
 
 
-def summarize_peaks(records: Sequence[dict[str, Any]]) -> list[PeakSummary]:
+def summarize_peaks(records: Sequence[TrialRecordDict]) -> list[PeakSummary]:
     """One peak per label over the ok trials. A measured peak is the best over the trials'
     calibrations (each the best of its runs): a trial that calibrated on a busy machine must
     not lower the peak, which would inflate MFU."""
-    by_label: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_label: dict[str, list[PeakRefDict]] = defaultdict(list)
     for r in records:
         if r.get("status") == Status.OK and isinstance(r.get("peaks"), list):
             for p in r["peaks"]:
                 by_label[p["label"]].append(p)
     out = []
     for label, ps in by_label.items():
-        vals = [float(p["peak_tflops"]) for p in ps if p.get("peak_tflops")]
+        vals = [float(p["peak_tflops"]) for p in ps if p.get("peak_tflops")]  # type: ignore[arg-type]  # filtered: a number
         first = ps[0]
-        notes = sorted({p["reason"] for p in ps if p.get("reason")})
+        notes: list[str] = sorted({p["reason"] for p in ps if p.get("reason")})  # type: ignore[misc]  # filtered: text
         out.append(PeakSummary(
             label, first["kind"], first["dtype"], first["hardware"],
             (max(vals) if first["kind"] == "measured" else statistics.median(vals)) if vals else None,
@@ -75,7 +76,7 @@ def _median(values: Iterable[Any]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def campaign_utilization(records: Sequence[dict[str, Any]], analysis: Any) -> tuple[list[PeakSummary], list[UtilizationRow]]:
+def campaign_utilization(records: Sequence[TrialRecordDict], analysis: Any) -> tuple[list[PeakSummary], list[UtilizationRow]]:
     """MFU/HFU per bucket x arm (median step time of the arm) and per arm for the mixture."""
     peaks = summarize_peaks(records)
     ok = [r for r in records if r.get("status") == Status.OK and r.get("kind", TrialKind.TIMED) == TrialKind.TIMED]
@@ -131,14 +132,14 @@ def _gflop(x: float | None) -> str:
     return "—" if x is None else f"{x / 1e9:.4g}"
 
 
-def trainer_reported_lines(records: Sequence[dict[str, Any]]) -> list[str]:
+def trainer_reported_lines(records: Sequence[TrialRecordDict]) -> list[str]:
     """The MFU a trainer logged itself, per arm, labelled as its claim (pure): the median over
     an arm's ok trials of each trial's median over its measured steps."""
     ok = [r for r in records if r.get("status") == Status.OK and r.get("kind", TrialKind.TIMED) == TrialKind.TIMED
           and "trainer_reported_mfu_label" in r]
     if not ok:
         return []
-    by_arm: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_arm: dict[str, list[TrialRecordDict]] = defaultdict(list)
     for r in sorted(ok, key=lambda r: str(r.get("arm_id"))):
         by_arm[str(r.get("arm_label"))].append(r)
     cells = ", ".join(f"`{arm}` {_pct(_median(r.get('trainer_reported_mfu_median') for r in rs))}"
@@ -151,7 +152,7 @@ def trainer_reported_lines(records: Sequence[dict[str, Any]]) -> list[str]:
              "FLOPs and its peak.")]
 
 
-def utilization_section(records: Sequence[dict[str, Any]], peaks: Sequence[PeakSummary],
+def utilization_section(records: Sequence[TrialRecordDict], peaks: Sequence[PeakSummary],
                         rows: Sequence[UtilizationRow]) -> list[str]:
     """Markdown lines for decisions.md: definitions, peaks with their kind, the table, and
     beside it any MFU the trainer logged itself, labelled as its own claim."""
@@ -163,7 +164,7 @@ def utilization_section(records: Sequence[dict[str, Any]], peaks: Sequence[PeakS
                                "one step on one device) for one against a stated peak")]
         return ["No successful trial reported FLOPs."]
     f0 = ok[0]["flops"]
-    covs = [r["flops"].get("executed_coverage_time") for r in ok if r["flops"].get("executed_coverage_time") is not None]
+    covs: list[float] = [r["flops"].get("executed_coverage_time") for r in ok if r["flops"].get("executed_coverage_time") is not None]  # type: ignore[misc]  # filtered: a number
     lines = [
         f"- **useful FLOPs** (MFU numerator): {f0.get('useful_definition')}",
         (f"- **executed FLOPs** (HFU numerator): {f0.get('executed_definition')}"

@@ -7,15 +7,14 @@ first attempt. Nothing measured is lost.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
 from orchestrator.campaign.load import interference_of
 from orchestrator.core.results import atomic_write_json, read_json
+from orchestrator.core.trial_record import AttemptSummary, TrialRecordDict
 from orchestrator.launch.base import INFRA_STATUS
 
 
 
-def keep_attempt(tdir: Path, contaminated: str | None = None) -> list[dict[str, Any]]:
+def keep_attempt(tdir: Path, contaminated: str | None = None) -> list[AttemptSummary]:
     """Before a re-run: the earlier attempt's record and steps move aside
     (``attempt<N>.json`` and ``attempt<N>.steps.csv``, never read as a trial); returns the
     summaries of every earlier attempt, each with why (``contaminated``: the contamination
@@ -70,8 +69,8 @@ def first_attempt_stands(tdir: Path, why: str) -> None:
     atomic_write_json(tdir / f"attempt{k + 1}.json", {**rerun, "earlier_attempts": earlier[:k]})
 
 
-def with_attempts(tdir: Path, record: dict[str, Any],
-                   earlier: list[dict[str, Any]]) -> dict[str, Any]:
+def with_attempts(tdir: Path, record: TrialRecordDict,
+                   earlier: list[AttemptSummary]) -> TrialRecordDict:
     record = {**record, "earlier_attempts": earlier}
     atomic_write_json(tdir / "trial.json", record)
     return record

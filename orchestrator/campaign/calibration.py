@@ -34,7 +34,9 @@ import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from orchestrator.launch.device_probe import DeviceResolved
 
 from orchestrator.core.results import atomic_write_json
 from orchestrator.core.sanitize import user_store
@@ -62,9 +64,9 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def key_of(cfg: Config, arms: list[ResolvedArm], device: dict[str, Any] | None) -> str:
+def key_of(cfg: Config, arms: list[ResolvedArm], device: DeviceResolved | None) -> str:
     """The hash a record is filed under (see the module)."""
-    dev = device or {}
+    dev: DeviceResolved = device or cast(DeviceResolved, {})
     if cfg.launcher.name == "slurm":
         where: dict[str, Any] = {"slurm": getattr(getattr(cfg.launcher, "slurm", None),
                                                   "partition", None), "device": dev.get("name")}

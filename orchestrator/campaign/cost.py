@@ -25,11 +25,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Optional, TypedDict, cast
 
 from orchestrator.core.records import COSTS, STEPS, Pairing, TrialKind
 from orchestrator.core.section import Section
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.launch.base import Launcher, OnDone, OnJobDone, OnStart
+
+if TYPE_CHECKING:  # start-up cost: the probe's comparisons import torch; only its record type is used here
+    from orchestrator.analysis.correctness.compare import ProbeRecord
 from orchestrator.spec.config import Config
 from orchestrator.spec.jobs import TrialSpec, WorkerJob, paired_members
 from orchestrator.spec.plan import PlannedTrial
@@ -120,7 +124,7 @@ class Meter(Launcher):
             if on_start is not None:
                 on_start(spec)
 
-        def done(spec: TrialSpec, record: dict[str, Any]) -> None:
+        def done(spec: TrialSpec, record: TrialRecordDict) -> None:
             t0 = starts.pop(spec.trial_id, None)
             wall = time.time() - t0 if t0 is not None else _record_wall(record)
             members = paired_members(spec)
@@ -136,7 +140,7 @@ class Meter(Launcher):
     def run_jobs(self, jobs: Sequence[WorkerJob], on_done: OnJobDone, timeout_s: float) -> None:
         last = [time.time()]  # one after another: a job starts when the one before ended
 
-        def done(job: WorkerJob, record: dict[str, Any]) -> None:
+        def done(job: WorkerJob, record: TrialRecordDict | ProbeRecord) -> None:
             now = time.time()
             wall = record.get("process_seconds")
             wall = float(wall) if isinstance(wall, (int, float)) else now - last[0]
@@ -165,7 +169,7 @@ def _steps_s(trial_dir: Path) -> float:
         return 0.0
 
 
-def _record_wall(record: dict[str, Any]) -> float:
+def _record_wall(record: TrialRecordDict) -> float:
     """A process the launcher never said it started (it failed to start): what its record
     says, else nothing."""
     a, b = record.get("started_at"), record.get("finished_at")

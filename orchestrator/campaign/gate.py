@@ -46,6 +46,7 @@ from orchestrator.analysis.correctness.gate import (
 from orchestrator.analysis.decide import Gate
 from orchestrator.spec.jobs import ProbeSpec, WorkerJob
 from orchestrator.launch.factory import make_launcher
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.launch.base import Launcher
 from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, read_json, Status
 from orchestrator.spec.sweep import Arm, Bucket, ResolvedArm, alternates
@@ -250,7 +251,7 @@ def _run_probes(launcher: Launcher, specs: Sequence[Any], timeout_s: float) -> d
     """Every probe through the launcher, one after another; probe name -> record."""
     probes: dict[str, ProbeRecord] = {}
 
-    def on_done(job: WorkerJob, rec: dict[str, Any]) -> None:  # launch.base.OnJobDone
+    def on_done(job: WorkerJob, rec: TrialRecordDict | ProbeRecord) -> None:  # launch.base.OnJobDone
         probes[job.job_id] = cast(ProbeRecord, rec)  # a probe job's record: probe.json
         if rec.get("status") != Status.OK:
             log.warning("correctness probe %s: %s: %s", job.job_id, rec.get("status"),

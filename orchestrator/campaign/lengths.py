@@ -24,6 +24,7 @@ from orchestrator.analysis.decide import MIN_STEPS_UNDER_LOAD, Rule
 from orchestrator.core import paired, stats
 from orchestrator.core.reference import normalise
 from orchestrator.core.results import Status, load_trials, read_json
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.campaign.plan_doc import FirstPlan, PlannerBucket, Sizing
 from orchestrator.spec.config import Config
 from orchestrator.worker.trial import MAX_MEASURED_STEPS
@@ -161,7 +162,7 @@ def short_trials(cfg: Config) -> str:
             "(protocol.measured_steps, protocol.measured_min_s: the quick protocol's)")
 
 
-def planned_spending(cfg: Config, run_dir: Path, done: dict[str, dict[str, Any]]
+def planned_spending(cfg: Config, run_dir: Path, done: dict[str, TrialRecordDict]
                      ) -> list[list[float]]:
     """The error-rate spending over the looks, frozen in plan.json at the first plan: a resume
     keeps what the looks already on disk spent and gives later looks only what is left

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.core import stats
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.results import Status, atomic_write_json, read_json
+from orchestrator.core.trial_record import CpuWindowFigures, TrialRecordDict
 from orchestrator.launch.base import INFRA_STATUS
 from orchestrator.platform.interference import core_speed_problem, core_speeds, machine_load
 from orchestrator.spec.config import Config
@@ -116,7 +117,8 @@ def detected_load(cfg: Config, run_dir: Path, trials: Any) -> str:
     records = trials.to_dict("records") if hasattr(trials, "to_dict") else list(trials)
     cores = cfg.protocol.interference_cores
     said = []
-    under = [interference_of(r)["others_cores"] for r in records if interfered(r, cores)]
+    under = cast("list[float]",  # interfered(): each a number
+                 [interference_of(r)["others_cores"] for r in records if interfered(r, cores)])
     if under:
         said.append(f"{len(under)} trial(s) measured while other processes took more than "
                     f"{cores:g} cores (up to {max(under):.2f})")
@@ -137,13 +139,13 @@ def detected_load(cfg: Config, run_dir: Path, trials: Any) -> str:
     return "; ".join(said + before)
 
 
-def interference_of(record: dict[str, Any]) -> dict[str, Any]:
+def interference_of(record: TrialRecordDict) -> CpuWindowFigures | dict[str, float]:
     """The trial's interference record ({} when absent: a failure, or NaN from a DataFrame)."""
     got = record.get("interference")
     return got if isinstance(got, dict) else {}
 
 
-def interfered(record: dict[str, Any], cores: float) -> bool:
+def interfered(record: TrialRecordDict, cores: float) -> bool:
     """A timed trial during whose measured steps other processes took more than ``cores``."""
     got = interference_of(record).get("others_cores")
     return record.get("status") == Status.OK and got is not None and got > cores

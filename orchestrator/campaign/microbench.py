@@ -13,6 +13,7 @@ from typing import Any
 from orchestrator.core.section import Section
 from orchestrator.spec.config import Config
 from orchestrator.spec.jobs import make_specs
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.launch.base import Launcher
 from orchestrator.analysis.direction import DirectionCheck, check_arm, section
 from orchestrator.spec.plan import PlannedTrial, slug
@@ -50,7 +51,7 @@ def run_microbenchmarks(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
         return
     n = 0
 
-    def on_done(spec: Any, record: dict[str, Any]) -> None:
+    def on_done(spec: Any, record: TrialRecordDict) -> None:
         nonlocal n
         n += 1
         t = record.get("call_time_median_s")
@@ -64,7 +65,7 @@ def run_microbenchmarks(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
 
 
 def direction_checks(cfg: Config, arms: Sequence[Any], verdicts: Sequence[Any],
-                     records: Sequence[dict[str, Any]]) -> dict[str, DirectionCheck]:
+                     records: Sequence[TrialRecordDict]) -> dict[str, DirectionCheck]:
     """arm_id -> its direction check (no entry without sweep.microbench)."""
     sweep = cfg.sweep
     if sweep is None or not sweep.microbench or not cfg.protocol.direction_check:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from orchestrator.core import records
 from orchestrator.core.records import RecordError, RunDirectory
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.launch.base import read_record
 from orchestrator.core.results import atomic_write_json, atomic_write_text, read_json, Status
 
@@ -86,7 +87,7 @@ def campaign_entry(sweep_dir: Path, run_dir: Path) -> IndexEntry:
     except (OSError, ValueError):
         planned = None
     statuses = Counter(
-        (rec or {}).get("status", "unreadable")
+        cast("TrialRecordDict", rec or {}).get("status", "unreadable")  # {}: unreadable
         for rec in (read_record(p) for p in RunDirectory(run_dir).trial_paths())
     )
     entry["trials"] = {"planned": planned, "recorded": sum(statuses.values()),

@@ -19,6 +19,7 @@ from orchestrator.core.section import Section
 from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
 from orchestrator.spec.jobs import TrialSpec, make_specs
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.launch.base import Launcher
 from orchestrator.spec.plan import PlannedTrial, slug
 from orchestrator.analysis.profile.diff import diff_traces
@@ -57,7 +58,7 @@ def profile_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm]) -> li
 
 
 def run_profiled_trials(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm], launcher: Launcher,
-                        done: set[str]) -> list[dict[str, Any]]:
+                        done: set[str]) -> list[TrialRecordDict]:
     """Run the profiled trials not already final in ``done``; returns their records."""
     specs = [s for s in profile_specs(cfg, run_dir, arms) if s.trial_id not in done]
     if not specs:
@@ -65,9 +66,9 @@ def run_profiled_trials(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
     timeout = cfg.protocol.trial_timeout_s
     if cfg.profile.mode in ("system", "compute"):
         timeout = max(timeout, cfg.profile.tool_timeout_s + _TOOL_MARGIN_S)
-    records: list[dict[str, Any]] = []
+    records: list[TrialRecordDict] = []
 
-    def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
+    def on_done(spec: TrialSpec, record: TrialRecordDict) -> None:
         records.append(record)
         what = record.get("error") or ", ".join(record.get("artifacts") or [])
         log.info("[profile %d/%d] %s %s (%s): %s %s", len(records), len(specs),
@@ -79,7 +80,7 @@ def run_profiled_trials(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
     return records
 
 
-def write_diffs(run_dir: Path, records: Sequence[dict[str, Any]], arms: Sequence[Any]) -> None:
+def write_diffs(run_dir: Path, records: Sequence[TrialRecordDict], arms: Sequence[Any]) -> None:
     """``profiles/framework/diff-<bucket>-<arm>.csv``: each variant's operators vs baseline."""
     fw = run_dir / "profiles" / "framework"
     ok = {(r["bucket"], r["arm_id"]): r for r in records
@@ -94,7 +95,7 @@ def write_diffs(run_dir: Path, records: Sequence[dict[str, Any]], arms: Sequence
 
 
 def profiles_section(cfg: Config, run_dir: Path, arms: Sequence[Any], analysis: Any,
-                     records: Sequence[dict[str, Any]]) -> list[Section]:
+                     records: Sequence[TrialRecordDict]) -> list[Section]:
     """decisions.md's ``Profiles`` section (an ``extra_sections`` entry), or nothing."""
     if not any(r.get("kind") == TrialKind.PROFILE for r in records) and cfg.profile.mode == "off":
         return []

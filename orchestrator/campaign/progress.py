@@ -11,10 +11,11 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, TextIO
+from typing import Callable, Optional, TextIO
 
 from orchestrator.spec.jobs import TrialSpec
 from orchestrator.core.results import Status
+from orchestrator.core.trial_record import TrialRecordDict
 
 log = logging.getLogger("orchestrator.campaign.run")
 
@@ -51,7 +52,7 @@ def format_line(name: str, done: int, total: int, current: str, elapsed_s: float
 TRIAL_LOGS = ("command.log", "stderr.log")
 
 
-def trial_log(trial_dir: str | Path, record: dict[str, Any]) -> Path | None:
+def trial_log(trial_dir: str | Path, record: TrialRecordDict) -> Path | None:
     """The log to read for a failed trial: the command's output (command workloads) or the
     trial process's stderr, in its directory or its paired process's."""
     base = Path(trial_dir)
@@ -61,7 +62,7 @@ def trial_log(trial_dir: str | Path, record: dict[str, Any]) -> Path | None:
     return next((d / n for d in dirs for n in TRIAL_LOGS if (d / n).is_file()), None)
 
 
-def trial_result(record: dict[str, Any], log_path: Path | None = None) -> str:
+def trial_result(record: TrialRecordDict, log_path: Path | None = None) -> str:
     med = record.get("step_time_median_s")
     if record.get("status") == Status.OK and med:
         return f"{med * 1e3:.2f} ms/step"
@@ -117,7 +118,7 @@ class Progress:
         self.current = f"{spec.bucket['name']} {spec.arm_label} r{spec.round}"
         self._draw()
 
-    def on_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+    def on_done(self, spec: TrialSpec, record: TrialRecordDict) -> None:
         self.done += 1
         self.ran += 1
         elapsed = self.clock() - self.t0

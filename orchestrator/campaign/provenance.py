@@ -29,6 +29,7 @@ from orchestrator.core.section import Section
 from orchestrator.core.convert import to_dict
 from orchestrator.platform.env_record import EnvironmentReport
 from orchestrator.platform.environment import compare, fingerprint, gather
+from orchestrator.core.trial_record import Fingerprint, TrialRecordDict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.results import atomic_write_json, atomic_write_text, read_json
 from orchestrator.core.sanitize import Sanitizer, reserve_run_dir, sanitize_run_dir
@@ -146,7 +147,7 @@ def write_command(run_dir: Path, cmd: Command) -> None:
 # --------------------------------------------------------------------------- campaign glue
 
 
-def _fp(rec: dict[str, Any]) -> dict[str, Any] | None:
+def _fp(rec: TrialRecordDict) -> Fingerprint | None:
     """A record's fingerprint; records collected through pandas carry NaN where it is absent."""
     fp = rec.get("environment")
     return fp if isinstance(fp, dict) else None
@@ -158,7 +159,7 @@ def recipes_of(cfg: Any, arms: Sequence[Any]) -> list[str]:
     return sorted(names)
 
 
-def check_resume_environment(cfg: Any, run_dir: Path, records: Sequence[dict[str, Any]]) -> None:
+def check_resume_environment(cfg: Any, run_dir: Path, records: Sequence[TrialRecordDict]) -> None:
     """Before a resume runs anything: refuse when this machine differs from the trials already
     in the run directory (device, driver, torch, library versions), unless on_mismatch=flag."""
     prior = [(str(r["trial_id"]), _fp(r)) for r in records if _fp(r)]
@@ -181,7 +182,7 @@ def check_resume_environment(cfg: Any, run_dir: Path, records: Sequence[dict[str
     )
 
 
-def env_switches_by_arm(arms: Sequence[Any], records: Sequence[dict[str, Any]]) -> dict[str, dict[str, str]]:
+def env_switches_by_arm(arms: Sequence[Any], records: Sequence[TrialRecordDict]) -> dict[str, dict[str, str]]:
     """arm label -> the env.* switches it sets, from the sweep's arms (and, for arms only the
     trials know, such as the A/A control, from their records)."""
     out = {a.label: dict(a.env) for a in arms}
@@ -192,7 +193,7 @@ def env_switches_by_arm(arms: Sequence[Any], records: Sequence[dict[str, Any]]) 
     return out
 
 
-def write_environment(run_dir: Path, records: Sequence[dict[str, Any]], device: str,
+def write_environment(run_dir: Path, records: Sequence[TrialRecordDict], device: str,
                       arm_env: dict[str, dict[str, str]] | None = None) -> str:
     """run_dir/environment.json: the report of the earliest trial that wrote one (gathered in a
     trial process); when none did, one gathered here and labelled so. Returns where it came
@@ -234,7 +235,7 @@ def write_environment(run_dir: Path, records: Sequence[dict[str, Any]], device: 
 
 
 def environment_section(
-    cfg: Any, run_dir: Path, records: Sequence[dict[str, Any]], verdicts: Sequence[Any],
+    cfg: Any, run_dir: Path, records: Sequence[TrialRecordDict], verdicts: Sequence[Any],
     git: GitState | None = None, arms: Sequence[Any] = (),
 ) -> Section:
     """Write environment.json, apply the mismatch policy to ``verdicts`` (in place) and return
@@ -314,7 +315,7 @@ def _argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def start(cfg: Any, run_dir: Path, arms: Sequence[Any], records: Sequence[dict[str, Any]],
+def start(cfg: Any, run_dir: Path, arms: Sequence[Any], records: Sequence[TrialRecordDict],
           overrides: Sequence[str] | None = None, code_lines: Sequence[str] = ()) -> Session:
     """Before any trial, once the campaign's checks passed (a resume on a different
     environment is refused by :func:`check_resume_environment` before this): write source.txt

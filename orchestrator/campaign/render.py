@@ -44,6 +44,7 @@ from orchestrator.core.results import (
     write_csv,
 )
 from orchestrator.core.section import Section
+from orchestrator.core.trial_record import DeviceSummary, TrialRecordDict
 from orchestrator.launch.base import INFRA_STATUS
 from orchestrator.launch.device_probe import device_line
 from orchestrator.launch.slurm_alloc import slurm_line
@@ -84,25 +85,25 @@ class Outcome:
     verdicts: list[Verdict]
     trials_df: Any
     steps_df: Any
-    records: list[dict[str, Any]]
+    records: list[TrialRecordDict]  # the trials table's rows: a key a trial lacks is NaN there
     directions: dict[str, DirectionCheck]
     peaks: list[Any]
     util: list[Any]
 
 
-def _first_text(records: list[dict[str, Any]], key: str) -> str | None:
+def _first_text(records: list[TrialRecordDict], key: str) -> str | None:
     """The first record's ``key`` that is text: a record may lack it (a table's missing cell
     is NaN, not None), e.g. an arm's record written by the paired process that ran it."""
     return next((v for r in records if isinstance(v := r.get(key), str) and v), None)
 
 
-def env_line(trials: list[dict[str, Any]]) -> str:
+def env_line(trials: list[TrialRecordDict]) -> str:
     """decisions.md's environment: device, torch and python from the ok trials that say them;
     what no trial says is left out rather than printed as a placeholder."""
     ok = [t for t in trials if t.get("status") == Status.OK]
     if not ok:
         return f"python {platform.python_version()}; no successful trial reported its device"
-    d: dict[str, Any] = next((t["device"] for t in ok if isinstance(t.get("device"), dict)
+    d: DeviceSummary | dict[str, str] = next((t["device"] for t in ok if isinstance(t.get("device"), dict)
                               and isinstance(t["device"].get("kind"), str)), {})
     count = d.get("count")
     if d.get("kind") == "external":  # a command workload: its trainer's device is its own
@@ -221,7 +222,7 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
                             failures=failures, extra_sections=sections)
 
 
-def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
+def rerun_section(records: list[TrialRecordDict], cores: float = 0.25,
                   machine: dict[str, Any] | None = None,
                   min_effect: float | None = None) -> list[Section]:
     """decisions.md: the trials re-run after a harness failure, under interference or as
@@ -272,7 +273,7 @@ def rerun_section(records: list[dict[str, Any]], cores: float = 0.25,
             Section("Trials re-run (harness failures, interference, contamination)", lines)]
 
 
-def _load_lines(records: list[dict[str, Any]], machine: dict[str, Any] | None) -> list[str]:
+def _load_lines(records: list[TrialRecordDict], machine: dict[str, Any] | None) -> list[str]:
     """The Interference section's load: before the campaign and before each resume
     (machine_load.json), the cores' speeds, and other processes' CPU during the trials."""
     shares = [c for r in records if (c := interference_of(r).get("others_cores")) is not None]

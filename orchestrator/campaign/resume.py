@@ -13,11 +13,12 @@ from typing import Any, Iterator
 
 from orchestrator.core.errors import ConfigError, Interrupted
 from orchestrator.core.results import FINAL_STATUSES
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.launch.base import read_record
 from orchestrator.core.results import read_json
 
 
-def completed_on_disk(run_dir: Path) -> dict[str, dict[str, Any]]:
+def completed_on_disk(run_dir: Path) -> dict[str, TrialRecordDict]:
     """trial_id -> record of every final trial; truncated, foreign or stale files are ignored."""
     done = {}
     for path in run_dir.glob("trials/*/trial.json"):

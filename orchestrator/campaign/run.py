@@ -35,7 +35,7 @@ from orchestrator.spec.jobs import make_specs
 from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import Launcher
 from orchestrator.launch.slurm_alloc import plan_entry
-from orchestrator.launch.device_probe import resolve_device
+from orchestrator.launch.device_probe import DeviceResolved, resolve_device
 from orchestrator.analysis.loss_gate import loss_trajectory_gates
 from orchestrator.campaign.microbench import direction_checks, run_microbenchmarks
 from orchestrator.campaign.profiles import run_profiled_trials
@@ -60,6 +60,7 @@ from orchestrator.core.results import (
 )
 from orchestrator.campaign.resume import check_same_plan
 from orchestrator.core.sanitize import Sanitizer
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.spec.sweep import (Bucket, ResolvedArm, choose_pairing, like, resolve_arms,
                                      selected_buckets)
 from orchestrator.campaign.sizing import size_trials, sized_steps
@@ -157,11 +158,11 @@ class Start:
     running: list[ResolvedArm]
     buckets: list[Bucket]
     planned: list[PlannedTrial]
-    done: dict[str, dict[str, Any]]
+    done: dict[str, TrialRecordDict]
     machine: dict[str, Any] | None
     spending: list[list[float]] | None = None  # the looks' error-rate shares (plan.json)
     # what device= resolved to and where (plan.json's device_resolved; launch.device_probe)
-    device: dict[str, Any] | None = None
+    device: DeviceResolved | None = None
     # the calibration record relied on instead of an A/A arm (campaign.calibration)
     calibration: CalibrationDoc | None = None
     first_plan: FirstPlan | None = None  # the first rounds' lengths and why (plan.json)
@@ -184,7 +185,7 @@ class CampaignContext:
     planned: list[PlannedTrial]
     adaptive_log: list[AdaptiveRound]
     pairing: PairingDoc | None = None
-    device: dict[str, Any] | None = None  # plan.json's device_resolved
+    device: DeviceResolved | None = None  # plan.json's device_resolved
     # what the campaign predicted it would spend, when, and a budget's stop (plan.json's cost)
     cost_log: list[CostLogEntry] = field(default_factory=list)
     calibration: CalibrationDoc | None = None  # relied on instead of an A/A arm
@@ -231,7 +232,7 @@ def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
 
 
 def _first_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
-                device: dict[str, Any]) -> tuple[dict[str, int], FirstPlan]:
+                device: DeviceResolved) -> tuple[dict[str, int], FirstPlan]:
     """The first rounds' measured steps per bucket, sized by cost from a calibration record's
     variance components (lengths.first_round_plan), and plan.json's record of it. A resume
     follows its plan's."""
@@ -248,7 +249,7 @@ def _first_plan(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
 
 
 def _calibration(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
-                 device: dict[str, Any]) -> CalibrationDoc | None:
+                 device: DeviceResolved) -> CalibrationDoc | None:
     """protocol.aa_arm with a fresh calibration record of this machine, workload and pairing:
     the record (the A/A arm is turned off for this campaign), else None. A resume follows its
     plan: the record it relied on, or the control arm it planned."""
@@ -272,14 +273,14 @@ def _calibration(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
     return cast(CalibrationDoc, {**asdict(rec), "line": rec.line()})
 
 
-def _planned_device(run_dir: Path) -> dict[str, Any] | None:
+def _planned_device(run_dir: Path) -> DeviceResolved | None:
     """A resumed plan's ``device_resolved`` (None: none recorded, or no readable plan)."""
     try:
         doc = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     got = doc.get("device_resolved") if isinstance(doc, dict) else None
-    return got if isinstance(got, dict) else None
+    return cast(DeviceResolved, got) if isinstance(got, dict) else None
 
 
 def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[str] | None,
@@ -692,7 +693,8 @@ def decide_from_disk(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Out
         gates[arm_id] = gates.get(arm_id, []) + extra
     verdicts = decide(analysis, rule_for(cfg, spending=spending,
                                          load=detected_load(cfg, run_dir, trials_df)), gates)
-    records = trials_df.to_dict("records") if not trials_df.empty else []
+    records = cast("list[TrialRecordDict]",  # trial.json's, as the table's rows
+                   trials_df.to_dict("records")) if not trials_df.empty else []
     directions = direction_checks(cfg, arms, verdicts, records)
     peaks, util = campaign_utilization(records, analysis)
     return Outcome(analysis, verdicts, trials_df, steps_df, records, directions, peaks, util)

@@ -39,6 +39,7 @@ from orchestrator.core.records import Pairing, TrialKind
 from orchestrator.core.results import Status
 from orchestrator.core.section import Section
 from orchestrator.campaign.plan_doc import BucketSizing, FirstPlan, Sizing
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.launch.base import Launcher
 from orchestrator.spec.config import Config
 from orchestrator.spec.jobs import TrialSpec, make_specs
@@ -89,7 +90,7 @@ def recorded_step_times(first_plan: FirstPlan | None) -> tuple[dict[str, float],
 
 def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
                 buckets: Sequence[Bucket], planned: list[PlannedTrial],
-                launcher: Launcher, done: dict[str, dict[str, Any]],
+                launcher: Launcher, done: dict[str, TrialRecordDict],
                 first_plan: FirstPlan | None = None) -> Sizing | None:
     """Run the pilots not yet on disk, size ``planned`` in place (trials the planner has not
     set longer) and return plan.json's ``sizing`` record (None: nothing to size). A bucket
@@ -120,7 +121,7 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
         log.info("sizing: %d pilot trial(s) of %s to learn the step time (never in the timing "
                  "statistics)", len(todo), base.label)
 
-        def on_done(spec: TrialSpec, record: dict[str, Any]) -> None:
+        def on_done(spec: TrialSpec, record: TrialRecordDict) -> None:
             records[spec.trial_id] = record
 
         launcher.run(todo, on_done, p.trial_timeout_s)
@@ -131,7 +132,8 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
         name = b["name"]
         entry = (sized_from_record(recorded[name], source, p.measured_steps, target)
                  if name in recorded else
-                 sized_bucket(records.get(pilot_trial_id(name), {}), p.measured_steps, target))
+                 sized_bucket(records.get(pilot_trial_id(name), cast("TrialRecordDict", {})),  # {}: no pilot
+                              p.measured_steps, target))
         doc["buckets"][name] = entry
         if entry.get("measured_steps"):
             steps[name] = int(cast(int, entry["measured_steps"]))
@@ -167,7 +169,7 @@ def sized_from_record(step_s: float, source: str, floor_steps: int, target_s: fl
             "why": f"{why}; no pilot: the step time is {source or 'a calibration record'}'s"}
 
 
-def sized_bucket(pilot: dict[str, Any], floor_steps: int, target_s: float) -> BucketSizing:
+def sized_bucket(pilot: TrialRecordDict, floor_steps: int, target_s: float) -> BucketSizing:
     """One bucket's sizing from its pilot record: the measured steps and why."""
     tid = pilot.get("trial_id")
     if pilot.get("status") != Status.OK or not pilot.get("step_time_median_s"):
@@ -183,7 +185,7 @@ def sized_bucket(pilot: dict[str, Any], floor_steps: int, target_s: float) -> Bu
     return {"pilot": tid, "pilot_step_s": step_s, "measured_steps": n, "why": why}
 
 
-def sizing_lines(sizing: Sizing | None, records: Sequence[dict[str, Any]]) -> list[str]:
+def sizing_lines(sizing: Sizing | None, records: Sequence[TrialRecordDict]) -> list[str]:
     """decisions.md: how trials were sized and what each measured (steps and seconds), and
     any trial whose command did not follow its step count."""
     if not sizing:
@@ -229,7 +231,7 @@ def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def sizing_section(sizing: Sizing | None, records: Sequence[dict[str, Any]]
+def sizing_section(sizing: Sizing | None, records: Sequence[TrialRecordDict]
                    ) -> list[Section]:
     lines = sizing_lines(sizing, records)
     return [Section("Trial length", lines)] if lines else []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from orchestrator.core.records import Pairing, TrialKind
 from orchestrator.analysis import contamination
@@ -18,7 +18,8 @@ from orchestrator.campaign.attempts import first_attempt_stands, keep_attempt, w
 from orchestrator.campaign.load import interfered, interference_of, last_infra, persistent_load
 from orchestrator.campaign.resume import completed_on_disk, sigterm_as_interrupt
 from orchestrator.core.results import Status, atomic_write_json, read_json, trial_record
-from orchestrator.launch.base import INFRA_STATUS, Launcher, record_or_failure
+from orchestrator.core.trial_record import AttemptSummary, TrialRecordDict
+from orchestrator.launch.base import INFRA_STATUS, Launcher, OnDone, record_or_failure
 from orchestrator.spec.config import Config
 from orchestrator.spec.jobs import TrialSpec, make_specs, paired_members
 from orchestrator.spec.plan import PlannedTrial
@@ -29,7 +30,7 @@ from orchestrator.spec.sweep import ResolvedArm
 log = logging.getLogger("orchestrator.campaign.run")
 
 
-def completed_trials(run_dir: Path) -> dict[str, dict[str, Any]]:
+def completed_trials(run_dir: Path) -> dict[str, TrialRecordDict]:
     return completed_on_disk(run_dir)
 
 
@@ -45,9 +46,9 @@ class TrialPass:
         self.launcher, self.session, self.progress = launcher, session, progress
         self.retry: list[TrialSpec] = []
         self.attempts: dict[str, int] = {}
-        self.earlier: dict[str, list[dict[str, Any]]] = {}
+        self.earlier: dict[str, list[AttemptSummary]] = {}
         self.interfered_now: list[float | None] = []  # other processes' cores, each trial
-        self.finished: dict[str, dict[str, Any]] = completed_trials(run_dir)  # to rely on
+        self.finished: dict[str, TrialRecordDict] = completed_trials(run_dir)  # to rely on
         self.why: dict[str, str] = {}  # trial id -> why it is re-run, where not its record's
 
     def run(self, specs: list[TrialSpec], planned: list[PlannedTrial],
@@ -135,24 +136,24 @@ class TrialPass:
             for tid in group:
                 first_attempt_stands(self.run_dir / "trials" / tid, why)
 
-    def on_first_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+    def on_first_done(self, spec: TrialSpec, record: TrialRecordDict) -> None:
         self.finished[spec.trial_id] = record
         self.on_done_retrying(spec, record)
 
-    def on_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+    def on_done(self, spec: TrialSpec, record: TrialRecordDict) -> None:
         # a compute node's host name (Slurm) is replaced like this machine's own
         self.session.sanitizer.add_hostnames(self.launcher.seen_hostnames)
         for member, rec in paired_records(spec, record):
             self.session.sanitize_trial(Path(member.trial_dir))  # stderr tails sanitized
             self.progress.on_done(member, self.session.sanitizer.data(rec))
 
-    def needs_rerun(self, spec: TrialSpec, record: dict[str, Any]) -> bool:
+    def needs_rerun(self, spec: TrialSpec, record: TrialRecordDict) -> bool:
         n = self.attempts.get(spec.trial_id, 0)
         if record.get("status") == INFRA_STATUS:
             return n < self.p.infra_retries
         return interfered(record, self.p.interference_cores) and n < self.p.interference_retries
 
-    def on_done_retrying(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+    def on_done_retrying(self, spec: TrialSpec, record: TrialRecordDict) -> None:
         if self.needs_rerun(spec, record):
             self.retry.append(spec)
         self.interfered_now.append(interference_of(record).get("others_cores"))
@@ -174,7 +175,7 @@ class TrialPass:
         self.launcher.run(again, self.on_retry_done, self.timeout_s,
                           on_start=self.progress.on_start)
 
-    def on_retry_done(self, spec: TrialSpec, record: dict[str, Any]) -> None:
+    def on_retry_done(self, spec: TrialSpec, record: TrialRecordDict) -> None:
         for m in paired_members(spec)[1:]:  # the arms a paired process also ran
             path = Path(m.trial_dir) / "trial.json"
             if path.exists():
@@ -202,8 +203,8 @@ def waves(cfg: Config, specs: list[TrialSpec]) -> list[list[TrialSpec]]:
 
 
 def skip_without_baseline(planned: list[PlannedTrial], running: list[ResolvedArm],
-                          wave: list[TrialSpec], finished: dict[str, dict[str, Any]],
-                          on_done: Any) -> list[TrialSpec]:
+                          wave: list[TrialSpec], finished: dict[str, TrialRecordDict],
+                          on_done: OnDone) -> list[TrialSpec]:
     """The wave's specs less the variants (and the A/A control) whose round's baseline trial
     ended without a measurement (failed, crashed, out of memory, timed out): they have nothing
     to be compared with in that round. Each gets a record that says so (status ``skipped``,
@@ -213,7 +214,7 @@ def skip_without_baseline(planned: list[PlannedTrial], running: list[ResolvedArm
     said: set[tuple[int, str]] = set()
     for s in wave:
         key = (s.round, s.bucket["name"])
-        base = finished.get(base_of.get(key, ""), {})
+        base: TrialRecordDict | dict[str, str] = finished.get(base_of.get(key, ""), {})  # {}: none
         if s.is_baseline or s.kind != TrialKind.TIMED or base.get("status") in (None, Status.OK, INFRA_STATUS):
             keep.append(s)
             continue
@@ -232,7 +233,7 @@ def skip_without_baseline(planned: list[PlannedTrial], running: list[ResolvedArm
     return keep
 
 
-def paired_records(spec: TrialSpec, record: dict[str, Any]) -> list[tuple[TrialSpec, dict[str, Any]]]:
+def paired_records(spec: TrialSpec, record: TrialRecordDict) -> list[tuple[TrialSpec, TrialRecordDict]]:
     """Each arm's record after a process ran (one arm; or every arm, protocol.pairing=steps).
     A paired process that died (crash, kill, timeout) left records only for what it finished:
     the arm whose block was running (running.json) gets the process's status, every other arm
@@ -259,15 +260,15 @@ def paired_records(spec: TrialSpec, record: dict[str, Any]) -> list[tuple[TrialS
                    is_baseline=m.is_baseline, position=spec.position, pairing="steps",
                    paired_process=spec.trial_id)
         if culprit == m.arm_id:
-            rec = cast("dict[str, Any]", trial_record(  # the launcher's callbacks: untyped still
+            rec = trial_record(
                 **own, status=record.get("status"), error=record.get("error"),
-                stderr_tail=record.get("stderr_tail")))
+                stderr_tail=record.get("stderr_tail"))
         else:
             why = (f"the paired process ended {record.get('status')} in arm {culprit}'s block"
                    if culprit else f"the paired process ended {record.get('status')}")
-            rec = cast("dict[str, Any]", trial_record(
+            rec = trial_record(
                 **own, status=INFRA_STATUS, infra_reason=why,
-                error=f"not measured: {why} ({record.get('error')})"))
+                error=f"not measured: {why} ({record.get('error')})")
         atomic_write_json(path, rec)
         out.append((m, rec))
     if culprit is not None and culprit != members[0].arm_id and record.get("status") != Status.OK \

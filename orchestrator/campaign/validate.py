@@ -40,6 +40,7 @@ from orchestrator.core.errors import check_choice as _choice
 from orchestrator.core.errors import check_positive as _positive
 from orchestrator.platform.hardware import validate_hardware
 from orchestrator.launch.checks import validate_launcher, validate_start_method
+from orchestrator.launch.device_probe import DeviceResolved
 from orchestrator.campaign import revisions
 from orchestrator.platform.slices import duet_slices
 from orchestrator.core.reference import MODES as SPEED_REFERENCE_MODES
@@ -298,7 +299,7 @@ def _decided_on_a_node(cfg: Config) -> bool:
 
 
 def attention_on_resolved_device(cfg: Config, arms: Sequence[ResolvedArm],
-                                 device: dict[str, Any]) -> None:
+                                 device: DeviceResolved) -> None:
     """The attention pre-flight where device=auto was resolved on a compute node, with the
     node's facts (plan.json's ``device_resolved``); elsewhere :func:`validate` did it."""
     if _decided_on_a_node(cfg):

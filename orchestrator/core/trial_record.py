@@ -155,6 +155,51 @@ class AttemptSummary(TypedDict):
     step_time_median_s: float | None
 
 
+class ArmCode(TypedDict, total=False):
+    """The user's code one arm runs (orchestrator.campaign.revisions): code.json's ``arms``
+    entries and a trial record's ``code``; {} when none is known."""
+
+    repo: str | None
+    revision: str | None  # the revision asked for (None: the checkout in place)
+    commit: str | None
+    branch: str | None
+    dirty: bool | None
+    diff_sha256: str | None
+    worktree: str | None  # relative to the run directory
+    snapshot_of: str | None  # WORKTREE: the commit the uncommitted changes lie on
+    recipe_file: str  # an import-path recipe's module, relative to the repository
+    recipe_file_sha256: str
+
+
+class _TrialBaseCore(TypedDict):
+    trial_id: str
+    kind: str
+    bucket: str
+    seq_len: int
+    micro_batch: int
+    bucket_weight: float
+    arm_id: str
+    arm_label: str
+    is_baseline: bool
+    round: int
+    position: int
+    pid: int
+    started_at: float | None
+    warmup_steps: int
+    measured_steps: int
+
+
+class TrialBase(_TrialBaseCore, total=False):
+    """The fields every record of a trial starts from (``orchestrator.worker.trial.
+    _base_fields``, then the process's cores, rank and failure time): a part of trial.json."""
+
+    layer: str | None  # a profiled trial's profiler layer
+    code: ArmCode  # the user's code the arm ran
+    cpu_affinity: list[int] | None
+    rank: int
+    failed_at: float
+
+
 class _TrialRecordBase(TypedDict):
     schema_version: int
     status: str
@@ -183,7 +228,7 @@ class TrialFields(TypedDict, total=False):
     warmup_steps: int
     measured_steps: int
     layer: str | None  # a profiled trial's profiler layer
-    code: dict[str, Any]  # the user's code the arm ran (campaign.revisions' free-form record)
+    code: ArmCode  # the user's code the arm ran (campaign.revisions)
     cpu_affinity: list[int] | None
     rank: int
     node: int
@@ -197,6 +242,7 @@ class TrialFields(TypedDict, total=False):
     raw_status: str | None
     rank0_error: str | None
     earlier_attempts: list[AttemptSummary]
+    log_file: str | None  # decisions.md's failures only (campaign.render): the whole log's path
     # the measured window (worker.timing.StepFields, worker.external.WarmupFields)
     device: DeviceSummary
     torch_version: str | None
@@ -315,6 +361,9 @@ class TrialFields(TypedDict, total=False):
     slurm_attempt: int
     slurm_node_rank: int
     slurm_state: str
+    slurm_allocation: str  # launch.slurm_alloc's, with its id and the step's own job id
+    slurm_allocation_id: str
+    slurm_step_id: str
     node_id: str
     process_seconds: float
     # a command's (worker.external, worker.pairing.client)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import signal
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, cast
 
 from orchestrator.core.records import Status
 from orchestrator.spec.jobs import ProbeSpec, TrialSpec, WorkerJob
@@ -28,10 +28,14 @@ from orchestrator.core.results import (  # noqa: F401 - FINAL_STATUSES: launcher
     read_json,
     trial_record,
 )
+from orchestrator.core.trial_record import TrialRecordDict
 
-OnDone = Callable[[TrialSpec, dict[str, Any]], None]
+if TYPE_CHECKING:  # start-up cost: the probe's comparisons import torch; only its record type is used here
+    from orchestrator.analysis.correctness.compare import ProbeRecord
+
+OnDone = Callable[[TrialSpec, TrialRecordDict], None]
 OnStart = Callable[[TrialSpec], None]
-OnJobDone = Callable[[WorkerJob, dict[str, Any]], None]
+OnJobDone = Callable[[WorkerJob, "TrialRecordDict | ProbeRecord"], None]  # trial.json or probe.json
 
 STDERR_TAIL_LINES = 30
 
@@ -44,29 +48,30 @@ def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def read_record(path: Path, id_field: str = "trial_id") -> Optional[dict[str, Any]]:
+def read_record(path: Path, id_field: str = "trial_id") -> Optional[TrialRecordDict]:
     """A trial.json (probe.json: ``id_field="name"``) body, or None when it is missing,
     truncated or not a record."""
     try:
         rec = read_json(path)
     except (OSError, ValueError):
         return None
-    return rec if isinstance(rec, dict) and id_field in rec and "status" in rec else None
+    # typed as a trial's: job_record hands a probe.json on as a job's record
+    return cast("TrialRecordDict", rec) if isinstance(rec, dict) and id_field in rec and "status" in rec else None
 
 
-def job_record(job: WorkerJob) -> Optional[dict[str, Any]]:
+def job_record(job: WorkerJob) -> Optional[TrialRecordDict | ProbeRecord]:
     """The record the job's worker wrote for this job, or None."""
     rec = read_record(job.record_path, job.id_field)
     return rec if rec is not None and rec.get(job.id_field) == job.job_id else None
 
 
-def final_record(spec: WorkerJob) -> Optional[dict[str, Any]]:
+def final_record(spec: WorkerJob) -> Optional[TrialRecordDict | ProbeRecord]:
     """The job's record when it is already final on disk (resume skips it), else None."""
     rec = job_record(spec)
     return rec if rec is not None and rec.get("status") in FINAL_STATUSES else None
 
 
-def rank_failure(spec: TrialSpec) -> Optional[dict[str, Any]]:
+def rank_failure(spec: TrialSpec) -> Optional[TrialRecordDict]:
     """The earliest failure written by a non-zero rank of a distributed trial
     (trial.rank<N>.json), or None."""
     fails = [rec for rec in (read_record(p) for p in Path(spec.trial_dir).glob("trial.rank*.json"))
@@ -74,13 +79,13 @@ def rank_failure(spec: TrialSpec) -> Optional[dict[str, Any]]:
     return min(fails, key=lambda r: r.get("failed_at") or float("inf"), default=None)
 
 
-def root_cause(own: dict[str, Any], spec: TrialSpec) -> dict[str, Any]:
+def root_cause(own: TrialRecordDict, spec: TrialSpec) -> TrialRecordDict:
     """Rank 0's failure record, its status and error replaced by an earlier failure of another
     rank when there was one (rank 0 then only saw its peer go away)."""
     other = rank_failure(spec)
     if other is None or (other.get("failed_at") or 0) >= (own.get("failed_at") or float("inf")):
         return own
-    own = dict(own)
+    own = cast("TrialRecordDict", dict(own))
     own["rank0_error"] = own.get("error")
     own["status"] = other["status"]
     own["error"] = f"rank {other.get('rank')}: {other.get('error')}"
@@ -105,7 +110,7 @@ def status_from_returncode(rc: Optional[int], timeout_s: float,
     return "", ""
 
 
-def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> dict[str, Any]:
+def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> TrialRecordDict:
     """The trial's own record when it wrote one, else a failure record with the reason."""
     path = Path(spec.trial_dir) / "trial.json"
     own = read_record(path)
@@ -118,7 +123,7 @@ def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> di
     ranked = rank_failure(spec) if status == Status.CRASHED else None
     if ranked is not None:  # a non-zero rank said why it failed: keep its status (oom, failed)
         status, error = ranked["status"], f"rank {ranked.get('rank')}: {ranked.get('error')}"
-    return cast("dict[str, Any]", trial_record(  # launchers hand records on untyped still
+    return trial_record(
         trial_id=spec.trial_id,
         kind=spec.kind,
         bucket=spec.bucket["name"],
@@ -134,7 +139,7 @@ def record_or_failure(spec: TrialSpec, status: str, error: str, tail: str) -> di
         error=error,
         stderr_tail=tail,
         **({"code": spec.code} if spec.code else {}),
-    ))
+    )
 
 
 # What a distributed trial's log shows when it died in the harness rather than on the variant's
@@ -163,7 +168,7 @@ def infrastructure_failure(text: str) -> Optional[str]:
     return None
 
 
-def mark_infrastructure(spec: TrialSpec, record: dict[str, Any]) -> dict[str, Any]:
+def mark_infrastructure(spec: TrialSpec, record: TrialRecordDict) -> TrialRecordDict:
     """A failed multi-rank trial whose whole log (every rank's stderr.log, torchrun's report)
     shows a harness failure gets status ``infra_failed`` (the status it would have had is kept
     in ``raw_status``); anything else is returned unchanged."""
@@ -191,14 +196,14 @@ def dumps_spec(spec: WorkerJob) -> str:
     return spec.to_json()
 
 
-def probe_failure(spec: ProbeSpec, status: str, error: str, tail: str) -> dict[str, Any]:
+def probe_failure(spec: ProbeSpec, status: str, error: str, tail: str) -> ProbeRecord:
     """probe.json for a probe process that left none (the gate then says why)."""
     return {"schema_version": SCHEMA_VERSION, "name": spec.name, "arm_id": spec.arm_id,
             "arm_label": spec.arm_label, "role": spec.role, "status": status, "error": error,
             "stderr_tail": tail}
 
 
-def job_failure(job: WorkerJob, status: str, error: str, tail: str) -> dict[str, Any]:
+def job_failure(job: WorkerJob, status: str, error: str, tail: str) -> TrialRecordDict | ProbeRecord:
     """The job's record when it wrote one and ``status`` lets it stand, else a failure record
     of its kind with the reason (a launcher's own failure: no devices, a lost Slurm job)."""
     if isinstance(job, TrialSpec):
@@ -210,7 +215,7 @@ def job_failure(job: WorkerJob, status: str, error: str, tail: str) -> dict[str,
 
 
 def job_outcome(job: WorkerJob, rc: Optional[int], timeout_s: float, tail: str,
-                wall_s: float) -> dict[str, Any]:
+                wall_s: float) -> TrialRecordDict | ProbeRecord:
     """The record of a finished worker process: its own, or one that says why there is none.
     A trial that failed in the harness is marked ``infra_failed``; a probe records its wall
     time, start-up included (``process_seconds``: what the gate costs per arm)."""

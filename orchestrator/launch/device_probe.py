@@ -269,15 +269,16 @@ _DescriptionKey = Literal["kind", "name", "count", "kinds", "torch", "error", "f
                          "attention", "node_id", "slurm_job_id"]
 
 
-def _record(requested: str, doc: DeviceDescription, where: str) -> dict[str, Any]:
+def _record(requested: str, doc: DeviceDescription, where: str) -> DeviceResolved:
     keep: tuple[_DescriptionKey, ...] = (
         "kind", "name", "count", "kinds", "torch", "error", "faked", "attention", "node_id",
         "slurm_job_id")
-    return {"requested": requested, **{k: doc[k] for k in keep if k in doc}, "where": where}
+    return cast(DeviceResolved,
+                {"requested": requested, **{k: doc[k] for k in keep if k in doc}, "where": where})
 
 
 def resolve_device(cfg: Config, run_dir: Path,
-                   previous: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+                   previous: Optional[DeviceResolved] = None) -> DeviceResolved:
     """plan.json's ``device_resolved``: what ``device=`` resolved to and where it was decided.
     ``previous``: a resumed plan's record, reused as it is when it was for the same
     ``device=`` (no new probe). An explicit device is recorded as set; ``auto`` is asked of a
@@ -285,7 +286,7 @@ def resolve_device(cfg: Config, run_dir: Path,
     or of this host for the local and inline launchers. Writes nothing to ``run_dir``."""
     requested = str(cfg.device)
     if previous and previous.get("requested") == requested:
-        return dict(previous)
+        return cast(DeviceResolved, dict(previous))
     if requested != "auto":
         return {"requested": requested, "kind": requested.partition(":")[0], "name": None,
                 "count": None, "where": f"set by device={requested} (not resolved before the "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from orchestrator.worker.probe import run_probe
 from orchestrator.core.envvars import env_overrides
@@ -26,6 +26,10 @@ from orchestrator.launch.base import (
 )
 from orchestrator.core.results import atomic_write_json
 from orchestrator.worker.trial import run_trial
+from orchestrator.core.trial_record import TrialRecordDict
+
+if TYPE_CHECKING:  # start-up cost: the probe's comparisons import torch; only its record type is used here
+    from orchestrator.analysis.correctness.compare import ProbeRecord
 
 
 class InlineLauncher(Launcher):
@@ -49,7 +53,7 @@ class InlineLauncher(Launcher):
                 on_done(spec, record)
                 continue
             with env_overrides(spec.env):
-                record = cast("dict[str, Any]", run_trial(spec, launch_t0=time.time()))
+                record = run_trial(spec, launch_t0=time.time())
             on_done(spec, record)
 
     def run_jobs(self, jobs: Sequence[WorkerJob], on_done: OnJobDone, timeout_s: float) -> None:
@@ -63,16 +67,16 @@ class InlineLauncher(Launcher):
             on_done(job, record)
 
 
-def _run_in_process(job: WorkerJob) -> dict[str, Any]:
+def _run_in_process(job: WorkerJob) -> TrialRecordDict | ProbeRecord:
     t0 = time.perf_counter()
     try:
         with env_overrides(job.env):
             if isinstance(job, TrialSpec):
-                return cast("dict[str, Any]", run_trial(job, launch_t0=time.time()))
+                return run_trial(job, launch_t0=time.time())
             assert isinstance(job, ProbeSpec)
             record = run_probe(job)
             record["process_seconds"] = time.perf_counter() - t0
-            return cast("dict[str, Any]", record)  # a ProbeRecord, handed on as any job's record
+            return record
     finally:
         dynamo = sys.modules.get("torch._dynamo")
         if dynamo is not None:  # compiled code cached by a job must not serve later trials

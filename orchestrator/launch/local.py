@@ -23,7 +23,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, cast
 
 from orchestrator.spec.jobs import TrialSpec, WorkerJob
 from orchestrator.launch.base import (
@@ -39,6 +39,7 @@ from orchestrator.launch.forkserver import Starter
 from orchestrator.launch.process import run_worker_process, trial_command  # noqa: F401
 from orchestrator.launch.slots import DeviceSlots, Inventory, inventory
 from orchestrator.core.results import atomic_write_json
+from orchestrator.core.trial_record import TrialRecordDict
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +68,11 @@ class LocalLauncher(Launcher):
         """Stop the fork server (it also stops when this process exits)."""
         self.starter.close()
 
-    def run_one(self, spec: TrialSpec, timeout_s: float) -> dict[str, Any]:
+    def run_one(self, spec: TrialSpec, timeout_s: float) -> TrialRecordDict:
         """One trial in a fresh process, outside the slot bookkeeping (benchmarks, tools)."""
         self.starter.prepare([spec])
-        return run_worker_process(spec, timeout_s, self.python, annotate={"launcher": "local"},
-                                  starter=self.starter)
+        return cast("TrialRecordDict", run_worker_process(  # a trial spec's: trial.json
+            spec, timeout_s, self.python, annotate={"launcher": "local"}, starter=self.starter))
 
     def slots(self) -> DeviceSlots:
         inv = self._inv or inventory(self.device, self.devices)
@@ -112,9 +113,9 @@ class LocalLauncher(Launcher):
                     if on_start is not None:
                         with lock:
                             on_start(spec)
-                    record = run_worker_process(spec, timeout_s, self.python, slots.env(mine),
-                                               annotate={"launcher": "local", "devices": mine},
-                                               starter=self.starter)
+                    record = cast("TrialRecordDict", run_worker_process(  # a trial's: trial.json
+                        spec, timeout_s, self.python, slots.env(mine),
+                        annotate={"launcher": "local", "devices": mine}, starter=self.starter))
                     with lock:
                         on_done(spec, record)
             finally:

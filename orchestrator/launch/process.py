@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional, TypedDict
 
 from orchestrator.spec.jobs import LAUNCH_T0_VAR, WorkerJob
 from orchestrator.launch.base import job_outcome, stderr_tail
@@ -30,6 +30,23 @@ from orchestrator.launch.forkserver import (
 from orchestrator.core.paths import package_root
 from orchestrator.platform.children import die_with_parent, ignore_job_signals, run_child
 from orchestrator.core.results import atomic_write_json, atomic_write_text
+from orchestrator.core.trial_record import TrialRecordDict
+
+if TYPE_CHECKING:  # start-up cost: the probe's comparisons import torch; only its record type is used here
+    from orchestrator.analysis.correctness.compare import ProbeRecord
+
+
+class LaunchFields(TypedDict, total=False):
+    """What a launcher adds to a worker's record (:func:`run_worker_process`'s ``annotate``;
+    trial.json's and probe.json's launcher fields)."""
+
+    launcher: str
+    devices: list[int] | str | None
+    slurm_job_id: str
+    node_id: str
+    slurm_attempt: int
+    slurm_node_rank: int
+    startup_measured_from: str
 
 
 def worker_command(python: str, worker: str, spec_path: Path, nproc: int) -> list[str]:
@@ -52,10 +69,10 @@ def run_worker_process(
     nproc: Optional[int] = None,
     log_suffix: str = "",
     write_record: bool = True,
-    annotate: Optional[dict[str, Any]] = None,
+    annotate: Optional[LaunchFields] = None,
     ignore_sigterm: bool = False,
     starter: Optional[Starter] = None,
-) -> dict[str, Any]:
+) -> TrialRecordDict | ProbeRecord:
     """Run one worker job (or one rank of it, with ``extra_env`` carrying RANK etc.) as a
     process and return its record; writes it (the worker's own, or a failure record, with
     ``annotate`` added) into the job directory unless ``write_record`` is False.

@@ -44,7 +44,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Optional, Sequence, TypedDict
 
 from orchestrator.spec.config import SlurmLauncherConfig
 from orchestrator.spec.jobs import JOB_KINDS, TrialSpec, WorkerJob, job_from_payload
@@ -61,8 +61,12 @@ from orchestrator.launch.base import (
     world_size,
 )
 from orchestrator.launch.forkserver import Starter
-from orchestrator.launch.process import run_worker_process
+from orchestrator.launch.process import LaunchFields, run_worker_process
 from orchestrator.core.results import atomic_write_json, atomic_write_text
+from orchestrator.core.trial_record import TrialRecordDict
+
+if TYPE_CHECKING:  # start-up cost: the probe's comparisons import torch; only its record type is used here
+    from orchestrator.analysis.correctness.compare import ProbeRecord
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +298,7 @@ class GroupJob:
             if rank >= ws:
                 continue
             extra = rank_env(spec, env, rank, master_port(env.job_id, i))
-            annotate = {"launcher": "slurm", "slurm_job_id": env.job_id, "node_id": node,
+            annotate: LaunchFields = {"launcher": "slurm", "slurm_job_id": env.job_id, "node_id": node,
                         "slurm_attempt": self.attempt,
                         "startup_measured_from": "slurm submission" if first and not self.attempt
                         else "process start"}
@@ -469,7 +473,7 @@ class SlurmLauncher(Launcher):
                 time.sleep(self.cfg.poll_interval_s)
         return outcomes
 
-    def _collect(self, spec: WorkerJob, job: Any, state: str, error: str) -> dict[str, Any]:
+    def _collect(self, spec: WorkerJob, job: Any, state: str, error: str) -> TrialRecordDict | ProbeRecord:
         rec = job_record(spec)
         if rec is not None:
             return rec

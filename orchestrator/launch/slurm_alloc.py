@@ -43,7 +43,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Optional, Sequence, TypedDict
+from typing import IO, TYPE_CHECKING, Any, Optional, Sequence, TypedDict, cast
 
 from orchestrator.core.paths import package_root
 from orchestrator.core.results import Status, atomic_write_json
@@ -72,6 +72,10 @@ from orchestrator.launch.slurm import (
 )
 from orchestrator.spec.config import SlurmLauncherConfig
 from orchestrator.spec.jobs import JOB_KINDS, TrialSpec, WorkerJob, job_from_payload
+from orchestrator.core.trial_record import TrialRecordDict
+
+if TYPE_CHECKING:  # start-up cost: the probe's comparisons import torch; only its record type is used here
+    from orchestrator.analysis.correctness.compare import ProbeRecord
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +172,13 @@ def client_env() -> dict[str, str]:
     return env
 
 
+class AllocationFields(TypedDict):
+    """The allocation a job step ran in, added to its trial.json or probe.json."""
+
+    slurm_allocation: str
+    slurm_allocation_id: str
+
+
 class _LauncherEntry(TypedDict):
     name: str
 
@@ -190,7 +201,7 @@ def plan_entry(lc: Any) -> LauncherEntry:
     return doc
 
 
-def slurm_line(records: Sequence[dict[str, Any]]) -> str:
+def slurm_line(records: Sequence[TrialRecordDict]) -> str:
     """decisions.md: how the Slurm trials ran (``slurm: one allocation per campaign, job 12``
     or ``slurm: one job per round and bucket (4 jobs)``); "" without Slurm trials."""
     ran = [r for r in records if r.get("launcher") == "slurm"]
@@ -450,7 +461,7 @@ class SlurmAllocationLauncher(SlurmLauncher):
     # ------------------------------------------------------------------ one job step
 
     def _run_step(self, alloc: Allocation, group: Sequence[WorkerJob], timeout_s: float,
-                  on_start: Optional[OnStart], what: str) -> dict[str, dict[str, Any]]:
+                  on_start: Optional[OnStart], what: str) -> dict[str, TrialRecordDict | ProbeRecord]:
         n = alloc.steps
         alloc.steps += 1
         step_dir = self.folder / alloc.job_id / f"step{n:04d}"
@@ -532,15 +543,15 @@ class SlurmAllocationLauncher(SlurmLauncher):
                 return state or "LOST"
 
     def _collect_step(self, spec: WorkerJob, alloc: Allocation, step: int,
-                      ended: Optional[str], rc: Optional[int], step_dir: Path) -> dict[str, Any]:
+                      ended: Optional[str], rc: Optional[int], step_dir: Path) -> TrialRecordDict | ProbeRecord:
         """The job's own record, annotated with the allocation; a record saying why where it
         has none, or where the allocation's end killed it: ``infra_failed`` for a trial (not on
         its arm's account, re-run), ``killed`` / ``crashed`` for a probe."""
-        where = {"slurm_allocation": CAMPAIGN, "slurm_allocation_id": alloc.job_id}
+        where: AllocationFields = {"slurm_allocation": CAMPAIGN, "slurm_allocation_id": alloc.job_id}
         rec = job_record(spec)
         if rec is not None and not (ended and rec.get("status") == Status.KILLED):
             step_id = rec.get("slurm_job_id")
-            rec.update(where, slurm_job_id=alloc.job_id,
+            rec.update(where, slurm_job_id=alloc.job_id,  # type: ignore[call-arg]  # mypy: no keywords in a TypedDict's update()
                        **({"slurm_step_id": step_id} if step_id else {}))
             atomic_write_json(spec.record_path, rec)
             return rec
@@ -556,8 +567,9 @@ class SlurmAllocationLauncher(SlurmLauncher):
         tail = stderr_tail(spec.job_dir / "stderr.log") or stderr_tail(step_dir / "stderr.log")
         record = job_failure(spec, status, error, tail)
         if isinstance(spec, TrialSpec):  # the harness failed, not the arm: re-run it
-            record = {**record, "raw_status": record.get("status"), "status": INFRA_STATUS,
-                      "failure_kind": "infrastructure", "infra_reason": error}
+            record = cast("TrialRecordDict", {  # a trial spec's: trial.json
+                **record, "raw_status": record.get("status"), "status": INFRA_STATUS,
+                "failure_kind": "infrastructure", "infra_reason": error})
         record.update({"launcher": "slurm", "slurm_job_id": alloc.job_id,
                        "slurm_state": ended or "RUNNING", **where})
         atomic_write_json(spec.record_path, record)

@@ -21,7 +21,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, cast
 
 from orchestrator.core.records import Pairing
 from orchestrator.spec.config import Config
@@ -30,7 +30,7 @@ from orchestrator.spec.plan import PlannedTrial
 from orchestrator.core.steady import WarmupPolicy
 from orchestrator.platform.slices import Slice, duet_slices, placement
 from orchestrator.platform import compile_stats
-from orchestrator.spec.sweep import (Bucket, ResolvedArm, alternates, selected_buckets,
+from orchestrator.spec.sweep import (ArmCode, Bucket, ResolvedArm, alternates, selected_buckets,
                                      varies_compilation)
 
 # set by the launcher just before it starts the process: start-to-first-step is measured from it
@@ -108,7 +108,8 @@ class PairedArm:
     trial_dir: str
     workload: dict[str, Any]  # the arm's resolved workload
     env: dict[str, str] = field(default_factory=dict)  # its env.* switches (a duet's own process)
-    code: dict[str, Any] = field(default_factory=dict)  # the user's code it runs
+    # ({} fits the total=False ArmCode; mypy types a dict() default as dict[Never, Never])
+    code: ArmCode = field(default_factory=dict)  # type: ignore[assignment]  # the user's code it runs
 
 
 @dataclass
@@ -161,7 +162,7 @@ class TrialSpec(WorkerJob):
     order_seed: str = ""
     cpu_affinity: Optional[list[int]] = None  # launcher.cpu_affinity: cores the trial is pinned to
     # the user's code the trial runs (its arm's: orchestrator.campaign.revisions); in its record
-    code: dict[str, Any] = field(default_factory=dict)
+    code: ArmCode = field(default_factory=dict)  # type: ignore[assignment]  # as PairedArm.code
     # protocol.pairing=duet: the paired arms' slices (orchestrator.worker.pairing.duet)
     duet: Optional[DuetPart] = None
 
@@ -280,7 +281,7 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                 round=p.round,
                 position=p.position,
                 workload=arm.job_workload(),
-                code=dict(arm.code),
+                code=cast(ArmCode, dict(arm.code)),  # cast: mypy reads dict() of a TypedDict as a plain dict
                 device=cfg.device,
                 warmup_steps=cfg.protocol.warmup_steps,
                 # the planner's trial length for adaptive rounds, else the protocol's; the
@@ -333,7 +334,7 @@ def _groups(specs: Sequence[TrialSpec]) -> list[list[TrialSpec]]:
 
 def _paired(members: Sequence[TrialSpec]) -> list[PairedArm]:
     return [PairedArm(m.arm_id, m.arm_label, m.is_baseline, m.trial_id, m.trial_dir, m.workload,
-                      dict(m.env), dict(m.code)) for m in members]
+                      dict(m.env), cast(ArmCode, dict(m.code))) for m in members]
 
 
 def duet_specs(specs: Sequence[TrialSpec], slices: list[Slice]) -> list[TrialSpec]:
@@ -381,6 +382,6 @@ def paired_members(spec: TrialSpec) -> list[TrialSpec]:
                                 arm_id=a.arm_id, arm_label=a.arm_label,
                                 is_baseline=a.is_baseline, workload=a.workload,
                                 env=dict(a.env) if spec.duet or spec.alternate else spec.env,
-                                code=dict(a.code) or spec.code, paired_arms=[], duet=None,
+                                code=cast(ArmCode, dict(a.code)) or spec.code, paired_arms=[], duet=None,
                                 alternate=False)
             for a in spec.paired_arms]

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, TypedDict, cast
 
 from orchestrator.core.records import Pairing
+from orchestrator.core.trial_record import ArmCode  # noqa: F401  (moved to core; importers follow)
 from orchestrator.spec.config import EVIDENCE_KINDS, Config, SweepConfig, WorkloadConfig
 from orchestrator.core.convert import to_dict
 from orchestrator.core.errors import ConfigError
@@ -40,22 +41,6 @@ class Bucket(TypedDict):
     seq_len: int
     micro_batch: int
     weight: float
-
-
-class ArmCode(TypedDict, total=False):
-    """The user's code one arm runs (orchestrator.campaign.revisions): code.json's ``arms``
-    entries and a trial record's ``code``; {} when none is known."""
-
-    repo: str | None
-    revision: str | None  # the revision asked for (None: the checkout in place)
-    commit: str | None
-    branch: str | None
-    dirty: bool | None
-    diff_sha256: str | None
-    worktree: str | None  # relative to the run directory
-    snapshot_of: str | None  # WORKTREE: the commit the uncommitted changes lie on
-    recipe_file: str  # an import-path recipe's module, relative to the repository
-    recipe_file_sha256: str
 
 
 class ArmPlan(TypedDict):

@@ -17,9 +17,10 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.core.records import Status
+from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.platform import device as devmod
 from orchestrator.platform.children import die_with_parent
 from orchestrator.platform import distributed as distmod
@@ -29,6 +30,9 @@ from orchestrator.core.convert import from_dict
 from orchestrator.core.errors import BackendUnavailable
 from recipes.base import Recipe
 from recipes.registry import builder_path, workload_from_dict
+
+if TYPE_CHECKING:  # for its type only: the module imports torch, a host-only worker never does
+    from orchestrator.analysis.correctness.compare import ProbeRecord
 
 
 @dataclass
@@ -93,7 +97,7 @@ def start_worker(workload: dict[str, Any], device: str) -> Worker:
     return worker
 
 
-def worker_main(argv: list[str] | None, module: str, run: Callable[[str], dict[str, Any]],
+def worker_main(argv: list[str] | None, module: str, run: Callable[[str], TrialRecordDict | ProbeRecord],
                 what: str, id_field: str, fine: tuple[str, ...],
                 distributed_fails: bool = False) -> int:
     """The ``main()`` of every worker process (``python -m MODULE SPEC.json``): die with a

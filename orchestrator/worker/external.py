@@ -48,7 +48,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import (
+    AlternationFacts,
+    DeviceSummary,
+    DuetFacts,
+    TrialBase,
+    TrialRecordDict,
+)
 from orchestrator.client import PARAMS_ENV
 from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
@@ -115,6 +121,46 @@ class DeclaredUtilization(TypedDict, total=False):
     peaks: list[PeakRefDict]
     utilization: list[UtilizationEntry]
     peaks_note: str
+
+
+class CommandFields(TrialBase, total=False):
+    """A command trial's record before its status (trial.json): the trial's base fields,
+    :func:`command_fields`, then what its run, its nodes, its step lines and its pairing mode
+    (worker.pairing's duet, alternation, client) add."""
+
+    command: str
+    env: dict[str, str]
+    command_env: dict[str, str]
+    python_version: str
+    device: DeviceSummary
+    command_wall_s: float | None
+    returncode: int | None
+    client_params: dict[str, Any]  # the user's workload params, free-form JSON
+    infra_reason: str
+    # several nodes (worker.nodes.NodeStepFields, worker.pairing.client_nodes.NodeFields)
+    nodes: int
+    node_wall_s: dict[str, float | None]
+    nodes_logging_steps: list[int]
+    node_skew_median_s: float | None
+    slowest_node_counts: dict[str, int] | None
+    step_time_from: str
+    # the step lines (StepsFollowed)
+    steps_asked: int | None
+    steps_logged: int
+    steps_ignored: str
+    step_source: str
+    # a paired mode's (worker.pairing)
+    pairing: str
+    paired_by: str
+    paired_process: str
+    paired_arms: list[str]
+    block_steps: int
+    switch_warmup_steps: int
+    cycles: int
+    alternation: AlternationFacts
+    duet: DuetFacts
+    duet_slice: int
+    client_channel: str
 
 
 class LogProblem(Exception):
@@ -287,7 +333,7 @@ def start_command(inv: Any, env: dict[str, str], tdir: Path,
     return proc, guard
 
 
-def command_fields(spec: Any, base: dict[str, Any], inv: Any) -> dict[str, Any]:
+def command_fields(spec: Any, base: TrialBase, inv: Any) -> CommandFields:
     """The fields of every record of a command's trial: the command line and its environment
     (no interpreter, trial or home paths), and the device it is not probed for."""
     tdir = str(spec.trial_dir)
@@ -333,7 +379,7 @@ def read_lines(path: Path) -> list[str]:
         return []
 
 
-def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> TrialRecordDict:
+def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDict:
     """Run one external trial and build its record (statuses instead of exceptions). Over
     several machines (orchestrator.worker.nodes) node 0 writes the record from every node's
     report, the others leave their report."""
@@ -342,7 +388,7 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> TrialReco
     where = nodes.place(getattr(inv, "launch_env", {}) or {})
     common = command_fields(spec, base, inv)
     if where.multi:
-        common.update(nodes=where.nnodes)
+        common.update(nodes=where.nnodes)  # type: ignore[call-arg]  # mypy: TypedDict.update takes no keywords
     log_path = tdir / nodes.log_name(where)
     t0 = time.time()
     switched = {k: trainer.workload.params.get(k)
@@ -359,7 +405,7 @@ def measure_external(spec: Any, base: dict[str, Any], trainer: Any) -> TrialReco
     own_log = inv.log_file is None or where.node > 0
     lines = out_lines if own_log else read_lines(Path(inv.cwd or ".", inv.log_file))
     tail = _redact("\n".join(out_lines[-_TAIL_LINES:]), str(tdir))
-    common.update(command_wall_s=wall, returncode=rc)
+    common.update(command_wall_s=wall, returncode=rc)  # type: ignore[call-arg]  # mypy: TypedDict.update takes no keywords
 
     def failed(kind: str, error: str, status: str = "failed") -> TrialRecordDict:
         return trial_record(**common, status=status, failure_kind=kind, error=error,
@@ -410,7 +456,7 @@ def _outcome(start_error: str | None, rc: int | None, inv: Any, trainer: Any,
 
 
 def _read_steps(spec: Any, trainer: Any, lines: list[str], where: nodes.NodePlace,
-                others: dict[int, nodes.NodeReport], common: dict[str, Any],
+                others: dict[int, nodes.NodeReport], common: CommandFields,
                 ) -> tuple[CheckedSteps, dict[int, dict[int, float]]] | tuple[str, str]:
     """(the checked steps, each node's time per step) from the log (and the other nodes'
     reports), or (failure kind, error) when they cannot be read."""
@@ -440,7 +486,7 @@ def _read_steps(spec: Any, trainer: Any, lines: list[str], where: nodes.NodePlac
 
 
 def _other_nodes(tdir: Path, where: nodes.NodePlace, wall: float,
-                 outcome: TrialRecordDict | None, common: dict[str, Any],
+                 outcome: TrialRecordDict | None, common: CommandFields,
                  ) -> tuple[dict[int, nodes.NodeReport], tuple[str, str, str] | None]:
     """Node 0, its command ended: the other nodes' reports, and (failure kind, error, status)
     when they decide the trial's failure (a node that failed while node 0 did not, or one that
@@ -540,7 +586,7 @@ def _per_step(records: Sequence[StepRecord], value: Any) -> list[Any]:
     return [value(r) for r in records for _ in range(r.steps)]
 
 
-def ok_record(spec: Any, common: dict[str, Any], trainer: Any, checked: CheckedSteps,
+def ok_record(spec: Any, common: CommandFields, trainer: Any, checked: CheckedSteps,
               per_node: dict[int, dict[int, float]] | None = None) -> TrialRecordDict:
     rows = step_rows(checked)
     nodes.node_columns(rows, per_node or {})

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import TrialBase, TrialRecordDict
 from orchestrator.platform import kernel_bench
 from orchestrator.spec.config import BucketConfig
 from orchestrator.core.convert import from_dict
@@ -22,7 +22,7 @@ from orchestrator.core.results import trial_record, Status
 from orchestrator.worker.bootstrap import start_worker
 
 
-def run_microbench(spec: Any, base: dict[str, Any]) -> TrialRecordDict:
+def run_microbench(spec: Any, base: TrialBase) -> TrialRecordDict:
     """Time the sweep's microbenchmark for this arm and bucket; returns the trial's record."""
     m = spec.microbench
     name = str(m["name"])

@@ -37,7 +37,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.core.records import Status
 from orchestrator.platform import device as devmod
@@ -429,8 +429,7 @@ def run_probe(spec: ProbeSpec) -> ProbeRecord:
 
 def main(argv: list[str] | None = None) -> int:
     return worker_main(argv, "orchestrator.worker.probe",
-                       # worker_main takes any worker's record, as a plain dict
-                       lambda path: cast("dict[str, Any]", run_probe(ProbeSpec.from_file(path))),
+                       lambda path: run_probe(ProbeSpec.from_file(path)),
                        "probe", "name",
                        (Status.OK, Status.UNAVAILABLE, "unsupported"), distributed_fails=True)
 

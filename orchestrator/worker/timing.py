@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import TrialBase, TrialRecordDict
 from orchestrator.core import reference as refmod
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.core.records import Status
@@ -350,7 +350,7 @@ class ArmSteps:
     memory: dict[str, int] | None = None  # this arm's allocator figures in a paired process
 
 
-def measured_record(b: Built, base: dict[str, Any], arm: ArmSteps, **more: Any) -> TrialRecordDict:
+def measured_record(b: Built, base: TrialBase, arm: ArmSteps, **more: Any) -> TrialRecordDict:
     """The trial record of ``arm.rows`` (one arm's steps; all of them for a one-arm trial),
     after the timed steps: steps.csv, FLOPs and utilization (an extra counted step), the
     recipe's extra facts."""

@@ -16,9 +16,8 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, cast
 
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import TrialBase, TrialRecordDict
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.core.records import Status, TrialKind
 from orchestrator.core.results import atomic_write_json, trial_record
@@ -97,9 +96,9 @@ def cpu_set() -> list[int] | None:
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
 
-def _base_fields(spec: TrialSpec) -> dict[str, Any]:
+def _base_fields(spec: TrialSpec) -> TrialBase:
     """The fields every record of this trial starts from."""
-    base: dict[str, Any] = {
+    base: TrialBase = {
         "trial_id": spec.trial_id, "kind": spec.kind, "bucket": spec.bucket["name"],
         "seq_len": spec.bucket["seq_len"], "micro_batch": spec.bucket["micro_batch"],
         "bucket_weight": spec.bucket.get("weight", 1.0), "arm_id": spec.arm_id,
@@ -114,7 +113,7 @@ def _base_fields(spec: TrialSpec) -> dict[str, Any]:
     return base
 
 
-def _run_kind(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None,
+def _run_kind(spec: TrialSpec, base: TrialBase, launch_t0: float | None,
               ) -> tuple[TrialRecordDict, list[tuple[TrialRecordDict, str]]]:
     """(the process's record, each paired arm's (record, trial dir) or []) by trial kind."""
     records: list[tuple[TrialRecordDict, str]] = []
@@ -163,9 +162,9 @@ def _write_records(spec: TrialSpec, records: list[tuple[TrialRecordDict, str]], 
             atomic_write_json(Path(rdir) / f"trial.rank{rank}.json", rec)
 
 
-def _run_file(path: str) -> dict[str, Any]:
+def _run_file(path: str) -> TrialRecordDict:
     t0 = os.environ.get(LAUNCH_T0_VAR)
-    return cast("dict[str, Any]", run_trial(TrialSpec.from_file(path), float(t0) if t0 else None))
+    return run_trial(TrialSpec.from_file(path), float(t0) if t0 else None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,6 +95,24 @@ class ProbeRecord(TypedDict, total=False):
     traceback: str
     probe_seconds: float
     process_seconds: float  # the probe process's wall time, added by the launcher
+    stderr_tail: str  # the launcher's, where the probe process left no record
+    # the launcher's (launch.process, launch.slurm, launch.slurm_alloc)
+    returncode: int | None
+    start_method: str
+    start_method_why: str | None
+    launcher: str
+    slurm_job_id: str
+    slurm_attempt: int
+    slurm_node_rank: int
+    slurm_state: str
+    slurm_allocation: str
+    slurm_allocation_id: str
+    slurm_step_id: str
+    node_id: str
+    devices: list[int] | str | None
+    startup_measured_from: str
+    infra_reason: str
+    raw_status: str | None
 
 
 class StepTensors(TypedDict):

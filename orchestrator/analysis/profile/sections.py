@@ -15,6 +15,7 @@ from orchestrator.analysis.profile.diff import diff_traces
 from orchestrator.analysis.profile.trace_stats import FrameworkSummary, PhaseShare
 from orchestrator.core.sanitize import VENDOR_REPORT_SUFFIXES
 from orchestrator.core.results import Status
+from orchestrator.core.trial_record import TrialRecordDict
 
 TOP_CHANGES = 5
 
@@ -134,7 +135,7 @@ def flops_lines(sums: Sequence[tuple[str, FrameworkSummary | None]],
 
 
 def profile_section(run_dir: Path, mode: str, buckets: Sequence[str], arms: Sequence[Any],
-                    records: Sequence[dict[str, Any]],
+                    records: Sequence[TrialRecordDict],
                     timed_median_s: dict[tuple[str, str], float | None],
                     peaks: Sequence[Any] = (), keep_vendor_reports: bool = False) -> list[str]:
     """Body of the ``Profiles`` section; empty when nothing was profiled. ``peaks`` are the

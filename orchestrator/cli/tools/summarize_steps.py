@@ -30,7 +30,7 @@ import os
 import statistics
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.platform.flops import utilization
 from orchestrator.core.logparse import lines_covering, LogParseError, StepRecord, parse_steps, reported_mfu
@@ -92,8 +92,18 @@ def summarize(records: Sequence[StepRecord], tokens_per_step: int | None = None,
     return out
 
 
+class OurMfu(TypedDict):
+    """The MFU figures of the tool's summary (its --json output): ours, against a stated peak."""
+
+    mfu: float
+    mfu_step_time_s: float
+    flops_per_device_step_tflop: float
+    mfu_peak_tflops_per_device: float
+    mfu_peak_kind: str | None
+
+
 def our_mfu(summary: dict[str, Any], flops_tflop: float, peak_tflops: float,
-            peak_kind: str | None) -> dict[str, Any]:
+            peak_kind: str | None) -> OurMfu:
     """MFU from given useful FLOPs per device-step and a stated peak, at the median step time:
     the orchestrator's definition (pure)."""
     t = summary["step_time_median_s"]

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import TrialBase, TrialRecordDict
 from orchestrator.core.records import Pairing
 from orchestrator.spec.jobs import TrialSpec
 from orchestrator.worker.pairing import alternation, client, duet, inprocess, process
@@ -45,7 +43,7 @@ class Mode:
     name: str
     pairing: Pairing  # the word plan.json and the records carry
     applies: Callable[[TrialSpec], bool]
-    measure: Callable[[TrialSpec, dict[str, Any], float | None], Records]
+    measure: Callable[[TrialSpec, TrialBase, float | None], Records]
 
 
 def _own_process(spec: TrialSpec) -> bool:
@@ -73,6 +71,6 @@ def mode_for(spec: TrialSpec) -> Mode:
     return next(m for m in MODES if m.applies(spec))
 
 
-def measure(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> Records:
+def measure(spec: TrialSpec, base: TrialBase, launch_t0: float | None) -> Records:
     """Every arm of the timed trial ``spec``: one (record, trial dir) per arm."""
     return mode_for(spec).measure(spec, base, launch_t0)

@@ -43,9 +43,9 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import TrialBase, TrialRecordDict
 from orchestrator.client import PARAMS_ENV
 from orchestrator.core import blocks
 from orchestrator.core.logparse import (
@@ -554,7 +554,7 @@ class _Alternation:
         return [[rec.step_time_s, rec.loss, tag, rec.step] for rec, tag in got]
 
 
-def measure_alternated(spec: Any, base: dict[str, Any]) -> list[tuple[TrialRecordDict, str]]:
+def measure_alternated(spec: Any, base: TrialBase) -> list[tuple[TrialRecordDict, str]]:
     """Every arm of ``spec.paired_arms`` as a process of its own, the arms taking turns block
     by block (module docstring); one (record, trial dir) per arm, in the spec's order."""
     asked = asked_steps(spec)
@@ -577,14 +577,15 @@ def _end(runs: list[ArmRun]) -> None:
         r.reap(deadline)
 
 
-def _record(spec: Any, base: dict[str, Any], alt: _Alternation, r: ArmRun) -> TrialRecordDict:
+def _record(spec: Any, base: TrialBase, alt: _Alternation, r: ArmRun) -> TrialRecordDict:
     a, plan = r.arm, alt.plan
     view = ArmView(spec, a)
-    own = command_fields(view, {**base, "trial_id": a.trial_id, "arm_id": a.arm_id,
-                                "arm_label": a.arm_label, "is_baseline": a.is_baseline,
-                                "position": spec.position + spec.paired_arms.index(a),
-                                **({"code": a.code} if a.code else {})}, r.inv)
-    own.update(
+    # cast: mypy reads no keys through the conditional ** (the code is the arm's where known)
+    own = command_fields(view, cast(TrialBase, {
+        **base, "trial_id": a.trial_id, "arm_id": a.arm_id, "arm_label": a.arm_label,
+        "is_baseline": a.is_baseline, "position": spec.position + spec.paired_arms.index(a),
+        **({"code": a.code} if a.code else {})}), r.inv)
+    own.update(  # type: ignore[call-arg]  # mypy: TypedDict.update takes no keywords
         pairing="steps", paired_by="alternation", paired_process=spec.trial_id,
         paired_arms=plan.ids, block_steps=spec.block_steps,
         switch_warmup_steps=spec.switch_warmup_steps, cycles=plan.cycle,

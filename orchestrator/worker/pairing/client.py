@@ -44,9 +44,9 @@ import statistics
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import TrialBase, TrialRecordDict
 from orchestrator import client as wire
 from orchestrator.core import blocks
 from orchestrator.core.errors import BackendUnavailable
@@ -57,6 +57,7 @@ from orchestrator.worker import nodes
 from orchestrator.worker.bootstrap import start_worker
 from orchestrator.worker.external import (
     child_peak_rss,
+    CommandFields,
     command_fields,
     declared_utilization,
     log_tail,
@@ -66,6 +67,7 @@ from orchestrator.worker.pairing import client_nodes
 from orchestrator.worker.pairing.channel import (  # noqa: F401 (its users' names)
     Channel,
     ChannelError,
+    Stray,
     listen_address,
     tcp_endpoint,
 )
@@ -105,6 +107,41 @@ class ClientClockFields(TypedDict, total=False):
 
     timed_by: str
     timed_by_why: str
+
+
+class PairingSession(TypedDict):
+    """A paired process's fields of each arm's trial.json: the pairing, the process and its
+    arms, the block sizes and the cycles run (worker.pairing.inprocess, the client's)."""
+
+    pairing: str
+    paired_process: str
+    paired_arms: list[str]
+    block_steps: int
+    switch_warmup_steps: int
+    cycles: int
+
+
+class PairedCommandFields(CommandFields, total=False):
+    """A client-paired command's arm record before its status (trial.json): the command's
+    fields, the refused connections to its channel, and the arm's own."""
+
+    client_strays: list[Stray]
+
+
+class RankFields(distmod.DistNodes, total=False):
+    """A client-paired arm's distributed fields of trial.json (:func:`rank_fields`): the
+    fields of :class:`~orchestrator.platform.distributed.DistSummary`, the backend None (the
+    command's own), and each rank's median step time."""
+
+    step_agreement_median_s: float | None
+    world_size: int
+    dist_backend: str | None
+    step_time_definition: str
+    rank_skew_median_s: float | None
+    rank_skew_max_s: float | None
+    slowest_rank_counts: dict[int, int]  # rank -> measured steps it was the slowest in
+    threads_per_rank: int | None
+    step_time_rank_medians_s: dict[int, float]
 
 
 class Plan:
@@ -326,7 +363,7 @@ class Plan:
         return out
 
 
-def measure(spec: Any, base: dict[str, Any]) -> list[tuple[TrialRecordDict, str]]:
+def measure(spec: Any, base: TrialBase) -> list[tuple[TrialRecordDict, str]]:
     """The round's arms through one run of the command (its trainer built with the
     baseline's workload); one (record, trial dir) per arm, in the spec's order."""
     base_arm = next((a for a in spec.paired_arms if a.is_baseline), spec.paired_arms[0])
@@ -338,7 +375,7 @@ def measure(spec: Any, base: dict[str, Any]) -> list[tuple[TrialRecordDict, str]
     return measure_client_paired(spec, base, trainer)
 
 
-def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
+def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
                           listen: str | None = None) -> list[tuple[TrialRecordDict, str]]:
     """Every arm of ``spec.paired_arms`` through one run of the command (built with the
     baseline's workload); one (record, trial dir) per arm, in the spec's order. ``listen``:
@@ -375,27 +412,27 @@ def measure_client_paired(spec: Any, base: dict[str, Any], trainer: Any,
     finally:
         channel.close()
         client_nodes.withdraw(tdir)
-    common = {**command_fields(spec, base, inv), "command_wall_s": wall, "returncode": rc,
-              "step_source": "orchestrator.client",
+    common = cast(PairedCommandFields, {**command_fields(spec, base, inv), "command_wall_s": wall,
+              "returncode": rc, "step_source": "orchestrator.client",  # cast: mypy reads no keys through the conditional **
               # over nodes: the first node's address (a machine) stays out of the record
               "client_channel": ("tcp://<master_addr>:" + channel.address.rsplit(":", 1)[-1]
                                  if where.multi else channel.address)
               if channel.tcp else "unix",
-              **({"client_strays": channel.strays} if channel.strays else {})}
-    session = {"pairing": "steps", "paired_process": spec.trial_id,
+              **({"client_strays": channel.strays} if channel.strays else {})})
+    session: PairingSession = {"pairing": "steps", "paired_process": spec.trial_id,
                "paired_arms": plan.ids, "block_steps": spec.block_steps,
                "switch_warmup_steps": spec.switch_warmup_steps, "cycles": plan.cycle}
     tail = log_tail(tdir / "command.log", str(tdir))
     if where.multi:
-        common.update(nodes=where.nnodes, **node_fields)
+        common.update(nodes=where.nnodes, **node_fields)  # type: ignore[call-arg, misc]  # mypy: update takes no keywords
     outcome = _outcome(plan, channel, rc, start_error, inv.time_limit_s)
     if node_outcome is not None and (outcome is None or node_outcome["status"] == INFRA_STATUS):
         outcome = node_outcome  # another node failed or was lost: say so, not its effect here
     out = []
     for i, a in enumerate(arms):
         arm = str(a.arm_id)
-        own = {**common, "trial_id": a.trial_id, "arm_id": arm, "arm_label": a.arm_label,
-               "is_baseline": a.is_baseline, "position": spec.position + i, **session}
+        own: PairedCommandFields = {**common, "trial_id": a.trial_id, "arm_id": arm,
+               "arm_label": a.arm_label, "is_baseline": a.is_baseline, "position": spec.position + i, **session}
         out.append((_arm_record(spec, trainer, plan, own, arm, outcome, tail), a.trial_dir))
     return out
 
@@ -445,7 +482,7 @@ def _outcome(plan: Plan, channel: Channel, rc: int | None, start_error: str | No
     return None
 
 
-def _arm_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: str,
+def _arm_record(spec: Any, trainer: Any, plan: Plan, own: PairedCommandFields, arm: str,
                 outcome: client_nodes.Outcome | None, tail: str) -> TrialRecordDict:
     rows = plan.rows(arm)
     if rows:
@@ -473,7 +510,7 @@ def _dir_of(spec: Any, arm: str) -> str:
     return next(a.trial_dir for a in spec.paired_arms if str(a.arm_id) == arm)
 
 
-def ok_paired_record(spec: Any, trainer: Any, plan: Plan, own: dict[str, Any], arm: str,
+def ok_paired_record(spec: Any, trainer: Any, plan: Plan, own: CommandFields, arm: str,
                      rows: list[dict[str, Any]], peak: tuple[int, str] | None = None,
                      tokens: tuple[int | None, str] | None = None,
                      **more: Any) -> TrialRecordDict:
@@ -536,7 +573,7 @@ CLIENT_STEP_TIME = ("per step, the slowest rank's client.timed() windows (each r
                     "windows timed by device events on a GPU, by the host's clock otherwise)")
 
 
-def rank_fields(measured: list[dict[str, Any]], ranks: list[int]) -> dict[str, Any]:
+def rank_fields(measured: list[dict[str, Any]], ranks: list[int]) -> RankFields:
     """The distributed fields of an arm's record from its measured rows: an in-process
     distributed trial's (the command's backend and threads are its own: None), and each
     rank's median step time; {} for one rank."""

@@ -23,9 +23,9 @@ import subprocess
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import DuetFacts, Slice, TrialBase, TrialRecordDict
 from orchestrator.core.logparse import (
     LogParseError,
     MalformedStepLine,
@@ -61,7 +61,7 @@ class _Arm:
     arm: Any  # PairedArm
     trainer: Any
     inv: Any
-    slice: dict[str, Any]
+    slice: Slice
     slice_index: int
     tdir: Path
     env: dict[str, str]
@@ -180,7 +180,7 @@ def _interval(rec: StepRecord, ends: dict[int, float]) -> tuple[float, float] | 
     return None if end is None else (end - rec.step_time_s * rec.steps, end)  # a line of k steps
 
 
-def measure_duet(spec: Any, base: dict[str, Any]) -> list[tuple[TrialRecordDict, str]]:
+def measure_duet(spec: Any, base: TrialBase) -> list[tuple[TrialRecordDict, str]]:
     """Run a round's arms side by side (module docstring); one (record, trial_dir) per arm."""
     arms = _arms(spec)
     try:
@@ -261,18 +261,20 @@ def _inside(r: _Arm, c: CheckedSteps, window: tuple[float, float]
     return keep, out
 
 
-def _record(spec: Any, base: dict[str, Any], r: _Arm, c: CheckedSteps | None,
+def _record(spec: Any, base: TrialBase, r: _Arm, c: CheckedSteps | None,
             failures: dict[str, tuple[str, str, str]], window: tuple[float, float] | None,
             arms: list[_Arm]) -> tuple[TrialRecordDict, str]:
     a = r.arm
     own_spec = ArmView(spec, a)
-    common = command_fields(own_spec, {**base, "trial_id": a.trial_id, "arm_id": a.arm_id,
-                                       "arm_label": a.arm_label, "is_baseline": a.is_baseline,
-                                       **({"code": a.code} if a.code else {})}, r.inv)
+    # cast: mypy reads no keys through the conditional ** (the code is the arm's where known)
+    common = command_fields(own_spec, cast(TrialBase, {
+        **base, "trial_id": a.trial_id, "arm_id": a.arm_id, "arm_label": a.arm_label,
+        "is_baseline": a.is_baseline, **({"code": a.code} if a.code else {})}), r.inv)
     partners = [x.arm.trial_id for x in arms if x is not r]
-    duet: dict[str, Any] = {"slice": r.slice, "partners": partners, "duet_trial": spec.trial_id,
-                            "arms": len(arms)}
-    common.update(pairing="duet", returncode=r.rc, duet=duet, duet_slice=r.slice_index,
+    duet: DuetFacts = {"slice": r.slice, "partners": partners, "duet_trial": spec.trial_id,
+                       "arms": len(arms)}
+    common.update(  # type: ignore[call-arg]  # mypy: TypedDict.update takes no keywords
+        pairing="duet", returncode=r.rc, duet=duet, duet_slice=r.slice_index,
                   command_wall_s=(r.ended - r.started) if r.started and r.ended else None)
     tail = log_tail(r.tdir / "command.log", str(r.tdir))
     if failures:
@@ -288,7 +290,8 @@ def _record(spec: Any, base: dict[str, Any], r: _Arm, c: CheckedSteps | None,
         return rec, a.trial_dir
     assert c is not None and window is not None
     keep, outside = _inside(r, c, window)
-    duet.update(window_s=window[1] - window[0], steps_in_window=step_count(keep),
+    duet.update(window_s=window[1] - window[0],  # type: ignore[call-arg]  # as above
+                steps_in_window=step_count(keep),
                 steps_outside_window=step_count(outside))
     kept = replace(c, measured=keep, notes=c.notes + (
         [f"{step_count(outside)} measured step(s) outside the duet's overlap window, not timed"]

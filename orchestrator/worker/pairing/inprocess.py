@@ -8,7 +8,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import TrialBase, TrialRecordDict
 from orchestrator.core import blocks
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.core.results import INFRA_STATUS, trial_record
@@ -18,7 +18,7 @@ from orchestrator.platform.distributed import DistSummary
 from orchestrator.platform.interference import CpuWindow, CpuWindowFigures
 from orchestrator.spec.jobs import TrialSpec
 from orchestrator.worker.bootstrap import start_worker
-from orchestrator.worker.pairing.client import ArmFailure
+from orchestrator.worker.pairing.client import ArmFailure, PairingSession
 from orchestrator.worker.timing import (
     MAX_MEASURED_STEPS,
     ArmSteps,
@@ -35,7 +35,7 @@ from orchestrator.worker.timing import (
 from recipes.registry import workload_from_dict
 
 
-def measure_inprocess(spec: TrialSpec, base: dict[str, Any],
+def measure_inprocess(spec: TrialSpec, base: TrialBase,
                       launch_t0: float | None) -> list[tuple[TrialRecordDict, str]]:
     """protocol.pairing=steps: every arm of ``spec.paired_arms`` in this one process (see
     orchestrator.core.blocks). Each arm warms up to its own steady state; then cycles of one block
@@ -171,16 +171,16 @@ class _PairedRun:
         """This cycle's block order (a seeded Williams design by default)."""
         return blocks.ordered(self.alive(), self.cycle, self.spec.order, self.spec.order_seed)
 
-    def arm_record(self, i: int, base: dict[str, Any], launch_t0: float | None,
+    def arm_record(self, i: int, base: TrialBase, launch_t0: float | None,
                    compile_fields: compile_stats.CompileFields, interference: CpuWindowFigures,
                    dist_fields: DistSummary) -> tuple[TrialRecordDict, str]:
         """Arm ``i``'s (record, trial dir): failed, not measured (the baseline failed), or its
         measured steps with their blocks."""
         spec, a = self.spec, self.arms[i]
         arm = str(a.arm_id)
-        own = {**base, "trial_id": a.trial_id, "arm_id": arm, "arm_label": a.arm_label,
+        own: TrialBase = {**base, "trial_id": a.trial_id, "arm_id": arm, "arm_label": a.arm_label,
                "is_baseline": a.is_baseline, "position": spec.position + i}
-        session = {"pairing": "steps", "paired_process": spec.trial_id, "paired_arms": self.ids,
+        session: PairingSession = {"pairing": "steps", "paired_process": spec.trial_id, "paired_arms": self.ids,
                    "block_steps": spec.block_steps,
                    "switch_warmup_steps": spec.switch_warmup_steps, "cycles": self.cycle}
         if arm in self.failed:

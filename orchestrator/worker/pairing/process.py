@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import TrialBase, TrialRecordDict
 from orchestrator.platform import compile_stats
 from orchestrator.platform.interference import CpuWindow
 from orchestrator.spec.jobs import TrialSpec
@@ -26,7 +26,7 @@ from orchestrator.worker.timing import (
 )
 
 
-def measure_one(spec: TrialSpec, base: dict[str, Any], launch_t0: float | None) -> TrialRecordDict:
+def measure_one(spec: TrialSpec, base: TrialBase, launch_t0: float | None) -> TrialRecordDict:
     worker = start_worker(spec.workload, spec.device)
     if worker.external:  # another program trains; its log gives the steps
         return measure_external(spec, base, worker.trainer(spec.bucket))

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import TrialBase, TrialRecordDict
 from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.platform.flops import (
@@ -64,7 +64,7 @@ def trace_name(trial_id: str, rank: int = 0) -> str:
     return f"{trial_id}.pt.trace.json.gz" if rank == 0 else f"{trial_id}.rank{rank}.pt.trace.json.gz"
 
 
-def run_framework(spec: Any, base: dict[str, Any]) -> TrialRecordDict:
+def run_framework(spec: Any, base: TrialBase) -> TrialRecordDict:
     """Run the profiled trial; returns its record (the caller writes trial.json)."""
     import torch
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import TrialBase, TrialRecordDict
 from orchestrator.worker.profile.framework import run_framework
 from orchestrator.worker.profile.tools import run_bounded, run_tool_layer
 
 LAYERS = ("framework", "system", "compute", "bounded")
 
 
-def run_profiled(spec: Any, base: dict[str, Any]) -> TrialRecordDict:
+def run_profiled(spec: Any, base: TrialBase) -> TrialRecordDict:
     layer = spec.profile.get("layer")
     if layer == "framework":
         return run_framework(spec, base)

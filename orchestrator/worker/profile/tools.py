@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.trial_record import TrialRecordDict
+from orchestrator.core.trial_record import TrialBase, TrialRecordDict
 from orchestrator.platform import device as devmod
 from orchestrator.core.errors import BackendUnavailable
 from orchestrator.platform.children import run_child
@@ -92,7 +92,7 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def run_tool_layer(spec: Any, base: dict[str, Any]) -> TrialRecordDict:
+def run_tool_layer(spec: Any, base: TrialBase) -> TrialRecordDict:
     p = spec.profile
     layer = p["layer"]
     if layer == "compute" and not (p.get("kernel_filter") or "").strip():
@@ -138,7 +138,7 @@ def run_tool_layer(spec: Any, base: dict[str, Any]) -> TrialRecordDict:
     return trial_record(**common, status=Status.OK, expected_report_suffix=REPORT_SUFFIX[tool])
 
 
-def run_bounded(spec: Any, base: dict[str, Any]) -> TrialRecordDict:
+def run_bounded(spec: Any, base: TrialBase) -> TrialRecordDict:
     """The run a vendor tool wraps: warm-up plus a few steps, nothing else in the process."""
     worker = start_worker(spec.workload, spec.device)
     dev = worker.device
