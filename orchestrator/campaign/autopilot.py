@@ -30,7 +30,7 @@ from orchestrator.campaign.advise.profile import profile_baseline
 from orchestrator.campaign.promote import confirm, read_campaign
 from orchestrator.campaign.validate import validate
 from orchestrator.core.errors import ConfigError
-from orchestrator.core.records import VerdictKind
+from orchestrator.core.records import VerdictKind, Word
 from orchestrator.core.results import SCHEMA_VERSION, atomic_write_json, read_json
 from orchestrator.spec.config import Config
 from orchestrator.spec.ledger import (
@@ -96,9 +96,20 @@ class StepResult(TypedDict, total=False):
     promoted: str | None  # promote, confirm: the version written
 
 
+class StepKind(Word):
+    """An autopilot step's kind (autopilot.json ``steps[].kind``): written as the plain word,
+    and a step read back from the file compares equal to its member."""
+
+    profile = "profile"
+    advise = "advise"
+    campaign = "campaign"
+    promote = "promote"
+    confirm = "confirm"
+
+
 class _StepRecordBase(TypedDict):
     key: str
-    kind: str
+    kind: str  # a StepKind's word (read back from the file: the plain string)
     against: str
     status: str
     started_at: str
@@ -224,17 +235,17 @@ class Autopilot:
         return sum(float(s.get("elapsed_s") or 0.0) for s in self.state["steps"])
 
     def campaigns(self) -> int:
-        return sum(1 for s in self.state["steps"] if s["kind"] == "campaign"
+        return sum(1 for s in self.state["steps"] if s["kind"] == StepKind.campaign
                    and s["status"] == "done" and s["result"].get("run_dir"))
 
-    def check_budget(self, kind: str) -> None:
+    def check_budget(self, kind: StepKind) -> None:
         s = self.settings
         if self.spent_s() >= s.budget_s:
             raise Stop(f"wall-time budget spent: {self.spent_s():.0f} s of {s.budget_s:.0f} s")
-        if kind == "campaign" and self.campaigns() >= s.max_campaigns:
+        if kind == StepKind.campaign and self.campaigns() >= s.max_campaigns:
             raise Stop(f"campaign budget spent: {self.campaigns()} of {s.max_campaigns}")
 
-    def step(self, key: str, kind: str, against: str, fn: Callable[[], StepResult],
+    def step(self, key: str, kind: StepKind, against: str, fn: Callable[[], StepResult],
              budgeted: bool = True) -> StepResult:
         """Run ``fn`` once as step ``key``; a step recorded as done returns its result."""
         got = self.done(key)
@@ -298,30 +309,30 @@ class Autopilot:
         version = latest
         if self.done(f"{k}/profile") is None:  # an earlier profile of this version serves
             prev = next((s["result"] for s in reversed(self.state["steps"])
-                         if s["kind"] == "profile" and s["status"] == "done"
+                         if s["kind"] == StepKind.profile and s["status"] == "done"
                          and s["against"] == version.id), None)
             if prev is not None:
-                self.step(f"{k}/profile", "profile", version.id, lambda: {
+                self.step(f"{k}/profile", StepKind.profile, version.id, lambda: {
                     **prev, "reused": True,
                     "summary": f"{version.id} unchanged: the profile of {prev['run_dir']} "
                                "serves"}, budgeted=False)
-        prof = self.step(f"{k}/profile", "profile", version.id,
+        prof = self.step(f"{k}/profile", StepKind.profile, version.id,
                          lambda: self._profile(version, self.root / f"{k}-profile"))
-        adv = self.step(f"{k}/advise", "advise", version.id,
+        adv = self.step(f"{k}/advise", StepKind.advise, version.id,
                         lambda: self._advise(version, Path(prof["path"]), k), budgeted=False)
         if adv["top"] is None:
             raise Stop(adv["summary"])
-        camp = self.step(f"{k}/campaign", "campaign", version.id,
+        camp = self.step(f"{k}/campaign", StepKind.campaign, version.id,
                          lambda: self._campaign(cast(str, adv["top"]), version,
                                                 self.root / f"{k}-{adv['top']}"))
         label = camp.get("retained")
         if not label:
             return
         if camp.get("flagged"):
-            self.step(f"{k}/promote", "promote", version.id, lambda: {
+            self.step(f"{k}/promote", StepKind.promote, version.id, lambda: {
                 "promoted": None, "summary": f"not promoted: {camp['flagged']}"}, budgeted=False)
             return
-        self.step(f"{k}/confirm", "confirm", version.id,
+        self.step(f"{k}/confirm", StepKind.confirm, version.id,
                   lambda: self._confirm(Path(camp["path"]), label, version,
                                         self.root / f"{k}-confirm"))
 
@@ -338,7 +349,7 @@ class Autopilot:
 
     def tried(self, version: Version) -> dict[str, str]:
         return {s["result"]["sweep"]: s["result"]["summary"] for s in self.state["steps"]
-                if s["kind"] == "campaign" and s["status"] == "done"
+                if s["kind"] == StepKind.campaign and s["status"] == "done"
                 and s["against"] == version.id}
 
     def _advise(self, version: Version, prof_dir: Path, k: str) -> StepResult:
