@@ -171,7 +171,11 @@ class ArmCode(TypedDict, total=False):
     recipe_file_sha256: str
 
 
-class _TrialBaseCore(TypedDict):
+class TrialBase(TypedDict, total=False):
+    """The fields every record of a trial starts from (``orchestrator.worker.trial.
+    _base_fields``, then the process's cores, rank and failure time): a part of trial.json.
+    Each optional, as TypedDict has no partial form: :class:`TrialFields` extends it."""
+
     trial_id: str
     kind: str
     bucket: str
@@ -187,12 +191,6 @@ class _TrialBaseCore(TypedDict):
     started_at: float | None
     warmup_steps: int
     measured_steps: int
-
-
-class TrialBase(_TrialBaseCore, total=False):
-    """The fields every record of a trial starts from (``orchestrator.worker.trial.
-    _base_fields``, then the process's cores, rank and failure time): a part of trial.json."""
-
     layer: str | None  # a profiled trial's profiler layer
     code: ArmCode  # the user's code the arm ran
     cpu_affinity: list[int] | None
@@ -205,34 +203,14 @@ class _TrialRecordBase(TypedDict):
     status: str
 
 
-class TrialFields(TypedDict, total=False):
+class TrialFields(TrialBase, total=False):
     """A trial record's fields, each optional: what a worker gathers before a record's status
     (its base fields, a command's fields) and every key a ``trial.json`` may hold. The
     recipe's :meth:`extra_record` may add keys of its own beyond these."""
 
-    # every record of a trial (worker.trial._base_fields; launch.base's failure records)
-    trial_id: str
-    kind: str
-    bucket: str
-    seq_len: int
-    micro_batch: int
-    bucket_weight: float
-    arm_id: str
-    arm_label: str
-    is_baseline: bool
-    round: int
-    position: int
-    pid: int
-    started_at: float | None
+    # beyond TrialBase's: every record of a trial (launch.base's failure records too)
     finished_at: float | None
-    warmup_steps: int
-    measured_steps: int
-    layer: str | None  # a profiled trial's profiler layer
-    code: ArmCode  # the user's code the arm ran (campaign.revisions)
-    cpu_affinity: list[int] | None
-    rank: int
     node: int
-    failed_at: float
     # a failure
     error: str | None
     traceback: str
