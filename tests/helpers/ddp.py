@@ -118,16 +118,16 @@ def build_mismatch(workload: Any, bucket: Any, device: str) -> DDPTrainer:
 
 
 class _SlowLastRank(DDPTrainer):
-    """The last rank (on the last node of a multi-node trial) sleeps 40 ms in every step, outside
-    DDP's all-reduce: the others wait for it in the next all-reduce, so a step's time is its
-    slowest rank's. A planted slowdown of a known size on one machine only: 40 ms, about 3x the
-    step on this 2-core host, so that a round whose baseline is slowed 2x by the host does not
-    hide it."""
+    """The last rank (on the last node of a multi-node trial) sleeps 150 ms in every step,
+    outside DDP's all-reduce: the others wait for it in the next all-reduce, so a step's time is
+    its slowest rank's. A planted slowdown of a known size on one machine only: 150 ms, about 8x
+    the step on this 2-core host (four ranks of two nodes on its two cores), so that a round
+    whose baseline the host slows 3.5x (seen in CI: 19 ms, then 67 ms) does not hide it."""
 
     def train_step(self, batch: Any) -> Any:
         loss = super().train_step(batch)
         if self.rank == dist.get_world_size() - 1:
-            time.sleep(0.040)
+            time.sleep(0.150)
         return loss
 
 

@@ -63,7 +63,7 @@ def test_an_embedded_recipe_runs_its_ranks_over_two_nodes(run_dir: Path, two_nod
 
 def test_a_campaign_over_two_nodes_decides(compose: Any, run_dir: Path, two_nodes: str) -> None:
     """A real campaign whose trials each span both nodes (4 ranks, 2 per node, gloo): the
-    data-parallel GPT against itself with 40 ms of sleep planted in every step of its last rank
+    data-parallel GPT against itself with 150 ms of sleep planted in every step of its last rank
     (on the second node); every trial spans both machines, the slowdown is rejected, and the
     step times are the slowest rank's (node 2's)."""
     from orchestrator.campaign.run import run_campaign
