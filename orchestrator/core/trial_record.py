@@ -203,7 +203,36 @@ class _TrialRecordBase(TypedDict):
     status: str
 
 
-class TrialFields(TrialBase, total=False):
+class WarmupFields(TypedDict, total=False):
+    """A trial's warm-up fields of its trial.json, in steps (a command's: ``worker.external``;
+    every key set, optional only so that :class:`TrialFields` can extend it)."""
+
+    warmup_policy: str
+    warmup_steps_floor: int
+    warmup_steps_used: int
+    warmup_steps_detected: int | None
+    warmup_settled: bool
+    excluded_steps: int
+    excluded_tags: dict[str, int]
+
+
+class CompileFields(TypedDict, total=False):
+    """trial.json's compile fields: totals over the trial, and what leaked into the measured
+    steps (``platform.compile_stats.trial_fields``: every key set, optional only so that
+    :class:`TrialFields` can extend it)."""
+
+    compile_time_s: float
+    compile_time_in_measured_s: float
+    graph_breaks: int
+    graph_break_reasons: list[str]
+    recompiles: int
+    recompiles_in_measured: int
+    compiled_frames: int
+    compile_cache_hits: int
+    compile_cache_misses: int
+
+
+class TrialFields(TrialBase, WarmupFields, CompileFields, total=False):
     """A trial record's fields, each optional: what a worker gathers before a record's status
     (its base fields, a command's fields) and every key a ``trial.json`` may hold. The
     recipe's :meth:`extra_record` may add keys of its own beyond these."""
@@ -236,13 +265,6 @@ class TrialFields(TrialBase, total=False):
     speed_reference: bool
     speed_reference_why: str
     reference_median_s: float | None
-    warmup_policy: str
-    warmup_steps_floor: int
-    warmup_steps_used: int
-    warmup_steps_detected: int | None
-    warmup_settled: bool
-    excluded_steps: int
-    excluded_tags: dict[str, int]
     compile_steps: int
     tokens_per_step: int | None
     tokens_per_s: float | None
@@ -273,16 +295,7 @@ class TrialFields(TrialBase, total=False):
     peaks: list[PeakRefDict]
     utilization: list[UtilizationEntry]
     peaks_note: str
-    # compile (platform.compile_stats.CompileFields)
-    compile_time_s: float
-    compile_time_in_measured_s: float
-    graph_breaks: int
-    graph_break_reasons: list[str]
-    recompiles: int
-    recompiles_in_measured: int
-    compiled_frames: int
-    compile_cache_hits: int
-    compile_cache_misses: int
+    # compile (beyond CompileFields)
     compile_cache: str
     compile_cache_fill: str
     interference: CpuWindowFigures

@@ -15,10 +15,11 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 from orchestrator.core.envvars import env_overrides
 from orchestrator.core.records import CACHES
+from orchestrator.core.trial_record import CompileFields  # noqa: F401  (moved to core; importers follow)
 
 # protocol.compile_cache: arm = each arm its own cache folder under the run directory, warm
 # across that arm's trials (its first trial fills it); cold = every trial compiles with a fresh,
@@ -168,21 +169,6 @@ def activity() -> tuple[float, ...]:
     return (float(counters.get("frames", {}).get("total", 0)),
             float(counters.get("aot_autograd", {}).get("total", 0)),
             float(spent.get("total_wall_time", 0.0)))
-
-
-class CompileFields(TypedDict):
-    """trial.json's compile fields: totals over the trial, and what leaked into the measured
-    steps (:func:`trial_fields`)."""
-
-    compile_time_s: float
-    compile_time_in_measured_s: float
-    graph_breaks: int
-    graph_break_reasons: list[str]
-    recompiles: int
-    recompiles_in_measured: int
-    compiled_frames: int
-    compile_cache_hits: int
-    compile_cache_misses: int
 
 
 def trial_fields(start: CompileSnapshot, after_warmup: CompileSnapshot,

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from orchestrator.core.trial_record import (
+    WarmupFields,
     AlternationFacts,
     DeviceSummary,
     DuetFacts,
@@ -88,18 +89,6 @@ log = logging.getLogger(__name__)
 MIN_MEASURED = 3
 _TAIL_LINES = 30
 _TAIL_LINE_CHARS = 2000  # a failed record's log tail: each line at most this long
-
-
-class WarmupFields(TypedDict):
-    """A command trial's warm-up fields of its trial.json (in steps)."""
-
-    warmup_policy: str
-    warmup_steps_floor: int
-    warmup_steps_used: int
-    warmup_steps_detected: int | None
-    warmup_settled: bool
-    excluded_steps: int
-    excluded_tags: dict[str, int]
 
 
 class StepsFollowed(TypedDict, total=False):
