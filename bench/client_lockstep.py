@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.spec.config import BucketConfig  # noqa: E402
 from orchestrator.spec.jobs import PairedArm, TrialSpec  # noqa: E402
+from orchestrator.worker.pairing.steps import StepsPart, part as steps_part  # noqa: E402
 from orchestrator.worker.trial import run_trial  # noqa: E402
 from recipes.command.config import CommandWorkloadConfig  # noqa: E402
 
@@ -86,9 +87,8 @@ def make_spec(root: Path, t: int, measured: int, nodes: int) -> tuple[TrialSpec,
                      bucket={"name": "b", "seq_len": 1, "micro_batch": 1}, arm_id="a0",
                      arm_label="u2", is_baseline=True, round=t, position=0,
                      workload=arms[0].workload, device="cpu", warmup_steps=2,
-                     measured_steps=measured, block_steps=3,
-                     switch_warmup_steps=1, order="balanced", order_seed=f"r{t}",
-                     paired_arms=arms)
+                     measured_steps=measured,
+                     paired=steps_part(arms, StepsPart(3, 1, "balanced", f"r{t}")))
     return spec, arms
 
 

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.spec.jobs import PairedArm, TrialSpec  # noqa: E402
+from orchestrator.worker.pairing.steps import StepsPart, part as steps_part  # noqa: E402
 from orchestrator.worker.pairing.client import Channel, Plan  # noqa: E402
 
 LOOP = """
@@ -69,8 +70,8 @@ def main() -> int:
                          bucket={"name": "b", "seq_len": 1, "micro_batch": 1}, arm_id="a0",
                          arm_label="a0", is_baseline=True, round=0, position=0,
                          workload={}, warmup_steps=3, measured_steps=a.steps,
-                         block_steps=a.block_steps, switch_warmup_steps=a.switch_steps,
-                         paired_arms=arms, order="balanced", order_seed="bench")
+                         paired=steps_part(arms, StepsPart(a.block_steps, a.switch_steps,
+                                                           "balanced", "bench")))
         plan = Plan(spec, {x.arm_id: {"units": 1 + i} for i, x in enumerate(arms)}, "a0",
                     ["units"])
         channel = Channel(plan, 1)

@@ -46,7 +46,7 @@ def run_microbenchmarks(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
     settings = {"name": sweep.microbench, "calls": CALLS, "warmup_calls": WARMUP_CALLS,
                 "graph": bool(sweep.microbench_graph)}
     specs = [dataclasses.replace(s, kind="microbench", microbench=dict(settings))
-             for s in make_specs(cfg, run_dir, list(arms), planned, pair=False) if s.trial_id not in done]
+             for s in make_specs(cfg, run_dir, list(arms), planned) if s.trial_id not in done]
     if not specs:
         return
     n = 0

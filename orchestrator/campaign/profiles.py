@@ -54,7 +54,7 @@ def profile_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm]) -> li
     settings = {**to_dict(cfg.profile), "layer": layer,
                 "out_dir": str(run_dir / "profiles" / layer)}
     return [dataclasses.replace(s, kind="profile", profile=dict(settings))
-            for s in make_specs(cfg, run_dir, list(arms), planned, pair=False)]
+            for s in make_specs(cfg, run_dir, list(arms), planned)]
 
 
 def run_profiled_trials(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm], launcher: Launcher,

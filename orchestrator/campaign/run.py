@@ -32,6 +32,7 @@ from orchestrator.analysis.decide import Verdict, aa_calibration, decide
 from orchestrator.core.errors import ConfigError
 from orchestrator.platform.slices import duet_slices
 from orchestrator.spec.jobs import make_specs
+from orchestrator.worker.pairing import plan_specs
 from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import Launcher
 from orchestrator.launch.slurm_alloc import plan_entry
@@ -554,7 +555,8 @@ def _run_missing(cfg: Config, run_dir: Path, running: list[ResolvedArm],
     try:
         if todo:
             TrialPass(cfg, run_dir, launcher, session, progress).run(
-                make_specs(cfg, run_dir, running, todo), planned, running)
+                plan_specs(cfg, make_specs(cfg, run_dir, running, todo), running), planned,
+                running)
     except BaseException:  # interrupted: what is on disk stays, sanitized
         session.seal(run_dir)
         raise

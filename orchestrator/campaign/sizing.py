@@ -114,7 +114,7 @@ def size_trials(cfg: Config, run_dir: Path, running: Sequence[ResolvedArm],
     pilots = [PlannedTrial(pilot_trial_id(b["name"]), -1 - i, 0, b["name"], base.arm_id)
               for i, b in enumerate(buckets) if b["name"] not in recorded]
     specs = [dataclasses.replace(s, kind="pilot")
-             for s in make_specs(cfg, run_dir, [base], pilots, pair=False)]
+             for s in make_specs(cfg, run_dir, [base], pilots)]
     todo = [s for s in specs if s.trial_id not in done]
     records = {s.trial_id: done[s.trial_id] for s in specs if s.trial_id in done}
     if todo:

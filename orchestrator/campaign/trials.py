@@ -24,6 +24,7 @@ from orchestrator.spec.config import Config
 from orchestrator.spec.jobs import TrialSpec, make_specs, paired_members
 from orchestrator.spec.plan import PlannedTrial
 from orchestrator.spec.sweep import ResolvedArm
+from orchestrator.worker.pairing import plan_specs
 
 # the campaign's one logger, as campaign/progress's: these lines are the run's (campaign.log,
 # and the tests that listen to "orchestrator.campaign.run")
@@ -55,7 +56,7 @@ class TrialPass:
             running: list[ResolvedArm]) -> None:
         if specs:  # the first trial of each invocation also writes the full environment report
             specs[0].env_report = True
-        # the specs' own limit (jobs.pair_specs gives a paired process the per-trial limit
+        # the specs' own limit (pairing.steps.join gives a paired process the per-trial limit
         # times its arms)
         self.timeout_s = max((s.timeout_s or self.p.trial_timeout_s for s in specs),
                              default=self.p.trial_timeout_s)
@@ -113,8 +114,9 @@ class TrialPass:
                     self.why[t.trial_id] = (f"re-run with its round (another arm's trial: "
                                             f"{rounds[(t.round, t.bucket)]})")
                     again.add(t.trial_id)
-        return make_specs(self.cfg, self.run_dir, running,
-                          [t for t in planned if t.trial_id in again])
+        return plan_specs(self.cfg, make_specs(self.cfg, self.run_dir, running,
+                                               [t for t in planned if t.trial_id in again]),
+                          running)
 
     def first_stands(self, planned: list[PlannedTrial], again: list[TrialSpec]) -> None:
         """A contaminated trial (a paired round) is left out only where its re-run is clean:

@@ -14,7 +14,6 @@ probes run on the compute nodes like the trials.
 from __future__ import annotations
 
 import abc
-import copy
 import dataclasses
 import json
 import os
@@ -23,15 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional, cast
 
-from orchestrator.core.records import Pairing
 from orchestrator.spec.config import Config
 from orchestrator.core.convert import to_dict
 from orchestrator.spec.plan import PlannedTrial
 from orchestrator.core.steady import WarmupPolicy
-from orchestrator.platform.slices import Slice, duet_slices, placement
 from orchestrator.platform import compile_stats
-from orchestrator.spec.sweep import (ArmCode, Bucket, ResolvedArm, alternates, selected_buckets,
-                                     varies_compilation)
+from orchestrator.spec.sweep import ArmCode, Bucket, ResolvedArm, selected_buckets, varies_compilation
 
 # set by the launcher just before it starts the process: start-to-first-step is measured from it
 LAUNCH_T0_VAR = "ORCHESTRATOR_LAUNCH_T0"
@@ -88,15 +84,6 @@ def _plain(v: Any) -> Any:
     return v
 
 
-@dataclass(frozen=True)
-class DuetPart:
-    """protocol.pairing=duet: the paired arms run at the same time, each on its slice
-    (orchestrator.worker.pairing.duet)."""
-
-    slices: list[Slice]  # {"cpus": [...], "devices": [...]} (orchestrator.platform.slices)
-    placement: list[int]  # the slice of each paired arm, in paired_arms' order
-
-
 @dataclass
 class PairedArm:
     """One arm a paired process (protocol.pairing=steps) runs, and where its record goes."""
@@ -110,6 +97,25 @@ class PairedArm:
     env: dict[str, str] = field(default_factory=dict)  # its env.* switches (a duet's own process)
     # ({} fits the total=False ArmCode; mypy types a dict() default as dict[Never, Never])
     code: ArmCode = field(default_factory=dict)  # type: ignore[assignment]  # the user's code it runs
+
+
+@dataclass
+class PairingPart:
+    """A paired trial's own part: every arm its one trial process measures, and the part of the
+    mode that planned it (``orchestrator.worker.pairing``, one module per mode).
+
+    ``mode`` is that module's tag and ``settings`` its own fields, as plain data: each mode
+    declares its part's type in its own module, and reads it back (and checks it) there
+    (``StepsPart.of``, ``DuetPart.of``). The spec, below the worker, needs no change for a new
+    mode."""
+
+    mode: str  # the tag of the mode's part: steps | alternation | duet
+    arms: list[PairedArm]  # in block order; the spec's own fields are the first's
+    settings: dict[str, Any] = field(default_factory=dict)  # the mode's typed part, as a dict
+    own_processes: bool = False  # each arm its own process with its own env switches
+
+    def __post_init__(self) -> None:  # read back from a payload: the entries as records
+        self.arms = [a if isinstance(a, PairedArm) else PairedArm(**a) for a in self.arms]
 
 
 @dataclass
@@ -151,20 +157,11 @@ class TrialSpec(WorkerJob):
     # compile_cache=arm: the run directory's caches folder (each arm's env names its own below)
     cache_root: str = ""
     env_report: bool = False  # also write the full environment.json (the campaign's first trial)
-    # protocol.pairing=steps: every arm of this round and bucket, in block order; this spec is
-    # the first's
-    paired_arms: list[PairedArm] = field(default_factory=list)
-    block_steps: int = 3
-    switch_warmup_steps: int = 1
-    # the cycles' block order: balanced (orchestrator.core.blocks.balanced_order, seeded by
-    # order_seed) | reversed (every other cycle)
-    order: str = "reversed"
-    order_seed: str = ""
     cpu_affinity: Optional[list[int]] = None  # launcher.cpu_affinity: cores the trial is pinned to
     # the user's code the trial runs (its arm's: orchestrator.campaign.revisions); in its record
     code: ArmCode = field(default_factory=dict)  # type: ignore[assignment]  # as PairedArm.code
-    # protocol.pairing=duet: the paired arms' slices (orchestrator.worker.pairing.duet)
-    duet: Optional[DuetPart] = None
+    # a paired trial (protocol.pairing=steps or duet): its arms and its mode's part
+    paired: Optional[PairingPart] = None
 
     def shown_env(self, env: dict[str, str] | None = None) -> dict[str, str]:
         """``env`` (the spec's own by default) as a record shows it: the arm's switches, not
@@ -173,15 +170,15 @@ class TrialSpec(WorkerJob):
         if not self.cache_root:
             return dict(env)
         return {k: v for k, v in env.items() if not v.startswith(self.cache_root)}
-    # protocol.pairing=steps for a plain command: each paired arm its own process, the arms
-    # taking turns block by block (orchestrator.worker.pairing.alternation); env switches are the arms'
-    alternate: bool = False
 
-    def __post_init__(self) -> None:  # read back from a payload: the entries as records
-        self.paired_arms = [a if isinstance(a, PairedArm) else PairedArm(**a)
-                            for a in self.paired_arms]
-        if isinstance(self.duet, dict):
-            self.duet = DuetPart(**self.duet) if self.duet else None
+    def __post_init__(self) -> None:  # read back from a payload: the part as a record
+        if isinstance(self.paired, dict):
+            self.paired = PairingPart(**self.paired)
+
+    @property
+    def paired_arms(self) -> list[PairedArm]:
+        """Every arm this trial process measures ([] for one arm per process)."""
+        return self.paired.arms if self.paired else []
 
     def warmup(self) -> WarmupPolicy:
         return WarmupPolicy(self.warmup_policy, self.warmup_steps, self.warmup_max_steps,
@@ -260,9 +257,9 @@ def job_from_payload(data: dict[str, Any]) -> WorkerJob:
 
 
 def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
-               planned: Sequence[PlannedTrial], pair: bool = True) -> list[TrialSpec]:
-    """One spec per planned trial, each carrying its arm's resolved workload; with
-    protocol.pairing=steps (and ``pair``), one per round and bucket (:func:`pair_specs`)."""
+               planned: Sequence[PlannedTrial]) -> list[TrialSpec]:
+    """One spec per planned trial, each carrying its arm's resolved workload (a paired mode's
+    planner then joins a round's: ``orchestrator.worker.pairing.plan_specs``)."""
     by_arm = {a.arm_id: a for a in arms}
     buckets = {b["name"]: b for b in selected_buckets(cfg)}
     cache_mode = compile_stats.resolve_mode(str(cfg.protocol.compile_cache),
@@ -301,18 +298,10 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                 cache_env=list(cfg.protocol.cache_env),
                 cache_root=(str(run_dir / compile_stats.CACHES_DIR) if cache_mode == "arm"
                             else ""),
-                order=str(cfg.protocol.order),
-                order_seed=f"{cfg.protocol.seed}|r{p.round}|{p.bucket}",
                 cpu_affinity=(list(cfg.launcher.cpu_affinity)
                               if cfg.launcher.cpu_affinity is not None else None),
             )
         )
-    if pair and cfg.protocol.pairing == Pairing.steps:
-        return pair_specs(specs, cfg.protocol.block_steps, cfg.protocol.switch_warmup_steps,
-                          cfg.protocol.paired_min_s, alternate=alternates(arms))
-    if pair and cfg.protocol.pairing == Pairing.duet:
-        # as many slices as the campaign's arms, whichever of them a round still runs
-        return duet_specs(specs, duet_slices(cfg.protocol, len(arms), cfg.launcher.cpu_affinity))
     return specs
 
 
@@ -325,53 +314,18 @@ def _arm_env(cfg: Config, run_dir: Path, arm: ResolvedArm, cache_mode: str) -> d
     return {**compile_stats.cache_env(root, list(cfg.protocol.cache_env)), **arm.env}
 
 
-def _groups(specs: Sequence[TrialSpec]) -> list[list[TrialSpec]]:
+def round_groups(specs: Sequence[TrialSpec]) -> list[list[TrialSpec]]:
+    """The specs of each round and bucket, in plan order: what a paired trial joins."""
     groups: dict[tuple[int, str], list[TrialSpec]] = {}
     for s in specs:
         groups.setdefault((s.round, s.bucket["name"]), []).append(s)
     return list(groups.values())
 
 
-def _paired(members: Sequence[TrialSpec]) -> list[PairedArm]:
+def paired_arms(members: Sequence[TrialSpec]) -> list[PairedArm]:
+    """Each one-arm spec as an arm of a paired trial."""
     return [PairedArm(m.arm_id, m.arm_label, m.is_baseline, m.trial_id, m.trial_dir, m.workload,
                       dict(m.env), cast(ArmCode, dict(m.code))) for m in members]
-
-
-def duet_specs(specs: Sequence[TrialSpec], slices: list[Slice]) -> list[TrialSpec]:
-    """protocol.pairing=duet: one spec per round and bucket whose arms run at the same time,
-    arm i of the round on slice (i + round) mod slices (orchestrator.platform.slices). The
-    arms run side by side, so the limit stays one trial's."""
-    out = []
-    for members in _groups(specs):
-        members = sorted(members, key=lambda m: m.arm_id)  # placement by arm, not by order
-        head = copy.copy(members[0])
-        head.paired_arms = _paired(members)
-        head.duet = DuetPart(slices, placement(len(members), len(slices), members[0].round))
-        head.cpu_affinity = None  # each arm is pinned to its slice instead
-        out.append(head)
-    return out
-
-
-def pair_specs(specs: Sequence[TrialSpec], block_steps: int, switch_warmup_steps: int,
-               paired_min_s: float = 0.0, alternate: bool = False) -> list[TrialSpec]:
-    """protocol.pairing=steps: one spec per round and bucket, the first planned arm's, that
-    runs every arm of that round and bucket in the plan's order (orchestrator.core.blocks), each arm
-    for at least ``paired_min_s`` of measured step time (protocol.paired_min_s).
-    ``alternate``: a plain command's arms, each its own process taking turns
-    (orchestrator.worker.pairing.alternation), each with its own env switches (the trial process none)."""
-    out = []
-    for members in _groups(specs):
-        head = copy.copy(members[0])
-        head.paired_arms = _paired(members)
-        head.alternate = alternate
-        if alternate:
-            head.env = {}
-        head.block_steps, head.switch_warmup_steps = block_steps, switch_warmup_steps
-        head.measured_min_s = max(head.measured_min_s, paired_min_s)
-        if head.timeout_s is not None:  # every arm's trial in one process
-            head.timeout_s *= len(members)
-        out.append(head)
-    return out
 
 
 def paired_members(spec: TrialSpec) -> list[TrialSpec]:
@@ -381,7 +335,7 @@ def paired_members(spec: TrialSpec) -> list[TrialSpec]:
     return [dataclasses.replace(spec, trial_id=a.trial_id, trial_dir=a.trial_dir,
                                 arm_id=a.arm_id, arm_label=a.arm_label,
                                 is_baseline=a.is_baseline, workload=a.workload,
-                                env=dict(a.env) if spec.duet or spec.alternate else spec.env,
-                                code=cast(ArmCode, dict(a.code)) or spec.code, paired_arms=[], duet=None,
-                                alternate=False)
+                                env=(dict(a.env) if spec.paired and spec.paired.own_processes
+                                     else spec.env),
+                                code=cast(ArmCode, dict(a.code)) or spec.code, paired=None)
             for a in spec.paired_arms]

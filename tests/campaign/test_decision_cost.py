@@ -57,12 +57,12 @@ def test_a_sweep_over_compile_settings_stays_cold(compose: Any, tmp_path: Path) 
                    "launcher=inline"])
     arms = resolve_arms(cfg)
     planned = plan_rounds([a.arm_id for a in arms], [cfg.workload.buckets[0].name], range(1))
-    specs = make_specs(cfg, tmp_path, arms, planned, pair=False)
+    specs = make_specs(cfg, tmp_path, arms, planned)
     assert {s.compile_cache for s in specs} == {"cold"} and not specs[0].cache_root
     cfg = compose([*FAST])
     arms = resolve_arms(cfg)
     planned = plan_rounds([a.arm_id for a in arms], ["b1"], range(1))
-    specs = make_specs(cfg, tmp_path, arms, planned, pair=False)
+    specs = make_specs(cfg, tmp_path, arms, planned)
     assert {s.compile_cache for s in specs} == {"arm"}
     dirs = {s.env["TORCHINDUCTOR_CACHE_DIR"] for s in specs}
     assert len(dirs) == 2 and all(str(tmp_path / "caches") in d for d in dirs)

@@ -292,7 +292,12 @@ def test_plan_json_records_the_pairing_and_why(compose: Any, run_dir: Path) -> N
 def test_paired_processes_time_every_arm_for_paired_min_s() -> None:
     """protocol.paired_min_s raises the time floor of a paired process's arms (never lowers
     measured_min_s); one-arm specs keep the protocol's floor."""
-    from orchestrator.spec.jobs import TrialSpec, pair_specs
+    from orchestrator.spec.jobs import TrialSpec
+    from orchestrator.worker.pairing.steps import StepsPart, join
+
+    def pair_specs(specs: list[TrialSpec], block: int, switch: int,
+                   paired_min_s: float) -> list[TrialSpec]:
+        return join(specs, lambda head: StepsPart(block, switch, "reversed", ""), paired_min_s)
 
     def spec(arm: str, r: int) -> TrialSpec:
         return TrialSpec(trial_id=f"r{r}-{arm}", trial_dir=f"/x/r{r}-{arm}",

@@ -225,6 +225,7 @@ def test_a_long_line_in_an_alternated_arms_log_is_skipped_and_noted_once(tmp_pat
 
     from orchestrator.spec.config import BucketConfig
     from orchestrator.spec.jobs import PairedArm, TrialSpec
+    from orchestrator.worker.pairing.steps import StepsPart, part as steps_part
     from orchestrator.worker.trial import run_trial
     from recipes.command.config import CommandWorkloadConfig
 
@@ -240,9 +241,8 @@ def test_a_long_line_in_an_alternated_arms_log_is_skipped_and_noted_once(tmp_pat
     spec = TrialSpec(trial_id="r0-a0", trial_dir=arms[0].trial_dir,
                      bucket={"name": "b", "seq_len": 1, "micro_batch": 1}, arm_id="a0",
                      arm_label="arm0", is_baseline=True, round=0, position=0, workload=workload,
-                     paired_arms=arms, device="cpu", warmup_steps=2, measured_steps=6,
-                     block_steps=3, switch_warmup_steps=1, order="balanced", order_seed="t",
-                     alternate=True)
+                     device="cpu", warmup_steps=2, measured_steps=6,
+                     paired=steps_part(arms, StepsPart(3, 1, "balanced", "t"), alternate=True))
     run_trial(spec)
     for a in arms:
         rec = json.loads((Path(a.trial_dir) / "trial.json").read_text())

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from orchestrator.campaign.run import run_campaign
 from orchestrator.spec.config import BucketConfig
 from orchestrator.spec.jobs import PairedArm, TrialSpec
+from orchestrator.worker.pairing.steps import StepsPart, part as steps_part
 from orchestrator.spec.sweep import choose_pairing, resolve_arms
 from orchestrator.worker.pairing.alternation import asked_steps
 from orchestrator.worker.trial import run_trial
@@ -43,13 +44,13 @@ def _spec(root: Path, arms: list[tuple[str, dict[str, str]]], limit_s: float = 6
     paired = [PairedArm(f"a{i}", f"arm{i}", i == 0, f"r0-a{i}", str(root / f"r0-a{i}"),
                         _workload(mode, limit_s), env=env)
               for i, (mode, env) in enumerate(arms)]
-    kw: dict[str, Any] = dict(device="cpu", warmup_steps=2, measured_steps=6, block_steps=3,
-                              switch_warmup_steps=1, order="balanced", order_seed="t",
-                              alternate=True)
+    kw: dict[str, Any] = dict(device="cpu", warmup_steps=2, measured_steps=6)
     kw.update(proto)
     spec = TrialSpec(trial_id=paired[0].trial_id, trial_dir=paired[0].trial_dir, bucket=BUCKET,
                      arm_id="a0", arm_label="arm0", is_baseline=True, round=0, position=0,
-                     workload=paired[0].workload, paired_arms=paired, **kw)
+                     workload=paired[0].workload,
+                     paired=steps_part(paired, StepsPart(3, 1, "balanced", "t"), alternate=True),
+                     **kw)
     return spec, paired
 
 

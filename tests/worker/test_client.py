@@ -20,6 +20,7 @@ from orchestrator.campaign.run import run_campaign
 from orchestrator.core.errors import ConfigError
 from orchestrator.spec.config import BucketConfig
 from orchestrator.spec.jobs import PairedArm, TrialSpec
+from orchestrator.worker.pairing.steps import StepsPart, part as steps_part
 from orchestrator.spec.sweep import alternates, pairing_obstacle, switch_obstacle
 from orchestrator.worker.trial import run_trial
 from recipes.command.config import CommandWorkloadConfig
@@ -50,12 +51,12 @@ def _paired(root: Path, command: str, units: tuple[int, ...] = (5, 20), world: i
             **proto: Any) -> tuple[TrialSpec, list[PairedArm]]:
     arms = [PairedArm(f"a{i}", f"arm{i}", i == 0, f"r0-a{i}", str(root / f"r0-a{i}"),
                       _workload(command, u, world)) for i, u in enumerate(units)]
-    kw: dict[str, Any] = dict(device="cpu", warmup_steps=2, measured_steps=6, block_steps=3,
-                              switch_warmup_steps=1, order="balanced", order_seed="t")
+    kw: dict[str, Any] = dict(device="cpu", warmup_steps=2, measured_steps=6)
     kw.update(proto)
     spec = TrialSpec(trial_id=arms[0].trial_id, trial_dir=arms[0].trial_dir, bucket=BUCKET,
                      arm_id="a0", arm_label="arm0", is_baseline=True, round=0, position=0,
-                     workload=arms[0].workload, paired_arms=arms, **kw)
+                     workload=arms[0].workload,
+                     paired=steps_part(arms, StepsPart(3, 1, "balanced", "t")), **kw)
     return spec, arms
 
 

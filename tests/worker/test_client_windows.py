@@ -19,6 +19,7 @@ import pytest
 
 from orchestrator import client
 from orchestrator.spec.jobs import PairedArm, TrialSpec
+from orchestrator.worker.pairing.steps import StepsPart, part as steps_part
 from orchestrator.worker.pairing.client import Channel, Plan
 from tests.worker.test_client import _paired, _records, _run
 from tests.helpers.rundirs import steps_cells
@@ -81,8 +82,7 @@ def channel(tmp_path: Path, monkeypatch: Any) -> Iterator[tuple[Plan, Clock]]:
     spec = TrialSpec(trial_id="t0", trial_dir=arms[0].trial_dir, bucket={"name": "b",
                      "seq_len": 1, "micro_batch": 1}, arm_id="a0", arm_label="a0",
                      is_baseline=True, round=0, position=0, workload={}, warmup_steps=2,
-                     measured_steps=6, block_steps=3, switch_warmup_steps=1, paired_arms=arms,
-                     order="balanced", order_seed="t")
+                     measured_steps=6, paired=steps_part(arms, StepsPart(3, 1, "balanced", "t")))
     plan = Plan(spec, {a.arm_id: {"units": 1 + i} for i, a in enumerate(arms)}, "a0", ["units"])
     chan = Channel(plan, 1)
     clock = Clock()

@@ -19,6 +19,7 @@ import pytest
 
 from orchestrator.core.records import FINAL, Pairing, Status, TrialKind
 from orchestrator.spec.jobs import make_specs
+from orchestrator.worker.pairing import plan_specs
 from orchestrator.spec.plan import plan
 from orchestrator.spec.sweep import choose_pairing, resolve_arms
 from orchestrator.worker.pairing import MODES, mode_for
@@ -99,7 +100,7 @@ def _planned(compose: Any, tmp: Path, name: str, failing: bool) -> list[Any]:
     cfg.protocol.pairing = mode  # as the campaign's pre-flight does
     buckets = [cfg.workload.buckets[0].name]
     planned = plan([a.arm_id for a in arms], buckets, 1, reverse_every_other_round=False)
-    return make_specs(cfg, tmp / "run", arms, planned)
+    return plan_specs(cfg, make_specs(cfg, tmp / "run", arms, planned), arms)
 
 
 def _records(specs: list[Any]) -> dict[str, dict[str, Any]]:

@@ -21,16 +21,26 @@ Every mode writes the same record fields for the analysis: ``pairing`` (the plan
 steps ``paired_process``, ``paired_arms``, ``cycles`` and per-cycle ``blocks``; a failure of one
 arm is that arm's status, and a failure that leaves an arm unmeasured on no fault of its own is
 ``infra_failed``. tests/worker/test_pairing_contract.py holds every mode to that.
+
+A paired mode plans its trials too: :data:`PLANNERS` (the planner's choice, by protocol.pairing)
+names the module that joins a round's one-arm specs into one trial carrying its part
+(``spec.jobs.PairingPart``: the arms, the module's tag and its settings, which the module types
+and reads back itself: :class:`.steps.StepsPart`, :class:`.duet.DuetPart`). The spec layer
+below knows no mode's settings, so a new mode is its module, its entry here and its case in
+the contract test.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
 from orchestrator.core.trial_record import TrialBase, TrialRecordDict
 from orchestrator.core.records import Pairing
+from orchestrator.spec.config import Config
 from orchestrator.spec.jobs import TrialSpec
-from orchestrator.worker.pairing import alternation, client, duet, inprocess, process
+from orchestrator.worker.pairing import alternation, client, duet, inprocess, process, steps
 from recipes.registry import workload_from_dict
 
 Records = list[tuple[TrialRecordDict, str]]  # one (record, trial dir) per arm, in spec order
@@ -52,18 +62,35 @@ def _own_process(spec: TrialSpec) -> bool:
     return workload_from_dict(base.workload).runs_own_process()
 
 
+def _part(*tags: str) -> Callable[[TrialSpec], bool]:
+    """Whether a spec carries the part of one of these tags (a paired mode's module's)."""
+    return lambda s: s.paired is not None and s.paired.mode in tags
+
+
 MODES: tuple[Mode, ...] = (
-    Mode("duet", Pairing.duet, lambda s: bool(s.paired_arms) and s.duet is not None,
-         lambda s, base, t0: duet.measure_duet(s, base)),
-    Mode("alternation", Pairing.steps, lambda s: bool(s.paired_arms and s.alternate),
+    Mode("duet", Pairing.duet, _part(duet.TAG), lambda s, base, t0: duet.measure_duet(s, base)),
+    Mode("alternation", Pairing.steps, _part(steps.ALTERNATION_TAG),
          lambda s, base, t0: alternation.measure_alternated(s, base)),
-    Mode("client", Pairing.steps, lambda s: bool(s.paired_arms) and _own_process(s),
+    Mode("client", Pairing.steps, lambda s: _part(steps.TAG)(s) and _own_process(s),
          lambda s, base, t0: client.measure(s, base)),
-    Mode("in-process", Pairing.steps, lambda s: bool(s.paired_arms),
-         inprocess.measure_inprocess),
-    Mode("process", Pairing.process, lambda s: not s.paired_arms,
+    Mode("in-process", Pairing.steps, _part(steps.TAG), inprocess.measure_inprocess),
+    Mode("process", Pairing.process, lambda s: s.paired is None,
          lambda s, base, t0: [(process.measure_one(s, base, t0), s.trial_dir)]),
 )
+
+# the planner's choice: protocol.pairing's word -> the module that joins a round's one-arm
+# specs into its paired trials (protocol.pairing=process: one arm per process, as planned)
+PLANNERS: dict[Pairing, Callable[[Config, Sequence[TrialSpec], Sequence[Any]], list[TrialSpec]]] = {
+    Pairing.steps: steps.plan,
+    Pairing.duet: duet.plan,
+}
+
+
+def plan_specs(cfg: Config, specs: Sequence[TrialSpec], arms: Sequence[Any]) -> list[TrialSpec]:
+    """The trials of ``specs`` (one per planned trial: ``spec.jobs.make_specs``) as
+    protocol.pairing measures them: a paired mode's module joins each round's arms into one."""
+    planner = PLANNERS.get(Pairing(cfg.protocol.pairing))
+    return planner(cfg, specs, arms) if planner else list(specs)
 
 
 def mode_for(spec: TrialSpec) -> Mode:

@@ -62,6 +62,7 @@ from orchestrator.core.results import INFRA_STATUS, Status, trial_record, write_
 from orchestrator.platform.children import SessionGuard, sigterm_runs
 from orchestrator.worker.pairing.client import ChannelError, Plan, ok_paired_record
 from orchestrator.worker.pairing.duet import ArmView
+from orchestrator.worker.pairing.steps import StepsPart
 from orchestrator.worker.external import (
     MIN_MEASURED,
     command_arms,
@@ -448,8 +449,9 @@ def asked_steps(spec: Any) -> int:
     """The steps each arm's command is asked for: its warm-up at the most (each warm-up block
     losing its head to the pause), and twice the blocks its measured steps take, each with its
     switch steps, the split step and a drained one; the plan stops it when it is done."""
-    per_block = spec.switch_warmup_steps + spec.block_steps + LEAD + 1
-    cycle_blocks = math.ceil(max(spec.measured_steps, 1) / spec.block_steps) + 2
+    part = StepsPart.of(spec)
+    per_block = part.switch_warmup_steps + part.block_steps + LEAD + 1
+    cycle_blocks = math.ceil(max(spec.measured_steps, 1) / part.block_steps) + 2
     return (1 + LEAD) * spec.warmup_max_steps + 2 * cycle_blocks * per_block + 10
 
 
@@ -587,8 +589,8 @@ def _record(spec: Any, base: TrialBase, alt: _Alternation, r: ArmRun) -> TrialRe
         **({"code": a.code} if a.code else {})}), r.inv)
     own.update(  # type: ignore[call-arg]  # mypy: TypedDict.update takes no keywords
         pairing="steps", paired_by="alternation", paired_process=spec.trial_id,
-        paired_arms=plan.ids, block_steps=spec.block_steps,
-        switch_warmup_steps=spec.switch_warmup_steps, cycles=plan.cycle,
+        paired_arms=plan.ids, block_steps=plan.part.block_steps,
+        switch_warmup_steps=plan.part.switch_warmup_steps, cycles=plan.cycle,
         step_source="log (alternated)", returncode=r.rc,
         command_wall_s=(r.died or time.monotonic()) - r.born if r.born else None,
         steps_asked=r.asked, steps_logged=len(r.records),

@@ -64,6 +64,7 @@ from orchestrator.worker.external import (
     run_command,
 )
 from orchestrator.worker.pairing import client_nodes
+from orchestrator.worker.pairing.steps import StepsPart
 from orchestrator.worker.pairing.channel import (  # noqa: F401 (its users' names)
     Channel,
     ChannelError,
@@ -152,6 +153,7 @@ class Plan:
     def __init__(self, spec: Any, values: dict[str, dict[str, Any]], baseline: str,
                  declared: list[str], lead: int = 0) -> None:
         self.spec = spec
+        self.part = StepsPart.of(spec)
         # steps every block loses at its head (an alternated command's step split by its
         # pause, orchestrator.worker.pairing.alternation): a block asks for that many more, excluded
         self.lead = lead
@@ -162,7 +164,7 @@ class Plan:
         self.cap = (max(spec.measured_steps, MAX_MEASURED_STEPS) if self.min_s > 0
                     else spec.measured_steps)
         self.bound = (self.policy.max_steps + 3 * spec.measured_steps + self.cap + 10) * len(
-            self.ids) * (1 + spec.switch_warmup_steps)
+            self.ids) * (1 + self.part.switch_warmup_steps)
         self.warming = list(self.ids)
         self.warm: dict[str, tuple[list[float], bool]] = {a: ([], False) for a in self.ids}
         self.n = dict.fromkeys(self.ids, 0)
@@ -265,10 +267,10 @@ class Plan:
         cycles = self._cycles_needed(alive)
         cycles += (self.cycle + cycles) % 2  # end on an even number of cycles
         out: list[PlanBlock] = []
-        switch = self.lead + self.spec.switch_warmup_steps  # a pause's split step, then these
-        per = switch + self.spec.block_steps
+        switch = self.lead + self.part.switch_warmup_steps  # a pause's split step, then these
+        per = switch + self.part.block_steps
         for c in range(self.cycle, self.cycle + cycles):
-            for arm in blocks.ordered(alive, c, self.spec.order, self.spec.order_seed):
+            for arm in blocks.ordered(alive, c, self.part.order, self.part.order_seed):
                 out.append({"arm": arm, "kind": "cycle", "cycle": c, "switch": switch,
                             "steps": per})
         self.cycle += cycles
@@ -286,7 +288,7 @@ class Plan:
                     steps = max(steps, math.ceil((self.min_s - self.got_s[a])
                                                  / statistics.median(times)))
                 steps = min(steps, self.cap - self.n[a])
-            need = max(need, math.ceil(steps / self.spec.block_steps))
+            need = max(need, math.ceil(steps / self.part.block_steps))
         return min(need, MAX_BATCH_CYCLES)
 
     def _fold(self, blk: PlanBlock, per_rank: dict[int, list[list[Any]]]) -> None:
@@ -420,8 +422,8 @@ def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
               if channel.tcp else "unix",
               **({"client_strays": channel.strays} if channel.strays else {})})
     session: PairingSession = {"pairing": "steps", "paired_process": spec.trial_id,
-               "paired_arms": plan.ids, "block_steps": spec.block_steps,
-               "switch_warmup_steps": spec.switch_warmup_steps, "cycles": plan.cycle}
+               "paired_arms": plan.ids, "block_steps": plan.part.block_steps,
+               "switch_warmup_steps": plan.part.switch_warmup_steps, "cycles": plan.cycle}
     tail = log_tail(tdir / "command.log", str(tdir))
     if where.multi:
         common.update(nodes=where.nnodes, **node_fields)  # type: ignore[call-arg, misc]  # mypy: update takes no keywords

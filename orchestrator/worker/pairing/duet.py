@@ -18,9 +18,12 @@ stopped, are infrastructure failures of this duet (re-run, never counted against
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, cast
@@ -36,7 +39,9 @@ from orchestrator.core.logparse import (
 )
 from orchestrator.core.results import INFRA_STATUS, trial_record
 from orchestrator.platform.children import SessionGuard, kill_group, sigterm_runs
-from orchestrator.platform.slices import slice_env
+from orchestrator.platform.slices import duet_slices, placement, slice_env
+from orchestrator.spec.config import Config
+from orchestrator.spec.jobs import PairingPart, TrialSpec, paired_arms, round_groups
 from orchestrator.worker.external import (
     CheckedSteps,
     command_arms,
@@ -54,6 +59,46 @@ from orchestrator.worker.external import (
 
 POLL_S = 0.02  # how often the logs are read while the arms run (the window's edges)
 MIN_OVERLAP_STEPS = 3  # measured steps each arm must have inside the window
+TAG = "duet"  # the tag of this module's part in a trial spec
+
+
+@dataclass(frozen=True)
+class DuetPart:
+    """A duet trial's part: the machine's slices, and each paired arm's, in the arms' order."""
+
+    slices: list[Slice]  # {"cpus": [...], "devices": [...]} (orchestrator.platform.slices)
+    placement: list[int]  # the slice of each paired arm
+
+    @classmethod
+    def of(cls, spec: TrialSpec) -> DuetPart:
+        """The part of a spec this module planned (a clear error for any other)."""
+        part = spec.paired
+        if part is None or part.mode != TAG:
+            raise ValueError(f"trial {spec.trial_id}: not a duet trial "
+                             f"(its part: {part.mode if part else None})")
+        return cls(**part.settings)
+
+
+def join(specs: Sequence[TrialSpec], slices: list[Slice]) -> list[TrialSpec]:
+    """One spec per round and bucket whose arms run at the same time, arm i of the round on
+    slice (i + round) mod slices (orchestrator.platform.slices). The arms run side by side, so
+    the limit stays one trial's."""
+    out = []
+    for members in round_groups(specs):
+        members = sorted(members, key=lambda m: m.arm_id)  # placement by arm, not by order
+        head = copy.copy(members[0])
+        part = DuetPart(slices, placement(len(members), len(slices), members[0].round))
+        head.paired = PairingPart(TAG, paired_arms(members), dataclasses.asdict(part),
+                                  own_processes=True)
+        head.cpu_affinity = None  # each arm is pinned to its slice instead
+        out.append(head)
+    return out
+
+
+def plan(cfg: Config, specs: Sequence[TrialSpec], arms: Sequence[Any]) -> list[TrialSpec]:
+    """protocol.pairing=duet: a round's one-arm specs joined, by bucket, into one trial; as
+    many slices as the campaign's arms, whichever of them a round still runs."""
+    return join(specs, duet_slices(cfg.protocol, len(arms), cfg.launcher.cpu_affinity))
 
 
 @dataclass
@@ -102,8 +147,9 @@ class _Arm:
         return self.proc is not None and self.rc is None and not self.timed_out
 
 
-def _arms(spec: Any) -> list[_Arm]:
-    slices, where = spec.duet.slices, spec.duet.placement
+def _arms(spec: TrialSpec) -> list[_Arm]:
+    part = DuetPart.of(spec)
+    slices, where = part.slices, part.placement
     return [_Arm(c.arm, c.trainer, c.inv, slices[where[i]], where[i], c.tdir,
                  {**c.env, **slice_env(slices[where[i]])})
             for i, c in enumerate(command_arms(spec, spec.measured_steps, spec.timeout_s,

@@ -19,6 +19,7 @@ from orchestrator.platform.interference import CpuWindow, CpuWindowFigures
 from orchestrator.spec.jobs import TrialSpec
 from orchestrator.worker.bootstrap import start_worker
 from orchestrator.worker.pairing.client import ArmFailure, PairingSession
+from orchestrator.worker.pairing.steps import StepsPart
 from orchestrator.worker.timing import (
     MAX_MEASURED_STEPS,
     ArmSteps,
@@ -70,6 +71,7 @@ class _PairedRun:
 
     def __init__(self, spec: TrialSpec, worker: Any) -> None:
         self.spec, self.worker = spec, worker
+        self.part = StepsPart.of(spec)
         self.arms = spec.paired_arms
         self.ids = [str(a.arm_id) for a in self.arms]
         self.baseline = next((str(a.arm_id) for a in self.arms if a.is_baseline),
@@ -87,7 +89,7 @@ class _PairedRun:
         self.cap = (max(spec.measured_steps, MAX_MEASURED_STEPS) if self.min_s > 0
                     else spec.measured_steps)
         self.bound = (self.policy.max_steps + 3 * spec.measured_steps + self.cap + 10) * len(
-            self.arms) * (1 + spec.switch_warmup_steps)
+            self.arms) * (1 + self.part.switch_warmup_steps)
         self.n = dict.fromkeys(self.ids, 0)
         self.got_s = dict.fromkeys(self.ids, 0.0)
         self.arm_mem: dict[str, dict[str, int]] = {}  # each arm's own allocator peaks (GPU)
@@ -133,15 +135,15 @@ class _PairedRun:
                 break
 
     def block(self, arm: str, cycle: int) -> None:
-        spec = self.spec
+        steps = self.part
         self.trainer.switch(self.workloads[arm])  # every block, the same arm's too: alike
-        for _ in range(spec.switch_warmup_steps):
+        for _ in range(steps.switch_warmup_steps):
             _, tags, row = self.st.step(arm_id=arm, block=cycle, prev_arm=self.prev)
             row["phase"], row["tags"] = "excluded", ";".join([*tags, blocks.SWITCH_TAG])
         k = 0
-        while k < spec.block_steps:  # on a GPU, timed by device events with no sync inside
+        while k < steps.block_steps:  # on a GPU, timed by device events with no sync inside
             self.check_bound()
-            for decide_s, tags, row in self.st.block(spec.block_steps - k, arm_id=arm,
+            for decide_s, tags, row in self.st.block(steps.block_steps - k, arm_id=arm,
                                                      block=cycle, prev_arm=self.prev):
                 if tags:
                     row["phase"] = "excluded"
@@ -169,7 +171,7 @@ class _PairedRun:
 
     def order(self) -> list[str]:
         """This cycle's block order (a seeded Williams design by default)."""
-        return blocks.ordered(self.alive(), self.cycle, self.spec.order, self.spec.order_seed)
+        return blocks.ordered(self.alive(), self.cycle, self.part.order, self.part.order_seed)
 
     def arm_record(self, i: int, base: TrialBase, launch_t0: float | None,
                    compile_fields: compile_stats.CompileFields, interference: CpuWindowFigures,
@@ -181,8 +183,8 @@ class _PairedRun:
         own: TrialBase = {**base, "trial_id": a.trial_id, "arm_id": arm, "arm_label": a.arm_label,
                "is_baseline": a.is_baseline, "position": spec.position + i}
         session: PairingSession = {"pairing": "steps", "paired_process": spec.trial_id, "paired_arms": self.ids,
-                   "block_steps": spec.block_steps,
-                   "switch_warmup_steps": spec.switch_warmup_steps, "cycles": self.cycle}
+                   "block_steps": self.part.block_steps,
+                   "switch_warmup_steps": self.part.switch_warmup_steps, "cycles": self.cycle}
         if arm in self.failed:
             return trial_record(**own, **self.failed[arm], **session), a.trial_dir
         ok_arms = self.alive()
