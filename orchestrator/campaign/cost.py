@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, TypedDict, cast
 
-from orchestrator.core.records import COSTS, STEPS, Pairing, TrialKind
+from orchestrator.core.records import COSTS, STEPS, TrialKind, joint_rounds
 from orchestrator.core.section import Section
 from orchestrator.core.trial_record import TrialRecordDict
 from orchestrator.launch.base import Launcher, OnDone, OnJobDone, OnStart
@@ -236,7 +236,7 @@ def _dur(s: float) -> str:
 def processes(cfg: Config, trials: Sequence[PlannedTrial]) -> int:
     """Processes that run these planned trials: one per trial, or one per round and bucket
     where a round's arms share it (pairing by steps, duet)."""
-    if cfg.protocol.pairing in (Pairing.steps, Pairing.duet):
+    if joint_rounds(cfg.protocol.pairing):
         return len({(t.round, t.bucket) for t in trials})
     return len(trials)
 
@@ -245,7 +245,7 @@ def adaptive_processes(cfg: Config, arms: int, buckets: int, rounds_done: int) -
     """At most this many processes in the adaptive rounds still possible."""
     p = cfg.protocol
     left = max(max(p.max_rounds, p.repeats) - max(rounds_done, p.repeats), 0)
-    per_round = buckets if p.pairing in (Pairing.steps, Pairing.duet) else arms * buckets
+    per_round = buckets if joint_rounds(p.pairing) else arms * buckets
     return left * per_round
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from orchestrator.core.records import Pairing, TrialKind
+from orchestrator.core.records import Pairing, TrialKind, joint_rounds, trial_windows
 from orchestrator.analysis.analyze import (
     Analysis,
     paired_blocks,
@@ -155,7 +155,7 @@ def short_trials(cfg: Config) -> str:
     """The trials are a few steps with no time floor (the quick protocol's), in one line;
     "" otherwise. Under load such a trial is at the mercy of one burst."""
     p = cfg.protocol
-    floor = p.measured_min_s > 0 or (p.pairing != Pairing.process and p.paired_min_s > 0)
+    floor = p.measured_min_s > 0 or (joint_rounds(p.pairing) and p.paired_min_s > 0)
     if p.measured_steps >= MIN_STEPS_UNDER_LOAD or floor:
         return ""
     return (f"{p.measured_steps} measured step(s) a trial and no time floor "
@@ -239,7 +239,7 @@ def first_round_plan(cfg: Config, components: dict[str, dict[str, float]] | None
     protocol's margin is then expected to take (plan.json's ``first_plan``). Without a record
     the first rounds run the protocol's window and :func:`trial_length` sizes the next ones."""
     p = cfg.protocol
-    if p.pairing not in (Pairing.process, Pairing.duet):
+    if not trial_windows(p.pairing):
         return {}, {"why": f"pairing={p.pairing}: the cycles planner sizes the rounds after "
                            "the first look"}
     if not p.plan_trial_length:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
-from orchestrator.core.records import Pairing, TrialKind
+from orchestrator.core.records import TrialKind, joint_rounds, trial_windows
 from orchestrator.campaign import calibration, cost, provenance, revisions
 from orchestrator.campaign.plan_doc import (AdaptiveRound, CalibrationDoc, CostLogEntry, FirstPlan,
                                             PairingDoc, PlanDoc, PlannerBucket, Sizing)
@@ -30,9 +30,8 @@ from orchestrator.core.convert import to_dict
 from orchestrator.campaign.gate import load_gates, run_gate
 from orchestrator.analysis.decide import Verdict, aa_calibration, decide
 from orchestrator.core.errors import ConfigError
-from orchestrator.platform.slices import duet_slices
 from orchestrator.spec.jobs import make_specs
-from orchestrator.worker.pairing import plan_specs
+from orchestrator.worker.pairing import plan_facts, plan_specs
 from orchestrator.launch.factory import make_launcher
 from orchestrator.launch.base import Launcher
 from orchestrator.launch.slurm_alloc import plan_entry
@@ -207,13 +206,9 @@ def prepare(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Start:
                                                  device_kind=device.get("kind"))
     p.pairing = pairing_choice
     reused = _calibration(cfg, run_dir, arms, device)  # may turn protocol.aa_arm off
+    # cast: the mode's own facts (pairing.plan_facts) are keys PairingDoc declares
     pairing_doc = cast(PairingDoc, {"mode": pairing_choice, "why": pairing_why,
-                   **({"block_steps": p.block_steps, "switch_warmup_steps": p.switch_warmup_steps}
-                      if pairing_choice == Pairing.steps else {}),
-                   **({"slices": duet_slices(p, len(with_control(cfg, arms)),
-                                             cfg.launcher.cpu_affinity),
-                       "placement": "arm i of a round on slice (i + round) mod slices"}
-                      if pairing_choice == Pairing.duet else {})})
+                                    **plan_facts(cfg, len(with_control(cfg, arms)))})
     running = with_control(cfg, arms)
     buckets = selected_buckets(cfg)
     first_steps, first = _first_plan(cfg, run_dir, arms, device)
@@ -365,7 +360,7 @@ def _run_rounds(ctx: CampaignContext, launcher: Launcher, session: provenance.Se
         rounds = next_rounds(rounds_done, max_rounds, p.adaptive_step_rounds)
         keep = [a.arm_id for a in running if a.is_baseline or a.arm_id in reasons
                 or (p.aa_arm and a.arm_id == running[1].arm_id)]
-        if p.pairing in (Pairing.process, Pairing.duet):  # one arm per process (side by side: duet)
+        if trial_windows(p.pairing):  # one arm per process (side by side: duet)
             steps, planner = (trial_length(cfg, run_dir, analysis) if p.plan_trial_length
                               else ({}, {}))
         else:
@@ -400,7 +395,7 @@ def _chunks(cfg: Config, run_dir: Path, planned: list[PlannedTrial]) -> list[int
             if i + 1 == len(planned) or planned[i + 1].round != t.round]
     known = any(x.kind == TrialKind.TIMED and x.node_s > 0 for x in cost.read_spent(run_dir))
     if cost.budget_s(cfg) > 0:
-        first = [] if known or cfg.protocol.pairing != Pairing.process else [1]
+        first = [] if known or joint_rounds(cfg.protocol.pairing) else [1]
         return [*first, *ends]
     # trials side by side (Slurm's jobs per round, a parallel local launcher): one pass, as
     # before; the prediction then comes before the adaptive rounds
@@ -571,7 +566,7 @@ def _todo(cfg: Config, run_dir: Path, planned: list[PlannedTrial],
     measured again; False: only say which; ``say``: log how many were complete already)."""
     done = completed_trials(run_dir)
     todo = [t for t in planned if t.trial_id not in done]
-    if cfg.protocol.pairing in (Pairing.steps, Pairing.duet):  # a round's arms are measured together
+    if joint_rounds(cfg.protocol.pairing):  # a round's arms are measured together
         open_sessions = {(t.round, t.bucket) for t in todo}
         todo = [t for t in planned if (t.round, t.bucket) in open_sessions]
         for t in todo if drop else []:  # a session's records are all re-measured
@@ -656,7 +651,7 @@ def _file_calibration(cfg: Config, run_dir: Path, arms: list[ResolvedArm],
         return
     key = calibration.key_of(cfg, arms, plan.get("device_resolved"))
     comps = None
-    if cfg.protocol.pairing in (Pairing.process, Pairing.duet):  # what sizes the first rounds
+    if trial_windows(cfg.protocol.pairing):  # what sizes the first rounds
         comps = components_of(trial_length(cfg, run_dir, analysis)[1])
     calibration.record(cfg, run_dir, key, analysis,
                        not aa_calibration(analysis, cfg.protocol.aa_alpha), comps,

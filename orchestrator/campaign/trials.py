@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.records import Pairing, TrialKind
+from orchestrator.core.records import Pairing, TrialKind, joint_rounds
 from orchestrator.analysis import contamination
 from orchestrator.campaign import provenance
 from orchestrator.campaign.attempts import first_attempt_stands, keep_attempt, with_attempts
@@ -62,7 +62,7 @@ class TrialPass:
                              default=self.p.trial_timeout_s)
         with sigterm_as_interrupt():
             for wave in waves(self.cfg, specs):  # a round's baseline first: it may stop the rest
-                if self.p.pairing == Pairing.process:  # a paired process stops with its baseline
+                if not joint_rounds(self.p.pairing):  # a paired process stops with its baseline
                     wave = skip_without_baseline(planned, running, wave, self.finished,
                                                  self.on_done)
                 if wave:
@@ -106,7 +106,7 @@ class TrialPass:
             log.warning("%s (%s, %s): %s: re-running it once", f.trial_id, f.arm_id, f.bucket,
                         f.why())
         again = {f.trial_id for f in flags}
-        if self.p.pairing != Pairing.process:  # its round's arms were measured together: all again
+        if joint_rounds(self.p.pairing):  # its round's arms were measured together: all again
             rounds = {(t.round, t.bucket): self.why[t.trial_id] for t in planned
                       if t.trial_id in again}
             for t in planned:
@@ -191,7 +191,7 @@ def waves(cfg: Config, specs: list[TrialSpec]) -> list[list[TrialSpec]]:
     follow, so a failed baseline stops them (:func:`skip_without_baseline`). Trials one at a
     time by process only: a parallel or Slurm launcher gets every spec at once, and a process
     paired by steps runs its round's arms together."""
-    if cfg.protocol.pairing != Pairing.process or cfg.launcher.name == "slurm" or (
+    if joint_rounds(cfg.protocol.pairing) or cfg.launcher.name == "slurm" or (
             cfg.launcher.max_parallel > 1):
         return [list(specs)]
     out: list[list[TrialSpec]] = [[]]

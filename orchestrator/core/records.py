@@ -167,6 +167,25 @@ class Pairing(Word):
     duet = "duet"  # a round's arms side by side, each on its own slice of the machine
 
 
+# What the campaign needs to know of a resolved pairing word, declared beside the words (a
+# new word says here which it is): whether a round's arms are measured together in one
+# trial (one process per round and bucket, run, re-run and skipped together), and whether
+# each arm's window is its own trial's measured steps (sized by trial length) rather than
+# blocks inside one process (sized by the cycles planner).
+JOINT_ROUNDS = (Pairing.steps, Pairing.duet)
+TRIAL_WINDOWS = (Pairing.process, Pairing.duet)
+
+
+def joint_rounds(pairing: object) -> bool:
+    """A round's arms (by bucket) are measured together, in one trial."""
+    return pairing in JOINT_ROUNDS
+
+
+def trial_windows(pairing: object) -> bool:
+    """Each arm's measured window is a trial's own (sized by trial length)."""
+    return pairing in TRIAL_WINDOWS
+
+
 # --------------------------------------------------------------------------- writing
 
 

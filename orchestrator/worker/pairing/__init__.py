@@ -78,11 +78,21 @@ MODES: tuple[Mode, ...] = (
          lambda s, base, t0: [(process.measure_one(s, base, t0), s.trial_dir)]),
 )
 
+@dataclass(frozen=True)
+class Planner:
+    """How a paired mode's module plans a campaign's trials."""
+
+    # a round's one-arm specs joined into the mode's trials (each with the mode's part)
+    plan: Callable[[Config, Sequence[TrialSpec], Sequence[Any]], list[TrialSpec]]
+    # what plan.json's pairing section says of it, for this many arms
+    facts: Callable[[Config, int], dict[str, Any]]
+
+
 # the planner's choice: protocol.pairing's word -> the module that joins a round's one-arm
 # specs into its paired trials (protocol.pairing=process: one arm per process, as planned)
-PLANNERS: dict[Pairing, Callable[[Config, Sequence[TrialSpec], Sequence[Any]], list[TrialSpec]]] = {
-    Pairing.steps: steps.plan,
-    Pairing.duet: duet.plan,
+PLANNERS: dict[Pairing, Planner] = {
+    Pairing.steps: Planner(steps.plan, steps.facts),
+    Pairing.duet: Planner(duet.plan, duet.facts),
 }
 
 
@@ -90,7 +100,13 @@ def plan_specs(cfg: Config, specs: Sequence[TrialSpec], arms: Sequence[Any]) -> 
     """The trials of ``specs`` (one per planned trial: ``spec.jobs.make_specs``) as
     protocol.pairing measures them: a paired mode's module joins each round's arms into one."""
     planner = PLANNERS.get(Pairing(cfg.protocol.pairing))
-    return planner(cfg, specs, arms) if planner else list(specs)
+    return planner.plan(cfg, specs, arms) if planner else list(specs)
+
+
+def plan_facts(cfg: Config, n_arms: int) -> dict[str, Any]:
+    """What plan.json's pairing section says of protocol.pairing's planner (its settings)."""
+    planner = PLANNERS.get(Pairing(cfg.protocol.pairing))
+    return planner.facts(cfg, n_arms) if planner else {}
 
 
 def mode_for(spec: TrialSpec) -> Mode:

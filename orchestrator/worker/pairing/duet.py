@@ -95,6 +95,12 @@ def join(specs: Sequence[TrialSpec], slices: list[Slice]) -> list[TrialSpec]:
     return out
 
 
+def facts(cfg: Config, n_arms: int) -> dict[str, Any]:
+    """plan.json's word on a duet: the slices and how the arms rotate over them."""
+    return {"slices": duet_slices(cfg.protocol, n_arms, cfg.launcher.cpu_affinity),
+            "placement": "arm i of a round on slice (i + round) mod slices"}
+
+
 def plan(cfg: Config, specs: Sequence[TrialSpec], arms: Sequence[Any]) -> list[TrialSpec]:
     """protocol.pairing=duet: a round's one-arm specs joined, by bucket, into one trial; as
     many slices as the campaign's arms, whichever of them a round still runs."""

@@ -73,6 +73,12 @@ def join(specs: Sequence[TrialSpec], settings: Callable[[TrialSpec], StepsPart],
     return out
 
 
+def facts(cfg: Config, n_arms: int) -> dict[str, Any]:
+    """plan.json's word on paired steps: the block settings."""
+    return {"block_steps": cfg.protocol.block_steps,
+            "switch_warmup_steps": cfg.protocol.switch_warmup_steps}
+
+
 def plan(cfg: Config, specs: Sequence[TrialSpec], arms: Sequence[Any]) -> list[TrialSpec]:
     """protocol.pairing=steps: a round's one-arm specs joined, by bucket, into one trial."""
     p = cfg.protocol
