@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from orchestrator.core.records import FINAL, Pairing, Status, TrialKind
-from orchestrator.spec.jobs import make_specs
+from orchestrator.spec.jobs import job_from_payload, make_specs
 from orchestrator.worker.pairing import plan_specs
 from orchestrator.spec.plan import plan
 from orchestrator.spec.sweep import choose_pairing, resolve_arms
@@ -103,10 +103,16 @@ def _planned(compose: Any, tmp: Path, name: str, failing: bool) -> list[Any]:
     return plan_specs(cfg, make_specs(cfg, tmp / "run", arms, planned), arms)
 
 
+def _as_sent(spec: Any) -> Any:
+    """The spec as a launcher hands it to a worker: through its JSON payload (the mode's part
+    as plain data, read back by the spec)."""
+    return job_from_payload(json.loads(json.dumps(spec.payload())))
+
+
 def _records(specs: list[Any]) -> dict[str, dict[str, Any]]:
     with in_dir(ROOT):  # the commands name their helpers by paths relative to the repository
         for spec in specs:
-            run_trial(spec)
+            run_trial(_as_sent(spec))
     out = {}
     for spec in specs:
         arms = spec.paired_arms or [spec]
@@ -126,6 +132,21 @@ def test_every_mode_has_a_case() -> None:
     assert {m.name for m in MODES} == set(CASES)
 
 
+def test_a_mode_reads_its_own_part_only(compose: Any, tmp_path: Path) -> None:
+    """Each mode types its part in its own module and refuses another mode's, by name."""
+    from orchestrator.worker.pairing.duet import DuetPart
+    from orchestrator.worker.pairing.steps import StepsPart
+
+    steps = _planned(compose, tmp_path / "s", "in-process", failing=False)[0]
+    part = StepsPart.of(steps)
+    assert (part.block_steps, part.order) == (3, "balanced")  # QUICK, and the default order
+    with pytest.raises(ValueError, match=r"^trial r0+-\w+-a0: not a duet trial \(its part: steps\)$"):
+        DuetPart.of(steps)
+    one = _planned(compose, tmp_path / "p", "process", failing=False)[0]
+    with pytest.raises(ValueError, match=r"not a paired-steps trial \(its part: None\)$"):
+        StepsPart.of(one)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_planned_round_is_measured_by_its_mode_one_record_per_arm(
         compose: Any, tmp_path: Path, name: str) -> None:
@@ -133,6 +154,9 @@ def test_the_planned_round_is_measured_by_its_mode_one_record_per_arm(
     specs = _planned(compose, tmp_path, name, failing=False)
     modes = {mode_for(s).name for s in specs}
     assert modes == {name}, modes
+    sent = [_as_sent(s) for s in specs]  # the part survives the payload: the same mode, settings
+    assert {mode_for(s).name for s in sent} == {name}
+    assert [s.paired for s in sent] == [s.paired for s in specs]
     mode = next(m for m in MODES if m.name == name)
     recs = _records(specs)
     assert set(recs) == {"a0", "a1"}
