@@ -30,4 +30,4 @@ if [ "${ORCH_SLURM:-1}" = 1 ] && bash scripts/slurm_twonode.sh start; then
 else
   echo "note: no two-node Slurm cluster; the multi-node tests will be skipped" >&2
 fi
-.venv/bin/python -m pytest -q --durations=15 "$@"  # the slowest tests, to keep CI short
+.venv/bin/python -m pytest -q --durations=40 "$@"  # the slowest tests, to keep CI short
