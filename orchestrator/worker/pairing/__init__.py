@@ -78,6 +78,7 @@ MODES: tuple[Mode, ...] = (
          lambda s, base, t0: [(process.measure_one(s, base, t0), s.trial_dir)]),
 )
 
+
 @dataclass(frozen=True)
 class Planner:
     """How a paired mode's module plans a campaign's trials."""
