@@ -10,9 +10,15 @@ retain or reject). Each cell runs ``--campaigns`` campaigns of each setting, int
 
 - before: the protocol as it was (``protocol.compile_cache=cold``: every trial compiles;
   ``calibration_max_age_h=0``: the A/A arm in every campaign);
-- after: the defaults now (``compile_cache=auto``: each arm its own warm caches; the A/A arm
-  only while this machine, workload and pairing have no fresh calibration record: the first
-  "after" campaign of a run files one, in the run's own store under --out).
+- after: the defaults now (``compile_cache=auto``: each arm its own warm caches, kept in the
+  user's compile store across campaigns that run the same arm; the A/A arm only while this
+  machine, workload and pairing have no fresh calibration record: the first "after" campaign of
+  a run files one, in the run's own store under --out).
+
+Each campaign decides a variant new to the machine: before every "after" campaign the variant's
+(and any A/A control's) folders are removed from the run's compile store under --out, so only the
+baseline, which every campaign of the run shares as a user's sweeps share theirs, can start warm
+from an earlier campaign; the run's first "after" campaign compiles it too.
 
 Node time is every process the campaign launched (its costs.jsonl: the sizing pilot, the timed
 trials, re-runs), start to end, times its nodes. It prints per cell and setting: verdicts,
@@ -61,6 +67,8 @@ def one(cell: str, setting: str, seed: int, args: argparse.Namespace, root: Path
     run_dir = root / f"{setting}-{cell.replace('/', '').replace('%', '').replace(' ', '_')}-{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
     base = "1.0" if key == "factor" else "a"
+    if setting == "after":
+        forget_variants(root.parent / "compile")
     cfg = compose([
         "+sweep=planted_startup", "protocol=default", "launcher=local",
         "protocol.pairing=process", f"protocol.seed={seed}", f"run_dir='{run_dir}'",
@@ -90,6 +98,15 @@ def one(cell: str, setting: str, seed: int, args: argparse.Namespace, root: Path
             "inside": bool(first and first["lo_node_s"] <= node_s <= first["hi_node_s"] + 1e-6),
             # made before any timed process (from a calibration record's costs), or after some
             "predicted_early": bool(first and first.get("from_record"))}
+
+
+def forget_variants(store: Path) -> None:
+    """Remove every arm folder of the compile store but the baseline's: the next campaign's
+    variant is new to the machine (orchestrator.platform.compile_stats.note_use's notes)."""
+    for note in store.glob("arm-*.json"):
+        if not json.loads(note.read_text()).get("baseline"):
+            shutil.rmtree(store / note.stem, ignore_errors=True)
+            note.unlink()
 
 
 def table(rows: list[dict[str, Any]]) -> None:
@@ -140,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.out or tempfile.mkdtemp(prefix="decision-cost-"))
     root.mkdir(parents=True, exist_ok=True)
     os.environ["ORCH_CALIBRATION_DIR"] = str(root / "calibration")  # this run's own records
+    os.environ["ORCH_COMPILE_CACHE_DIR"] = str(root / "compile")  # this run's own store
     path = root / "results.json"
     rows: list[dict[str, Any]] = json.loads(path.read_text()) if path.exists() else []
     done = {(r["cell"], r["setting"], r["seed"]) for r in rows}

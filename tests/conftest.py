@@ -28,6 +28,14 @@ def _calibration_store(tmp_path_factory: pytest.TempPathFactory,
     monkeypatch.setenv("ORCH_CALIBRATION_DIR", str(tmp_path_factory.mktemp("calibration")))
 
 
+@pytest.fixture(autouse=True)
+def _compile_store(tmp_path_factory: pytest.TempPathFactory,
+                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own compile store (orchestrator.platform.compile_stats.store_dir): an arm's
+    caches start empty unless the test itself ran the arm before."""
+    monkeypatch.setenv("ORCH_COMPILE_CACHE_DIR", str(tmp_path_factory.mktemp("compile store")))
+
+
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     # odd characters on purpose: spaces, unicode and shell metacharacters must not break paths

@@ -83,8 +83,9 @@ _CACHE_WHAT = {
     "warm": "warm: trials used this machine's own inductor/Triton caches, so `compile time` is "
             "what a rerun pays and depends on what compiled here before",
     "arm": "per arm: each arm compiled into a cache folder of its own, kept across its trials "
-           "and shared with no other arm, so its first trial pays a first run's compile and the "
-           "others a rerun's",
+           "(and, in the user's compile store, across campaigns that run the same arm: "
+           "`protocol.arm_cache_store`) and shared with no other arm, so a trial that found its "
+           "arm's folder empty paid a first run's compile and the others a rerun's",
 }
 
 

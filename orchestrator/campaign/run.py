@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
 from orchestrator.core.records import TrialKind, joint_rounds, trial_windows
-from orchestrator.campaign import calibration, cost, provenance, revisions
+from orchestrator.campaign import caches, calibration, cost, provenance, revisions
 from orchestrator.campaign.plan_doc import (AdaptiveRound, CalibrationDoc, CostLogEntry, FirstPlan,
                                             PairingDoc, PlanDoc, PlannerBucket, Sizing)
-from orchestrator.platform import compile_stats, rundir
+from orchestrator.platform import rundir
 from orchestrator.analysis.analyze import Analysis, analyze
 from orchestrator.spec.ledger import LINEAGE_FILE, Ledger, lineage
 from orchestrator.spec.config import Config
@@ -299,6 +298,7 @@ def _campaign(cfg: Config, run_dir: Path, launcher: Launcher, overrides: list[st
     # the user's code: each arm's revision in its worktree (source.revision), its state
     arms, running = revisions.materialize(cfg, run_dir, arms, running)
     ctx = replace(ctx, arms=arms, running=running)
+    caches.note_arms(cfg, running)  # in use: no other campaign's eviction takes them
     session = provenance.start(cfg, run_dir, arms, list(start.done.values()), overrides,
                                code_lines=revisions.source_lines(running))
     atomic_write_json(run_dir / "config.json", {"schema_version": SCHEMA_VERSION, **to_dict(cfg)})
@@ -631,7 +631,7 @@ def finalize(cfg: Config, run_dir: Path, arms: list[ResolvedArm] | None = None,
     atomic_write_text(run_dir / "decisions.md", decisions_md(cfg, run_dir, arms, out,
                                                              provenance_section, code))
     _render_summary(run_dir)
-    drop_caches(run_dir)
+    caches.finish(cfg, run_dir, with_control(cfg, arms))
     # logged before the seal: campaign.log gets this line sanitized (the run dir's path names
     # the home directory and the user)
     log.info("%s", terminal_summary(cfg.sweep.name, out.verdicts, str(run_dir)))
@@ -664,15 +664,6 @@ def _read_plan(run_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
-
-
-def drop_caches(run_dir: Path) -> None:
-    """A finished campaign's arm caches (compile_cache=arm) go: they are scratch, warm for a
-    resume of this campaign only, and may be large."""
-    caches = run_dir / compile_stats.CACHES_DIR
-    if caches.is_dir():
-        shutil.rmtree(caches, ignore_errors=True)
-        log.info("removed the arms' compile caches (%s/)", compile_stats.CACHES_DIR)
 
 
 def decide_from_disk(cfg: Config, run_dir: Path, arms: list[ResolvedArm]) -> Outcome:

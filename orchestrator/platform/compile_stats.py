@@ -9,12 +9,16 @@ eager trial never pays for importing it; nothing was compiled then, so every fig
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from orchestrator.core.envvars import env_overrides
@@ -56,8 +60,89 @@ def cache_env(root: str | os.PathLike[str], extra: tuple[str, ...] | list[str] =
 
 
 def arm_cache_root(run_dir: str | os.PathLike[str], arm_id: str) -> str:
-    """compile_cache=arm: the arm's own cache folder in the run directory."""
+    """compile_cache=arm with protocol.arm_cache_store off: the arm's own cache folder in the
+    run directory (scratch, removed with the campaign's end)."""
     return os.path.join(os.fspath(run_dir), CACHES_DIR, arm_id)
+
+
+# compile_cache=arm, protocol.arm_cache_store on (the default): each arm's folder lives in the
+# user's compile store, named by the arm's identity (:func:`arm_key`), and a later campaign that
+# runs the same arm finds it warm. A folder's use is noted beside it (``<key>.json``: never inside,
+# where it would read as a compiled artifact), for the least-recently-used eviction.
+STORE_VAR = "ORCH_COMPILE_CACHE_DIR"
+
+
+def store_dir() -> Path:
+    """The user's compile store (``$ORCH_COMPILE_CACHE_DIR``, else
+    ``~/.cache/orchestrator/compile``), outside every run directory."""
+    from orchestrator.core.sanitize import user_store
+
+    return user_store("compile", STORE_VAR)
+
+
+def arm_key(identity: dict[str, Any]) -> str:
+    """The folder name of an arm's caches in the store: a hash of what it compiles from (its
+    id, resolved workload, environment switches, code revision, device and torch's version:
+    spec.jobs.arm_identity); no host or user name in it."""
+    blob = json.dumps(identity, sort_keys=True, default=str)
+    return "arm-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def stored_arm_root(store: Path, key: str) -> str:
+    return os.fspath(store / key)
+
+
+def note_use(store: Path, key: str, about: dict[str, Any]) -> None:
+    """Write ``<key>.json`` beside the arm's folder: when a campaign last used it, and which arm
+    it is (its id, label, whether it is a baseline), for eviction and for a reader."""
+    store.mkdir(parents=True, exist_ok=True)
+    doc = {**about, "used_at": time.time()}
+    tmp = store / f".{key}.json.{os.getpid()}"
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, store / f"{key}.json")
+
+
+def folder_bytes(folder: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def evict(store: Path, max_bytes: int, keep: set[str]) -> list[str]:
+    """Remove the least recently used arm folders (their ``<key>.json``'s ``used_at``; a
+    folder without one counts as oldest) until the store holds at most ``max_bytes``; never
+    one of ``keep`` (the arms of the campaign that is ending). Returns the keys removed."""
+    if not store.is_dir():
+        return []
+    folders = [d for d in store.iterdir() if d.is_dir() and d.name.startswith("arm-")]
+    sizes = {d.name: folder_bytes(d) for d in folders}
+    total = sum(sizes.values())
+    if total <= max_bytes:
+        return []
+
+    def used(d: Path) -> float:
+        try:
+            return float(json.loads((store / f"{d.name}.json").read_text(encoding="utf-8"))
+                         .get("used_at") or 0.0)
+        except (OSError, ValueError, AttributeError):
+            return 0.0
+
+    removed = []
+    for d in sorted(folders, key=used):
+        if total <= max_bytes:
+            break
+        if d.name in keep:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        (store / f"{d.name}.json").unlink(missing_ok=True)
+        total -= sizes[d.name]
+        removed.append(d.name)
+    return removed
 
 
 def fill_state(env: dict[str, str], names: tuple[str, ...] | list[str] = ()) -> str:

@@ -181,6 +181,7 @@ BOUNDS: dict[str, Bound] = {
                                      interval=True),
     "ProtocolConfig.duet_cpus": _CORE,
     "ProtocolConfig.calibration_max_age_h": Bound(0.0, 1e5, why="hours: 1e5 is eleven years"),
+    "ProtocolConfig.arm_cache_max_gb": Bound(0.0, 1e6, lo_open=True, why="gigabytes"),
     "ProtocolConfig.budget_node_hours": Bound(0.0, 1e6, why="node-hours: 1e6 is a century of "
                                               "a 1000-node cluster"),
     "ProtocolConfig.block_steps": _steps(1),

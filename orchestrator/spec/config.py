@@ -308,6 +308,11 @@ class ProtocolConfig:
     # cold for a sweep over compile settings
     compile_cache: CompileCache = CompileCache.auto
     cache_env: list[str] = field(default_factory=list)  # a command's own cache variables too
+    # compile_cache=arm: each arm's folder in the user's compile store ($ORCH_COMPILE_CACHE_DIR,
+    # else ~/.cache/orchestrator/compile), named by the arm's identity, so a later campaign
+    # running the same arm starts warm; false: run-directory scratch, removed at the end
+    arm_cache_store: bool = True
+    arm_cache_max_gb: float = 50.0  # the store's size past which the least recently used go
     # node-hours the campaign may spend (0 = no cap; campaign.cost, docs/protocol.md)
     budget_node_hours: float = 0.0
     repeats: int = 3  # initial rounds; each round runs every arm once, in a fresh process

@@ -296,8 +296,7 @@ def make_specs(cfg: Config, run_dir: Path, arms: Sequence[ResolvedArm],
                 speed_reference=cfg.protocol.speed_reference,
                 compile_cache=cache_mode,
                 cache_env=list(cfg.protocol.cache_env),
-                cache_root=(str(run_dir / compile_stats.CACHES_DIR) if cache_mode == "arm"
-                            else ""),
+                cache_root=arm_cache_home(cfg, run_dir) if cache_mode == "arm" else "",
                 cpu_affinity=(list(cfg.launcher.cpu_affinity)
                               if cfg.launcher.cpu_affinity is not None else None),
             )
@@ -310,8 +309,44 @@ def _arm_env(cfg: Config, run_dir: Path, arm: ResolvedArm, cache_mode: str) -> d
     variable the arm sets itself stays the arm's)."""
     if cache_mode != "arm":
         return dict(arm.env)
-    root = compile_stats.arm_cache_root(run_dir, arm.arm_id)
+    if cfg.protocol.arm_cache_store:
+        root = compile_stats.stored_arm_root(compile_stats.store_dir(),
+                                             compile_stats.arm_key(arm_identity(cfg, arm)))
+    else:
+        root = compile_stats.arm_cache_root(run_dir, arm.arm_id)
     return {**compile_stats.cache_env(root, list(cfg.protocol.cache_env)), **arm.env}
+
+
+def arm_cache_home(cfg: Config, run_dir: Path) -> str:
+    """compile_cache=arm: the folder every arm's cache folder lies in (the user's compile store,
+    or the run directory's scratch with protocol.arm_cache_store off)."""
+    if cfg.protocol.arm_cache_store:
+        return os.fspath(compile_stats.store_dir())
+    return str(run_dir / compile_stats.CACHES_DIR)
+
+
+def arm_identity(cfg: Config, arm: ResolvedArm) -> dict[str, Any]:
+    """What an arm's compiled artifacts follow from, for its folder in the compile store: its
+    id (the A/A control, the baseline's own configuration, keeps a folder of its own), the
+    workload it compares (not a job's worktree path), its environment switches, its code
+    revision (commit and diff hash), the device and torch's version (read from the installed
+    package's metadata: the campaign process imports no torch). Inductor's and Triton's caches
+    are keyed by content as well, so a key that misses a change costs only a recompile."""
+    return {"v": 1, "arm": arm.arm_id, "workload": arm.workload, "env": dict(arm.env),
+            "code": {k: v for k, v in dict(arm.code).items() if k != "worktree"},
+            "device": str(cfg.device), "torch": _torch_version(),
+            "cache_env": list(cfg.protocol.cache_env)}
+
+
+def _torch_version() -> str:
+    from importlib import metadata
+
+    for dist in ("torch", "torch-musa", "torch_musa"):
+        try:
+            return f"{dist} {metadata.version(dist)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return ""
 
 
 def round_groups(specs: Sequence[TrialSpec]) -> list[list[TrialSpec]]:

@@ -28,7 +28,7 @@ def _records(run: Path) -> list[dict[str, Any]]:
 
 def test_each_arm_warms_its_own_cache_and_the_campaign_drops_them(
         compose: Any, run_dir: Path) -> None:
-    cfg = compose([*FAST, f"run_dir='{run_dir}'"])
+    cfg = compose([*FAST, f"run_dir='{run_dir}'", "protocol.arm_cache_store=false"])
     run_campaign(cfg, run_dir)
     recs = [r for r in _records(run_dir) if r.get("kind") == "timed"]
     assert len(recs) == 6 and all(r["status"] == "ok" for r in recs)
@@ -48,6 +48,57 @@ def test_each_arm_warms_its_own_cache_and_the_campaign_drops_them(
     assert not (run_dir / "caches").exists()  # scratch: gone with the campaign
 
 
+def test_the_next_campaign_of_the_same_arm_starts_warm_from_the_store(
+        compose: Any, tmp_path: Path) -> None:
+    """protocol.arm_cache_store (the default): each arm's folder in the user's compile store,
+    named by the arm's identity; a second campaign with the same baseline and a new variant
+    finds the baseline's caches warm from its first trial and fills the new variant's."""
+    import os
+
+    store = Path(os.environ["ORCH_COMPILE_CACHE_DIR"])
+    first, second = tmp_path / "first", tmp_path / "second"
+    run_campaign(compose([*FAST, "protocol.repeats=2", "protocol.max_rounds=2",
+                          f"run_dir='{first}'"]), first)
+    assert not (first / "caches").exists()
+    notes = {p.stem: json.loads(p.read_text()) for p in store.glob("arm-*.json")}
+    assert sorted(n["baseline"] for n in notes.values()) == [False, True]
+    assert all((store / k).is_dir() for k in notes)
+    run_campaign(compose([*FAST, "protocol.repeats=2", "protocol.max_rounds=2",
+                          "sweep.values=[1.1]",
+                          f"run_dir='{second}'"]), second)
+    recs = {r["arm_id"]: r for r in _records(second)
+            if r.get("kind") == "timed" and r["round"] == 0}
+    base = next(a for a, r in recs.items() if r["is_baseline"])
+    var = next(a for a, r in recs.items() if not r["is_baseline"])
+    assert recs[base]["compile_cache_fill"] == "reuses"  # the first campaign compiled it
+    assert recs[var]["compile_cache_fill"] == "fills"  # a new arm: its own, empty folder
+    logs = {a: (second / "trials" / r["trial_id"] / "command.log").read_text()
+            for a, r in recs.items()}
+    assert "compile cache warm" in logs[base] and "compile cache cold" in logs[var]
+    assert len(list(store.glob("arm-*.json"))) == 3  # the same baseline, two variants
+    # nothing of the store's location in the records
+    assert not any("CACHE_DIR" in k for r in recs.values() for k in (r.get("env") or {}))
+
+
+def test_the_store_removes_the_least_recently_used_beyond_its_cap(tmp_path: Path) -> None:
+    import time
+
+    from orchestrator.platform import compile_stats
+
+    for i, key in enumerate(["arm-a", "arm-b", "arm-c"]):
+        (tmp_path / key).mkdir()
+        (tmp_path / key / "blob").write_bytes(b"x" * 1000)
+        compile_stats.note_use(tmp_path, key, {"arm_id": key})
+        doc = json.loads((tmp_path / f"{key}.json").read_text())
+        doc["used_at"] = time.time() - 100 + i  # a oldest, c newest
+        (tmp_path / f"{key}.json").write_text(json.dumps(doc))
+    # a is the oldest but in use by the campaign that ends: b goes, then c is within the cap
+    assert compile_stats.evict(tmp_path, 2000, keep={"arm-a"}) == ["arm-b"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["arm-a", "arm-c"]
+    assert not (tmp_path / "arm-b.json").exists()
+    assert compile_stats.evict(tmp_path, 2000, keep=set()) == []
+
+
 def test_a_sweep_over_compile_settings_stays_cold(compose: Any, tmp_path: Path) -> None:
     from orchestrator.spec.jobs import make_specs
     from orchestrator.spec.plan import plan_rounds
@@ -64,6 +115,12 @@ def test_a_sweep_over_compile_settings_stays_cold(compose: Any, tmp_path: Path) 
     planned = plan_rounds([a.arm_id for a in arms], ["b1"], range(1))
     specs = make_specs(cfg, tmp_path, arms, planned)
     assert {s.compile_cache for s in specs} == {"arm"}
+    dirs = {s.env["TORCHINDUCTOR_CACHE_DIR"] for s in specs}
+    assert len(dirs) == 2  # each arm its own folder, in the user's compile store
+    import os
+    assert all(d.startswith(os.environ["ORCH_COMPILE_CACHE_DIR"]) for d in dirs)
+    specs = make_specs(compose([*FAST, "protocol.arm_cache_store=false"]), tmp_path, arms,
+                       planned)
     dirs = {s.env["TORCHINDUCTOR_CACHE_DIR"] for s in specs}
     assert len(dirs) == 2 and all(str(tmp_path / "caches") in d for d in dirs)
 
