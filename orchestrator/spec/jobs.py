@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Sequence
@@ -338,15 +339,18 @@ def arm_identity(cfg: Config, arm: ResolvedArm) -> dict[str, Any]:
             "cache_env": list(cfg.protocol.cache_env)}
 
 
+@functools.lru_cache(maxsize=1)  # once per campaign process: every spec of every arm asks
 def _torch_version() -> str:
+    """torch's installed version, and a vendor extension's beside it (torch_musa)."""
     from importlib import metadata
 
-    for dist in ("torch", "torch-musa", "torch_musa"):
+    got = []
+    for dist in ("torch", "torch_musa"):
         try:
-            return f"{dist} {metadata.version(dist)}"
+            got.append(f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             continue
-    return ""
+    return ", ".join(got)
 
 
 def round_groups(specs: Sequence[TrialSpec]) -> list[list[TrialSpec]]:
