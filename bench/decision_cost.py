@@ -32,7 +32,10 @@ prediction contained the node time spent, and the ratio of node-seconds per corr
         # so the ratios come out lower than at full scale)
 
 With --out DIR, results.json there is rewritten after every campaign and a run started again
-with the same --out goes on where it stopped. Run it on a quiet machine.
+with the same --out goes on where it stopped. Run it on a quiet machine. At full scale a seed
+(six campaigns) takes 22 to 36 min here; the full-scale run of 2026-12-07 is kept in
+docs/decision_cost/full_scale_results.json: copy it to DIR/results.json to go on with it (the
+stores under DIR start empty, so the first "after" campaign then calibrates again).
 """
 
 from __future__ import annotations
