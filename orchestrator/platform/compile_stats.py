@@ -75,6 +75,7 @@ STORE_VAR = "ORCH_COMPILE_CACHE_DIR"
 def store_dir() -> Path:
     """The user's compile store (``$ORCH_COMPILE_CACHE_DIR``, else
     ``~/.cache/orchestrator/compile``), outside every run directory."""
+    # start-up cost: every worker imports this module, and only the campaign needs the store
     from orchestrator.core.sanitize import user_store
 
     return user_store("compile", STORE_VAR)
