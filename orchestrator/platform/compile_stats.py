@@ -16,7 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,7 @@ def store_dir() -> Path:
     return user_store("compile", STORE_VAR)
 
 
-def arm_key(identity: dict[str, Any]) -> str:
+def arm_key(identity: Mapping[str, object]) -> str:
     """The folder name of an arm's caches in the store: a hash of what it compiles from (its
     id, resolved workload, environment switches, code revision, device and torch's version:
     spec.jobs.arm_identity); no host or user name in it."""
@@ -93,7 +93,7 @@ def stored_arm_root(store: Path, key: str) -> str:
     return os.fspath(store / key)
 
 
-def note_use(store: Path, key: str, about: dict[str, Any]) -> None:
+def note_use(store: Path, key: str, about: Mapping[str, object]) -> None:
     """Write ``<key>.json`` beside the arm's folder: when a campaign last used it, and which arm
     it is (its id, label, whether it is a baseline), for eviction and for a reader."""
     store.mkdir(parents=True, exist_ok=True)

@@ -326,7 +326,7 @@ def arm_cache_home(cfg: Config, run_dir: Path) -> str:
     return str(run_dir / compile_stats.CACHES_DIR)
 
 
-def arm_identity(cfg: Config, arm: ResolvedArm) -> dict[str, Any]:
+def arm_identity(cfg: Config, arm: ResolvedArm) -> dict[str, object]:
     """What an arm's compiled artifacts follow from, for its folder in the compile store: its
     id (the A/A control, the baseline's own configuration, keeps a folder of its own), the
     workload it compares (not a job's worktree path), its environment switches, its code
