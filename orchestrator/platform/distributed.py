@@ -227,8 +227,25 @@ def summary(ctx: DistContext, skew_measured_s: list[float],
     }
 
 
+# How long shutdown() leaves the GIL free after destroying the process group (see there).
+BACKEND_DRAIN_S = 0.1
+
+
 def shutdown() -> None:
+    """Destroy the process group, then leave the GIL free for a moment before the process goes
+    on to exit.
+
+    destroy_process_group does not always free the group: torch keeps references to the
+    default group elsewhere (the first optimizer built in a process takes ten, through
+    torch._dynamo's import), and gloo's worker threads then live on. Each drops the last
+    collective it ran only after the caller has seen that collective complete, and dropping
+    it releases Python tensors, so the thread needs the GIL. If the interpreter has begun to
+    finalize by then, that thread exits inside a C++ destructor and the process aborts
+    (SIGABRT, "terminate called without an active exception", seen in about 1 exit in 10 of
+    the Muon tests' gloo ranks): a rank that measured and wrote its record would be counted
+    as crashed. Sleeping hands the GIL to those threads while the interpreter is whole."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        time.sleep(BACKEND_DRAIN_S)

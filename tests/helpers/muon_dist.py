@@ -13,6 +13,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from orchestrator.platform import distributed as distmod
+
 MODES = ("duplicated", "distributed")
 
 
@@ -256,4 +258,4 @@ def worker(rank: int, size: int, port: int, out_dir: str, train_steps: int) -> N
         # destroys its group while a peer still sends aborts the peer in C++
         dist.barrier()
     finally:
-        dist.destroy_process_group()
+        distmod.shutdown()  # the product's teardown: it lets gloo's threads finish first
