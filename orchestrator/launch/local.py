@@ -126,7 +126,7 @@ class LocalLauncher(Launcher):
             for spec in specs:  # plan order; the free devices are the same ones every time
                 group([spec])
             return
-        _run_parallel(round_groups(specs), group, self.max_parallel)
+        _run_parallel(consecutive_runs(specs), group, self.max_parallel)
 
     def run_jobs(self, jobs: Sequence[WorkerJob], on_done: OnJobDone, timeout_s: float) -> None:
         """One after another, in order, on one device set (enough for the widest job)."""
@@ -154,8 +154,10 @@ class LocalLauncher(Launcher):
                 slots.release(taken)
 
 
-def round_groups(specs: Sequence[TrialSpec]) -> list[list[TrialSpec]]:
-    """Consecutive specs of one (round, bucket), in plan order: the unit of A/B fairness."""
+def consecutive_runs(specs: Sequence[TrialSpec]) -> list[list[TrialSpec]]:
+    """Runs of consecutive specs of one (round, bucket), in plan order: the unit of A/B
+    fairness (unlike spec.jobs.round_groups, a (round, bucket) split by other specs gives one
+    group per run)."""
     groups: list[list[TrialSpec]] = []
     for s in specs:
         if groups and (groups[-1][0].round, groups[-1][0].bucket["name"]) == (
