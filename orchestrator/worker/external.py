@@ -39,6 +39,7 @@ import math
 import os
 import platform
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -402,7 +403,8 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
 
     stopped = peers is not None and peers.stopped
     outcome = (failed("peer_failed", peers.reason()) if stopped and peers is not None else
-               _outcome(start_error, rc, inv, trainer, lines, failed))
+               _outcome(start_error, rc, inv, trainer, lines, failed,
+                        trainer.workload.steps_asked(spec.warmup_steps, spec.measured_steps)))
     if where.multi and where.node > 0:
         return _node_report(trainer, lines, tdir, where, outcome, rc, wall,
                             own_log=inv.log_file is None,
@@ -429,9 +431,11 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
 
 
 def _outcome(start_error: str | None, rc: int | None, inv: Any, trainer: Any,
-             lines: list[str], failed: Any) -> TrialRecordDict | None:
+             lines: list[str], failed: Any,
+             asked: tuple[int, bool] | None = None) -> TrialRecordDict | None:
     """The record of a command that could not start, timed out or exited non-zero; None when
-    it exited 0."""
+    it exited 0. ``asked``: the step lines it was asked for (WorkloadConfig.steps_asked), to
+    say whether it failed before its last step or after it, at teardown."""
     if start_error:
         return failed("cannot_start", f"cannot start the command: {start_error}")
     if rc is None:
@@ -440,8 +444,21 @@ def _outcome(start_error: str | None, rc: int | None, inv: Any, trainer: Any,
                       f"{inv.time_limit_s:g} s and was killed ({n} step line(s) by then)",
                       "timeout")
     if rc != 0:
-        return failed("exit_code", f"the command exited with code {rc}")
+        return failed("exit_code", _nonzero_exit(rc, len(_safe_parse(trainer, lines)), asked))
     return None
+
+
+def _nonzero_exit(rc: int, logged: int, asked: tuple[int, bool] | None) -> str:
+    """Why a command that exited non-zero failed, with how far it got: one that logged every
+    step line it was asked for failed at teardown, which its steps do not show but which makes
+    the trial a failure all the same (a crash at exit may be the arm's)."""
+    why = (f"was killed by signal {signal.Signals(-rc).name}"
+           if rc < 0 and -rc in signal.Signals._value2member_map_ else f"exited with code {rc}")
+    if asked is not None and logged >= asked[0] > 0:
+        return (f"the command {why} after logging all {asked[0]} step lines it was asked for: "
+                "it failed at teardown (a process group destroyed while a peer still sends, a "
+                "thread alive at interpreter exit?); the trial's steps are not used")
+    return f"the command {why} after {logged} step line(s)"
 
 
 def _read_steps(spec: Any, trainer: Any, lines: list[str], where: nodes.NodePlace,

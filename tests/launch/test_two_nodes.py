@@ -168,7 +168,8 @@ def test_a_node_whose_command_fails_stops_the_other_node_and_fails_the_trial(
     assert recs["base"]["status"] == "ok", recs["base"].get("error")
     bad = recs["fail-node1"]
     assert bad["status"] == "failed" and bad["failure_kind"] == "node_failed", bad
-    assert bad["error"] == "node 1: the command exited with code 1", bad["error"]
+    assert bad["error"] == "node 1: the command exited with code 1 after 0 step line(s)", \
+        bad["error"]
     # node 0's command was stopped, not left to run to the time limit
     assert bad["node_wall_s"]["0"] < 120, bad["node_wall_s"]
     tdir = run_dir / "trials" / bad["trial_id"]

@@ -83,7 +83,7 @@ HEALTHY = "import time\nfor i in range(8):\n    time.sleep(0.002); print(f'step 
         ("print('step 0 time 5ms'); print('step 1 time 5ms')", "failed", "too_few_steps",
          "2 step line(s) parsed"),
         ("import sys; print('step 0 time 5ms'); sys.exit(7)", "failed", "exit_code",
-         "exited with code 7"),
+         "exited with code 7 after 1 step line(s)"),
         ("import time; print('step 0 time 5ms', flush=True); time.sleep(60)", "timeout",
          "timeout", "workload.time_limit_s=2 s and was killed (1 step line(s) by then)"),
         ("print('{\"step\": 0, \"step_time_ms\": 5}'); print('{\"step\": 1, \"step_time_ms\": \"n/a\"}')",
@@ -115,6 +115,27 @@ def test_faulty_commands_become_statuses(compose: Any, run_dir: Path, code: str,
     assert v.verdict == "reject"
     md = (run_dir / "decisions.md").read_text()
     assert "## Failed trials" in md and kind != "exit_code" or "step 0 time 5ms" in md
+
+
+def test_a_command_that_crashes_after_its_last_step_is_told_apart(compose: Any,
+                                                                  run_dir: Path) -> None:
+    """A command killed by a signal after it logged every step it was asked for (a teardown
+    crash, as gloo's at interpreter exit) fails, and its error says so: signal and step count."""
+    cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1", "workload.time_limit_s=20",
+                   "workload.command='{python} -c {code} {steps}'", "+workload.params.code=x",
+                   "sweep.variable=workload.params.code", "sweep.baseline=ok", "sweep.values=[bad]",
+                   "sweep.labels=null", "sweep.baseline_label=null"])
+    logs = "import os, signal, sys\nfor i in range(int(sys.argv[1])): print(f'step {i} time 2.0ms')\n"
+    cfg.sweep.baseline = logs
+    cfg.sweep.values = [logs + "sys.stdout.flush(); os.kill(os.getpid(), signal.SIGABRT)"]
+    cfg.sweep.baseline_label, cfg.sweep.labels = "clean", ["aborts"]
+    run_campaign(cfg, run_dir)
+    recs = _recs(run_dir)
+    assert recs["clean/r0"]["status"] == "ok", recs["clean/r0"].get("error")
+    bad = recs["aborts/r0"]
+    assert (bad["status"], bad["failure_kind"]) == ("failed", "exit_code")
+    assert bad["error"].startswith("the command was killed by signal SIGABRT after logging all 4 "
+                                   "step lines it was asked for: it failed at teardown"), bad["error"]
 
 
 def test_a_missing_program_or_cwd_is_refused_before_any_work(compose: Any) -> None:
