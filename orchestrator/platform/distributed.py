@@ -242,8 +242,9 @@ def shutdown() -> None:
     it releases Python tensors, so the thread needs the GIL. If the interpreter has begun to
     finalize by then, that thread exits inside a C++ destructor and the process aborts
     (SIGABRT, "terminate called without an active exception": 4 of 38 runs of the two-rank
-    Muon test here, 0 of 40 with this sleep): a rank that measured and wrote its record would be counted
-    as crashed. Sleeping hands the GIL to those threads while the interpreter is whole."""
+    Muon test here, 0 of 40 with this sleep): a rank that measured and wrote its record would
+    be counted as crashed. Sleeping hands the GIL to those threads while the interpreter is
+    whole."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
