@@ -45,6 +45,14 @@ GRACE_S = 5.0
 _PR_SET_PDEATHSIG = 1
 
 
+def how_it_ended(rc: int | None) -> str:
+    """A child's non-zero exit in words: "was killed by signal SIGABRT" (a negative code, as
+    subprocess reports a signal) or "exited with code 3"."""
+    if rc is not None and rc < 0 and -rc in signal.Signals._value2member_map_:
+        return f"was killed by signal {signal.Signals(-rc).name}"
+    return f"exited with code {rc}"
+
+
 def die_with_parent() -> None:
     """Linux: have the kernel SIGKILL this process when its parent dies (no-op elsewhere)."""
     if not sys.platform.startswith("linux"):

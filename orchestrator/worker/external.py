@@ -39,7 +39,6 @@ import math
 import os
 import platform
 import resource
-import signal
 import statistics
 import subprocess
 import sys
@@ -79,7 +78,8 @@ from orchestrator.core.logparse import (
     long_lines_note,
     reported_mfu,
 )
-from orchestrator.platform.children import COMMAND_SESSION, SessionGuard, run_child, start_child
+from orchestrator.platform.children import (COMMAND_SESSION, SessionGuard, how_it_ended, run_child,
+                                           start_child)
 from orchestrator.worker import nodes
 from orchestrator.worker.bootstrap import start_worker
 from orchestrator.core.results import trial_record, write_csv, Status
@@ -452,8 +452,7 @@ def _nonzero_exit(rc: int, logged: int, asked: tuple[int, bool] | None) -> str:
     """Why a command that exited non-zero failed, with how far it got: one that logged every
     step line it was asked for failed at teardown, which its steps do not show but which makes
     the trial a failure all the same (a crash at exit may be the arm's)."""
-    why = (f"was killed by signal {signal.Signals(-rc).name}"
-           if rc < 0 and -rc in signal.Signals._value2member_map_ else f"exited with code {rc}")
+    why = how_it_ended(rc)
     if asked is not None and logged >= asked[0] > 0:
         return (f"the command {why} after logging all {asked[0]} step lines it was asked for: "
                 "it failed at teardown (a process group destroyed while a peer still sends, a "

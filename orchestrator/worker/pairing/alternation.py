@@ -59,7 +59,7 @@ from orchestrator.core.logparse import (
     reported_mfu,
 )
 from orchestrator.core.results import INFRA_STATUS, Status, trial_record, write_csv
-from orchestrator.platform.children import SessionGuard, sigterm_runs
+from orchestrator.platform.children import SessionGuard, how_it_ended, sigterm_runs
 from orchestrator.worker.pairing.client import ChannelError, Plan, ok_paired_record
 from orchestrator.worker.pairing.duet import ArmView
 from orchestrator.worker.pairing.steps import StepsPart
@@ -381,10 +381,8 @@ class ArmRun:
                 f"the command exited (code 0) after {len(self.records)} step line(s), before "
                 f"the plan's last block; it was asked for {self.asked} steps ({{steps}}): it "
                 "does not follow its step count, or the plan needed more steps than asked"))
-        why = (f"killed by signal {signal.Signals(-rc).name}" if rc is not None and rc < 0
-               and -rc in signal.Signals._value2member_map_ else f"exited with code {rc}")
         return ArmFailed(Status.FAILED, "exit_code",
-                         f"the command {why} at step line {len(self.records)}")
+                         f"the command {how_it_ended(rc)} at step line {len(self.records)}")
 
 
 def _signal(pgid: int, sig: int) -> None:
