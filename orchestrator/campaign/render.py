@@ -204,6 +204,7 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
                 *code,
                 *report_sections(cfg.workload.kind, records),
                 *profiles_section(cfg, run_dir, arms, analysis, records),
+                *teardown_section(records),
                 *rerun_section(records, cfg.protocol.interference_cores,
                                min_effect=cfg.protocol.min_effect, machine=
                                read_optional(run_dir / "machine_load.json")),
@@ -220,6 +221,34 @@ def decisions_md(cfg: Config, run_dir: Path, arms: list[ResolvedArm], out: Outco
         launcher_line=slurm_line(records))
     return render_decisions(inputs=inputs, analysis=analysis, verdicts=out.verdicts,
                             failures=failures, extra_sections=sections)
+
+
+def teardown_section(records: Sequence[TrialRecordDict]) -> list[Section]:
+    """decisions.md: the trials whose command logged every step it was asked for and was then
+    stopped, not having exited (workload.exit_grace_s), per arm; none: no section."""
+    timed = [r for r in records if r.get("kind", TrialKind.TIMED) == TrialKind.TIMED
+             and r.get("status") == Status.OK]
+    def stopped(r: TrialRecordDict) -> bool:  # a column of a frame: NaN where absent
+        return isinstance(r.get("teardown"), str) and bool(r.get("teardown"))
+
+    hung = [r for r in timed if stopped(r)]
+    if not hung:
+        return []
+    by_arm: dict[str, list[int]] = {}
+    for r in timed:
+        got = by_arm.setdefault(str(r.get("arm_label") or r.get("arm_id")), [0, 0])
+        got[0] += stopped(r)
+        got[1] += 1
+    lines = ["A command that had logged every step it was asked for and had not exited "
+             "`workload.exit_grace_s` later was stopped and its steps kept (a hang at exit "
+             "does not change the steps' times). Per arm, the trials so stopped:"]
+    lines += [f"- `{arm}`: {n} of {of} trial(s)" for arm, (n, of) in by_arm.items()]
+    clean = [arm for arm, (n, _) in by_arm.items() if n == 0]
+    if clean:
+        lines.append(f"- {', '.join(f'`{a}`' for a in clean)} exited by itself every time, "
+                     "so the hang is the other arms' own: read their `command.log` before "
+                     "adopting them")
+    return [Section("Teardown", lines)]
 
 
 def rerun_section(records: list[TrialRecordDict], cores: float = 0.25,

@@ -368,6 +368,7 @@ class TrialFields(TrialBase, WarmupFields, CompileFields, total=False):
     steps_logged: int
     steps_ignored: str
     step_source: str
+    teardown: str  # stopped after logging every step it was asked for (worker.external)
     trainer_reported_mfu_median: float | None
     trainer_reported_mfu_steps: int
     trainer_reported_mfu_left_out: int

@@ -303,6 +303,7 @@ BOUNDS: dict[str, Bound] = {
     "SyntheticWorkloadConfig.epoch_steps": _steps(),
     # ---- workload: command (recipes/command/config.py)
     "CommandWorkloadConfig.time_limit_s": _seconds(),
+    "CommandWorkloadConfig.exit_grace_s": _seconds(),
     "CommandWorkloadConfig.loss_rtol": _rel(),
     "CommandWorkloadConfig.flops_per_step": Bound(0.0, 1e21, lo_open=True,
                                                   why="a zettaFLOP a step"),

@@ -139,6 +139,8 @@ class CommandFields(TrialBase, total=False):
     steps_logged: int
     steps_ignored: str
     step_source: str
+    # stopped after logging every step asked for (ExitWatch): what happened
+    teardown: str
     # a paired mode's (worker.pairing)
     pairing: str
     paired_by: str
@@ -253,6 +255,60 @@ def _redact(text: str, trial_dir: str) -> str:
     for path, name in ((sys.executable, "python"), (trial_dir, "<trial_dir>")):
         text = text.replace(path, name)
     return text.replace(home, "~") if home not in ("", "/") else text
+
+
+class ExitWatch:
+    """While a command runs on one node: has it logged every step line it was asked for and
+    still not exited ``grace_s`` later? ``run_command`` then stops it (a trainer hanging at
+    exit: an NCCL communicator's teardown, a dataloader worker that is never joined, a final
+    upload), and its steps are kept. Reads the log as it grows (only the new lines are parsed,
+    each line counted as the steps it stands for), from ``path`` (the command's own log file,
+    or its captured output)."""
+
+    def __init__(self, trainer: Any, path: Path, asked: int, grace_s: float) -> None:
+        self.trainer, self.path, self.asked, self.grace_s = trainer, path, asked, grace_s
+        self._offset, self._pending = 0, b""
+        self.steps = 0
+        self.done_at: float | None = None  # when the last asked step line was seen
+        self.stopped = False
+
+    def _read(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except OSError:
+            return
+        self._offset += len(chunk)
+        data = self._pending + chunk
+        cut = data.rfind(b"\n") + 1
+        self._pending = data[cut:]
+        if cut:
+            lines = data[:cut].decode("utf-8", errors="replace").splitlines()
+            self.steps += step_count(_safe_parse(self.trainer, lines))
+
+    def __call__(self) -> bool:
+        if self.done_at is None:
+            self._read()
+            if self.steps >= self.asked:
+                self.done_at = time.time()
+            return False
+        self.stopped = time.time() - self.done_at >= self.grace_s
+        return self.stopped
+
+    def reason(self) -> str:
+        """What happened, for the record (one line)."""
+        return (f"the command had logged all {self.asked} steps it was asked for and had not "
+                f"exited {self.grace_s:g} s later (workload.exit_grace_s): it was stopped and "
+                "its steps kept")
+
+
+def _any_stop(*watches: Any) -> Any:
+    """One ``stop_if`` from several (None where none is given)."""
+    live = [w for w in watches if w is not None]
+    if not live:
+        return None
+    return lambda: any([w() for w in live])  # every watch polled, in order
 
 
 def run_command(argv: list[str] | str, cwd: str | None, env: dict[str, str], log_path: Path,
@@ -388,8 +444,14 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
         env[PARAMS_ENV] = json.dumps(switched)
         common["client_params"] = switched
     peers = nodes.PeerWatch(tdir, where) if where.multi else None
+    asked = trainer.workload.steps_asked(spec.warmup_steps, spec.measured_steps)
+    grace = getattr(trainer.workload, "exit_grace_s", None)
+    exits = (ExitWatch(trainer, log_path if inv.log_file is None else
+                       Path(inv.cwd or ".", inv.log_file), asked[0], float(grace))
+             if grace and asked is not None and asked[1] and not where.multi else None)
     rc, start_error = run_command(inv.argv, inv.cwd, env, log_path, inv.time_limit_s,
-                                  nodes.session_name(where, COMMAND_SESSION), stop_if=peers)
+                                  nodes.session_name(where, COMMAND_SESSION),
+                                  stop_if=_any_stop(peers, exits))
     wall = time.time() - t0
     out_lines = read_lines(log_path)
     own_log = inv.log_file is None or where.node > 0
@@ -402,9 +464,11 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
                             stderr_tail=tail)
 
     stopped = peers is not None and peers.stopped
+    if exits is not None and exits.stopped:  # stopped by us, every step logged: not a failure
+        common["teardown"] = exits.reason()
+        rc = 0
     outcome = (failed("peer_failed", peers.reason()) if stopped and peers is not None else
-               _outcome(start_error, rc, inv, trainer, lines, failed,
-                        trainer.workload.steps_asked(spec.warmup_steps, spec.measured_steps)))
+               _outcome(start_error, rc, inv, trainer, lines, failed, asked))
     if where.multi and where.node > 0:
         return _node_report(trainer, lines, tdir, where, outcome, rc, wall,
                             own_log=inv.log_file is None,
@@ -623,8 +687,8 @@ def ok_record(spec: Any, common: CommandFields, trainer: Any, checked: CheckedSt
         final_loss=losses[-1][1] if losses else None,
         nonfinite_loss_steps=[s for s, v in losses if not math.isfinite(v)],
         warmup_excess_s=warm - step_count(checked.warmup) * median,
-        log_notes=checked.notes + ([common["steps_ignored"]] if "steps_ignored" in common
-                                   else []),
+        log_notes=checked.notes + [common[k] for k in ("steps_ignored", "teardown")
+                                   if k in common],
         **reported_mfu(checked.measured),
         **(declared_utilization(spec, trainer, useful, median) if useful is not None else {}),
     )

@@ -137,6 +137,11 @@ class CommandWorkloadConfig(WorkloadConfig):
     env: dict[str, str] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
     time_limit_s: Optional[float] = None  # None = 95 % of protocol.trial_timeout_s
+    # a command that has logged every step line it was asked for ({steps}) and has not exited
+    # this long after is stopped, and its steps kept (trial.json's ``teardown``): a trainer
+    # hanging at exit (NCCL teardown, a dataloader worker, a final upload) costs this, not the
+    # rest of time_limit_s. On one node; None = wait for it until time_limit_s
+    exit_grace_s: Optional[float] = 60.0
     log: CommandLogConfig = field(default_factory=CommandLogConfig)
     # the work of one step, in tokens: a number, or a product of placeholders and numbers
     # stated from the params ("{batch_size} * {seq_len} * {grad_accum}"), so a sweep whose arms

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,43 @@ def test_a_command_that_crashes_after_its_last_step_is_told_apart(compose: Any,
     assert (bad["status"], bad["failure_kind"]) == ("failed", "exit_code")
     assert bad["error"].startswith("the command was killed by signal SIGABRT after logging all 4 "
                                    "step lines it was asked for: it failed at teardown"), bad["error"]
+
+
+def test_a_command_that_hangs_after_its_last_step_is_stopped_and_its_steps_kept(
+        compose: Any, run_dir: Path) -> None:
+    """A command that logs every step it was asked for and then does not exit (a trainer
+    hanging at NCCL teardown) is stopped workload.exit_grace_s later, not at its time limit;
+    its steps are kept and the record says what happened. Nothing it started is left."""
+    cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1", "workload.time_limit_s=60",
+                   "workload.exit_grace_s=1", "workload.command='{python} -c {code} {steps}'",
+                   "+workload.params.code=x", "sweep.variable=workload.params.code",
+                   "sweep.baseline=ok", "sweep.values=[bad]", "sweep.labels=null",
+                   "sweep.baseline_label=null"])
+    logs = "import subprocess, sys, time\nfor i in range(int(sys.argv[1])): print(f'step {i} time 2.0ms', flush=True)\n"
+    cfg.sweep.baseline = logs
+    # the hang: a child that outlives nothing, and the command waiting for ever
+    cfg.sweep.values = [logs + "subprocess.Popen(['sleep', '301']); time.sleep(300)"]
+    cfg.sweep.baseline_label, cfg.sweep.labels = "clean", ["hangs"]
+    run_campaign(cfg, run_dir)
+    recs = _recs(run_dir)
+    clean, hung = recs["clean/r0"], recs["hangs/r0"]
+    assert clean["status"] == "ok" and "teardown" not in clean, clean.get("error")
+    assert hung["status"] == "ok", hung.get("error")
+    assert hung["teardown"].startswith("the command had logged all 4 steps it was asked for and "
+                                       "had not exited 1 s later (workload.exit_grace_s)")
+    assert hung["teardown"] in hung["log_notes"]
+    assert hung["returncode"] < 0 and hung["command_wall_s"] < 30  # not its 60 s time limit
+    assert hung["measured_steps"] == clean["measured_steps"]
+    md = (run_dir / "decisions.md").read_text()
+    assert "## Teardown" in md and "`hangs`: 1 of 1 trial(s)" in md, md
+    assert "`clean`: 0 of 1 trial(s)" in md and "so the hang is the other arms' own" in md
+    left = subprocess.run(["pgrep", "-f", "sleep 301"], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
+
+
+def test_exit_grace_is_checked(compose: Any) -> None:
+    with pytest.raises(ConfigError, match=r"workload\.exit_grace_s: must be > 0, got 0\.0; set workload\.exit_grace_s to a number in \(0, "):
+        compose([*CMD, "+sweep=example_delay", "workload.exit_grace_s=0"])
 
 
 def test_a_missing_program_or_cwd_is_refused_before_any_work(compose: Any) -> None:
