@@ -257,40 +257,20 @@ def _redact(text: str, trial_dir: str) -> str:
     return text.replace(home, "~") if home not in ("", "/") else text
 
 
-class ExitWatch:
-    """While a command runs on one node: has it logged every step line it was asked for and
-    still not exited ``grace_s`` later? ``run_command`` then stops it (a trainer hanging at
-    exit: an NCCL communicator's teardown, a dataloader worker that is never joined, a final
-    upload), and its steps are kept. Reads the log as it grows (only the new lines are parsed,
-    each line counted as the steps it stands for), from ``path`` (the command's own log file,
-    or its captured output)."""
+class ExitGrace:
+    """While a command runs on one node: has it done all it was asked for (``done``) and still
+    not exited ``grace_s`` later? ``run_command`` then stops it (a trainer hanging at exit: an
+    NCCL communicator's teardown, a dataloader worker that is never joined, a final upload),
+    and its steps are kept. ``what``: what it had done, for the record."""
 
-    def __init__(self, trainer: Any, path: Path, asked: int, grace_s: float) -> None:
-        self.trainer, self.path, self.asked, self.grace_s = trainer, path, asked, grace_s
-        self._offset, self._pending = 0, b""
-        self.steps = 0
-        self.done_at: float | None = None  # when the last asked step line was seen
+    def __init__(self, done: Any, grace_s: float, what: str) -> None:
+        self.done, self.grace_s, self.what = done, grace_s, what
+        self.done_at: float | None = None  # when it was seen done
         self.stopped = False
-
-    def _read(self) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-        except OSError:
-            return
-        self._offset += len(chunk)
-        data = self._pending + chunk
-        cut = data.rfind(b"\n") + 1
-        self._pending = data[cut:]
-        if cut:
-            lines = data[:cut].decode("utf-8", errors="replace").splitlines()
-            self.steps += step_count(_safe_parse(self.trainer, lines))
 
     def __call__(self) -> bool:
         if self.done_at is None:
-            self._read()
-            if self.steps >= self.asked:
+            if self.done():
                 self.done_at = time.time()
             return False
         self.stopped = time.time() - self.done_at >= self.grace_s
@@ -298,9 +278,41 @@ class ExitWatch:
 
     def reason(self) -> str:
         """What happened, for the record (one line)."""
-        return (f"the command had logged all {self.asked} steps it was asked for and had not "
-                f"exited {self.grace_s:g} s later (workload.exit_grace_s): it was stopped and "
-                "its steps kept")
+        return (f"the command had {self.what} and had not exited {self.grace_s:g} s later "
+                "(workload.exit_grace_s): it was stopped and its steps kept")
+
+
+class StepLines:
+    """Whether a command's log (``path``: its own log file, or its captured output) holds the
+    ``asked`` steps yet, read as it grows: only the new lines are parsed, each counted as the
+    steps it stands for."""
+
+    def __init__(self, trainer: Any, path: Path, asked: int) -> None:
+        self.trainer, self.path, self.asked = trainer, path, asked
+        self._offset, self._pending = 0, b""
+        self.steps = 0
+
+    def __call__(self) -> bool:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except OSError:
+            return False
+        self._offset += len(chunk)
+        data = self._pending + chunk
+        cut = data.rfind(b"\n") + 1
+        self._pending = data[cut:]
+        if cut:
+            lines = data[:cut].decode("utf-8", errors="replace").splitlines()
+            self.steps += step_count(_safe_parse(self.trainer, lines))
+        return self.steps >= self.asked
+
+
+def exit_grace(workload: Any, done: Any, what: str) -> ExitGrace | None:
+    """The workload's :class:`ExitGrace` (None: ``workload.exit_grace_s`` is null)."""
+    grace = getattr(workload, "exit_grace_s", None)
+    return ExitGrace(done, float(grace), what) if grace else None
 
 
 def _any_stop(*watches: Any) -> Any:
@@ -445,10 +457,10 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
         common["client_params"] = switched
     peers = nodes.PeerWatch(tdir, where) if where.multi else None
     asked = trainer.workload.steps_asked(spec.warmup_steps, spec.measured_steps)
-    grace = getattr(trainer.workload, "exit_grace_s", None)
-    exits = (ExitWatch(trainer, log_path if inv.log_file is None else
-                       Path(inv.cwd or ".", inv.log_file), asked[0], float(grace))
-             if grace and asked is not None and asked[1] and not where.multi else None)
+    exits = (exit_grace(trainer.workload, StepLines(
+        trainer, log_path if inv.log_file is None else Path(inv.cwd or ".", inv.log_file),
+        asked[0]), f"logged all {asked[0]} steps it was asked for")
+        if asked is not None and asked[1] and not where.multi else None)
     rc, start_error = run_command(inv.argv, inv.cwd, env, log_path, inv.time_limit_s,
                                   nodes.session_name(where, COMMAND_SESSION),
                                   stop_if=_any_stop(peers, exits))

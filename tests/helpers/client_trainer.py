@@ -17,6 +17,8 @@ tests). ``--mode``:
   the client channel twice as rank 0 (once raw, with no token; once through the client, with
   the token it inherited) and leaves; after the loop, a child prints whether it sees
   ``ORCH_CLIENT`` (``child sees ORCH_CLIENT: False``);
+- ``hang_after``: as ``ok``, then it does not exit (a trainer hanging at teardown), a child of
+  its own alive beside it;
 - ``long_line``: as ``ok``, but at step --at it sends the channel --long-mib MiB with no newline;
 - ``silent``: as ``ok``, but first a process of its own session (so it outlives the command)
   connects to the channel and never sends a byte; it waits until the channel closes it
@@ -249,6 +251,9 @@ def main() -> int:
     if dist is not None:
         dist.barrier()
         dist.destroy_process_group()
+    if args.mode == "hang_after":
+        subprocess.Popen(["sleep", "302"])
+        time.sleep(300)
     if args.mode == "stray":
         seen = subprocess.run([sys.executable, "-c", "import os; print('ORCH_CLIENT' in os.environ)"],
                               capture_output=True, text=True, check=True).stdout.strip()

@@ -136,6 +136,30 @@ def test_a_bad_channel_is_a_recorded_status(tmp_path: Path, mode: str, status: s
     assert other == ("infra_failed" if mode == "exit_mid" else status)
 
 
+def test_a_trainer_that_hangs_after_its_plan_is_stopped_and_its_steps_kept(
+        tmp_path: Path) -> None:
+    """Paired by steps, a command that ran every block of its plan and then does not exit is
+    stopped workload.exit_grace_s later (not at its time limit), nothing it started left; both
+    arms keep their steps and say so."""
+    arms = [PairedArm(f"a{i}", f"arm{i}", i == 0, f"r0-a{i}", str(tmp_path / f"r0-a{i}"),
+                      _workload(HELPER + "hang_after", u, exit_grace_s=1))
+            for i, u in enumerate((5, 20))]
+    spec = TrialSpec(trial_id=arms[0].trial_id, trial_dir=arms[0].trial_dir, bucket=BUCKET,
+                     arm_id="a0", arm_label="arm0", is_baseline=True, round=0, position=0,
+                     workload=arms[0].workload, device="cpu", warmup_steps=2, measured_steps=6,
+                     paired=steps_part(arms, StepsPart(3, 1, "balanced", "t")))
+    _run(spec)
+    recs = _records(arms)
+    for r in recs.values():
+        assert r["status"] == "ok", r.get("error")
+        assert r["teardown"].startswith("the command had run every block of its plan and had "
+                                        "not exited 1 s later (workload.exit_grace_s)")
+        assert r["returncode"] < 0 and r["command_wall_s"] < 60  # not its 120 s time limit
+    assert recs["a1"]["step_time_median_s"] > 2 * recs["a0"]["step_time_median_s"]
+    left = subprocess.run(["pgrep", "-f", "sleep 302"], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
+
+
 def test_a_non_finite_loss_fails_that_arm_and_the_others_go_on(tmp_path: Path) -> None:
     spec, arms = _paired(tmp_path, HELPER + "ok", units=(5, 6, 8))
     _run(spec)

@@ -60,6 +60,7 @@ from orchestrator.worker.external import (
     CommandFields,
     command_fields,
     declared_utilization,
+    exit_grace,
     log_tail,
     run_command,
 )
@@ -405,9 +406,11 @@ def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
         if where.multi:
             client_nodes.publish(tdir, channel.env())
         t0 = time.time()
+        exits = (None if where.multi else
+                 exit_grace(trainer.workload, lambda: plan.done, "run every block of its plan"))
         rc, start_error = run_command(inv.argv, inv.cwd,
                                       {**inv.env, **inv.launch_env, **channel.env()},
-                                      tdir / "command.log", inv.time_limit_s)
+                                      tdir / "command.log", inv.time_limit_s, stop_if=exits)
         wall = time.time() - t0
         if where.multi:
             node_outcome = client_nodes.other_nodes_outcome(tdir, where, node_fields, wall)
@@ -420,14 +423,17 @@ def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
               "client_channel": ("tcp://<master_addr>:" + channel.address.rsplit(":", 1)[-1]
                                  if where.multi else channel.address)
               if channel.tcp else "unix",
-              **({"client_strays": channel.strays} if channel.strays else {})})
+              **({"client_strays": channel.strays} if channel.strays else {}),
+              **({"teardown": exits.reason()} if exits is not None and exits.stopped else {})})
     session: PairingSession = {"pairing": "steps", "paired_process": spec.trial_id,
                "paired_arms": plan.ids, "block_steps": plan.part.block_steps,
                "switch_warmup_steps": plan.part.switch_warmup_steps, "cycles": plan.cycle}
     tail = log_tail(tdir / "command.log", str(tdir))
     if where.multi:
         common.update(nodes=where.nnodes, **node_fields)  # type: ignore[call-arg, misc]  # mypy: update takes no keywords
-    outcome = _outcome(plan, channel, rc, start_error, inv.time_limit_s)
+    # stopped by us once the plan was done: not the command's failure
+    outcome = _outcome(plan, channel, 0 if exits is not None and exits.stopped else rc,
+                       start_error, inv.time_limit_s)
     if node_outcome is not None and (outcome is None or node_outcome["status"] == INFRA_STATUS):
         outcome = node_outcome  # another node failed or was lost: say so, not its effect here
     out = []
