@@ -315,6 +315,49 @@ def exit_grace(workload: Any, done: Any, what: str) -> ExitGrace | None:
     return ExitGrace(done, float(grace), what) if grace else None
 
 
+def _exit_watch(trainer: Any, inv: Any, tdir: Path, log_path: Path, where: nodes.NodePlace,
+                asked: tuple[int, bool] | None) -> ExitGrace | None:
+    """A command trial's :class:`ExitGrace` where it takes ``{steps}`` (else None: how many
+    step lines it logs is its own). Over several nodes the grace runs from the first moment any
+    node's log held every step (nodes.mark_done): a node whose ranks do not print steps is
+    stopped with the others."""
+    if asked is None or not asked[1]:
+        return None
+    own = StepLines(trainer, log_path if inv.log_file is None or where.node > 0 else
+                    Path(inv.cwd or ".", inv.log_file), asked[0])
+    if not where.multi:
+        return exit_grace(trainer.workload, own, f"logged all {asked[0]} steps it was asked for")
+
+    def done() -> bool:
+        if own():
+            nodes.mark_done(tdir, where.node)
+            return True
+        return nodes.done_at(tdir) is not None
+
+    return exit_grace(trainer.workload, done, f"seen all {asked[0]} steps of the trial logged "
+                      "(on this node or another)")
+
+
+def _teardown(exits: ExitGrace | None, rc: int | None, where: nodes.NodePlace, tdir: Path,
+              ended: float) -> str | None:
+    """Why a command that had logged every step did not end on its own, for the record; None
+    when it did (or failed before). Over several nodes a command that exits non-zero once the
+    grace is up (give or take PEER_GRACE_S of clock and file-system lag) lost its peers to
+    another node's stop: that is the stop's doing, not its own failure."""
+    if exits is None:
+        return None
+    if exits.stopped:
+        return exits.reason()
+    if not where.multi or rc in (None, 0) or exits.done_at is None:
+        return None
+    first = nodes.done_at(tdir) or exits.done_at
+    if ended < first + exits.grace_s - nodes.PEER_GRACE_S:
+        return None  # it failed at teardown by itself, before anything was stopped
+    return (f"the command ended ({how_it_ended(rc)}) as the other nodes' commands were "
+            f"stopped, {exits.grace_s:g} s after every step of the trial was logged "
+            "(workload.exit_grace_s): its steps kept")
+
+
 def _any_stop(*watches: Any) -> Any:
     """One ``stop_if`` from several (None where none is given)."""
     live = [w for w in watches if w is not None]
@@ -457,10 +500,7 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
         common["client_params"] = switched
     peers = nodes.PeerWatch(tdir, where) if where.multi else None
     asked = trainer.workload.steps_asked(spec.warmup_steps, spec.measured_steps)
-    exits = (exit_grace(trainer.workload, StepLines(
-        trainer, log_path if inv.log_file is None else Path(inv.cwd or ".", inv.log_file),
-        asked[0]), f"logged all {asked[0]} steps it was asked for")
-        if asked is not None and asked[1] and not where.multi else None)
+    exits = _exit_watch(trainer, inv, tdir, log_path, where, asked)
     rc, start_error = run_command(inv.argv, inv.cwd, env, log_path, inv.time_limit_s,
                                   nodes.session_name(where, COMMAND_SESSION),
                                   stop_if=_any_stop(peers, exits))
@@ -476,14 +516,15 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
                             stderr_tail=tail)
 
     stopped = peers is not None and peers.stopped
-    if exits is not None and exits.stopped:  # stopped by us, every step logged: not a failure
-        common["teardown"] = exits.reason()
+    teardown = _teardown(exits, rc, where, tdir, t0 + wall)
+    if teardown:  # stopped by us, every step logged: not the command's failure
+        common["teardown"] = teardown
         rc = 0
     outcome = (failed("peer_failed", peers.reason()) if stopped and peers is not None else
                _outcome(start_error, rc, inv, trainer, lines, failed, asked))
     if where.multi and where.node > 0:
         return _node_report(trainer, lines, tdir, where, outcome, rc, wall,
-                            own_log=inv.log_file is None,
+                            own_log=inv.log_file is None, teardown=teardown,
                             stopped_by=peers.seen.node if stopped and peers and peers.seen
                             else None) or trial_record(**common, status=Status.OK)
     others: dict[int, nodes.NodeReport] = {}
@@ -493,7 +534,13 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
                              returncode=rc, wall_s=wall, at=time.time(),
                              launch=nodes.launch_id()).write(tdir)
         # stopped because another node failed: that node's failure is the trial's
-        others, verdict = _other_nodes(tdir, where, wall, None if stopped else outcome, common)
+        others, verdict = _other_nodes(tdir, where, wall, None if stopped else outcome, common,
+                                       wait_s=max(nodes.NODE_GRACE_S, (
+                                           exits.grace_s if exits else 0) + nodes.PEER_GRACE_S))
+        late = next((f"node {k}: {r.teardown}" for k, r in sorted(others.items())
+                     if r.teardown), None)
+        if late and "teardown" not in common:
+            common["teardown"] = late
         if verdict is not None:
             return failed(*verdict)
     if outcome is not None:
@@ -568,12 +615,14 @@ def _read_steps(spec: Any, trainer: Any, lines: list[str], where: nodes.NodePlac
 
 def _other_nodes(tdir: Path, where: nodes.NodePlace, wall: float,
                  outcome: TrialRecordDict | None, common: CommandFields,
+                 wait_s: float = nodes.NODE_GRACE_S,
                  ) -> tuple[dict[int, nodes.NodeReport], tuple[str, str, str] | None]:
-    """Node 0, its command ended: the other nodes' reports, and (failure kind, error, status)
-    when they decide the trial's failure (a node that failed while node 0 did not, or one that
-    sent nothing while node 0's command ran); both failed: node 0's error, theirs after."""
+    """Node 0, its command ended: the other nodes' reports (waiting ``wait_s`` at most), and
+    (failure kind, error, status) when they decide the trial's failure (a node that failed
+    while node 0 did not, or one that sent nothing while node 0's command ran); both failed:
+    node 0's error, theirs after."""
     ended = time.time()
-    others, missing = nodes.gather(tdir, where, ended)
+    others, missing = nodes.gather(tdir, where, ended, wait_s)
     common["node_wall_s"] = {"0": wall, **{str(k): r.wall_s for k, r in others.items()}}
     own = None if outcome is None else str(outcome.get("error"))
     bad = nodes.node_failure(others, missing, time.time() - ended, own)
@@ -603,7 +652,8 @@ def _steps_or_none(trainer: Any, lines: list[str]) -> list[StepRecord]:
 
 def _node_report(trainer: Any, lines: list[str], tdir: Path, where: nodes.NodePlace,
                  outcome: TrialRecordDict | None, rc: int | None, wall: float,
-                 own_log: bool, stopped_by: int | None = None) -> TrialRecordDict | None:
+                 own_log: bool, stopped_by: int | None = None,
+                 teardown: str | None = None) -> TrialRecordDict | None:
     """Node k > 0: its report for node 0 (status, exit code, its step lines where it has any);
     its record when it failed (left as trial.rank<k>.json), else None."""
     steps: list[StepRecordDict] = []
@@ -620,7 +670,8 @@ def _node_report(trainer: Any, lines: list[str], tdir: Path, where: nodes.NodePl
     nodes.NodeReport(node=where.node, status=outcome["status"] if outcome else "ok",
                      error=outcome.get("error") if outcome else None, returncode=rc,
                      wall_s=wall, steps=steps, note=note, at=time.time(),
-                     launch=nodes.launch_id(), stopped_by=stopped_by).write(tdir)
+                     launch=nodes.launch_id(), stopped_by=stopped_by,
+                     teardown=teardown).write(tdir)
     return outcome
 
 

@@ -87,6 +87,7 @@ class NodeReport:
     at: float = 0.0
     launch: str = ""
     stopped_by: int | None = None  # stopped because that node had failed (not its own failure)
+    teardown: str | None = None  # stopped after every step was logged (worker.external.ExitGrace)
 
     @property
     def ok(self) -> bool:
@@ -103,6 +104,28 @@ class NodeReport:
             return cls(**data)
         except (OSError, ValueError, TypeError):
             return None
+
+
+def done_path(tdir: Path) -> Path:
+    return tdir / "steps_done.json"
+
+
+def mark_done(tdir: Path, node: int) -> None:
+    """This node's log holds every step the trial asked for: say so to the other nodes (their
+    commands get workload.exit_grace_s from then to exit), once per launch."""
+    if done_at(tdir) is None:
+        atomic_write_json(done_path(tdir), {"launch": launch_id(), "at": time.time(),
+                                             "node": node})
+
+
+def done_at(tdir: Path) -> float | None:
+    """When a node of this launch first had every step in its log (None: none yet)."""
+    try:
+        doc = json.loads(done_path(tdir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(doc, dict) and doc.get("launch") == launch_id()
+    return float(doc["at"]) if ok and isinstance(doc.get("at"), (int, float)) else None
 
 
 def gather(tdir: Path, where: NodePlace, ended_at: float,

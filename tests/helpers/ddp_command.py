@@ -9,6 +9,9 @@ command tests across machines: each rank runs a small MLP step and all-reduces i
 ``--slow-node K --slow-ms M``: the ranks of node K sleep M ms per step before the all-reduce
 (the others wait for them in it). ``--fail-node K``: the ranks of node K exit with code 3
 before they join the process group (the others wait for them there: a peer that never came).
+``--hang-node K``: after the last step the ranks of node K sleep 300 s before the closing
+barrier, so every node's command hangs at its end (the others wait for them in it), as a
+trainer stuck in its teardown.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ def main() -> int:
     ap.add_argument("--slow-node", type=int, default=-1)
     ap.add_argument("--slow-ms", type=float, default=0.0)
     ap.add_argument("--fail-node", type=int, default=-1)
+    ap.add_argument("--hang-node", type=int, default=-1)
     a = ap.parse_args()
     units = int(os.environ.get("DDP_UNITS", a.units))
     node = int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0")))
@@ -62,6 +66,8 @@ def main() -> int:
     # every rank leaves together: gloo aborts a rank whose peers tore the group down while its
     # own last collective's threads were still winding up ("terminate called without an active
     # exception"), as real trainers guard with a closing barrier
+    if node == a.hang_node:
+        time.sleep(300)
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -97,7 +97,7 @@ TORCHRUN = ("{python} -m torch.distributed.run --nnodes {nnodes} --node-rank {no
             "--nproc-per-node {nproc_per_node} --rdzv-endpoint "
             "{rdzv_endpoint} --max-restarts 0 " + str(ROOT) +
             "/tests/helpers/ddp_command.py --steps {steps} --units {units} --slow-node 1 "
-            "--slow-ms {slow_ms} --fail-node {fail_node}")
+            "--slow-ms {slow_ms} --fail-node {fail_node} --hang-node {hang_node}")
 
 
 def _torchrun_campaign(compose: Any, *extra: str, variable: str = "slow_ms",
@@ -109,9 +109,10 @@ def _torchrun_campaign(compose: Any, *extra: str, variable: str = "slow_ms",
                     "protocol.pairing=process", "protocol.warmup_steps=2",
                     "protocol.measured_steps=6", "protocol.correctness.mode=off",
                     "+workload.params.slow_ms=0", "+workload.params.fail_node=-1",
+                    "+workload.params.hang_node=-1",
                     "workload.params.units=32",
                     f"sweep.variable=workload.params.{variable}",
-                    f"sweep.baseline={ {'slow_ms': 0, 'fail_node': -1}[variable]}",
+                    f"sweep.baseline={ {'slow_ms': 0, 'fail_node': -1, 'hang_node': -1}[variable]}",
                     f"sweep.values=[{value}]", f"sweep.labels=[{label}]",
                     f"protocol.repeats={rounds}", f"protocol.max_rounds={rounds}",
                     "protocol.infra_retries=0", *extra])
@@ -174,6 +175,30 @@ def test_a_node_whose_command_fails_stops_the_other_node_and_fails_the_trial(
     assert bad["node_wall_s"]["0"] < 120, bad["node_wall_s"]
     tdir = run_dir / "trials" / bad["trial_id"]
     assert json.loads((tdir / "node1.json").read_text())["status"] == "failed"
+
+
+def test_a_trial_whose_nodes_hang_after_the_last_step_is_stopped_and_kept(
+        compose: Any, run_dir: Path, two_nodes: str) -> None:
+    """The variant's ranks on node 1 do not reach the closing barrier after the last step, and
+    node 0's wait for them in it: both nodes' commands hang at their end. Both are stopped
+    workload.exit_grace_s after the steps were all logged (not at the 120 s time limit), the
+    trial keeps its steps, and its record says what happened."""
+    from orchestrator.campaign.run import run_campaign
+
+    run_campaign(_torchrun_campaign(compose, "workload.exit_grace_s=3", variable="hang_node",
+                                    value=1, label="hang-node1", rounds=1), run_dir)
+    recs = {r["arm_label"]: r for r in (json.loads(p.read_text())
+                                        for p in run_dir.glob("trials/*/trial.json"))}
+    assert recs["base"]["status"] == "ok" and "teardown" not in recs["base"], recs["base"]
+    hung = recs["hang-node1"]
+    assert hung["status"] == "ok", (hung.get("error"), hung.get("stderr_tail"))
+    assert hung["nodes_logging_steps"] == [0, 1]
+    assert "workload.exit_grace_s" in hung["teardown"], hung["teardown"]
+    assert max(hung["node_wall_s"].values()) < 60, hung["node_wall_s"]
+    tdir = run_dir / "trials" / hung["trial_id"]
+    assert json.loads((tdir / "node1.json").read_text())["status"] == "ok"
+    md = (run_dir / "decisions.md").read_text()
+    assert "`hang-node1`: 1 of 1 trial(s)" in md and "`base`: 0 of 1 trial(s)" in md
 
 
 SCRIPT = ROOT / "scripts" / "slurm_twonode.sh"
