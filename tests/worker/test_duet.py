@@ -86,7 +86,8 @@ def _duet_workload(tmp_path: Path) -> str:
     (conf / "workload" / "duet_test.yaml").write_text(
         "defaults:\n  - /schema/workload/command@_here_\n  - _self_\nname: duet_test\n"
         f"command: '{{python}} {HELPER} --steps {{steps}} --delay-ms {{delay_ms}} "
-        "--fail {fail}'\nparams: {delay_ms: 5.0, fail: 0}\ntime_limit_s: 60\n"
+        "--fail {fail} --hang {hang}'\nparams: {delay_ms: 5.0, fail: 0, hang: 0}\n"
+        "time_limit_s: 60\n"
         "buckets:\n  - {name: s1, seq_len: 1, micro_batch: 1}\n")
     (conf / "sweep" / "duet_delay.yaml").write_text(
         "defaults:\n  - /schema/sweep/sweep@_here_\n  - _self_\nname: duet_delay\n"
@@ -141,6 +142,26 @@ def test_a_failing_arm_in_a_duet_leaves_its_partner_an_infrastructure_failure(
     var = json.loads((run_dir / "trials" / "r000-s1-a1" / "trial.json").read_text())
     assert var["status"] == "failed" and "exited with code 3" in var["error"]
     assert base["status"] == "infra_failed" and "duet partner failed" in base["error"]
+
+
+@needs_two
+def test_an_arm_that_hangs_after_its_last_step_is_stopped_and_kept(
+        tmp_path: Path, compose: Any, run_dir: Path) -> None:
+    """An arm whose command logs every step and then does not exit is stopped
+    workload.exit_grace_s later (not at its 60 s time limit); both arms keep their steps."""
+    conf = _duet_workload(tmp_path)
+    cfg = compose(["workload=duet_test", "+sweep=duet_delay", *DUET, "protocol.repeats=1",
+                   "protocol.max_rounds=1", "protocol.pairing=duet", "protocol.infra_retries=0",
+                   "workload.exit_grace_s=1", "sweep.values=[1]",
+                   "sweep.variable=workload.params.hang", "sweep.baseline=0",
+                   "sweep.labels=[hangs]"], True, [conf])
+    run_campaign(cfg, run_dir)
+    base = json.loads((run_dir / "trials" / "r000-s1-a0" / "trial.json").read_text())
+    var = json.loads((run_dir / "trials" / "r000-s1-a1" / "trial.json").read_text())
+    assert base["status"] == "ok" and "teardown" not in base, base.get("error")
+    assert var["status"] == "ok", var.get("error")
+    assert var["teardown"].startswith("the command had logged all")
+    assert var["command_wall_s"] < 30 and var["duet"]["steps_in_window"] >= 3
 
 
 @needs_two

@@ -44,6 +44,9 @@ from orchestrator.spec.config import Config
 from orchestrator.spec.jobs import PairingPart, TrialSpec, paired_arms, round_groups
 from orchestrator.worker.external import (
     CheckedSteps,
+    ExitGrace,
+    StepLines,
+    exit_grace,
     command_arms,
     start_command,
     LogProblem,
@@ -124,6 +127,8 @@ class _Arm:
     rc: int | None = None
     timed_out: bool = False
     start_error: str | None = None
+    exits: ExitGrace | None = None  # stops it once every step is logged and it lingers
+    teardown: str | None = None  # what its ExitGrace did, for the record
     stamps: list[tuple[float, str]] = field(default_factory=list)
     _pos: int = 0
     _partial: bytes = b""
@@ -156,10 +161,16 @@ class _Arm:
 def _arms(spec: TrialSpec) -> list[_Arm]:
     part = DuetPart.of(spec)
     slices, where = part.slices, part.placement
-    return [_Arm(c.arm, c.trainer, c.inv, slices[where[i]], where[i], c.tdir,
+    arms = [_Arm(c.arm, c.trainer, c.inv, slices[where[i]], where[i], c.tdir,
                  {**c.env, **slice_env(slices[where[i]])})
             for i, c in enumerate(command_arms(spec, spec.measured_steps, spec.timeout_s,
                                                "protocol.pairing=duet"))]
+    for r in arms:
+        asked = r.trainer.workload.steps_asked(spec.warmup_steps, spec.measured_steps)
+        if asked is not None and asked[1]:
+            r.exits = exit_grace(r.trainer.workload, StepLines(r.trainer, r.log_path, asked[0]),
+                                 f"logged all {asked[0]} steps it was asked for")
+    return arms
 
 
 def _start(arms: list[_Arm]) -> None:
@@ -200,6 +211,10 @@ def _wait(arms: list[_Arm]) -> None:
                 kill_group(r.proc)
                 r.proc.wait()
                 r.timed_out, r.ended = True, time.monotonic()
+            elif r.exits is not None and r.exits():  # every step logged, and it lingers
+                kill_group(r.proc)
+                r.rc, r.ended, r.teardown = r.proc.wait(), time.monotonic(), r.exits.reason()
+                r.read(r.ended)
         time.sleep(POLL_S)
 
 
@@ -250,7 +265,7 @@ def measure_duet(spec: Any, base: TrialBase) -> list[tuple[TrialRecordDict, str]
         elif r.timed_out:
             failures[aid] = ("timeout", "timeout", f"the command ran past workload.time_limit_s="
                              f"{r.inv.time_limit_s:g} s and was killed")
-        elif r.rc != 0:
+        elif r.rc != 0 and not r.teardown:
             failures[aid] = ("failed", "exit_code", f"the command exited with code {r.rc}")
         else:
             lines = read_lines(r.log_path)
@@ -327,6 +342,7 @@ def _record(spec: Any, base: TrialBase, r: _Arm, c: CheckedSteps | None,
                        "arms": len(arms)}
     common.update(  # type: ignore[call-arg]  # mypy: TypedDict.update takes no keywords
         pairing="duet", returncode=r.rc, duet=duet, duet_slice=r.slice_index,
+        **({"teardown": r.teardown} if r.teardown else {}),
                   command_wall_s=(r.ended - r.started) if r.started and r.ended else None)
     tail = log_tail(r.tdir / "command.log", str(r.tdir))
     if failures:
