@@ -228,6 +228,7 @@ def teardown_section(records: Sequence[TrialRecordDict]) -> list[Section]:
     stopped, not having exited (workload.exit_grace_s), per arm; none: no section."""
     timed = [r for r in records if r.get("kind", TrialKind.TIMED) == TrialKind.TIMED
              and r.get("status") == Status.OK]
+
     def stopped(r: TrialRecordDict) -> bool:  # a column of a frame: NaN where absent
         return isinstance(r.get("teardown"), str) and bool(r.get("teardown"))
 

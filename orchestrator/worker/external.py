@@ -139,7 +139,7 @@ class CommandFields(TrialBase, total=False):
     steps_logged: int
     steps_ignored: str
     step_source: str
-    # stopped after logging every step asked for (ExitWatch): what happened
+    # stopped after logging every step asked for (ExitGrace): what happened
     teardown: str
     # a paired mode's (worker.pairing)
     pairing: str
@@ -258,10 +258,10 @@ def _redact(text: str, trial_dir: str) -> str:
 
 
 class ExitGrace:
-    """While a command runs on one node: has it done all it was asked for (``done``) and still
-    not exited ``grace_s`` later? ``run_command`` then stops it (a trainer hanging at exit: an
-    NCCL communicator's teardown, a dataloader worker that is never joined, a final upload),
-    and its steps are kept. ``what``: what it had done, for the record."""
+    """While a command runs: has it done all it was asked for (``done``) and still not exited
+    ``grace_s`` later? It is then stopped (a trainer hanging at exit: an NCCL communicator's
+    teardown, a dataloader worker that is never joined, a final upload), and its steps are
+    kept. ``what``: what it had done, for the record."""
 
     def __init__(self, done: Any, grace_s: float, what: str) -> None:
         self.done, self.grace_s, self.what = done, grace_s, what
@@ -284,12 +284,14 @@ class ExitGrace:
 
 class StepLines:
     """Whether a command's log (``path``: its own log file, or its captured output) holds the
-    ``asked`` steps yet, read as it grows: only the new lines are parsed, each counted as the
-    steps it stands for."""
+    ``asked`` steps yet, read as it grows: only the new lines are parsed, each step number
+    counted once (several ranks may print every step, as :func:`check_steps` reads them) as the
+    steps its line stands for."""
 
     def __init__(self, trainer: Any, path: Path, asked: int) -> None:
         self.trainer, self.path, self.asked = trainer, path, asked
         self._offset, self._pending = 0, b""
+        self._seen: set[int] = set()
         self.steps = 0
 
     def __call__(self) -> bool:
@@ -305,7 +307,10 @@ class StepLines:
         self._pending = data[cut:]
         if cut:
             lines = data[:cut].decode("utf-8", errors="replace").splitlines()
-            self.steps += step_count(_safe_parse(self.trainer, lines))
+            for r in _safe_parse(self.trainer, lines):
+                if r.step not in self._seen:
+                    self._seen.add(r.step)
+                    self.steps += r.steps
         return self.steps >= self.asked
 
 

@@ -171,6 +171,28 @@ def test_a_command_that_hangs_after_its_last_step_is_stopped_and_its_steps_kept(
     assert left.stdout == "", left.stdout
 
 
+def test_step_lines_count_each_step_once_as_the_log_grows(tmp_path: Path) -> None:
+    """What the exit grace waits for: the steps asked, read as the log grows (a line cut in
+    two between reads counts once it is whole), a step printed by several ranks once."""
+    from types import SimpleNamespace
+
+    from orchestrator.core.logparse import parse_steps
+    from orchestrator.worker.external import StepLines
+
+    log = tmp_path / "command.log"
+    trainer = SimpleNamespace(parse=lambda lines: parse_steps(lines))
+    watch = StepLines(trainer, log, 3)
+    assert not watch()  # no log yet
+    log.write_text("starting\nstep 1 time 2.0ms\nstep 1 time 2.1ms\nstep 2 ti")
+    assert not watch() and watch.steps == 1  # rank 1's copy of step 1 and a half line
+    with log.open("a") as f:
+        f.write("me 2.0ms\nstep 2 time 2.2ms\n")
+    assert not watch() and watch.steps == 2
+    with log.open("a") as f:
+        f.write("step 3 time 2.0ms\n")
+    assert watch() and watch.steps == 3
+
+
 def test_exit_grace_is_checked(compose: Any) -> None:
     with pytest.raises(ConfigError, match=r"workload\.exit_grace_s: must be > 0, got 0\.0; set workload\.exit_grace_s to a number in \(0, "):
         compose([*CMD, "+sweep=example_delay", "workload.exit_grace_s=0"])
