@@ -534,18 +534,7 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
                             else None) or trial_record(**common, status=Status.OK)
     others: dict[int, nodes.NodeReport] = {}
     if where.multi:  # node 0: the other nodes' reports; a lost node is the infrastructure's
-        if outcome is not None and not stopped:  # the other nodes stop theirs (PeerWatch)
-            nodes.NodeReport(node=0, status=outcome["status"], error=outcome.get("error"),
-                             returncode=rc, wall_s=wall, at=time.time(),
-                             launch=nodes.launch_id()).write(tdir)
-        # stopped because another node failed: that node's failure is the trial's
-        others, verdict = _other_nodes(tdir, where, wall, None if stopped else outcome, common,
-                                       wait_s=max(nodes.NODE_GRACE_S, (
-                                           exits.grace_s if exits else 0) + nodes.PEER_GRACE_S))
-        late = next((f"node {k}: {r.teardown}" for k, r in sorted(others.items())
-                     if r.teardown), None)
-        if late and "teardown" not in common:
-            common["teardown"] = late
+        others, verdict = _node0(tdir, where, wall, rc, outcome, stopped, common, exits)
         if verdict is not None:
             return failed(*verdict)
     if outcome is not None:
@@ -616,6 +605,29 @@ def _read_steps(spec: Any, trainer: Any, lines: list[str], where: nodes.NodePlac
     except ValueError as exc:  # a step line whose fields cannot be read
         return "malformed_log", f"log: unreadable step line ({exc})"
     return checked, per_node
+
+
+def _node0(tdir: Path, where: nodes.NodePlace, wall: float, rc: int | None,
+           outcome: TrialRecordDict | None, stopped: bool, common: CommandFields,
+           exits: ExitGrace | None,
+           ) -> tuple[dict[int, nodes.NodeReport], tuple[str, str, str] | None]:
+    """Node 0 over several nodes, its command ended: its own failure reported to the others
+    (they stop theirs: PeerWatch), then theirs gathered (:func:`_other_nodes`; past the exit
+    grace, which they may be sitting out); another node's command stopped by its exit grace
+    is said in ``common`` where node 0's was not."""
+    if outcome is not None and not stopped:
+        nodes.NodeReport(node=0, status=outcome["status"], error=outcome.get("error"),
+                         returncode=rc, wall_s=wall, at=time.time(),
+                         launch=nodes.launch_id()).write(tdir)
+    # stopped because another node failed: that node's failure is the trial's
+    others, verdict = _other_nodes(tdir, where, wall, None if stopped else outcome, common,
+                                   wait_s=max(nodes.NODE_GRACE_S, (
+                                       exits.grace_s if exits else 0) + nodes.PEER_GRACE_S))
+    late = next((f"node {k}: {r.teardown}" for k, r in sorted(others.items()) if r.teardown),
+                None)
+    if late and "teardown" not in common:
+        common["teardown"] = late
+    return others, verdict
 
 
 def _other_nodes(tdir: Path, where: nodes.NodePlace, wall: float,

@@ -385,14 +385,9 @@ def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
     where the channel listens over TCP (``HOST`` or ``HOST:PORT``); None: as
     ``ORCH_CLIENT_LISTEN`` in this process's environment says, a Unix socket where it is unset
     or empty ("" asks for the Unix socket whatever the environment says)."""
-    if listen is None:
-        listen = os.environ.get(wire.LISTEN_ENV, "")
+    listen = os.environ.get(wire.LISTEN_ENV, "") if listen is None else listen
     arms = spec.paired_arms
-    declared = list(trainer.workload.switchable)
-    values = {str(a.arm_id): {k: (a.workload.get("params") or {}).get(k) for k in declared}
-              for a in arms}
-    baseline = next((str(a.arm_id) for a in arms if a.is_baseline), str(arms[0].arm_id))
-    plan = Plan(spec, values, baseline, declared)
+    plan = _plan_of(spec, trainer)
     tdir = Path(spec.trial_dir)
     tdir.mkdir(parents=True, exist_ok=True)
     inv = trainer.invocation(str(tdir), spec.warmup_steps, spec.measured_steps, spec.timeout_s)
@@ -431,9 +426,8 @@ def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
     tail = log_tail(tdir / "command.log", str(tdir))
     if where.multi:
         common.update(nodes=where.nnodes, **node_fields)  # type: ignore[call-arg, misc]  # mypy: update takes no keywords
-    # stopped by us once the plan was done: not the command's failure
     outcome = _outcome(plan, channel, 0 if exits is not None and exits.stopped else rc,
-                       start_error, inv.time_limit_s)
+                       start_error, inv.time_limit_s)  # stopped by us once done: not a failure
     if node_outcome is not None and (outcome is None or node_outcome["status"] == INFRA_STATUS):
         outcome = node_outcome  # another node failed or was lost: say so, not its effect here
     out = []
@@ -443,6 +437,17 @@ def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
                "arm_label": a.arm_label, "is_baseline": a.is_baseline, "position": spec.position + i, **session}
         out.append((_arm_record(spec, trainer, plan, own, arm, outcome, tail), a.trial_dir))
     return out
+
+
+def _plan_of(spec: Any, trainer: Any) -> Plan:
+    """The plan of one run of the command: each arm's values of the switchable params (the
+    workload's ``switchable``) and which arm is the baseline."""
+    arms = spec.paired_arms
+    declared = list(trainer.workload.switchable)
+    values = {str(a.arm_id): {k: (a.workload.get("params") or {}).get(k) for k in declared}
+              for a in arms}
+    baseline = next((str(a.arm_id) for a in arms if a.is_baseline), str(arms[0].arm_id))
+    return Plan(spec, values, baseline, declared)
 
 
 def _outcome(plan: Plan, channel: Channel, rc: int | None, start_error: str | None,
