@@ -286,15 +286,34 @@ class StepLines:
     """Whether a command's log (``path``: its own log file, or its captured output) holds the
     ``asked`` steps yet, read as it grows: only the new lines are parsed, each step number
     counted once (several ranks may print every step, as :func:`check_steps` reads them) as the
-    steps its line stands for."""
+    steps its line stands for.
 
-    def __init__(self, trainer: Any, path: Path, asked: int) -> None:
+    ``own_file``: the path is the trainer's own log file (``workload.log.file``), which may hold
+    an earlier run's lines: what it holds now is skipped, and a file cut short or replaced is
+    read again from its start. A step of an earlier run is never counted (it would stop this
+    one early); a rewrite missed between two reads only leaves the grace unstarted."""
+
+    def __init__(self, trainer: Any, path: Path, asked: int, own_file: bool = False) -> None:
         self.trainer, self.path, self.asked = trainer, path, asked
-        self._offset, self._pending = 0, b""
+        self._pending = b""
+        self._ino, self._offset = self._where() if own_file else (None, 0)
         self._seen: set[int] = set()
         self.steps = 0
 
+    def _where(self) -> tuple[int | None, int]:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None, 0
+        return st.st_ino, st.st_size
+
     def __call__(self) -> bool:
+        ino, size = self._where()
+        if (self._ino is not None and ino != self._ino) or size < self._offset:
+            self._offset, self._pending = 0, b""  # replaced or cut short: a new run's file
+            self._seen.clear()
+            self.steps = 0
+        self._ino = ino
         try:
             with open(self.path, "rb") as f:
                 f.seek(self._offset)
@@ -328,8 +347,9 @@ def _exit_watch(trainer: Any, inv: Any, tdir: Path, log_path: Path, where: nodes
     stopped with the others."""
     if asked is None or not asked[1]:
         return None
-    own = StepLines(trainer, log_path if inv.log_file is None or where.node > 0 else
-                    Path(inv.cwd or ".", inv.log_file), asked[0])
+    theirs = inv.log_file is not None and where.node == 0  # the trainer's own log file
+    own = StepLines(trainer, Path(inv.cwd or ".", inv.log_file) if theirs else log_path,
+                    asked[0], own_file=theirs)
     if not where.multi:
         return exit_grace(trainer.workload, own, f"logged all {asked[0]} steps it was asked for")
 

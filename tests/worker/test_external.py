@@ -173,7 +173,8 @@ def test_a_command_that_hangs_after_its_last_step_is_stopped_and_its_steps_kept(
 
 def test_step_lines_count_each_step_once_as_the_log_grows(tmp_path: Path) -> None:
     """What the exit grace waits for: the steps asked, read as the log grows (a line cut in
-    two between reads counts once it is whole), a step printed by several ranks once."""
+    two between reads counts once it is whole), a step printed by several ranks once; in the
+    trainer's own log file, only this run's lines."""
     from types import SimpleNamespace
 
     from orchestrator.core.logparse import parse_steps
@@ -191,6 +192,18 @@ def test_step_lines_count_each_step_once_as_the_log_grows(tmp_path: Path) -> Non
     with log.open("a") as f:
         f.write("step 3 time 2.0ms\n")
     assert watch() and watch.steps == 3
+    # the trainer's own log file may hold an earlier run: never counted
+    mine = StepLines(trainer, log, 3, own_file=True)
+    assert not mine() and mine.steps == 0
+    log.write_text("step 1 time 2.0ms\n")  # this run rewrites it: read from its start
+    assert not mine() and mine.steps == 1
+    with log.open("a") as f:
+        f.write("step 2 time 2.0ms\n")
+    assert not mine() and mine.steps == 2
+    new = tmp_path / "new.log"  # replaced (a rotating handler): a new file, from its start
+    new.write_text("junk line\n" * 20 + "step 1 time 2.0ms\n")
+    new.replace(log)
+    assert not mine() and mine.steps == 1
 
 
 def test_exit_grace_is_checked(compose: Any) -> None:

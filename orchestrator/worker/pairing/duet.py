@@ -168,7 +168,9 @@ def _arms(spec: TrialSpec) -> list[_Arm]:
     for r in arms:
         asked = r.trainer.workload.steps_asked(spec.warmup_steps, spec.measured_steps)
         if asked is not None and asked[1]:
-            r.exits = exit_grace(r.trainer.workload, StepLines(r.trainer, r.log_path, asked[0]),
+            lines = StepLines(r.trainer, r.log_path, asked[0],
+                              own_file=r.inv.log_file is not None)
+            r.exits = exit_grace(r.trainer.workload, lines,
                                  f"logged all {asked[0]} steps it was asked for")
     return arms
 
