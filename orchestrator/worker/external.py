@@ -81,6 +81,8 @@ from orchestrator.core.logparse import (
 from orchestrator.platform.children import (COMMAND_SESSION, SessionGuard, how_it_ended, run_child,
                                            start_child)
 from orchestrator.worker import nodes
+from orchestrator.worker.teardown import (ExitGrace, any_stop, exit_watch, safe_parse,
+                                          teardown_reason)
 from orchestrator.worker.bootstrap import start_worker
 from orchestrator.core.results import trial_record, write_csv, Status
 from orchestrator.core.steady import WarmupPolicy, warmup_from_series
@@ -257,140 +259,6 @@ def _redact(text: str, trial_dir: str) -> str:
     return text.replace(home, "~") if home not in ("", "/") else text
 
 
-class ExitGrace:
-    """While a command runs: has it done all it was asked for (``done``) and still not exited
-    ``grace_s`` later? It is then stopped (a trainer hanging at exit: an NCCL communicator's
-    teardown, a dataloader worker that is never joined, a final upload), and its steps are
-    kept. ``what``: what it had done, for the record."""
-
-    def __init__(self, done: Any, grace_s: float, what: str) -> None:
-        self.done, self.grace_s, self.what = done, grace_s, what
-        self.done_at: float | None = None  # when it was seen done
-        self.stopped = False
-
-    def __call__(self) -> bool:
-        if self.done_at is None:
-            if self.done():
-                self.done_at = time.time()
-            return False
-        self.stopped = time.time() - self.done_at >= self.grace_s
-        return self.stopped
-
-    def reason(self) -> str:
-        """What happened, for the record (one line)."""
-        return (f"the command had {self.what} and had not exited {self.grace_s:g} s later "
-                "(workload.exit_grace_s): it was stopped and its steps kept")
-
-
-class StepLines:
-    """Whether a command's log (``path``: its own log file, or its captured output) holds the
-    ``asked`` steps yet, read as it grows: only the new lines are parsed, each step number
-    counted once (several ranks may print every step, as :func:`check_steps` reads them) as the
-    steps its line stands for.
-
-    ``own_file``: the path is the trainer's own log file (``workload.log.file``), which may hold
-    an earlier run's lines: what it holds now is skipped, and a file cut short or replaced is
-    read again from its start. A step of an earlier run is never counted (it would stop this
-    one early); a rewrite missed between two reads only leaves the grace unstarted."""
-
-    def __init__(self, trainer: Any, path: Path, asked: int, own_file: bool = False) -> None:
-        self.trainer, self.path, self.asked = trainer, path, asked
-        self._pending = b""
-        self._ino, self._offset = self._where() if own_file else (None, 0)
-        self._seen: set[int] = set()
-        self.steps = 0
-
-    def _where(self) -> tuple[int | None, int]:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None, 0
-        return st.st_ino, st.st_size
-
-    def __call__(self) -> bool:
-        ino, size = self._where()
-        if (self._ino is not None and ino != self._ino) or size < self._offset:
-            self._offset, self._pending = 0, b""  # replaced or cut short: a new run's file
-            self._seen.clear()
-            self.steps = 0
-        self._ino = ino
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-        except OSError:
-            return False
-        self._offset += len(chunk)
-        data = self._pending + chunk
-        cut = data.rfind(b"\n") + 1
-        self._pending = data[cut:]
-        if cut:
-            lines = data[:cut].decode("utf-8", errors="replace").splitlines()
-            for r in _safe_parse(self.trainer, lines):
-                if r.step not in self._seen:
-                    self._seen.add(r.step)
-                    self.steps += r.steps
-        return self.steps >= self.asked
-
-
-def exit_grace(workload: Any, done: Any, what: str) -> ExitGrace | None:
-    """The workload's :class:`ExitGrace` (None: ``workload.exit_grace_s`` is null)."""
-    grace = getattr(workload, "exit_grace_s", None)
-    return ExitGrace(done, float(grace), what) if grace else None
-
-
-def _exit_watch(trainer: Any, inv: Any, tdir: Path, log_path: Path, where: nodes.NodePlace,
-                asked: tuple[int, bool] | None) -> ExitGrace | None:
-    """A command trial's :class:`ExitGrace` where it takes ``{steps}`` (else None: how many
-    step lines it logs is its own). Over several nodes the grace runs from the first moment any
-    node's log held every step (nodes.mark_done): a node whose ranks do not print steps is
-    stopped with the others."""
-    if asked is None or not asked[1]:
-        return None
-    theirs = inv.log_file is not None and where.node == 0  # the trainer's own log file
-    own = StepLines(trainer, Path(inv.cwd or ".", inv.log_file) if theirs else log_path,
-                    asked[0], own_file=theirs)
-    if not where.multi:
-        return exit_grace(trainer.workload, own, f"logged all {asked[0]} steps it was asked for")
-
-    def done() -> bool:
-        if own():
-            nodes.mark_done(tdir, where.node)
-            return True
-        return nodes.done_at(tdir) is not None
-
-    return exit_grace(trainer.workload, done, f"seen all {asked[0]} steps of the trial logged "
-                      "(on this node or another)")
-
-
-def _teardown(exits: ExitGrace | None, rc: int | None, where: nodes.NodePlace, tdir: Path,
-              ended: float) -> str | None:
-    """Why a command that had logged every step did not end on its own, for the record; None
-    when it did (or failed before). Over several nodes a command that exits non-zero once the
-    grace is up (give or take PEER_GRACE_S of clock and file-system lag) lost its peers to
-    another node's stop: that is the stop's doing, not its own failure."""
-    if exits is None:
-        return None
-    if exits.stopped:
-        return exits.reason()
-    if not where.multi or rc in (None, 0) or exits.done_at is None:
-        return None
-    first = nodes.done_at(tdir) or exits.done_at
-    if ended < first + exits.grace_s - nodes.PEER_GRACE_S:
-        return None  # it failed at teardown by itself, before anything was stopped
-    return (f"the command ended ({how_it_ended(rc)}) as the other nodes' commands were "
-            f"stopped, {exits.grace_s:g} s after every step of the trial was logged "
-            "(workload.exit_grace_s): its steps kept")
-
-
-def _any_stop(*watches: Any) -> Any:
-    """One ``stop_if`` from several (None where none is given)."""
-    live = [w for w in watches if w is not None]
-    if not live:
-        return None
-    return lambda: any([w() for w in live])  # every watch polled, in order
-
-
 def run_command(argv: list[str] | str, cwd: str | None, env: dict[str, str], log_path: Path,
                 time_limit_s: float | None, session: str = COMMAND_SESSION,
                 stop_if: Any = None) -> tuple[int | None, str | None]:
@@ -525,10 +393,10 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
         common["client_params"] = switched
     peers = nodes.PeerWatch(tdir, where) if where.multi else None
     asked = trainer.workload.steps_asked(spec.warmup_steps, spec.measured_steps)
-    exits = _exit_watch(trainer, inv, tdir, log_path, where, asked)
+    exits = exit_watch(trainer, inv, tdir, log_path, where, asked)
     rc, start_error = run_command(inv.argv, inv.cwd, env, log_path, inv.time_limit_s,
                                   nodes.session_name(where, COMMAND_SESSION),
-                                  stop_if=_any_stop(peers, exits))
+                                  stop_if=any_stop(peers, exits))
     wall = time.time() - t0
     out_lines = read_lines(log_path)
     own_log = inv.log_file is None or where.node > 0
@@ -541,7 +409,7 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
                             stderr_tail=tail)
 
     stopped = peers is not None and peers.stopped
-    teardown = _teardown(exits, rc, where, tdir, t0 + wall)
+    teardown = teardown_reason(exits, rc, where, tdir, t0 + wall)
     if teardown:  # stopped by us, every step logged: not the command's failure
         common["teardown"] = teardown
         rc = 0
@@ -576,12 +444,12 @@ def _outcome(start_error: str | None, rc: int | None, inv: Any, trainer: Any,
     if start_error:
         return failed("cannot_start", f"cannot start the command: {start_error}")
     if rc is None:
-        n = sum(1 for _ in _safe_parse(trainer, lines))
+        n = sum(1 for _ in safe_parse(trainer, lines))
         return failed("timeout", f"the command ran past workload.time_limit_s="
                       f"{inv.time_limit_s:g} s and was killed ({n} step line(s) by then)",
                       "timeout")
     if rc != 0:
-        return failed("exit_code", _nonzero_exit(rc, len(_safe_parse(trainer, lines)), asked))
+        return failed("exit_code", _nonzero_exit(rc, len(safe_parse(trainer, lines)), asked))
     return None
 
 
@@ -726,13 +594,6 @@ def steps_followed(spec: Any, trainer: Any, checked: CheckedSteps) -> StepsFollo
                                 f"its log has {logged}: it does not follow it, so its trials "
                                 "cannot be sized by time (protocol.measured_min_s)")
     return out
-
-
-def _safe_parse(trainer: Any, lines: list[str]) -> list[StepRecord]:
-    try:
-        return list(trainer.parse(lines))
-    except ValueError:
-        return []
 
 
 def step_rows(checked: CheckedSteps) -> list[dict[str, Any]]:

@@ -178,7 +178,7 @@ def test_step_lines_count_each_step_once_as_the_log_grows(tmp_path: Path) -> Non
     from types import SimpleNamespace
 
     from orchestrator.core.logparse import parse_steps
-    from orchestrator.worker.external import StepLines
+    from orchestrator.worker.teardown import StepLines
 
     log = tmp_path / "command.log"
     trainer = SimpleNamespace(parse=lambda lines: parse_steps(lines))

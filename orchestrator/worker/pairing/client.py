@@ -55,12 +55,12 @@ from orchestrator.core.steady import warmup_complete
 from orchestrator.platform import distributed as distmod
 from orchestrator.worker import nodes
 from orchestrator.worker.bootstrap import start_worker
+from orchestrator.worker.teardown import exit_grace
 from orchestrator.worker.external import (
     child_peak_rss,
     CommandFields,
     command_fields,
     declared_utilization,
-    exit_grace,
     log_tail,
     run_command,
 )

@@ -42,11 +42,9 @@ from orchestrator.platform.children import SessionGuard, kill_group, sigterm_run
 from orchestrator.platform.slices import duet_slices, placement, slice_env
 from orchestrator.spec.config import Config
 from orchestrator.spec.jobs import PairingPart, TrialSpec, paired_arms, round_groups
+from orchestrator.worker.teardown import ExitGrace, StepLines, exit_grace
 from orchestrator.worker.external import (
     CheckedSteps,
-    ExitGrace,
-    StepLines,
-    exit_grace,
     command_arms,
     start_command,
     LogProblem,
