@@ -118,20 +118,29 @@ def test_faulty_commands_become_statuses(compose: Any, run_dir: Path, code: str,
     assert "## Failed trials" in md and kind != "exit_code" or "step 0 time 5ms" in md
 
 
+def _two_programs(compose: Any, run_dir: Path, clean: str, label: str, variant: str,
+                  *more: str) -> dict[str, dict[str, Any]]:
+    """A one-round campaign of two Python programs given as source (``clean``, the baseline,
+    labelled clean, and ``variant``, labelled ``label``), each run with its step count; the
+    records by label/round."""
+    cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1", *more,
+                   "workload.command='{python} -c {code} {steps}'", "+workload.params.code=x",
+                   "sweep.variable=workload.params.code", "sweep.baseline=ok", "sweep.values=[bad]",
+                   "sweep.labels=null", "sweep.baseline_label=null"])
+    cfg.sweep.baseline, cfg.sweep.values = clean, [variant]
+    cfg.sweep.baseline_label, cfg.sweep.labels = "clean", [label]
+    run_campaign(cfg, run_dir)
+    return _recs(run_dir)
+
+
 def test_a_command_that_crashes_after_its_last_step_is_told_apart(compose: Any,
                                                                   run_dir: Path) -> None:
     """A command killed by a signal after it logged every step it was asked for (a teardown
     crash, as gloo's at interpreter exit) fails, and its error says so: signal and step count."""
-    cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1", "workload.time_limit_s=20",
-                   "workload.command='{python} -c {code} {steps}'", "+workload.params.code=x",
-                   "sweep.variable=workload.params.code", "sweep.baseline=ok", "sweep.values=[bad]",
-                   "sweep.labels=null", "sweep.baseline_label=null"])
     logs = "import os, signal, sys\nfor i in range(int(sys.argv[1])): print(f'step {i} time 2.0ms')\n"
-    cfg.sweep.baseline = logs
-    cfg.sweep.values = [logs + "sys.stdout.flush(); os.kill(os.getpid(), signal.SIGABRT)"]
-    cfg.sweep.baseline_label, cfg.sweep.labels = "clean", ["aborts"]
-    run_campaign(cfg, run_dir)
-    recs = _recs(run_dir)
+    recs = _two_programs(compose, run_dir, logs, "aborts",
+                         logs + "sys.stdout.flush(); os.kill(os.getpid(), signal.SIGABRT)",
+                         "workload.time_limit_s=20")
     assert recs["clean/r0"]["status"] == "ok", recs["clean/r0"].get("error")
     bad = recs["aborts/r0"]
     assert (bad["status"], bad["failure_kind"]) == ("failed", "exit_code")
@@ -144,18 +153,11 @@ def test_a_command_that_hangs_after_its_last_step_is_stopped_and_its_steps_kept(
     """A command that logs every step it was asked for and then does not exit (a trainer
     hanging at NCCL teardown) is stopped workload.exit_grace_s later, not at its time limit;
     its steps are kept and the record says what happened. Nothing it started is left."""
-    cfg = compose([*CMD, "+sweep=example_delay", "protocol.repeats=1", "workload.time_limit_s=60",
-                   "workload.exit_grace_s=1", "workload.command='{python} -c {code} {steps}'",
-                   "+workload.params.code=x", "sweep.variable=workload.params.code",
-                   "sweep.baseline=ok", "sweep.values=[bad]", "sweep.labels=null",
-                   "sweep.baseline_label=null"])
     logs = "import subprocess, sys, time\nfor i in range(int(sys.argv[1])): print(f'step {i} time 2.0ms', flush=True)\n"
-    cfg.sweep.baseline = logs
-    # the hang: a child that outlives nothing, and the command waiting for ever
-    cfg.sweep.values = [logs + "subprocess.Popen(['sleep', '301']); time.sleep(300)"]
-    cfg.sweep.baseline_label, cfg.sweep.labels = "clean", ["hangs"]
-    run_campaign(cfg, run_dir)
-    recs = _recs(run_dir)
+    # the hang: a child of its own, and the command waiting for ever
+    recs = _two_programs(compose, run_dir, logs, "hangs",
+                         logs + "subprocess.Popen(['sleep', '301']); time.sleep(300)",
+                         "workload.time_limit_s=60", "workload.exit_grace_s=1")
     clean, hung = recs["clean/r0"], recs["hangs/r0"]
     assert clean["status"] == "ok" and "teardown" not in clean, clean.get("error")
     assert hung["status"] == "ok", hung.get("error")
