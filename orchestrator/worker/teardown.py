@@ -58,8 +58,8 @@ class ExitGrace:
 class StepLines:
     """Whether a command's log (``path``: its own log file, or its captured output) holds the
     ``asked`` steps yet, read as it grows: only the new lines are parsed, each step number
-    counted once (several ranks may print every step, as worker.external's check_steps reads them) as the
-    steps its line stands for.
+    counted once (several ranks may print every step; worker.external's check_steps reads
+    them so too) as the steps its line stands for.
 
     ``own_file``: the path is the trainer's own log file (``workload.log.file``), which may hold
     an earlier run's lines: what it holds now is skipped, and a file cut short or replaced is
@@ -113,7 +113,7 @@ def exit_grace(workload: Any, done: Any, what: str) -> ExitGrace | None:
 
 
 def exit_watch(trainer: Any, inv: Any, tdir: Path, log_path: Path, where: nodes.NodePlace,
-                asked: tuple[int, bool] | None) -> ExitGrace | None:
+               asked: tuple[int, bool] | None) -> ExitGrace | None:
     """A command trial's :class:`ExitGrace` where it takes ``{steps}`` (else None: how many
     step lines it logs is its own). Over several nodes the grace runs from the first moment any
     node's log held every step (nodes.mark_done): a node whose ranks do not print steps is
@@ -136,8 +136,8 @@ def exit_watch(trainer: Any, inv: Any, tdir: Path, log_path: Path, where: nodes.
                       "(on this node or another)")
 
 
-def teardown_reason(exits: ExitGrace | None, rc: int | None, where: nodes.NodePlace, tdir: Path,
-              ended: float) -> str | None:
+def teardown_reason(exits: ExitGrace | None, rc: int | None, where: nodes.NodePlace,
+                    tdir: Path, ended: float) -> str | None:
     """Why a command that had logged every step did not end on its own, for the record; None
     when it did (or failed before). Over several nodes a command that exits non-zero once the
     grace is up (give or take PEER_GRACE_S of clock and file-system lag) lost its peers to
