@@ -8,7 +8,7 @@ work per step. Modes: ``ok``; ``exit`` (exit code 3 at step K); ``hang`` (sleep 
 ``malformed`` (a step line without a time unit at step K); ``short`` (exit 0 after K steps,
 whatever --steps says); ``buffered`` (step lines held back and written 100 at a time, as a
 program with a block-buffered stdout does). ``--slow-match`` makes one process of one
-round twice as slow for its whole life, once (the contamination tests).
+round four times as slow for its whole life, once (the contamination tests).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main() -> int:
     ap.add_argument("--at", type=int, default=12)
     ap.add_argument("--trial-dir", default="", help="with --slow-match: this run's trial dir")
     ap.add_argument("--slow-match", default="",
-                    help="the first run whose trial dir's name contains this runs twice as slow "
+                    help="the first run whose trial dir's name contains this runs four times as slow "
                          "for its whole life (a contaminated process); its re-run does not")
     a = ap.parse_args()
     units = int(os.environ.get("PLAIN_UNITS", a.units))
@@ -42,7 +42,7 @@ def main() -> int:
         marker = os.path.join(a.trial_dir, "slowed-once")
         if not os.path.exists(marker):
             open(marker, "w").close()
-            units *= 2
+            units *= 4
     print(f"# plain trainer: {units} units per step", flush=True)
     held: list[str] = []
     x = 0.5

@@ -193,11 +193,13 @@ def test_a_campaign_alternates_a_plain_command_and_rejects_a_planted_slowdown(
 
 
 def test_a_round_with_a_contaminated_process_is_re_run_whole(compose: Any, run_dir: Path) -> None:
-    """One arm's process in round 2 runs twice as slow for its whole life (its re-run does
-    not): the round's contrast stands out, the whole round is re-run once, the clean re-run
+    """One arm's process in round 2 runs four times as slow for its whole life (its re-run
+    does not): the round's contrast stands out, the whole round is re-run once, the clean re-run
     stands, and decisions.md says which trials and why. min_effect=0.25 puts the flag's floor
     at +50 %, beyond what this host's own processes do (up to +36 % in 196 rounds measured), so
-    only the planted process is contamination here."""
+    only the planted process is contamination here. Four times, not twice: the limit is also
+    5 robust z of the rounds' own spread, and on a busy CI host whose processes were off by
+    ±13 % that limit was +141 %, above a doubled process's +127 % (a CI run, 2026-12-07)."""
     cmd = ("'{python} tests/helpers/plain_trainer.py --steps {steps} --units {units} "
            "--trial-dir {trial_dir} --slow-match r002-busy-a1'")
     cfg = compose(["+sweep=planted_command", "launcher=local", "device=cpu",
