@@ -361,6 +361,7 @@ class TrialFields(TrialBase, WarmupFields, CompileFields, total=False):
     command: str
     command_env: dict[str, str]
     command_wall_s: float | None
+    command_returncode: int | None  # the command's own exit code (returncode: the trial process's)
     client_params: dict[str, Any]  # the user's workload params, free-form JSON
     client_channel: str
     client_strays: list[Any]  # the refused connections, as the channel records them

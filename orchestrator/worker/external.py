@@ -126,7 +126,9 @@ class CommandFields(TrialBase, total=False):
     python_version: str
     device: DeviceSummary
     command_wall_s: float | None
-    returncode: int | None
+    # the command's exit code (negative: the signal that ended it, as when the exit grace or
+    # a failed peer node stopped it); ``returncode`` is the launcher's, of the trial process
+    command_returncode: int | None
     client_params: dict[str, Any]  # the user's workload params, free-form JSON
     infra_reason: str
     # several nodes (worker.nodes.NodeStepFields, worker.pairing.client_nodes.NodeFields)
@@ -402,7 +404,7 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
     own_log = inv.log_file is None or where.node > 0
     lines = out_lines if own_log else read_lines(Path(inv.cwd or ".", inv.log_file))
     tail = _redact("\n".join(out_lines[-_TAIL_LINES:]), str(tdir))
-    common.update(command_wall_s=wall, returncode=rc)  # type: ignore[call-arg]  # mypy: TypedDict.update takes no keywords
+    common.update(command_wall_s=wall, command_returncode=rc)  # type: ignore[call-arg]  # mypy: TypedDict.update takes no keywords
 
     def failed(kind: str, error: str, status: str = "failed") -> TrialRecordDict:
         return trial_record(**common, status=status, failure_kind=kind, error=error,
@@ -412,9 +414,10 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
     teardown = teardown_reason(exits, rc, where, tdir, t0 + wall)
     if teardown:  # stopped by us, every step logged: not the command's failure
         common["teardown"] = teardown
-        rc = 0
+    # the reports keep the command's own exit code (rc); the outcome takes a stop as an end
     outcome = (failed("peer_failed", peers.reason()) if stopped and peers is not None else
-               _outcome(start_error, rc, inv, trainer, lines, failed, asked))
+               _outcome(start_error, 0 if teardown else rc, inv, trainer, lines, failed,
+                        asked))
     if where.multi and where.node > 0:
         return _node_report(trainer, lines, tdir, where, outcome, rc, wall,
                             own_log=inv.log_file is None, teardown=teardown,

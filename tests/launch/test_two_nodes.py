@@ -195,8 +195,12 @@ def test_a_trial_whose_nodes_hang_after_the_last_step_is_stopped_and_kept(
     assert hung["nodes_logging_steps"] == [0, 1]
     assert "workload.exit_grace_s" in hung["teardown"], hung["teardown"]
     assert max(hung["node_wall_s"].values()) < 60, hung["node_wall_s"]
+    # the commands' own exit codes are kept (stopped: not 0), apart from the trial process's
+    assert hung["command_returncode"] not in (None, 0) and hung["returncode"] == 0, hung
+    assert recs["base"]["command_returncode"] == 0
     tdir = run_dir / "trials" / hung["trial_id"]
-    assert json.loads((tdir / "node1.json").read_text())["status"] == "ok"
+    node1 = json.loads((tdir / "node1.json").read_text())
+    assert node1["status"] == "ok" and node1["returncode"] not in (None, 0), node1
     md = (run_dir / "decisions.md").read_text()
     assert "`hang-node1`: 1 of 1 trial(s)" in md and "`base`: 0 of 1 trial(s)" in md
 

@@ -154,7 +154,7 @@ def test_a_trainer_that_hangs_after_its_plan_is_stopped_and_its_steps_kept(
         assert r["status"] == "ok", r.get("error")
         assert r["teardown"].startswith("the command had run every block of its plan and had "
                                         "not exited 1 s later (workload.exit_grace_s)")
-        assert r["returncode"] < 0 and r["command_wall_s"] < 60  # not its 120 s time limit
+        assert r["command_returncode"] < 0 and r["command_wall_s"] < 60  # not its 120 s time limit
     assert recs["a1"]["step_time_median_s"] > 2 * recs["a0"]["step_time_median_s"]
     left = subprocess.run(["pgrep", "-f", "sleep 302"], capture_output=True, text=True)
     assert left.stdout == "", left.stdout

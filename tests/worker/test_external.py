@@ -164,7 +164,7 @@ def test_a_command_that_hangs_after_its_last_step_is_stopped_and_its_steps_kept(
     assert hung["teardown"].startswith("the command had logged all 4 steps it was asked for and "
                                        "had not exited 1 s later (workload.exit_grace_s)")
     assert hung["teardown"] in hung["log_notes"]
-    assert hung["returncode"] < 0 and hung["command_wall_s"] < 30  # not its 60 s time limit
+    assert hung["command_returncode"] < 0 and hung["command_wall_s"] < 30  # not its 60 s time limit
     assert hung["measured_steps"] == clean["measured_steps"]
     md = (run_dir / "decisions.md").read_text()
     assert "## Teardown" in md and "`hangs`: 1 of 1 trial(s)" in md, md

@@ -589,7 +589,7 @@ def _record(spec: Any, base: TrialBase, alt: _Alternation, r: ArmRun) -> TrialRe
         pairing="steps", paired_by="alternation", paired_process=spec.trial_id,
         paired_arms=plan.ids, block_steps=plan.part.block_steps,
         switch_warmup_steps=plan.part.switch_warmup_steps, cycles=plan.cycle,
-        step_source="log (alternated)", returncode=r.rc,
+        step_source="log (alternated)", command_returncode=r.rc,
         command_wall_s=(r.died or time.monotonic()) - r.born if r.born else None,
         steps_asked=r.asked, steps_logged=len(r.records),
         alternation={"command_pid": r.proc.pid if r.proc is not None else None,

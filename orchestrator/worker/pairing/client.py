@@ -413,7 +413,7 @@ def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
         channel.close()
         client_nodes.withdraw(tdir)
     common = cast(PairedCommandFields, {**command_fields(spec, base, inv), "command_wall_s": wall,
-              "returncode": rc, "step_source": "orchestrator.client",  # cast: mypy reads no keys through the conditional **
+              "command_returncode": rc, "step_source": "orchestrator.client",  # cast: mypy reads no keys through the conditional **
               # over nodes: the first node's address (a machine) stays out of the record
               "client_channel": ("tcp://<master_addr>:" + channel.address.rsplit(":", 1)[-1]
                                  if where.multi else channel.address)

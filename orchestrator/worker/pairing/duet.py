@@ -341,7 +341,7 @@ def _record(spec: Any, base: TrialBase, r: _Arm, c: CheckedSteps | None,
     duet: DuetFacts = {"slice": r.slice, "partners": partners, "duet_trial": spec.trial_id,
                        "arms": len(arms)}
     common.update(  # type: ignore[call-arg]  # mypy: TypedDict.update takes no keywords
-        pairing="duet", returncode=r.rc, duet=duet, duet_slice=r.slice_index,
+        pairing="duet", command_returncode=r.rc, duet=duet, duet_slice=r.slice_index,
         **({"teardown": r.teardown} if r.teardown else {}),
                   command_wall_s=(r.ended - r.started) if r.started and r.ended else None)
     tail = log_tail(r.tdir / "command.log", str(r.tdir))
