@@ -31,7 +31,8 @@ of each step's timed window (in ``ok`` mode the ranks meet only at the client's 
 rank R's windows are the slower ones). ``--ranks N``: this script starts itself N times as
 the ranks of one group on this machine (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT, as torchrun sets them, without torchrun's agent and its start-up) and exits with
-the first non-zero exit code of theirs.
+the first non-zero exit code of theirs. ``--hang-node K`` (``dist``): after the loop the ranks
+of node K do not reach the closing barrier, so every node's command hangs at its end.
 """
 
 from __future__ import annotations
@@ -192,6 +193,9 @@ def main() -> int:
     ap.add_argument("--slow-ms", type=float, default=0.0)
     ap.add_argument("--until-dropped", action="store_true", help="silent: wait until dropped")
     ap.add_argument("--ranks", type=int, default=0, help="start this many ranks of this script")
+    ap.add_argument("--hang-node", type=int, default=-1,
+                    help="dist: after the loop the ranks of node K (torchrun's GROUP_RANK) sleep "
+                         "300 s before the closing barrier: every node's command hangs at its end")
     args = ap.parse_args()
     if args.ranks:
         return spawn_ranks(args.ranks)
@@ -249,6 +253,8 @@ def main() -> int:
               f"{units} | client_us {overhead_us:.1f} | rank {os.environ.get('RANK', '0')}",
               flush=True)
     if dist is not None:
+        if int(os.environ.get("GROUP_RANK", "0")) == args.hang_node:
+            time.sleep(300)  # the other nodes' ranks wait for these in the barrier
         dist.barrier()
         dist.destroy_process_group()
     if args.mode == "hang_after":

@@ -301,12 +301,18 @@ def test_a_client_trainer_over_both_nodes_switches_arms_in_lockstep(
     step ``units`` all-reduces (ranks on different arms would run different numbers of
     collectives and fail): every rank of both nodes reaches node 0's channel over TCP (the
     first node's address, the trial's token), the arms switch at the same step on every rank,
-    each block's time is the slowest rank's, and the channel's address names no machine."""
+    each block's time is the slowest rank's, and the channel's address names no machine. After
+    the last step node 1's ranks hang before the closing barrier, node 0's wait for them in it:
+    both nodes' commands are stopped workload.exit_grace_s after the plan's last block (not at
+    the time limit) and the round is kept, its records saying so (one campaign for both, to
+    spare the suite a third minute of this cluster)."""
     from orchestrator.campaign.run import run_campaign
 
     cfg = compose(["+sweep=planted_client", "launcher=slurm", "device=cpu",
                    "launcher.slurm.partition=two", "launcher.slurm.poll_interval_s=0.5",
-                   f"workload.command='{CLIENT_TORCHRUN}'", "workload.world_size=4",
+                   f"workload.command='{CLIENT_TORCHRUN} --hang-node 1'",
+                   "workload.exit_grace_s=3", "workload.time_limit_s=120",
+                   "workload.world_size=4",
                    "workload.nnodes=2", "protocol=quick", "protocol.pairing=steps",
                    "protocol.correctness.mode=off", "protocol.repeats=2",
                    "protocol.max_rounds=2", "sweep.baseline=2", "sweep.values=[5]",
@@ -318,11 +324,17 @@ def test_a_client_trainer_over_both_nodes_switches_arms_in_lockstep(
     for tid, r in recs.items():
         assert r["nodes"] == 2 and r["client_channel"].startswith("tcp://<master_addr>:")
         assert r["rank_skew_median_s"] is not None
+        # node 0's own stop is said (the other node's is in its report)
+        assert r["teardown"].startswith("the command had run every block of its plan"), r
+        assert r["command_returncode"] != 0 and r["command_wall_s"] < 60, r
+        assert max(r["node_wall_s"].values()) < 60, r["node_wall_s"]
     for tdir in {Path(r["paired_process"]) for r in recs.values()}:
         logs = [(run_dir / "trials" / tdir / n).read_text()
                 for n in ("command.log", "command.node1.log")]
         # both nodes' ranks ran both arms' blocks
         assert all("units 5" in t and "units 2" in t for t in logs)
         assert not (run_dir / "trials" / tdir / "client.json").exists()
+        node1 = json.loads((run_dir / "trials" / tdir / "node1.json").read_text())
+        assert node1["status"] == "ok" and node1["teardown"], node1
     head = next(iter(run_dir.glob("trials/*/steps.csv"))).read_text().splitlines()[0]
     assert {f"step_time_rank{r}_s" for r in range(4)} <= set(head.split(","))

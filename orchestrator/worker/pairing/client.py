@@ -55,7 +55,7 @@ from orchestrator.core.steady import warmup_complete
 from orchestrator.platform import distributed as distmod
 from orchestrator.worker import nodes
 from orchestrator.worker.bootstrap import start_worker
-from orchestrator.worker.teardown import exit_grace
+from orchestrator.worker.teardown import teardown_reason
 from orchestrator.worker.external import (
     child_peak_rss,
     CommandFields,
@@ -393,7 +393,7 @@ def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
     inv = trainer.invocation(str(tdir), spec.warmup_steps, spec.measured_steps, spec.timeout_s)
     where = nodes.place(inv.launch_env)
     if where.multi and where.node > 0:  # another node: node 0 holds the channel
-        return client_nodes.run_other_node(spec, inv, where)
+        return client_nodes.run_other_node(spec, inv, where, trainer.workload)
     listen = client_nodes.listen_for(where, inv.launch_env, listen.strip())
     channel = Channel(plan, max(1, int(trainer.workload.world_size)), listen or None)
     node_outcome, node_fields = None, client_nodes.NodeFields()
@@ -401,14 +401,18 @@ def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
         if where.multi:
             client_nodes.publish(tdir, channel.env())
         t0 = time.time()
-        exits = (None if where.multi else
-                 exit_grace(trainer.workload, lambda: plan.done, "run every block of its plan"))
+        exits = client_nodes.plan_grace(trainer.workload, plan, tdir, where)
         rc, start_error = run_command(inv.argv, inv.cwd,
                                       {**inv.env, **inv.launch_env, **channel.env()},
                                       tdir / "command.log", inv.time_limit_s, stop_if=exits)
         wall = time.time() - t0
+        teardown = teardown_reason(exits, rc, where, tdir, t0 + wall)
         if where.multi:
-            node_outcome = client_nodes.other_nodes_outcome(tdir, where, node_fields, wall)
+            node_outcome = client_nodes.other_nodes_outcome(
+                tdir, where, node_fields, wall, wait_s=max(
+                    nodes.NODE_GRACE_S, (exits.grace_s if exits else 0) + nodes.PEER_GRACE_S))
+            late = node_fields.pop("teardown", None)  # another node's, where node 0 had none
+            teardown = teardown or late
     finally:
         channel.close()
         client_nodes.withdraw(tdir)
@@ -419,14 +423,14 @@ def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
                                  if where.multi else channel.address)
               if channel.tcp else "unix",
               **({"client_strays": channel.strays} if channel.strays else {}),
-              **({"teardown": exits.reason()} if exits is not None and exits.stopped else {})})
+              **({"teardown": teardown} if teardown else {})})
     session: PairingSession = {"pairing": "steps", "paired_process": spec.trial_id,
                "paired_arms": plan.ids, "block_steps": plan.part.block_steps,
                "switch_warmup_steps": plan.part.switch_warmup_steps, "cycles": plan.cycle}
     tail = log_tail(tdir / "command.log", str(tdir))
     if where.multi:
         common.update(nodes=where.nnodes, **node_fields)  # type: ignore[call-arg, misc]  # mypy: update takes no keywords
-    outcome = _outcome(plan, channel, 0 if exits is not None and exits.stopped else rc,
+    outcome = _outcome(plan, channel, 0 if teardown else rc,
                        start_error, inv.time_limit_s)  # stopped by us once done: not a failure
     if node_outcome is not None and (outcome is None or node_outcome["status"] == INFRA_STATUS):
         outcome = node_outcome  # another node failed or was lost: say so, not its effect here

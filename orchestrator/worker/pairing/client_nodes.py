@@ -24,6 +24,7 @@ from orchestrator.core.results import Status, trial_record
 from orchestrator.platform.children import COMMAND_SESSION
 from orchestrator.worker import nodes
 from orchestrator.worker.external import run_command
+from orchestrator.worker.teardown import ExitGrace, exit_grace, teardown_reason
 
 CLIENT_FILE = "client.json"
 WAIT_S = 120.0  # how long node k waits for node 0's channel
@@ -67,25 +68,49 @@ def await_channel(tdir: Path, limit_s: float = WAIT_S) -> dict[str, str] | None:
     return None
 
 
-def run_other_node(spec: Any, inv: Any, where: nodes.NodePlace,
+def plan_grace(workload: Any, plan: Any, tdir: Path, where: nodes.NodePlace,
+               ) -> ExitGrace | None:
+    """Node 0's :class:`~orchestrator.worker.teardown.ExitGrace` (None: workload.exit_grace_s
+    is null): the command has run every block of the round's plan (the channel's ``plan.done``);
+    over several nodes that is said to the others (nodes.mark_done), whose commands get the
+    same grace from then (:func:`run_other_node`)."""
+    def done() -> bool:
+        if not plan.done:
+            return False
+        if where.multi:
+            nodes.mark_done(tdir, where.node)
+        return True
+
+    return exit_grace(workload, done, "run every block of its plan")
+
+
+def run_other_node(spec: Any, inv: Any, where: nodes.NodePlace, workload: Any,
                    ) -> list[tuple[TrialRecordDict, str]]:
     """Node k > 0 of a client round: its command with node 0's channel, its report. Its
-    records are not written (node 0 writes every arm's); they only end this process."""
+    records are not written (node 0 writes every arm's); they only end this process. Once
+    node 0's channel has run every block of the plan (nodes.done_at), the command gets
+    ``workload.exit_grace_s`` to exit, then is stopped, its node ok (a hang at teardown); one
+    that exits non-zero as node 0's is stopped lost its peers to that stop, and is ok too."""
     tdir = Path(spec.trial_dir)
     t0 = time.time()
     channel = await_channel(tdir, min(WAIT_S, inv.time_limit_s or WAIT_S))
     rc: int | None = None
-    error = None
+    error = teardown = None
     if channel is None:
         error = (f"node 0 published no client channel within {WAIT_S:.0f} s (it failed to "
                  "start or is on another launch)")
     else:
+        exits = exit_grace(workload, lambda: nodes.done_at(tdir) is not None,
+                           "seen every block of the round's plan run (node 0's channel)")
         rc, start_error = run_command(inv.argv, inv.cwd,
                                       {**inv.env, **inv.launch_env, **channel},
                                       tdir / nodes.log_name(where), inv.time_limit_s,
-                                      nodes.session_name(where, COMMAND_SESSION))
+                                      nodes.session_name(where, COMMAND_SESSION), stop_if=exits)
+        teardown = None if start_error else teardown_reason(exits, rc, where, tdir, time.time())
         if start_error:
             error = f"cannot start the command: {start_error}"
+        elif teardown:
+            pass  # stopped by the grace, or by node 0's stop: its blocks all ran
         elif rc is None:
             error = f"the command ran past workload.time_limit_s={inv.time_limit_s:g} s"
         elif rc != 0:
@@ -95,7 +120,7 @@ def run_other_node(spec: Any, inv: Any, where: nodes.NodePlace,
                                               else Status.FAILED)
     nodes.NodeReport(node=where.node, status=str(status), error=error, returncode=rc,
                      wall_s=time.time() - t0, at=time.time(),
-                     launch=nodes.launch_id()).write(tdir)
+                     launch=nodes.launch_id(), teardown=teardown).write(tdir)
     rec = trial_record(trial_id=spec.trial_id, status=status, error=error, node=where.node)
     return [(rec, a.trial_dir) for a in spec.paired_arms]
 
@@ -115,16 +140,23 @@ class NodeFields(TypedDict, total=False):
     """The other nodes' fields of a multi-node round's records (trial.json)."""
 
     node_wall_s: dict[str, float | None]  # node -> its command's wall time (None: not known)
+    teardown: str  # another node's command stopped by the exit grace (its report's words)
 
 
 def other_nodes_outcome(tdir: Path, where: nodes.NodePlace, common: NodeFields,
-                        wall_s: float | None = None) -> Outcome | None:
+                        wall_s: float | None = None,
+                        wait_s: float = nodes.NODE_GRACE_S) -> Outcome | None:
     """Node 0, its command ended: the round's outcome decided by another node (failed, or
     sent nothing: infra_failed), in the form of client._outcome's; None when they all ended
-    well."""
+    well. Waits ``wait_s`` at most for their reports (past the exit grace they may sit out);
+    a node stopped by its exit grace is said in ``common["teardown"]``."""
     ended = time.time()
-    others, missing = nodes.gather(tdir, where, ended)
+    others, missing = nodes.gather(tdir, where, ended, wait_s)
     common["node_wall_s"] = {"0": wall_s, **{str(k): r.wall_s for k, r in others.items()}}
+    late = next((f"node {k}: {r.teardown}" for k, r in sorted(others.items()) if r.teardown),
+                None)
+    if late:
+        common["teardown"] = late
     bad = nodes.node_failure(others, missing, time.time() - ended)
     if bad is None:
         return None
