@@ -375,6 +375,19 @@ def read_lines(path: Path) -> list[str]:
         return []
 
 
+def _command_env(trainer: Any, inv: Any, common: CommandFields) -> dict[str, str]:
+    """The command's own environment (its invocation's and its node's launch), with what
+    orchestrator.client.params() returns in this run (one arm: the workload's switchable
+    params), those said in ``common``."""
+    switched = {k: trainer.workload.params.get(k)
+                for k in getattr(trainer.workload, "switchable", None) or ()}
+    env = {**inv.env, **getattr(inv, "launch_env", {})}
+    if switched:
+        env[PARAMS_ENV] = json.dumps(switched)
+        common["client_params"] = switched
+    return env
+
+
 def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDict:
     """Run one external trial and build its record (statuses instead of exceptions). Over
     several machines (orchestrator.worker.nodes) node 0 writes the record from every node's
@@ -387,12 +400,7 @@ def measure_external(spec: Any, base: TrialBase, trainer: Any) -> TrialRecordDic
         common.update(nodes=where.nnodes)  # type: ignore[call-arg]  # mypy: TypedDict.update takes no keywords
     log_path = tdir / nodes.log_name(where)
     t0 = time.time()
-    switched = {k: trainer.workload.params.get(k)
-                for k in getattr(trainer.workload, "switchable", None) or ()}
-    env = {**inv.env, **getattr(inv, "launch_env", {})}
-    if switched:  # what orchestrator.client.params() returns in this run (one arm)
-        env[PARAMS_ENV] = json.dumps(switched)
-        common["client_params"] = switched
+    env = _command_env(trainer, inv, common)
     peers = nodes.PeerWatch(tdir, where) if where.multi else None
     asked = trainer.workload.steps_asked(spec.warmup_steps, spec.measured_steps)
     exits = exit_watch(trainer, inv, tdir, log_path, where, asked)

@@ -6,12 +6,12 @@ command tests across machines: each rank runs a small MLP step and all-reduces i
         --rdzv-endpoint HOST:PORT tests/helpers/ddp_command.py --steps 12 [--units 40]
 
 ``--units`` (or ``DDP_UNITS``, an env.* switch) sets the width of the work per step;
-``--slow-node K --slow-ms M``: the ranks of node K sleep M ms per step before the all-reduce
-(the others wait for them in it). ``--fail-node K``: the ranks of node K exit with code 3
-before they join the process group (the others wait for them there: a peer that never came).
-``--hang-node K``: after the last step the ranks of node K sleep 300 s before the closing
-barrier, so every node's command hangs at its end (the others wait for them in it), as a
-trainer stuck in its teardown.
+``--fault F`` is what the ranks of node ``--fault-node K`` (1) do wrong: ``none``; ``slow``:
+they sleep ``--slow-ms`` ms per step before the all-reduce (the others wait for them in it);
+``fail``: they exit with code 3 before they join the process group (the others wait for them
+there: a peer that never came); ``hang``: after the last step they sleep 300 s before the
+closing barrier, so every node's command hangs at its end (the others wait for them in it), as
+a trainer stuck in its teardown.
 """
 
 from __future__ import annotations
@@ -29,15 +29,15 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--units", type=int, default=64)
-    ap.add_argument("--slow-node", type=int, default=-1)
-    ap.add_argument("--slow-ms", type=float, default=0.0)
-    ap.add_argument("--fail-node", type=int, default=-1)
-    ap.add_argument("--hang-node", type=int, default=-1)
+    ap.add_argument("--fault", choices=("none", "slow", "fail", "hang"), default="none")
+    ap.add_argument("--fault-node", type=int, default=1)
+    ap.add_argument("--slow-ms", type=float, default=30.0)
     a = ap.parse_args()
     units = int(os.environ.get("DDP_UNITS", a.units))
     node = int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0")))
-    if node == a.fail_node:
-        print(f"node {node}: failing on purpose (--fail-node)", flush=True)
+    fault = a.fault if node == a.fault_node else "none"
+    if fault == "fail":
+        print(f"node {node}: failing on purpose (--fault fail)", flush=True)
         return 3
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -54,7 +54,7 @@ def main() -> int:
         loss = model(x).pow(2).mean()
         opt.zero_grad()
         loss.backward()
-        if node == a.slow_node:
+        if fault == "slow":
             time.sleep(a.slow_ms / 1e3)
         for p in model.parameters():
             dist.all_reduce(p.grad)
@@ -66,7 +66,7 @@ def main() -> int:
     # every rank leaves together: gloo aborts a rank whose peers tore the group down while its
     # own last collective's threads were still winding up ("terminate called without an active
     # exception"), as real trainers guard with a closing barrier
-    if node == a.hang_node:
+    if fault == "hang":
         time.sleep(300)
     dist.barrier()
     dist.destroy_process_group()

@@ -96,45 +96,62 @@ ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = ("{python} -m torch.distributed.run --nnodes {nnodes} --node-rank {node_rank} "
             "--nproc-per-node {nproc_per_node} --rdzv-endpoint "
             "{rdzv_endpoint} --max-restarts 0 " + str(ROOT) +
-            "/tests/helpers/ddp_command.py --steps {steps} --units {units} --slow-node 1 "
-            "--slow-ms {slow_ms} --fail-node {fail_node} --hang-node {hang_node}")
+            "/tests/helpers/ddp_command.py --steps {steps} --units {units} --fault {fault} "
+            "--fault-node 1 --slow-ms 30")
 
 
-def _torchrun_campaign(compose: Any, *extra: str, variable: str = "slow_ms",
-                       value: int = 30, label: str = "slow-node1", rounds: int = 2) -> Any:
-    return compose(["+sweep=planted_command", "launcher=slurm", "device=cpu",
-                    "launcher.slurm.partition=two", "launcher.slurm.poll_interval_s=0.5",
-                    f"workload.command='{TORCHRUN}'", "workload.world_size=4",
-                    "workload.nnodes=2", "workload.time_limit_s=120", "protocol=quick",
-                    "protocol.pairing=process", "protocol.warmup_steps=2",
-                    "protocol.measured_steps=6", "protocol.correctness.mode=off",
-                    "+workload.params.slow_ms=0", "+workload.params.fail_node=-1",
-                    "+workload.params.hang_node=-1",
-                    "workload.params.units=32",
-                    f"sweep.variable=workload.params.{variable}",
-                    f"sweep.baseline={ {'slow_ms': 0, 'fail_node': -1, 'hang_node': -1}[variable]}",
-                    f"sweep.values=[{value}]", f"sweep.labels=[{label}]",
-                    f"protocol.repeats={rounds}", f"protocol.max_rounds={rounds}",
-                    "protocol.infra_retries=0", *extra])
+@pytest.fixture(scope="module")
+def torchrun_faults(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """(run dir, result) of one campaign of an unchanged torchrun command over both nodes, one
+    round, 4 ranks (2 per node, gloo): the baseline and three arms whose node 1 goes wrong
+    (tests/helpers/ddp_command.py --fault): ``slow-node1`` sleeps 30 ms a step, ``fail-node1``
+    exits before the process group, ``hang-node1`` hangs before the closing barrier. One
+    campaign for the three tests below: each would pay the cluster's start-up and a baseline
+    trial of its own."""
+    from orchestrator.campaign.run import run_campaign
+    from orchestrator.cli.main import compose
+
+    conf = require_two_nodes()
+    run_dir = tmp_path_factory.mktemp("torchrun faults") / "run dir ü $x"
+    run_dir.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SLURM_CONF", conf)
+        mp.setenv("ORCH_COMPILE_CACHE_DIR", str(tmp_path_factory.mktemp("compile store")))
+        cfg = compose(["+sweep=planted_command", "launcher=slurm", "device=cpu",
+                       "launcher.slurm.partition=two", "launcher.slurm.poll_interval_s=0.5",
+                       f"workload.command='{TORCHRUN}'", "workload.world_size=4",
+                       "workload.nnodes=2", "workload.time_limit_s=120",
+                       "workload.exit_grace_s=3", "protocol=quick",
+                       "protocol.pairing=process", "protocol.warmup_steps=2",
+                       "protocol.measured_steps=6", "protocol.correctness.mode=off",
+                       "+workload.params.fault=none", "workload.params.units=32",
+                       "sweep.variable=workload.params.fault", "sweep.baseline=none",
+                       "sweep.values=[slow,fail,hang]",
+                       "sweep.labels=[slow-node1,fail-node1,hang-node1]",
+                       "protocol.repeats=1", "protocol.max_rounds=1",
+                       "protocol.infra_retries=0"])
+        return run_dir, run_campaign(cfg, run_dir)
+
+
+def _by_label(run_dir: Path) -> dict[str, dict[str, Any]]:
+    return {r["arm_label"]: r for r in (json.loads(p.read_text())
+                                        for p in run_dir.glob("trials/*/trial.json"))}
 
 
 def test_a_torchrun_command_spans_both_nodes_and_completes_a_campaign(
-        compose: Any, run_dir: Path, two_nodes: str) -> None:
+        torchrun_faults: tuple[Path, Any]) -> None:
     """An unchanged ``torchrun --nnodes {nnodes} --node-rank {node_rank} --rdzv-endpoint
-    {rdzv_endpoint}`` command, started once per node by one Slurm job step over both nodes,
-    4 ranks (2 per node) all-reducing over gloo: every trial is ok, its step times come from
-    both nodes' logs (the slowest node's per step), and no machine name is in the records. The
-    variant sleeps 30 ms per step on the second node's ranks: every one of its trials is
-    slower than every baseline trial."""
-    from orchestrator.campaign.run import run_campaign
-
-    result = run_campaign(_torchrun_campaign(compose), run_dir)
-    recs = {p.parent.name: json.loads(p.read_text())
-            for p in run_dir.glob("trials/*/trial.json")}
-    assert len(recs) == 4 and all(r["status"] == "ok" for r in recs.values()), \
-        {k: (r.get("error"), r.get("stderr_tail")) for k, r in recs.items()}
-    for tid, r in recs.items():
-        tdir = run_dir / "trials" / tid
+    {rdzv_endpoint}`` command, started once per node by one Slurm job step over both nodes:
+    every trial that went right is ok, its step times come from both nodes' logs (the slowest
+    node's per step), and no machine name is in the records. The variant that sleeps 30 ms per
+    step on the second node's ranks is slower than the baseline."""
+    run_dir, result = torchrun_faults
+    recs = _by_label(run_dir)
+    assert len(recs) == 4, sorted(recs)
+    for label in ("base", "slow-node1", "hang-node1"):
+        r = recs[label]
+        assert r["status"] == "ok", (label, r.get("error"), r.get("stderr_tail"))
+        tdir = run_dir / "trials" / r["trial_id"]
         assert r["nodes"] == 2 and r["nodes_logging_steps"] == [0, 1]
         assert r["node_skew_median_s"] is not None
         assert "<master_addr>" in r["command"] and "--nnodes 2" in r["command"]
@@ -145,27 +162,20 @@ def test_a_torchrun_command_spans_both_nodes_and_completes_a_campaign(
         assert not list(tdir.glob("trial.rank*.json"))
     text = "\n".join(p.read_text() for p in run_dir.glob("trials/*/trial.json"))
     assert "orchn1" not in text and "orchn2" not in text
-    (v,) = result.verdicts  # two rounds decide nothing on their own: it completed
-    assert v.verdict in ("reject", "inconclusive"), v.reasons
-    slow = [r for r in recs.values() if r["arm_label"] == "slow-node1"]
-    base = [r for r in recs.values() if r["arm_label"] == "base"]
+    verdicts = {v.label: v.verdict for v in result.verdicts}
+    assert verdicts["slow-node1"] in ("reject", "inconclusive"), verdicts  # one round: it ran
     # the 30 ms on node 1 reach every step (the all-reduce waits for it)
-    assert min(r["step_time_median_s"] for r in slow) > max(r["step_time_median_s"]
-                                                          for r in base)
+    assert recs["slow-node1"]["step_time_median_s"] > recs["base"]["step_time_median_s"] + 0.02
 
 
 def test_a_node_whose_command_fails_stops_the_other_node_and_fails_the_trial(
-        compose: Any, run_dir: Path, two_nodes: str) -> None:
+        torchrun_faults: tuple[Path, Any]) -> None:
     """The variant's ranks on node 1 exit before joining the process group; node 0's ranks
     wait for them there (a peer that never came: gloo's wait is 30 min, NCCL's 10). Node 0 does
     not sit out workload.time_limit_s: it sees node 1's report and stops its command 10 s
     later; the trial fails with node 1's reason, and the baseline's trial is untouched."""
-    from orchestrator.campaign.run import run_campaign
-
-    run_campaign(_torchrun_campaign(compose, variable="fail_node", value=1,
-                                    label="fail-node1", rounds=1), run_dir)
-    recs = {r["arm_label"]: r for r in (json.loads(p.read_text())
-                                        for p in run_dir.glob("trials/*/trial.json"))}
+    run_dir, _ = torchrun_faults
+    recs = _by_label(run_dir)
     assert recs["base"]["status"] == "ok", recs["base"].get("error")
     bad = recs["fail-node1"]
     assert bad["status"] == "failed" and bad["failure_kind"] == "node_failed", bad
@@ -178,17 +188,13 @@ def test_a_node_whose_command_fails_stops_the_other_node_and_fails_the_trial(
 
 
 def test_a_trial_whose_nodes_hang_after_the_last_step_is_stopped_and_kept(
-        compose: Any, run_dir: Path, two_nodes: str) -> None:
+        torchrun_faults: tuple[Path, Any]) -> None:
     """The variant's ranks on node 1 do not reach the closing barrier after the last step, and
     node 0's wait for them in it: both nodes' commands hang at their end. Both are stopped
     workload.exit_grace_s after the steps were all logged (not at the 120 s time limit), the
     trial keeps its steps, and its record says what happened."""
-    from orchestrator.campaign.run import run_campaign
-
-    run_campaign(_torchrun_campaign(compose, "workload.exit_grace_s=3", variable="hang_node",
-                                    value=1, label="hang-node1", rounds=1), run_dir)
-    recs = {r["arm_label"]: r for r in (json.loads(p.read_text())
-                                        for p in run_dir.glob("trials/*/trial.json"))}
+    run_dir, _ = torchrun_faults
+    recs = _by_label(run_dir)
     assert recs["base"]["status"] == "ok" and "teardown" not in recs["base"], recs["base"]
     hung = recs["hang-node1"]
     assert hung["status"] == "ok", (hung.get("error"), hung.get("stderr_tail"))

@@ -406,13 +406,11 @@ def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
                                       {**inv.env, **inv.launch_env, **channel.env()},
                                       tdir / "command.log", inv.time_limit_s, stop_if=exits)
         wall = time.time() - t0
-        teardown = teardown_reason(exits, rc, where, tdir, t0 + wall)
-        if where.multi:
-            node_outcome = client_nodes.other_nodes_outcome(
-                tdir, where, node_fields, wall, wait_s=max(
-                    nodes.NODE_GRACE_S, (exits.grace_s if exits else 0) + nodes.PEER_GRACE_S))
-            late = node_fields.pop("teardown", None)  # another node's, where node 0 had none
-            teardown = teardown or late
+        teardown = teardown_reason(exits, rc, where, tdir, t0 + wall)  # stopped once done: ok
+        if where.multi:  # another node's teardown, where node 0 had none
+            node_outcome = client_nodes.other_nodes_outcome(tdir, where, node_fields, wall,
+                                                            exits, teardown)
+            teardown = teardown or node_fields.pop("teardown", None)
     finally:
         channel.close()
         client_nodes.withdraw(tdir)
@@ -430,8 +428,7 @@ def measure_client_paired(spec: Any, base: TrialBase, trainer: Any,
     tail = log_tail(tdir / "command.log", str(tdir))
     if where.multi:
         common.update(nodes=where.nnodes, **node_fields)  # type: ignore[call-arg, misc]  # mypy: update takes no keywords
-    outcome = _outcome(plan, channel, 0 if teardown else rc,
-                       start_error, inv.time_limit_s)  # stopped by us once done: not a failure
+    outcome = _outcome(plan, channel, 0 if teardown else rc, start_error, inv.time_limit_s)
     if node_outcome is not None and (outcome is None or node_outcome["status"] == INFRA_STATUS):
         outcome = node_outcome  # another node failed or was lost: say so, not its effect here
     out = []

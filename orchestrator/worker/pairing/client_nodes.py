@@ -144,18 +144,20 @@ class NodeFields(TypedDict, total=False):
 
 
 def other_nodes_outcome(tdir: Path, where: nodes.NodePlace, common: NodeFields,
-                        wall_s: float | None = None,
-                        wait_s: float = nodes.NODE_GRACE_S) -> Outcome | None:
+                        wall_s: float | None = None, exits: ExitGrace | None = None,
+                        teardown: str | None = None) -> Outcome | None:
     """Node 0, its command ended: the round's outcome decided by another node (failed, or
     sent nothing: infra_failed), in the form of client._outcome's; None when they all ended
-    well. Waits ``wait_s`` at most for their reports (past the exit grace they may sit out);
-    a node stopped by its exit grace is said in ``common["teardown"]``."""
+    well. Waits for their reports past the exit grace (``exits``) they may be sitting out; a
+    node stopped by it is said in ``common["teardown"]`` where node 0's own ``teardown`` is
+    None."""
     ended = time.time()
+    wait_s = max(nodes.NODE_GRACE_S, (exits.grace_s if exits else 0) + nodes.PEER_GRACE_S)
     others, missing = nodes.gather(tdir, where, ended, wait_s)
     common["node_wall_s"] = {"0": wall_s, **{str(k): r.wall_s for k, r in others.items()}}
     late = next((f"node {k}: {r.teardown}" for k, r in sorted(others.items()) if r.teardown),
                 None)
-    if late:
+    if late and not teardown:
         common["teardown"] = late
     bad = nodes.node_failure(others, missing, time.time() - ended)
     if bad is None:
