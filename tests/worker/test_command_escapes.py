@@ -71,6 +71,7 @@ def test_a_campaign_whose_command_escapes_its_session_leaves_no_process(
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "workload=command_example", "+sweep=example_delay",
          "protocol=quick", f"protocol.pairing={pairing}", f"workload.command='{command}'",
+         "protocol.repeats=1", "protocol.max_rounds=1",  # one round: what is left is the point
          f"run_dir='{run}'"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
