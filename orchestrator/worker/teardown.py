@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,8 +124,18 @@ def exit_watch(trainer: Any, inv: Any, tdir: Path, log_path: Path, where: nodes.
     theirs = inv.log_file is not None and where.node == 0  # the trainer's own log file
     own = StepLines(trainer, Path(inv.cwd or ".", inv.log_file) if theirs else log_path,
                     asked[0], own_file=theirs)
+    what = (f"seen all {asked[0]} steps of the trial logged (on this node or another)"
+            if where.multi else f"logged all {asked[0]} steps it was asked for")
+    return exit_grace(trainer.workload, seen_done(own, tdir, where), what)
+
+
+def seen_done(own: Callable[[], bool], tdir: Path, where: nodes.NodePlace
+              ) -> Callable[[], bool]:
+    """``own`` (this node has done all it was asked for) as an :class:`ExitGrace`'s ``done``:
+    on one node itself; over several, true once this node is done (said to the others:
+    nodes.mark_done) or another node of this launch said it was (nodes.done_at)."""
     if not where.multi:
-        return exit_grace(trainer.workload, own, f"logged all {asked[0]} steps it was asked for")
+        return own
 
     def done() -> bool:
         if own():
@@ -132,8 +143,7 @@ def exit_watch(trainer: Any, inv: Any, tdir: Path, log_path: Path, where: nodes.
             return True
         return nodes.done_at(tdir) is not None
 
-    return exit_grace(trainer.workload, done, f"seen all {asked[0]} steps of the trial logged "
-                      "(on this node or another)")
+    return done
 
 
 def teardown_reason(exits: ExitGrace | None, rc: int | None, where: nodes.NodePlace,

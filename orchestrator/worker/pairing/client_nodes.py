@@ -24,7 +24,7 @@ from orchestrator.core.results import Status, trial_record
 from orchestrator.platform.children import COMMAND_SESSION
 from orchestrator.worker import nodes
 from orchestrator.worker.external import run_command
-from orchestrator.worker.teardown import ExitGrace, exit_grace, teardown_reason
+from orchestrator.worker.teardown import ExitGrace, exit_grace, seen_done, teardown_reason
 
 CLIENT_FILE = "client.json"
 WAIT_S = 120.0  # how long node k waits for node 0's channel
@@ -74,14 +74,8 @@ def plan_grace(workload: Any, plan: Any, tdir: Path, where: nodes.NodePlace,
     is null): the command has run every block of the round's plan (the channel's ``plan.done``);
     over several nodes that is said to the others (nodes.mark_done), whose commands get the
     same grace from then (:func:`run_other_node`)."""
-    def done() -> bool:
-        if not plan.done:
-            return False
-        if where.multi:
-            nodes.mark_done(tdir, where.node)
-        return True
-
-    return exit_grace(workload, done, "run every block of its plan")
+    return exit_grace(workload, seen_done(lambda: bool(plan.done), tdir, where),
+                      "run every block of its plan")
 
 
 def run_other_node(spec: Any, inv: Any, where: nodes.NodePlace, workload: Any,
